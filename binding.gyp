@@ -1,0 +1,32 @@
+{
+  "targets": [
+    {
+      "target_name": "sapipe",
+      "sources": [
+        "native/addon/addon.cpp",
+        "native/addon/errors.cpp",
+        "native/addon/js_args.cpp",
+        "native/addon/kernels_binding.cpp",
+        "native/addon/native_buffer.cpp",
+        "native/addon/queue.cpp",
+        "native/addon/update_binding.cpp",
+        "native/core/aligned_buffer.cpp",
+        "native/core/execution_queue.cpp",
+        "native/core/status.cpp",
+        "native/core/thread_pool.cpp",
+        "native/cpu/cpu_api.cpp",
+        "native/cpu/kernel_table.cpp",
+        "native/cpu/simd.cpp"
+      ],
+      "include_dirs": [
+        "<!(node -p \"require('node-addon-api').include_dir\")",
+        "native/include"
+      ],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"],
+      "ldflags": ["-pthread"]
+    }
+  ]
+}

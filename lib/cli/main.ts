@@ -1,0 +1,25 @@
+/**
+ * The `sapipe` command line. Each command lives in lib/cli/commands/ and registers itself on the
+ * program here.
+ */
+import { Command } from 'commander';
+
+import { registerBenchCommand } from './commands/bench.js';
+import { registerInfoCommand } from './commands/info.js';
+import { packageVersion } from '../version.js';
+
+export function buildProgram(): Command {
+  const program = new Command();
+  program
+    .name('sapipe')
+    .description('Staleness-aware distributed training: fused kernels, communication and pipeline schedules')
+    .version(packageVersion())
+    .showHelpAfterError();
+  registerInfoCommand(program);
+  registerBenchCommand(program);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  await buildProgram().parseAsync(argv);
+}

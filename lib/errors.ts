@@ -1,0 +1,113 @@
+/**
+ * Every error sapipe throws is a {@link SapipeError} with a stable `code`. Catch by class or
+ * compare `error.code`; messages may change, codes do not.
+ */
+export type SapipeErrorCode =
+  | 'ERR_INVALID_ARGUMENT'
+  | 'ERR_SIZE_MISMATCH'
+  | 'ERR_ALIASING'
+  | 'ERR_DISPOSED'
+  | 'ERR_BUSY'
+  | 'ERR_OUT_OF_MEMORY'
+  | 'ERR_BACKEND_UNAVAILABLE'
+  | 'ERR_PEER_LOST'
+  | 'ERR_TIMEOUT'
+  | 'ERR_INVALID_SCHEDULE'
+  | 'ERR_INTERNAL';
+
+export class SapipeError extends Error {
+  readonly code: SapipeErrorCode;
+  constructor(code: SapipeErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** An argument is missing, of the wrong type, or out of range. */
+export class InvalidArgumentError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_INVALID_ARGUMENT', message, options);
+  }
+}
+/** Buffers or tensors whose lengths must agree do not. */
+export class SizeMismatchError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_SIZE_MISMATCH', message, options);
+  }
+}
+/** Two buffers that must be distinct memory are the same. */
+export class AliasingError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_ALIASING', message, options);
+  }
+}
+/** An object was used after dispose(). */
+export class DisposedError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_DISPOSED', message, options);
+  }
+}
+/** An asynchronous operation still uses the object; await it first. */
+export class BusyError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_BUSY', message, options);
+  }
+}
+export class OutOfMemoryError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_OUT_OF_MEMORY', message, options);
+  }
+}
+/** The requested backend (native addon, CUDA, UCX, ...) cannot be used here; the message says why. */
+export class BackendUnavailableError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_BACKEND_UNAVAILABLE', message, options);
+  }
+}
+/** A peer of a collective disappeared. */
+export class PeerLostError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_PEER_LOST', message, options);
+  }
+}
+/** A wait ran past its timeout. */
+export class TimeoutError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_TIMEOUT', message, options);
+  }
+}
+/** A pipeline schedule breaks a dependency or would deadlock; the message names the first broken action. */
+export class InvalidScheduleError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_INVALID_SCHEDULE', message, options);
+  }
+}
+export class InternalError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_INTERNAL', message, options);
+  }
+}
+
+const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: unknown }) => SapipeError> = {
+  ERR_INVALID_ARGUMENT: InvalidArgumentError,
+  ERR_SIZE_MISMATCH: SizeMismatchError,
+  ERR_ALIASING: AliasingError,
+  ERR_DISPOSED: DisposedError,
+  ERR_BUSY: BusyError,
+  ERR_OUT_OF_MEMORY: OutOfMemoryError,
+  ERR_BACKEND_UNAVAILABLE: BackendUnavailableError,
+  ERR_PEER_LOST: PeerLostError,
+  ERR_TIMEOUT: TimeoutError,
+  ERR_INVALID_SCHEDULE: InvalidScheduleError,
+  ERR_INTERNAL: InternalError,
+};
+
+/** Turns an error thrown by the native addon (an Error with a `code`) into its SapipeError subclass. */
+export function fromNativeError(error: unknown): SapipeError {
+  if (error instanceof SapipeError) return error;
+  const code = (error as { code?: unknown } | null)?.code;
+  const message = error instanceof Error ? error.message : String(error);
+  const Ctor = typeof code === 'string' && code in byCode ? byCode[code as SapipeErrorCode] : InternalError;
+  return new Ctor(message, { cause: error });
+}

@@ -1,0 +1,156 @@
+/**
+ * Loading the N-API addon. The addon is found by node-gyp-build: `build/Release` (a source or
+ * cmake-js build) or `prebuilds/<platform>-<arch>/`. It is loaded on first use, so the pure
+ * TypeScript parts of the package (schedules, simulator, CLI help) work even where it is missing;
+ * then every native entry throws BackendUnavailableError with the reason.
+ */
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+import { BackendUnavailableError, fromNativeError } from './errors.js';
+
+/** A 64-byte aligned fp32 buffer owned by native code. */
+export interface NativeBufferHandle {
+  readonly array: Float32Array;
+  readonly length: number;
+  readonly disposed: boolean;
+  dispose(): void;
+}
+
+/** An in-order native execution queue (one worker thread), like a CUDA stream. */
+export interface QueueHandle {
+  readonly pending: number;
+}
+
+/** Numeric form of the native update configuration (see native/include/sapipe/kernels.h). */
+export interface NativeUpdateConfig {
+  optimizer: number;
+  lr: number;
+  weightDecay?: number;
+  momentum?: number;
+  dampening?: number;
+  nesterov?: boolean;
+  momentumIsEmpty?: boolean;
+  spikeDelay?: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  step?: number;
+  gradScale?: number;
+  compensation?: number;
+  compensationLambda?: number;
+  compensationEps?: number;
+  prediction?: number;
+  estimate?: number;
+  compensateEstimate?: boolean;
+  worldSize?: number;
+  havePrevLocal?: boolean;
+  localGradScale?: number;
+  predictionSteps?: number;
+}
+
+export interface NativeUpdateBuffers {
+  weights: NativeBufferHandle;
+  grad: NativeBufferHandle;
+  momentum?: NativeBufferHandle | undefined;
+  secondMoment?: NativeBufferHandle | undefined;
+  backup?: NativeBufferHandle | undefined;
+  predicted?: NativeBufferHandle | undefined;
+  localGrad?: NativeBufferHandle | undefined;
+  prevLocalGrad?: NativeBufferHandle | undefined;
+  offset?: number;
+  count?: number;
+}
+
+export interface NativeUpdateResult {
+  applied: boolean;
+  nonFiniteCount: number;
+}
+
+export interface NativeInfo {
+  abiVersion: number;
+  simd: 'baseline' | 'avx2' | 'avx512';
+  simdSupported: 'baseline' | 'avx2' | 'avx512';
+  threads: number;
+  alignment: number;
+}
+
+export interface NativeAddon {
+  NativeBuffer: new (length: number) => NativeBufferHandle;
+  Queue: new () => QueueHandle;
+  update(config: NativeUpdateConfig, buffers: NativeUpdateBuffers): NativeUpdateResult;
+  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers): Promise<NativeUpdateResult>;
+  updateBytesPerElement(config: NativeUpdateConfig): number;
+  elasticAverage(worker: NativeBufferHandle, center: NativeBufferHandle, alpha: number): void;
+  sum(out: NativeBufferHandle, inputs: NativeBufferHandle[], scale: number): number;
+  scale(x: NativeBufferHandle, s: number): void;
+  axpy(y: NativeBufferHandle, x: NativeBufferHandle, a: number): void;
+  squaredNorm(x: NativeBufferHandle): number;
+  countNonFinite(x: NativeBufferHandle): number;
+  triad(a: NativeBufferHandle, b: NativeBufferHandle, c: NativeBufferHandle, s: number): void;
+  copy(dst: NativeBufferHandle, src: NativeBufferHandle): void;
+  info(): NativeInfo;
+}
+
+/** Numeric enums shared with the C ABI. */
+export const OptimizerKind = { sgd: 0, adam: 1, adamw: 2 } as const;
+export const CompensationKind = { none: 0, elementwise: 1, adaptive: 2 } as const;
+export const PredictionKind = { none: 0, shadowStep: 1, linear: 2 } as const;
+export const EstimateKind = { local: 0, 'prev-sync': 1, 'local-prev-sync': 2 } as const;
+
+const packageRoot = fileURLToPath(new URL('..', import.meta.url));
+
+let loaded: NativeAddon | undefined;
+let loadError: Error | undefined;
+
+function load(): NativeAddon {
+  const require = createRequire(import.meta.url);
+  const nodeGypBuild = require('node-gyp-build') as (dir: string) => unknown;
+  return nodeGypBuild(packageRoot) as NativeAddon;
+}
+
+/** The addon, loading it on first call. Throws BackendUnavailableError if it cannot be loaded. */
+export function nativeAddon(): NativeAddon {
+  if (loaded) return loaded;
+  if (!loadError) {
+    try {
+      loaded = load();
+      return loaded;
+    } catch (error) {
+      loadError = error instanceof Error ? error : new Error(String(error));
+    }
+  }
+  throw new BackendUnavailableError(
+    `the sapipe native addon could not be loaded (${loadError.message}). ` +
+      'Reinstall the package, or build it from source with `npm run build:native` (needs a C++17 compiler and CMake).',
+    { cause: loadError },
+  );
+}
+
+/** Why the addon is unavailable, or undefined when it loads. */
+export function nativeUnavailableReason(): string | undefined {
+  try {
+    nativeAddon();
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+/** Runs a native call, turning its errors into SapipeError subclasses. */
+export function callNative<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    throw fromNativeError(error);
+  }
+}
+
+/** Awaits a native Promise, turning its rejection into a SapipeError subclass. */
+export async function awaitNative<T>(promise: Promise<T>): Promise<T> {
+  try {
+    return await promise;
+  } catch (error) {
+    throw fromNativeError(error);
+  }
+}

@@ -1,0 +1,15 @@
+// Per-environment state of the addon (constructors used for instanceof checks), so that the addon
+// also works when loaded in several worker_threads at once.
+#pragma once
+
+#include <napi.h>
+
+namespace sapipe::addon {
+
+struct AddonData {
+  Napi::FunctionReference native_buffer_ctor;
+  Napi::FunctionReference queue_ctor;
+  static AddonData& Get(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
+};
+
+}  // namespace sapipe::addon

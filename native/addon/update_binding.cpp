@@ -1,0 +1,145 @@
+// update(config, buffers) and updateAsync(queue, config, buffers): one call per optimizer step
+// for a whole ParamSet (or one bucket of it, with offset and count).
+#include <memory>
+#include <vector>
+
+#include "errors.h"
+#include "js_args.h"
+#include "native_buffer.h"
+#include "queue.h"
+#include "sapipe/kernels.h"
+#include "update_binding.h"
+
+namespace sapipe::addon {
+namespace {
+
+struct ParsedUpdate {
+  sapipe_update_config config{};
+  sapipe_update_buffers buffers{};
+  std::vector<std::shared_ptr<AlignedBuffer>> held;  // keeps memory alive while queued
+};
+
+sapipe_update_config parse_config(const Napi::Object& c) {
+  sapipe_update_config cfg{};
+  cfg.optimizer = static_cast<int32_t>(get_number(c, "optimizer", -1));
+  cfg.lr = static_cast<float>(get_number(c, "lr", -1));
+  cfg.weight_decay = static_cast<float>(get_number(c, "weightDecay", 0));
+  cfg.momentum = static_cast<float>(get_number(c, "momentum", 0));
+  cfg.dampening = static_cast<float>(get_number(c, "dampening", 0));
+  cfg.nesterov = get_bool(c, "nesterov", false);
+  cfg.momentum_is_empty = get_bool(c, "momentumIsEmpty", false);
+  cfg.spike_delay = static_cast<int32_t>(get_number(c, "spikeDelay", -1));
+  cfg.beta1 = static_cast<float>(get_number(c, "beta1", 0.9));
+  cfg.beta2 = static_cast<float>(get_number(c, "beta2", 0.999));
+  cfg.eps = static_cast<float>(get_number(c, "eps", 1e-8));
+  cfg.step = static_cast<int64_t>(get_number(c, "step", 1));
+  cfg.grad_scale = static_cast<float>(get_number(c, "gradScale", 1));
+  cfg.compensation = static_cast<int32_t>(get_number(c, "compensation", 0));
+  cfg.compensation_lambda = static_cast<float>(get_number(c, "compensationLambda", 0.2));
+  cfg.compensation_eps = static_cast<float>(get_number(c, "compensationEps", 1e-7));
+  cfg.prediction = static_cast<int32_t>(get_number(c, "prediction", 0));
+  cfg.estimate = static_cast<int32_t>(get_number(c, "estimate", 0));
+  cfg.compensate_estimate = get_bool(c, "compensateEstimate", false);
+  cfg.world_size = static_cast<float>(get_number(c, "worldSize", 1));
+  cfg.have_prev_local = get_bool(c, "havePrevLocal", false);
+  cfg.local_grad_scale = static_cast<float>(get_number(c, "localGradScale", 1));
+  cfg.prediction_steps = static_cast<float>(get_number(c, "predictionSteps", 0));
+  return cfg;
+}
+
+ParsedUpdate parse(Napi::Env env, const Napi::Value& config, const Napi::Value& buffers) {
+  ParsedUpdate out;
+  out.config = parse_config(expect_object(env, config, "config"));
+  Napi::Object b = expect_object(env, buffers, "buffers");
+  auto weights = NativeBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
+  const size_t length = weights->size();
+  out.held.push_back(weights);
+  auto optional = [&](const char* key) -> float* {
+    Napi::Value v = b.Get(key);
+    if (v.IsUndefined() || v.IsNull()) return nullptr;
+    auto buf = NativeBuffer::FromValue(env, v, (std::string("buffers.") + key).c_str());
+    if (buf->size() != length)
+      throw_error(env, "ERR_SIZE_MISMATCH",
+                  std::string("buffers.") + key + " has " + std::to_string(buf->size()) +
+                      " elements but buffers.weights has " + std::to_string(length));
+    out.held.push_back(buf);
+    return buf->data();
+  };
+  out.buffers.weights = weights->data();
+  out.buffers.grad = optional("grad");
+  if (out.buffers.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
+  out.buffers.momentum = optional("momentum");
+  out.buffers.second_moment = optional("secondMoment");
+  out.buffers.backup = optional("backup");
+  out.buffers.predicted = optional("predicted");
+  out.buffers.local_grad = optional("localGrad");
+  out.buffers.prev_local_grad = optional("prevLocalGrad");
+  out.buffers.offset = get_index(b, "offset", 0);
+  out.buffers.count = get_index(b, "count", length - std::min(length, out.buffers.offset));
+  if (out.buffers.offset > length || out.buffers.count > length - out.buffers.offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  return out;
+}
+
+Napi::Value result_object(Napi::Env env, const sapipe_update_result& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("applied", Napi::Boolean::New(env, r.applied != 0));
+  o.Set("nonFiniteCount", Napi::Number::New(env, static_cast<double>(r.non_finite_count)));
+  return o;
+}
+
+class UpdateOp : public AsyncOp {
+ public:
+  UpdateOp(Napi::Env env, ParsedUpdate parsed) : AsyncOp(env), parsed_(std::move(parsed)) {
+    for (auto& b : parsed_.held) b->acquire();
+  }
+  ~UpdateOp() override { release(); }
+  void Run() override { status_ = sapipe_cpu_update(&parsed_.config, &parsed_.buffers, &result_); }
+  Napi::Value Result(Napi::Env env) override {
+    release();  // the continuation may dispose the buffers
+    if (status_ != SAPIPE_OK) throw make_status_error(env, status_, "update");
+    return result_object(env, result_);
+  }
+
+ private:
+  void release() {
+    for (auto& b : parsed_.held) b->release();
+    parsed_.held.clear();
+  }
+  ParsedUpdate parsed_;
+  sapipe_status status_ = SAPIPE_ERR_INTERNAL;
+  sapipe_update_result result_{};
+};
+
+Napi::Value Update(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ParsedUpdate parsed = parse(env, info[0], info[1]);
+  for (auto& b : parsed.held)
+    if (b->busy()) throw_error(env, "ERR_BUSY", "update: a buffer is in use by a pending asynchronous step; await it first");
+  sapipe_update_result result{};
+  sapipe_status status = sapipe_cpu_update(&parsed.config, &parsed.buffers, &result);
+  if (status != SAPIPE_OK) throw_status(env, status, "update");
+  return result_object(env, result);
+}
+
+Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Queue* queue = Queue::FromValue(env, info[0]);
+  ParsedUpdate parsed = parse(env, info[1], info[2]);
+  return queue->Submit(env, new UpdateOp(env, std::move(parsed)));
+}
+
+Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
+  sapipe_update_config cfg = parse_config(expect_object(info.Env(), info[0], "config"));
+  return Napi::Number::New(info.Env(), sapipe_update_bytes_per_element(&cfg));
+}
+
+}  // namespace
+
+void InitUpdate(Napi::Env env, Napi::Object exports) {
+  exports.Set("update", Napi::Function::New(env, Update, "update"));
+  exports.Set("updateAsync", Napi::Function::New(env, UpdateAsync, "updateAsync"));
+  exports.Set("updateBytesPerElement", Napi::Function::New(env, BytesPerElement, "updateBytesPerElement"));
+}
+
+}  // namespace sapipe::addon

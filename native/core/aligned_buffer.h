@@ -1,0 +1,40 @@
+// Host memory for tensors: 64-byte aligned (one cache line, one AVX-512 vector), zero-filled,
+// owned through shared_ptr so that an operation still queued keeps its buffers alive.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+namespace sapipe {
+
+class AlignedBuffer {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  // Returns nullptr when the allocation fails.
+  static std::shared_ptr<AlignedBuffer> allocate(size_t elements);
+  ~AlignedBuffer();
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool disposed() const { return data_ == nullptr; }
+
+  // Operations in flight on a queue hold the buffer busy so dispose() cannot free it under them.
+  void acquire() { in_flight_.fetch_add(1, std::memory_order_acq_rel); }
+  void release() { in_flight_.fetch_sub(1, std::memory_order_acq_rel); }
+  bool busy() const { return in_flight_.load(std::memory_order_acquire) != 0; }
+
+  // Frees the memory now. The caller has detached every JS view and checked busy().
+  void free_storage();
+
+ private:
+  AlignedBuffer(float* data, size_t size) : data_(data), size_(size) {}
+  float* data_;
+  size_t size_;
+  std::atomic<int> in_flight_{0};
+};
+
+}  // namespace sapipe

@@ -1,0 +1,90 @@
+#include "thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+namespace sapipe {
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  unsigned long seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      if (index >= job_threads_) continue;
+      job = job_;
+    }
+    (*job)(index);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, size_t align,
+                              const std::function<void(int, size_t, size_t)>& body) {
+  if (n == 0) return;
+  if (align == 0) align = 1;
+  size_t threads = static_cast<size_t>(num_threads_);
+  if (n < kInlineThreshold || threads == 1) {
+    body(0, 0, n);
+    return;
+  }
+  size_t chunk = (n + threads - 1) / threads;
+  chunk = (chunk + align - 1) / align * align;
+  const int used = static_cast<int>((n + chunk - 1) / chunk);
+  const std::function<void(int)> job = [&](int index) {
+    size_t begin = static_cast<size_t>(index) * chunk;
+    size_t end = std::min(n, begin + chunk);
+    if (begin < end) body(index, begin, end);
+  };
+  std::lock_guard<std::mutex> submit(submit_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &job;
+    job_threads_ = used;
+    pending_ = used - 1;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  job(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
+int ThreadPool::configured_threads() {
+  if (const char* env = std::getenv("SAPIPE_NUM_THREADS")) {
+    char* end = nullptr;
+    long value = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && value >= 1 && value <= 1024) return static_cast<int>(value);
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+ThreadPool& ThreadPool::global() {
+  // Never destroyed: a queue's worker thread may still be inside a job while the process exits.
+  static ThreadPool* pool = new ThreadPool(configured_threads());
+  return *pool;
+}
+
+}  // namespace sapipe

@@ -1,0 +1,55 @@
+// Instantiates every kernel body once per instruction set. The bodies are always_inline, so each
+// wrapper below is compiled (and auto-vectorised) with its own target attribute; the portable
+// baseline build of the library stays runnable on any x86-64 CPU.
+#include "kernel_table.h"
+
+#include "fused_update.h"
+#include "reduce.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SAPIPE_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
+#define SAPIPE_TARGET_AVX512 __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#else
+#define SAPIPE_TARGET_AVX2
+#define SAPIPE_TARGET_AVX512
+#endif
+
+#define SAPIPE_DEFINE_VARIANT(ns, target)                                                        \
+  namespace ns {                                                                                 \
+  target void fused_update(const UpdatePlan& p, const UpdatePointers& b, size_t n) {             \
+    fused_update_body(p, b, n);                                                                  \
+  }                                                                                              \
+  target int64_t count_non_finite(const float* x, size_t n) { return count_non_finite_body(x, n); } \
+  target int64_t sum(float* out, const float* const* in, size_t k, size_t n, float s) {          \
+    return sum_body(out, in, k, n, s);                                                           \
+  }                                                                                              \
+  target void scale(float* x, size_t n, float s) { scale_body(x, n, s); }                        \
+  target void axpy(float* y, const float* x, size_t n, float a) { axpy_body(y, x, n, a); }       \
+  target double squared_norm(const float* x, size_t n) { return squared_norm_body(x, n); }       \
+  target void elastic_average(float* x, float* c, size_t n, float a) {                           \
+    elastic_average_body(x, c, n, a);                                                            \
+  }                                                                                              \
+  target void triad(float* a, const float* b, const float* c, size_t n, float s) {               \
+    triad_body(a, b, c, n, s);                                                                   \
+  }                                                                                              \
+  target void copy(float* d, const float* s, size_t n) { copy_body(d, s, n); }                   \
+  const KernelTable table = {fused_update, count_non_finite, sum, scale, axpy,                   \
+                             squared_norm, elastic_average, triad, copy};                        \
+  }
+
+namespace sapipe::cpu {
+
+SAPIPE_DEFINE_VARIANT(baseline, )
+SAPIPE_DEFINE_VARIANT(avx2, SAPIPE_TARGET_AVX2)
+SAPIPE_DEFINE_VARIANT(avx512, SAPIPE_TARGET_AVX512)
+
+const KernelTable& kernel_table(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return avx512::table;
+    case SimdLevel::kAvx2: return avx2::table;
+    case SimdLevel::kBaseline: return baseline::table;
+  }
+  return baseline::table;
+}
+
+}  // namespace sapipe::cpu

@@ -1,0 +1,48 @@
+// Everything a fused update needs per element, derived once per call from sapipe_update_config
+// (bias corrections in double, spike-compensation coefficients, the shadow step's constants).
+#pragma once
+
+#include <cstddef>
+
+#include "sapipe/kernels.h"
+
+namespace sapipe::cpu {
+
+struct UpdatePlan {
+  int optimizer;
+  float lr, weight_decay;
+  // SGD
+  float momentum, dampening;
+  bool nesterov, momentum_is_empty;
+  bool spike;
+  float spike_a, spike_b;
+  // Adam: w -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), at step t and (shadow) t + 1
+  float beta1, beta2, eps;
+  float step_size, inv_sqrt_bc2;
+  float shadow_step_size, shadow_inv_sqrt_bc2;
+  float decoupled_decay;  // AdamW: 1 - lr*wd
+  float grad_scale, local_grad_scale;
+  int compensation;
+  float lambda, compensation_eps;
+  int prediction, estimate;
+  bool compensate_estimate, have_prev_local;
+  float inv_world_size;
+  float prediction_steps;
+  float decay_pow_steps;  // AdamW linear prediction: (1 - lr*wd)^s
+};
+
+UpdatePlan make_update_plan(const sapipe_update_config& config);
+
+// Pointers already advanced to the range being processed.
+struct UpdatePointers {
+  float* __restrict w;
+  const float* __restrict g;
+  float* __restrict m;
+  float* __restrict v;
+  float* __restrict backup;
+  float* __restrict predicted;
+  const float* __restrict local_grad;
+  float* __restrict prev_local_grad;
+};
+
+}  // namespace sapipe::cpu
