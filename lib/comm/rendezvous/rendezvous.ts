@@ -1,0 +1,128 @@
+/**
+ * The rendezvous every rank joins at start-up: rank 0 serves the store and all ranks, rank 0
+ * included, talk to it as clients. Ranks use it to swap connection details (UCX worker
+ * addresses, the NCCL unique id) and to line up with barriers.
+ */
+import { InvalidArgumentError } from '../../errors.js';
+import { RendezvousClient, type CallOptions } from './client.js';
+import { RendezvousServer } from './server.js';
+import { checkPort, checkRank } from './validate.js';
+
+/** Options of {@link createRendezvous}; {@link fromEnv} builds them from the environment. */
+export interface RendezvousOptions {
+  rank: number;
+  worldSize: number;
+  /** Address of rank 0's store (`MASTER_ADDR`). Default `127.0.0.1`. */
+  addr?: string;
+  /** Port of the store (`MASTER_PORT`). Rank 0 may pass 0 to take a free port; read it back from `port`. */
+  port: number;
+  /** Shared secret (`SAPIPE_TOKEN`): rank 0's store refuses clients that do not present it. */
+  token?: string;
+  /** Deadline of every call, connecting included. Default 30 s. */
+  timeoutMs?: number;
+  /** Largest message, on both sides. Default 16 MiB. */
+  maxMessageBytes?: number;
+  /**
+   * Address rank 0's store binds (`SAPIPE_BIND_ADDR`). Default `127.0.0.1`, so only this machine
+   * can connect; multi-node jobs set it to an interface the other nodes reach (or `0.0.0.0`).
+   */
+  bindAddr?: string;
+}
+
+/** A rank's handle on the rendezvous store; returned by {@link createRendezvous}. */
+export class Rendezvous {
+  /** @internal use {@link createRendezvous}. */
+  constructor(
+    readonly rank: number,
+    readonly worldSize: number,
+    /** The store's port: the bound port on rank 0 (useful with port 0). */
+    readonly port: number,
+    /** The connection to the store; every rank has one. */
+    readonly client: RendezvousClient,
+    /** The store itself, on rank 0 only. */
+    readonly server: RendezvousServer | undefined,
+  ) {}
+
+  /** See {@link RendezvousClient.set}. */
+  set(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
+    return this.client.set(key, value, options);
+  }
+  /** See {@link RendezvousClient.get}: waits until the key is set. */
+  get(key: string, options?: CallOptions): Promise<Buffer> {
+    return this.client.get(key, options);
+  }
+  /** See {@link RendezvousClient.getString}. */
+  getString(key: string, options?: CallOptions): Promise<string> {
+    return this.client.getString(key, options);
+  }
+  /** See {@link RendezvousClient.tryGet}. */
+  tryGet(key: string, options?: CallOptions): Promise<Buffer | undefined> {
+    return this.client.tryGet(key, options);
+  }
+  /** See {@link RendezvousClient.wait}. */
+  wait(keys: string | readonly string[], options?: CallOptions): Promise<void> {
+    return this.client.wait(keys, options);
+  }
+  /** See {@link RendezvousClient.add}. */
+  add(key: string, delta = 1, options?: CallOptions): Promise<number> {
+    return this.client.add(key, delta, options);
+  }
+  /** Waits for `worldSize` ranks (default: all of them) to reach the barrier `name`. */
+  barrier(name: string, worldSize: number = this.worldSize, options?: CallOptions): Promise<void> {
+    return this.client.barrier(name, worldSize, options);
+  }
+
+  /**
+   * Closes the connection and, on rank 0, the store. Other ranks still waiting on the store then
+   * fail with PeerLostError, so pass a final barrier before rank 0 closes.
+   */
+  async close(): Promise<void> {
+    await this.client.close();
+    await this.server?.close();
+  }
+}
+
+/**
+ * Joins the rendezvous: rank 0 starts the store and connects to it, other ranks connect (retrying
+ * until `timeoutMs` while rank 0 starts up).
+ */
+export async function createRendezvous(options: RendezvousOptions): Promise<Rendezvous> {
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
+  const { rank, worldSize } = options;
+  checkRank(rank, worldSize);
+  const addr = options.addr ?? '127.0.0.1';
+  if (typeof addr !== 'string' || addr === '') throw new InvalidArgumentError('addr must be a non-empty string');
+  checkPort(options.port, 'port', rank === 0);
+  let server: RendezvousServer | undefined;
+  let port = options.port;
+  if (rank === 0) {
+    server = await RendezvousServer.listen({
+      host: options.bindAddr ?? '127.0.0.1',
+      port: options.port,
+      ...(options.token !== undefined && { token: options.token }),
+      ...(options.maxMessageBytes !== undefined && { maxMessageBytes: options.maxMessageBytes }),
+    });
+    port = server.port;
+  }
+  try {
+    const client = await RendezvousClient.connect({
+      // Rank 0 reaches its own store on the address it bound; MASTER_ADDR may not even resolve locally.
+      host: rank === 0 ? connectableHost(server!.host) : addr,
+      port,
+      ...(options.token !== undefined && { token: options.token }),
+      ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
+      ...(options.maxMessageBytes !== undefined && { maxMessageBytes: options.maxMessageBytes }),
+    });
+    return new Rendezvous(rank, worldSize, port, client, server);
+  } catch (error) {
+    await server?.close();
+    throw error;
+  }
+}
+
+/** A wildcard bind address is not something to connect to; loopback reaches it. */
+function connectableHost(bound: string): string {
+  if (bound === '0.0.0.0') return '127.0.0.1';
+  if (bound === '::') return '::1';
+  return bound;
+}

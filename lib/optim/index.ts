@@ -1,0 +1,14 @@
+export { Optimizer, type StepInputs, type StepResult, type OptimizerState, type StateBufferName } from './optimizer.js';
+export { SGD, type SGDOptions } from './sgd.js';
+export { Adam, AdamW, type AdamOptions } from './adam.js';
+export {
+  pipelinedBackpropDelay,
+  type CommonOptimizerOptions,
+  type CompensationOptions,
+  type GradientEstimate,
+  type PredictionOptions,
+  type SapipePrediction,
+  type PipeOptimPrediction,
+  type SpecTrainPrediction,
+  type LinearPrediction,
+} from './options.js';

@@ -1,0 +1,284 @@
+/**
+ * The optimizer base: owns the state buffers of one ParamSet and runs the fused native update
+ * (optimizer step + delay compensation + weight prediction + non-finite guard) in one call per step.
+ */
+import { BusyError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import {
+  awaitNative,
+  callNative,
+  CompensationKind,
+  EstimateKind,
+  nativeAddon,
+  PredictionKind,
+  type NativeUpdateBuffers,
+  type NativeUpdateConfig,
+  type NativeUpdateResult,
+} from '../native.js';
+import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
+import { FlatBuffer, type ParamSet } from '../tensor.js';
+import {
+  checkNumber,
+  checkObject,
+  resolveCompensation,
+  resolvePrediction,
+  type CommonOptimizerOptions,
+  type ResolvedCompensation,
+  type ResolvedPrediction,
+} from './options.js';
+
+/** Buffers a step reads besides the ParamSet's own. */
+export interface StepInputs {
+  /** The gradient to apply (e.g. an all-reduced average). Default: the ParamSet's grads. */
+  grad?: FlatBuffer;
+  /** This worker's newest local gradient: needed by the `local` and `local-prev-sync` estimates. */
+  localGrad?: FlatBuffer;
+}
+
+export interface StepResult {
+  /** False when a NaN/Inf gradient made the non-finite guard skip the step (nothing was written). */
+  applied: boolean;
+  /** Non-finite gradient elements seen by the guard (0 when applied). */
+  nonFiniteCount: number;
+  /** Optimizer steps applied so far, this one included. */
+  step: number;
+}
+
+/** Names of the state buffers an optimizer may hold. */
+export type StateBufferName = 'momentum' | 'secondMoment' | 'backup' | 'predicted' | 'prevLocalGrad';
+
+/** A snapshot of an optimizer's state (copies), for checkpoints. */
+export interface OptimizerState {
+  kind: 'sgd' | 'adam' | 'adamw';
+  step: number;
+  skippedSteps: number;
+  lr: number;
+  length: number;
+  buffers: Partial<Record<StateBufferName, Float32Array>>;
+}
+
+export abstract class Optimizer {
+  readonly params: ParamSet;
+  readonly compensation: ResolvedCompensation | undefined;
+  readonly prediction: ResolvedPrediction | undefined;
+  protected readonly state: Partial<Record<StateBufferName, FlatBuffer>> = {};
+  private learningRate: number;
+  private readonly weightDecay: number;
+  private readonly gradScale: number;
+  private readonly queue: ExecutionQueue;
+  private stepCount = 0;
+  private skipped = 0;
+  private inFlight = false;
+  private isDisposed = false;
+
+  protected constructor(params: ParamSet, options: CommonOptimizerOptions, readonly kind: OptimizerState['kind']) {
+    if (params === null || typeof params !== 'object' || typeof (params as ParamSet).checkLive !== 'function')
+      throw new InvalidArgumentError(`${kind}: the first argument must be a ParamSet`);
+    params.checkLive(`${kind} optimizer`);
+    checkObject(options, `${kind} options`);
+    this.params = params;
+    this.learningRate = checkNumber(options.lr, 'lr', 0, Number.MAX_VALUE);
+    this.weightDecay = checkNumber(options.weightDecay ?? 0, 'weightDecay', 0, Number.MAX_VALUE);
+    this.gradScale = checkNumber(options.gradScale ?? 1, 'gradScale', 0, Number.MAX_VALUE, { loOpen: true });
+    this.compensation = resolveCompensation(options.compensation);
+    this.prediction = resolvePrediction(options.prediction, this.compensation);
+    this.queue = options.queue ?? defaultExecutionQueue();
+  }
+
+  /** Allocates the state buffers; subclasses call it at the end of their constructor. */
+  protected allocateState(names: StateBufferName[]): void {
+    const all = new Set(names);
+    if (this.compensation) all.add('backup');
+    if (this.prediction) all.add('predicted');
+    if (this.prediction?.kind === 'shadow' && this.prediction.estimate === 'local-prev-sync') all.add('prevLocalGrad');
+    try {
+      for (const name of all) this.state[name] = FlatBuffer.allocate(this.params.length);
+    } catch (error) {
+      for (const b of Object.values(this.state)) b.dispose();
+      throw error;
+    }
+  }
+
+  /** Learning rate; may be changed between steps. */
+  get lr(): number {
+    return this.learningRate;
+  }
+  set lr(value: number) {
+    this.learningRate = checkNumber(value, 'lr', 0, Number.MAX_VALUE);
+  }
+
+  /** Steps applied so far. */
+  get steps(): number {
+    return this.stepCount;
+  }
+  /** Steps the non-finite guard skipped so far. */
+  get skippedSteps(): number {
+    return this.skipped;
+  }
+
+  /**
+   * The weights a forward pass should read: the predicted weights when prediction is on, else the
+   * real weights. Before the first step the predicted weights are the real ones.
+   */
+  get forwardWeights(): FlatBuffer {
+    const predicted = this.state.predicted;
+    if (!predicted) return this.params.weights;
+    this.checkUsable('forwardWeights');
+    if (this.stepCount === 0) callNative(() => nativeAddon().copy(predicted.handle, this.params.weights.handle));
+    return predicted;
+  }
+
+  /** The predicted-weights view of one tensor (the real weights when prediction is off). */
+  forwardView(name: string): Float32Array {
+    return this.params.view(this.forwardWeights, name);
+  }
+
+  /** A state buffer (momentum, secondMoment, backup, predicted, prevLocalGrad), if this optimizer has it. */
+  stateBuffer(name: StateBufferName): FlatBuffer | undefined {
+    return this.state[name];
+  }
+
+  /** Bytes of memory traffic per element of one step, as ALGORITHMS.md counts them. */
+  get bytesPerElement(): number {
+    return nativeAddon().updateBytesPerElement(this.nativeConfig());
+  }
+
+  /** Runs one step on the calling thread. */
+  stepSync(inputs: StepInputs = {}): StepResult {
+    const [config, buffers] = this.prepare(inputs, 'stepSync');
+    const result = callNative(() => nativeAddon().update(config, buffers));
+    return this.finish(result);
+  }
+
+  /** Runs one step on the execution queue; resolves when it is done. One step at a time per optimizer. */
+  async step(inputs: StepInputs = {}): Promise<StepResult> {
+    const [config, buffers] = this.prepare(inputs, 'step');
+    this.inFlight = true;
+    try {
+      const result = await awaitNative(nativeAddon().updateAsync(this.queue.handle, config, buffers));
+      return this.finish(result);
+    } finally {
+      this.inFlight = false;
+    }
+  }
+
+  /** Copies of the state, for checkpoints. */
+  exportState(): OptimizerState {
+    this.checkUsable('exportState');
+    const buffers: OptimizerState['buffers'] = {};
+    for (const [name, buffer] of Object.entries(this.state) as [StateBufferName, FlatBuffer][])
+      buffers[name] = buffer.array.slice();
+    return { kind: this.kind, step: this.stepCount, skippedSteps: this.skipped, lr: this.learningRate, length: this.params.length, buffers };
+  }
+
+  /** Restores a state from exportState(); validates everything before changing anything. */
+  importState(state: OptimizerState): void {
+    this.checkUsable('importState');
+    checkObject(state as unknown, "importState(state)");
+    if (state.kind !== this.kind)
+      throw new InvalidArgumentError(`importState: the state is from a ${String(state.kind)} optimizer, this is ${this.kind}`);
+    if (state.length !== this.params.length)
+      throw new SizeMismatchError(`importState: the state has length ${String(state.length)}, this ParamSet ${this.params.length}`);
+    const step = state.step;
+    if (!Number.isInteger(step) || step < 0) throw new InvalidArgumentError('importState: step must be a non-negative integer');
+    checkObject(state.buffers as unknown, "importState(state).buffers");
+    for (const name of Object.keys(this.state) as StateBufferName[]) {
+      const data = state.buffers[name];
+      if (!(data instanceof Float32Array))
+        throw new InvalidArgumentError(`importState: buffer "${name}" is missing (the state was made with other options)`);
+      if (data.length !== this.params.length)
+        throw new SizeMismatchError(`importState: buffer "${name}" has ${data.length} elements, expected ${this.params.length}`);
+    }
+    const lr = checkNumber(state.lr, 'importState: lr', 0, Number.MAX_VALUE);
+    for (const [name, buffer] of Object.entries(this.state) as [StateBufferName, FlatBuffer][])
+      buffer.array.set(state.buffers[name] as Float32Array);
+    this.stepCount = step;
+    this.skipped = Number.isInteger(state.skippedSteps) && state.skippedSteps >= 0 ? state.skippedSteps : 0;
+    this.learningRate = lr;
+  }
+
+  /** Frees the state buffers (not the ParamSet). */
+  dispose(): void {
+    if (this.isDisposed) return;
+    if (this.inFlight) throw new BusyError('Optimizer.dispose(): a step() is in flight; await it first');
+    for (const b of Object.values(this.state)) b.dispose();
+    this.isDisposed = true;
+  }
+
+  /** Optimizer-specific part of the native configuration. */
+  protected abstract optimizerConfig(firstStep: boolean): NativeUpdateConfig;
+
+  private nativeConfig(): NativeUpdateConfig {
+    const first = this.stepCount === 0;
+    const config: NativeUpdateConfig = {
+      ...this.optimizerConfig(first),
+      lr: this.learningRate,
+      weightDecay: this.weightDecay,
+      gradScale: this.gradScale,
+      step: this.stepCount + 1,
+    };
+    if (this.compensation) {
+      config.compensation = CompensationKind[this.compensation.kind];
+      config.compensationLambda = this.compensation.lambda;
+      config.compensationEps = this.compensation.eps;
+    }
+    const p = this.prediction;
+    if (p?.kind === 'shadow') {
+      config.prediction = PredictionKind.shadowStep;
+      config.estimate = EstimateKind[p.estimate];
+      config.compensateEstimate = p.compensate;
+      config.worldSize = p.worldSize;
+      config.localGradScale = p.localGradScale;
+      config.havePrevLocal = !first;
+    } else if (p?.kind === 'linear') {
+      config.prediction = PredictionKind.linear;
+      config.predictionSteps = p.steps;
+    }
+    return config;
+  }
+
+  private checkUsable(what: string): void {
+    if (this.isDisposed) throw new InvalidArgumentError(`Optimizer.${what}: the optimizer was disposed`);
+    this.params.checkLive(`${what} (optimizer)`);
+  }
+
+  private prepare(inputs: StepInputs, what: string): [NativeUpdateConfig, NativeUpdateBuffers] {
+    this.checkUsable(what);
+    if (this.inFlight) throw new BusyError(`Optimizer.${what}(): a step() is in flight; await it before stepping again`);
+    checkObject(inputs as unknown, `${what}(inputs)`);
+    const grad = inputs.grad ?? this.params.grads;
+    const needsLocal = this.prediction?.kind === 'shadow' && this.prediction.estimate !== 'prev-sync';
+    if (needsLocal && !inputs.localGrad)
+      throw new InvalidArgumentError(`Optimizer.${what}(): the '${this.prediction?.kind === 'shadow' ? this.prediction.estimate : ''}' estimate needs inputs.localGrad`);
+    for (const [name, b] of [['grad', inputs.grad], ['localGrad', inputs.localGrad]] as const) {
+      if (b === undefined) continue;
+      if (!(b instanceof FlatBuffer)) throw new InvalidArgumentError(`Optimizer.${what}(): inputs.${name} must be a FlatBuffer`);
+      if (b.length !== this.params.length)
+        throw new SizeMismatchError(`Optimizer.${what}(): inputs.${name} has ${b.length} elements, the ParamSet ${this.params.length}`);
+    }
+    const config = this.nativeConfig();
+    const s = this.state;
+    // Delay compensation's w_c before the first step is the current weights: the first update has
+    // no staleness, so it is not compensated.
+    if (this.stepCount === 0 && s.backup) {
+      const backup = s.backup;
+      callNative(() => nativeAddon().copy(backup.handle, this.params.weights.handle));
+    }
+    const buffers: NativeUpdateBuffers = {
+      weights: this.params.weights.handle,
+      grad: grad.handle,
+      momentum: s.momentum?.handle,
+      secondMoment: s.secondMoment?.handle,
+      backup: s.backup?.handle,
+      predicted: s.predicted?.handle,
+      localGrad: needsLocal ? inputs.localGrad?.handle : undefined,
+      prevLocalGrad: s.prevLocalGrad?.handle,
+    };
+    return [config, buffers];
+  }
+
+  private finish(result: NativeUpdateResult): StepResult {
+    if (result.applied) this.stepCount += 1;
+    else this.skipped += 1;
+    return { applied: result.applied, nonFiniteCount: result.nonFiniteCount, step: this.stepCount };
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * Options shared by every optimizer: gradient scaling, delay compensation and weight prediction
+ * (ALGORITHMS.md sections 2-4), and their validation.
+ */
+import { InvalidArgumentError } from '../errors.js';
+import type { ExecutionQueue } from '../queue.js';
+
+/** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). */
+export interface CompensationOptions {
+  /** `elementwise` (default): g + lambda*g*g*(w - w_c); `adaptive` divides the term by sqrt(g*g + eps). */
+  kind?: 'elementwise' | 'adaptive';
+  /** Strength, >= 0. Default 0.2. */
+  lambda?: number;
+  /** eps of the adaptive variant. Default 1e-7. */
+  eps?: number;
+}
+
+/** The gradient SAPipe's shadow step assumes for the update still in flight. */
+export type GradientEstimate = 'local' | 'prev-sync' | 'local-prev-sync';
+
+/** SAPipe weight prediction: a shadow optimizer step with an estimated gradient. */
+export interface SapipePrediction {
+  kind: 'sapipe';
+  estimate: GradientEstimate;
+  /** Also delay-compensate the estimate (needs `compensation`). */
+  compensate?: boolean;
+  /** Data-parallel world size n of the local-prev-sync estimate. Default 1. */
+  worldSize?: number;
+  /** Multiplier applied when reading local gradients (loss-scale unscale). Default 1. */
+  localGradScale?: number;
+}
+
+/** PipeOptim: stage `stage` of `stages` predicts s = stages - stage - 1 updates ahead. */
+export interface PipeOptimPrediction {
+  kind: 'pipeoptim';
+  stage: number;
+  stages: number;
+}
+
+/** SpecTrain: forward s = floor(k/2) + S - k - 1, backward s = floor(k/2). */
+export interface SpecTrainPrediction {
+  kind: 'spectrain';
+  stage: number;
+  stages: number;
+  /** Which pass's weights the predicted buffer holds. Default `forward`. */
+  pass?: 'forward' | 'backward';
+}
+
+/** Linear weight prediction w_hat = w - lr*s*D with an explicit s (Pipelined Backpropagation uses s = D_k). */
+export interface LinearPrediction {
+  kind: 'linear';
+  steps: number;
+}
+
+export type PredictionOptions = SapipePrediction | PipeOptimPrediction | SpecTrainPrediction | LinearPrediction;
+
+export interface CommonOptimizerOptions {
+  /** Learning rate, finite and >= 0. May be changed between steps through `optimizer.lr`. */
+  lr: number;
+  /** Weight decay, >= 0. Default 0. */
+  weightDecay?: number;
+  /** Multiplier applied to every gradient element on read (1/n averaging, loss-scale unscale). Default 1. */
+  gradScale?: number;
+  compensation?: CompensationOptions;
+  prediction?: PredictionOptions;
+  /** Queue for step(); default: the process-wide queue. */
+  queue?: ExecutionQueue;
+}
+
+export function checkNumber(value: unknown, what: string, lo: number, hi: number, opts: { loOpen?: boolean; hiOpen?: boolean } = {}): number {
+  if (typeof value !== 'number' || !Number.isFinite(value))
+    throw new InvalidArgumentError(`${what} must be a finite number, got ${String(value)}`);
+  const tooLow = opts.loOpen ? value <= lo : value < lo;
+  const tooHigh = opts.hiOpen ? value >= hi : value > hi;
+  if (tooLow || tooHigh)
+    throw new InvalidArgumentError(
+      `${what} must be in ${opts.loOpen ? '(' : '['}${lo}, ${hi}${opts.hiOpen ? ')' : ']'}, got ${value}`,
+    );
+  return value;
+}
+
+export function checkInteger(value: unknown, what: string, lo: number, hi: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi)
+    throw new InvalidArgumentError(`${what} must be an integer in [${lo}, ${hi}], got ${String(value)}`);
+  return value;
+}
+
+export function checkObject(value: unknown, what: string): asserts value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new InvalidArgumentError(`${what} must be an object`);
+}
+
+/** Resolved delay compensation. */
+export interface ResolvedCompensation {
+  kind: 'elementwise' | 'adaptive';
+  lambda: number;
+  eps: number;
+}
+
+export function resolveCompensation(c: CompensationOptions | undefined): ResolvedCompensation | undefined {
+  if (c === undefined) return undefined;
+  checkObject(c, 'compensation');
+  const kind = c.kind ?? 'elementwise';
+  if (kind !== 'elementwise' && kind !== 'adaptive')
+    throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${String(kind)}`);
+  return {
+    kind,
+    lambda: checkNumber(c.lambda ?? 0.2, 'compensation.lambda', 0, 1e6),
+    eps: checkNumber(c.eps ?? 1e-7, 'compensation.eps', 0, 1, { loOpen: true }),
+  };
+}
+
+/** Resolved prediction: the shadow step, or a linear prediction with its step count s. */
+export type ResolvedPrediction =
+  | { kind: 'shadow'; estimate: GradientEstimate; compensate: boolean; worldSize: number; localGradScale: number }
+  | { kind: 'linear'; steps: number; source: PredictionOptions['kind'] };
+
+function checkStage(p: { stage: unknown; stages: unknown }, kind: string): { k: number; S: number } {
+  const S = checkInteger(p.stages, `prediction.stages (${kind})`, 1, 1 << 20);
+  const k = checkInteger(p.stage, `prediction.stage (${kind})`, 0, S - 1);
+  return { k, S };
+}
+
+export function resolvePrediction(
+  p: PredictionOptions | undefined,
+  compensation: ResolvedCompensation | undefined,
+): ResolvedPrediction | undefined {
+  if (p === undefined) return undefined;
+  checkObject(p, 'prediction');
+  switch (p.kind) {
+    case 'sapipe': {
+      const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
+      if (!estimates.includes(p.estimate))
+        throw new InvalidArgumentError(`prediction.estimate must be one of ${estimates.join(', ')}, got ${String(p.estimate)}`);
+      const compensate = p.compensate ?? false;
+      if (typeof compensate !== 'boolean') throw new InvalidArgumentError('prediction.compensate must be a boolean');
+      if (compensate && !compensation)
+        throw new InvalidArgumentError('prediction.compensate needs delay compensation: also pass `compensation`');
+      return {
+        kind: 'shadow',
+        estimate: p.estimate,
+        compensate,
+        worldSize: checkInteger(p.worldSize ?? 1, 'prediction.worldSize', 1, 1 << 24),
+        localGradScale: checkNumber(p.localGradScale ?? 1, 'prediction.localGradScale', 0, Number.MAX_VALUE, { loOpen: true }),
+      };
+    }
+    case 'pipeoptim': {
+      const { k, S } = checkStage(p, 'pipeoptim');
+      return { kind: 'linear', steps: S - k - 1, source: 'pipeoptim' };
+    }
+    case 'spectrain': {
+      const { k, S } = checkStage(p, 'spectrain');
+      const pass = p.pass ?? 'forward';
+      if (pass !== 'forward' && pass !== 'backward')
+        throw new InvalidArgumentError(`prediction.pass must be 'forward' or 'backward', got ${String(pass)}`);
+      const half = Math.floor(k / 2);
+      return { kind: 'linear', steps: pass === 'forward' ? half + S - k - 1 : half, source: 'spectrain' };
+    }
+    case 'linear':
+      return { kind: 'linear', steps: checkNumber(p.steps, 'prediction.steps', 0, 1e9), source: 'linear' };
+    default:
+      throw new InvalidArgumentError(
+        `prediction.kind must be 'sapipe', 'pipeoptim', 'spectrain' or 'linear', got ${String((p as { kind?: unknown }).kind)}`,
+      );
+  }
+}
+
+/** Delay of stage k of S in Pipelined Backpropagation: D_k = 2(S-k)-1 (for linear prediction and spike compensation). */
+export function pipelinedBackpropDelay(stage: number, stages: number): number {
+  const S = checkInteger(stages, 'stages', 1, 1 << 20);
+  const k = checkInteger(stage, 'stage', 0, S - 1);
+  return 2 * (S - k) - 1;
+}

@@ -1,0 +1,26 @@
+/**
+ * Execution queues: each runs its operations in order on a native worker thread, off the JS
+ * thread, like a CUDA stream. Optimizers use the process-wide default queue unless given one.
+ */
+import { callNative, nativeAddon, type QueueHandle } from './native.js';
+
+export class ExecutionQueue {
+  /** @internal */
+  readonly handle: QueueHandle;
+  constructor() {
+    const addon = nativeAddon();
+    this.handle = callNative(() => new addon.Queue());
+  }
+  /** Operations submitted and not yet settled. */
+  get pending(): number {
+    return this.handle.pending;
+  }
+}
+
+let defaultQueue: ExecutionQueue | undefined;
+
+/** The process-wide queue (created on first use). */
+export function defaultExecutionQueue(): ExecutionQueue {
+  defaultQueue ??= new ExecutionQueue();
+  return defaultQueue;
+}

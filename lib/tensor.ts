@@ -1,0 +1,210 @@
+/**
+ * Native memory seen from JavaScript: {@link FlatBuffer} (one aligned fp32 buffer) and
+ * {@link ParamSet} (named tensors packed into one flat weight buffer and one gradient buffer, so a
+ * single native call updates a whole model).
+ */
+import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors.js';
+import { callNative, nativeAddon, type NativeBufferHandle } from './native.js';
+
+/** Elements per cache line: every tensor of a ParamSet starts on one, so views are 64-byte aligned. */
+export const ALIGN_ELEMENTS = 16;
+
+/** A 64-byte aligned fp32 buffer in native memory, exposed as a zero-copy Float32Array. */
+export class FlatBuffer {
+  /** @internal */
+  readonly handle: NativeBufferHandle;
+
+  private constructor(handle: NativeBufferHandle) {
+    this.handle = handle;
+  }
+
+  /** Allocates `length` zero-filled floats. */
+  static allocate(length: number): FlatBuffer {
+    checkLength(length, 'FlatBuffer.allocate(length)');
+    const addon = nativeAddon();
+    return new FlatBuffer(callNative(() => new addon.NativeBuffer(length)));
+  }
+
+  /** Allocates a buffer holding a copy of `values`. */
+  static from(values: ArrayLike<number>): FlatBuffer {
+    const buffer = FlatBuffer.allocate(values.length);
+    buffer.array.set(values);
+    return buffer;
+  }
+
+  get length(): number {
+    return this.handle.length;
+  }
+
+  get disposed(): boolean {
+    return this.handle.disposed;
+  }
+
+  /** The whole buffer as a Float32Array over native memory (no copy). Empty after dispose(). */
+  get array(): Float32Array {
+    if (this.handle.disposed) throw new DisposedError('FlatBuffer.array: the buffer was disposed');
+    return this.handle.array;
+  }
+
+  /** Frees the native memory now; every view of it becomes empty. Idempotent. */
+  dispose(): void {
+    callNative(() => this.handle.dispose());
+  }
+}
+
+function checkLength(length: number, what: string): void {
+  if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
+    throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+}
+
+/** Shape of a tensor: non-negative integer dimensions. `[]` is a scalar. */
+export type Shape = readonly number[];
+
+/** Tensor names and shapes, in packing order. */
+export type ParamSpec = Readonly<Record<string, Shape>> | ReadonlyArray<readonly [string, Shape]>;
+
+/** Where one named tensor lives inside the flat buffers of a ParamSet. */
+export interface TensorLayout {
+  readonly name: string;
+  readonly shape: Shape;
+  /** Number of elements (product of the shape). */
+  readonly size: number;
+  /** Offset in elements from the start of the flat buffer; a multiple of ALIGN_ELEMENTS. */
+  readonly offset: number;
+}
+
+/** One named tensor of a ParamSet: views of its weights and gradient. */
+export class Tensor {
+  constructor(
+    private readonly owner: ParamSet,
+    readonly layout: TensorLayout,
+  ) {}
+  get name(): string {
+    return this.layout.name;
+  }
+  get shape(): Shape {
+    return this.layout.shape;
+  }
+  get size(): number {
+    return this.layout.size;
+  }
+  /** The tensor's weights (a view of the ParamSet's flat weight buffer). */
+  get data(): Float32Array {
+    return this.owner.view(this.owner.weights, this.layout.name);
+  }
+  /** The tensor's gradient (a view of the ParamSet's flat gradient buffer). */
+  get grad(): Float32Array {
+    return this.owner.view(this.owner.grads, this.layout.name);
+  }
+}
+
+/**
+ * Named tensors packed into one flat weight buffer and one flat gradient buffer. Each tensor starts
+ * on a cache line; the padding between tensors is zero and stays zero under every update, so
+ * kernels run over the whole flat buffer in one call.
+ */
+export class ParamSet {
+  readonly weights: FlatBuffer;
+  readonly grads: FlatBuffer;
+  /** Total elements of the flat buffers, padding included. */
+  readonly length: number;
+  /** Number of parameters (padding excluded). */
+  readonly numParams: number;
+  private readonly layouts: Map<string, TensorLayout>;
+  private readonly tensorsByName: Map<string, Tensor>;
+  private isDisposed = false;
+
+  constructor(spec: ParamSpec) {
+    const entries: ReadonlyArray<readonly [string, Shape]> = Array.isArray(spec)
+      ? (spec as ReadonlyArray<readonly [string, Shape]>)
+      : Object.entries(spec as Record<string, Shape>);
+    if (entries.length === 0) throw new InvalidArgumentError('ParamSet: give at least one tensor, e.g. { w: [10, 5] }');
+    this.layouts = new Map();
+    let offset = 0;
+    let numParams = 0;
+    for (const entry of entries) {
+      if (!Array.isArray(entry) || entry.length !== 2)
+        throw new InvalidArgumentError('ParamSet: entries must be [name, shape] pairs');
+      const [name, shape] = entry;
+      if (typeof name !== 'string' || name.length === 0)
+        throw new InvalidArgumentError('ParamSet: tensor names must be non-empty strings');
+      if (this.layouts.has(name)) throw new InvalidArgumentError(`ParamSet: tensor "${name}" is given twice`);
+      if (!Array.isArray(shape) || shape.some((d) => !Number.isInteger(d) || d < 0))
+        throw new InvalidArgumentError(
+          `ParamSet: the shape of "${name}" must be an array of non-negative integers, got ${JSON.stringify(shape)}`,
+        );
+      const size = shape.reduce((a: number, b: number) => a * b, 1);
+      this.layouts.set(name, { name, shape: Object.freeze([...shape]), size, offset });
+      numParams += size;
+      offset += Math.ceil(size / ALIGN_ELEMENTS) * ALIGN_ELEMENTS;
+    }
+    checkLength(offset, 'ParamSet');
+    this.length = offset;
+    this.numParams = numParams;
+    this.weights = FlatBuffer.allocate(offset);
+    try {
+      this.grads = FlatBuffer.allocate(offset);
+    } catch (error) {
+      this.weights.dispose();
+      throw error;
+    }
+    this.tensorsByName = new Map([...this.layouts.values()].map((l) => [l.name, new Tensor(this, l)]));
+  }
+
+  /** Tensor names in packing order. */
+  get names(): string[] {
+    return [...this.layouts.keys()];
+  }
+
+  /** All tensors in packing order. */
+  get tensors(): Tensor[] {
+    return [...this.tensorsByName.values()];
+  }
+
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+
+  /** The tensor called `name`. */
+  get(name: string): Tensor {
+    this.checkLive('get');
+    const tensor = this.tensorsByName.get(name);
+    if (!tensor) throw new InvalidArgumentError(`ParamSet.get: no tensor "${name}"; known: ${this.names.join(', ')}`);
+    return tensor;
+  }
+
+  /** Layout of the tensor called `name`. */
+  layout(name: string): TensorLayout {
+    const layout = this.layouts.get(name);
+    if (!layout) throw new InvalidArgumentError(`ParamSet.layout: no tensor "${name}"; known: ${this.names.join(', ')}`);
+    return layout;
+  }
+
+  /** The view of tensor `name` inside any flat buffer with this ParamSet's layout (weights, grads, optimizer state). */
+  view(buffer: FlatBuffer, name: string): Float32Array {
+    this.checkLive('view');
+    if (buffer.length !== this.length)
+      throw new SizeMismatchError(`ParamSet.view: the buffer has ${buffer.length} elements, this ParamSet ${this.length}`);
+    const l = this.layout(name);
+    return buffer.array.subarray(l.offset, l.offset + l.size);
+  }
+
+  /** Sets every gradient to zero. */
+  zeroGrad(): void {
+    this.checkLive('zeroGrad');
+    this.grads.array.fill(0);
+  }
+
+  /** Frees the weights and gradients; the tensors' views become empty. */
+  dispose(): void {
+    if (this.isDisposed) return;
+    this.weights.dispose();
+    this.grads.dispose();
+    this.isDisposed = true;
+  }
+
+  /** @internal */
+  checkLive(what: string): void {
+    if (this.isDisposed) throw new DisposedError(`ParamSet.${what}: the ParamSet was disposed`);
+  }
+}
