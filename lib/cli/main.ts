@@ -6,6 +6,7 @@ import { Command } from 'commander';
 
 import { registerBenchCommand } from './commands/bench.js';
 import { registerInfoCommand } from './commands/info.js';
+import { registerLaunchCommand } from './commands/launch.js';
 import { packageVersion } from '../version.js';
 
 export function buildProgram(): Command {
@@ -16,6 +17,7 @@ export function buildProgram(): Command {
     .version(packageVersion())
     .showHelpAfterError();
   registerInfoCommand(program);
+  registerLaunchCommand(program);
   registerBenchCommand(program);
   return program;
 }

@@ -210,8 +210,10 @@ export class RendezvousClient {
     const prefix = `__barrier/${name}/${generation}`;
     try {
       const arrived = await this.add(`${prefix}/arrived`, 1, remaining());
+      // The last to arrive releases the others and need not wait: one more round trip after the
+      // release could find rank 0 already gone if this was the job's final barrier.
       if (arrived === worldSize) await this.set(`${prefix}/done`, '', remaining());
-      await this.wait(`${prefix}/done`, remaining());
+      else await this.wait(`${prefix}/done`, remaining());
     } catch (error) {
       if (error instanceof TimeoutError)
         throw new TimeoutError(`barrier '${name}' of ${worldSize} was not reached within ${timeoutMs} ms`, { cause: error });

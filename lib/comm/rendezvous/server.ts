@@ -54,6 +54,9 @@ interface Waiter {
   timer: NodeJS.Timeout | undefined;
 }
 
+/** How long close() lets a client take to close its side of the connection. */
+const CLOSE_GRACE_MS = 500;
+
 /** Longest delay setTimeout honours. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -122,7 +125,13 @@ export class RendezvousServer {
     if (this.closed) return;
     this.closed = true;
     const stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    for (const connection of this.connections) this.drop(connection);
+    for (const connection of this.connections) {
+      // end() rather than destroy(): replies already written (the last barrier's release) still
+      // reach their clients. A client that does not close its side in time is cut off.
+      connection.socket.end();
+      const timer = setTimeout(() => this.drop(connection), CLOSE_GRACE_MS);
+      connection.socket.once('close', () => clearTimeout(timer));
+    }
     await stopped;
   }
 

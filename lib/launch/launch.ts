@@ -1,0 +1,242 @@
+/**
+ * Starts the ranks of a job on this node, like torchrun: each rank is a Node process running the
+ * same script with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
+ * The job is all or nothing: when one rank fails, the others are stopped, since a collective
+ * would otherwise leave them waiting for a peer that is gone.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:os';
+import type { Writable } from 'node:stream';
+
+import { InvalidArgumentError } from '../errors.js';
+import { findFreePort } from './free-port.js';
+import { pipeWithPrefix } from './line-prefixer.js';
+
+/** Options of {@link launch}. */
+export interface LaunchOptions {
+  /** The script each rank runs (a path, resolved against `cwd`). */
+  script: string;
+  /** Arguments passed to the script. */
+  args?: readonly string[];
+  /** Ranks to start on this node. */
+  nproc: number;
+  /** Nodes in the job. Default 1. */
+  nnodes?: number;
+  /** This node's index in [0, nnodes). Default 0. */
+  nodeRank?: number;
+  /** Address of the node that runs rank 0. Default 127.0.0.1; required when nnodes > 1. */
+  masterAddr?: string;
+  /** Port of rank 0's rendezvous store. Default: a free port; required when nnodes > 1. */
+  masterPort?: number;
+  /** Flags for node itself, placed before the script (e.g. `--enable-source-maps`). */
+  nodeArgs?: readonly string[];
+  /** Environment the ranks inherit, before the launcher's variables are added. Default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** Working directory of the ranks. Default the current one. */
+  cwd?: string;
+  /** Where the ranks' prefixed stdout goes. Default `process.stdout`. */
+  stdout?: Writable;
+  /** Where the ranks' prefixed stderr and the launcher's own messages go. Default `process.stderr`. */
+  stderr?: Writable;
+  /** After SIGTERM, how long ranks get to exit before SIGKILL. Default 5000 ms. */
+  graceMs?: number;
+  /** Forward SIGINT and SIGTERM received by this process to the ranks. Default true. */
+  forwardSignals?: boolean;
+}
+
+/** How one rank ended. */
+export interface RankExit {
+  rank: number;
+  localRank: number;
+  /** Exit code, or null if the rank was killed by a signal or could not start. */
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** Why the process could not be started, if it could not. */
+  error?: Error;
+}
+
+/** Outcome of {@link launch}. */
+export interface LaunchResult {
+  /** 0 when every rank exited 0; otherwise the failed rank's code (128 + signal number if killed). */
+  exitCode: number;
+  /** Every rank, in local rank order. */
+  ranks: RankExit[];
+  /** The first rank that failed, which made the launcher stop the others. */
+  failure?: RankExit;
+  /** The signal that made the launcher stop the job, if one did. */
+  interruptedBy?: NodeJS.Signals;
+  /** A one-line account of why the job failed (also written to `stderr`). */
+  message?: string;
+  /** The MASTER_PORT the ranks were given. */
+  masterPort: number;
+}
+
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+
+function signalExitCode(signal: NodeJS.Signals): number {
+  return 128 + (constants.signals[signal] ?? 0);
+}
+
+function describe(exit: RankExit): string {
+  const who = `rank ${exit.rank} (local rank ${exit.localRank})`;
+  if (exit.error !== undefined) return `${who} could not be started: ${exit.error.message}`;
+  if (exit.signal !== null) return `${who} was killed by signal ${exit.signal}`;
+  return `${who} exited with code ${exit.code}`;
+}
+
+function checkInteger(value: unknown, name: string, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max)
+    throw new InvalidArgumentError(`${name} must be an integer in [${min}, ${max}], got ${String(value)}`);
+  return value;
+}
+
+/**
+ * Runs `nproc` ranks of `script` and resolves when all have exited. Never rejects for a rank's
+ * failure: the result says which rank failed and how. Rejects with InvalidArgumentError for bad
+ * options.
+ */
+export async function launch(options: LaunchOptions): Promise<LaunchResult> {
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
+  if (typeof options.script !== 'string' || options.script === '') throw new InvalidArgumentError('script must be a non-empty path');
+  const nproc = checkInteger(options.nproc, 'nproc', 1, 4096);
+  const nnodes = checkInteger(options.nnodes ?? 1, 'nnodes', 1, 65536);
+  const nodeRank = checkInteger(options.nodeRank ?? 0, 'nodeRank', 0, nnodes - 1);
+  const graceMs = checkInteger(options.graceMs ?? 5000, 'graceMs', 0, 2 ** 31 - 1);
+  if (nnodes > 1 && (options.masterAddr === undefined || options.masterPort === undefined))
+    throw new InvalidArgumentError('a job of several nodes needs masterAddr and masterPort, the same on every node');
+  const masterAddr = options.masterAddr ?? '127.0.0.1';
+  if (typeof masterAddr !== 'string' || masterAddr === '') throw new InvalidArgumentError('masterAddr must be a non-empty string');
+  const masterPort =
+    options.masterPort === undefined ? await findFreePort() : checkInteger(options.masterPort, 'masterPort', 1, 65535);
+  const args = [...(options.args ?? [])];
+  const nodeArgs = [...(options.nodeArgs ?? [])];
+  for (const a of [...args, ...nodeArgs])
+    if (typeof a !== 'string') throw new InvalidArgumentError('args and nodeArgs must be strings');
+  const stdout = options.stdout ?? process.stdout;
+  const stderr = options.stderr ?? process.stderr;
+  const baseEnv = options.env ?? process.env;
+  const worldSize = nnodes * nproc;
+
+  const shared: NodeJS.ProcessEnv = {
+    WORLD_SIZE: String(worldSize),
+    LOCAL_WORLD_SIZE: String(nproc),
+    GROUP_RANK: String(nodeRank),
+    MASTER_ADDR: masterAddr,
+    MASTER_PORT: String(masterPort),
+  };
+  // On one node the launcher can hand out a secret nobody else sees; across nodes all launchers
+  // would need the same one, so there the user sets SAPIPE_TOKEN.
+  if (!baseEnv.SAPIPE_TOKEN && nnodes === 1) shared.SAPIPE_TOKEN = randomBytes(16).toString('hex');
+
+  const ranks: RankExit[] = [];
+  const children: ChildProcess[] = [];
+  const running = new Set<ChildProcess>();
+  const finished: Promise<void>[] = [];
+  let failure: RankExit | undefined;
+  let interruptedBy: NodeJS.Signals | undefined;
+  let message: string | undefined;
+  let killTimer: NodeJS.Timeout | undefined;
+
+  const say = (line: string): void => {
+    stderr.write(`sapipe launch: ${line}\n`);
+  };
+  const signalAll = (signal: NodeJS.Signals): void => {
+    for (const child of running) child.kill(signal);
+  };
+  const stopAll = (signal: NodeJS.Signals): void => {
+    signalAll(signal);
+    if (killTimer === undefined && running.size > 0)
+      killTimer = setTimeout(() => {
+        if (running.size > 0) say(`${running.size} rank(s) still running after ${graceMs} ms; sending SIGKILL`);
+        signalAll('SIGKILL');
+      }, graceMs);
+  };
+  const onExit = (exit: RankExit): void => {
+    const failed = exit.error !== undefined || exit.signal !== null || exit.code !== 0;
+    // Only the first failure counts: the ranks stopped because of it, or because of a signal, are not to blame.
+    if (!failed || failure !== undefined || interruptedBy !== undefined) return;
+    failure = exit;
+    message = describe(exit);
+    const others = running.size > 0 ? '; stopping the other ranks' : '';
+    say(`${message}${others}`);
+    stopAll('SIGTERM');
+  };
+
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (interruptedBy !== undefined) {
+      // A second Ctrl-C means now.
+      signalAll('SIGKILL');
+      return;
+    }
+    interruptedBy = signal;
+    message = `received ${signal}; stopping all ranks`;
+    say(message);
+    stopAll(signal);
+  };
+  const forwardSignals = options.forwardSignals ?? true;
+  if (forwardSignals) for (const s of FORWARDED_SIGNALS) process.on(s, onSignal);
+
+  try {
+    for (let localRank = 0; localRank < nproc; localRank++) {
+      const rank = nodeRank * nproc + localRank;
+      const exit: RankExit = { rank, localRank, code: null, signal: null };
+      ranks.push(exit);
+      if (failure !== undefined || interruptedBy !== undefined) {
+        exit.error = new Error('not started: the job was already stopping');
+        continue;
+      }
+      const child = spawn(process.execPath, [...nodeArgs, options.script, ...args], {
+        env: { ...baseEnv, ...shared, RANK: String(rank), LOCAL_RANK: String(localRank) },
+        ...(options.cwd !== undefined && { cwd: options.cwd }),
+        // Ranks share no terminal input: which one would read it is not well defined.
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.push(child);
+      running.add(child);
+      const prefix = `[${rank}] `;
+      const piped = [pipeWithPrefix(child.stdout!, stdout, prefix), pipeWithPrefix(child.stderr!, stderr, prefix)];
+      finished.push(
+        new Promise<void>((resolve) => {
+          let done = false;
+          const settle = (): void => {
+            if (done) return;
+            done = true;
+            running.delete(child);
+            onExit(exit);
+            // Wait for the pipes too, so no output arrives after launch() resolves.
+            void Promise.all(piped).then(() => resolve());
+          };
+          child.once('exit', (code, signal) => {
+            exit.code = code;
+            exit.signal = signal;
+            settle();
+          });
+          child.on('error', (error) => {
+            // 'error' also reports a failed kill(); only a process that never ran is settled by it.
+            if (child.pid !== undefined) return;
+            exit.error = error;
+            settle();
+          });
+        }),
+      );
+    }
+    await Promise.all(finished);
+  } finally {
+    if (forwardSignals) for (const s of FORWARDED_SIGNALS) process.off(s, onSignal);
+    clearTimeout(killTimer);
+  }
+
+  let exitCode = 0;
+  if (failure !== undefined) {
+    if (failure.signal !== null) exitCode = signalExitCode(failure.signal);
+    else exitCode = failure.code !== null && failure.code !== 0 ? failure.code : 1;
+  } else if (interruptedBy !== undefined) {
+    exitCode = signalExitCode(interruptedBy);
+  }
+  const result: LaunchResult = { exitCode, ranks, masterPort };
+  if (failure !== undefined) result.failure = failure;
+  if (interruptedBy !== undefined) result.interruptedBy = interruptedBy;
+  if (message !== undefined) result.message = message;
+  return result;
+}
