@@ -1,0 +1,28 @@
+/**
+ * The per-stage order of advance forward propagation (AFP), of which 1F1B is the case A = 0.
+ */
+
+/** One step of a per-stage order: a forward or backward of a micro-batch. */
+export interface Step {
+  readonly kind: 'forward' | 'backward';
+  readonly microBatch: number;
+}
+
+/** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. */
+export function forwardsBeforeBackward(S: number, M: number, A: number, k: number): number {
+  return Math.min(M, S - k + Math.max(0, A - k));
+}
+
+/** Stage k's order: F_k forwards, then alternately one backward and one forward, then the remaining backwards. */
+export function advanceForwardOrder(S: number, M: number, A: number, k: number): Step[] {
+  const warm = forwardsBeforeBackward(S, M, A, k);
+  const steps: Step[] = [];
+  let f = 0;
+  let b = 0;
+  while (f < warm) steps.push({ kind: 'forward', microBatch: f++ });
+  while (b < M) {
+    steps.push({ kind: 'backward', microBatch: b++ });
+    if (f < M) steps.push({ kind: 'forward', microBatch: f++ });
+  }
+  return steps;
+}

@@ -1,0 +1,59 @@
+import { withCommunication } from '../communication.js';
+import { listSchedule } from '../list-scheduler.js';
+import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { advanceForwardOrder } from './advance-forward.js';
+import { type ScheduleOptions, checkOptions, limits } from './options.js';
+
+/**
+ * AvgPipe: N pipelines share the same S stages, each on its own batch of M micro-batches, each
+ * with advance forward propagation (stage k runs `min(M, (S-k) + max(0, A-k))` forwards before
+ * its first backward). The pipelines' orders are merged per stage by running whichever pipeline's
+ * next step is ready first, so one pipeline's bubbles are filled by another's work. Each pipeline
+ * then steps its own replica and exchanges with the center copy (elastic averaging).
+ */
+export function avgpipe(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('avgpipe', options);
+  const N = checkInteger('avgpipe: pipelines', options.pipelines ?? 2, 1, limits.pipelines);
+  const A = checkInteger('avgpipe: advance', options.advance ?? S - 1, 0, limits.microBatches);
+  // per stage and pipeline, the AFP order still to run
+  const queues: Action[][][] = [];
+  const tasks: Action[] = [];
+  for (let k = 0; k < S; k++) {
+    const perPipeline: Action[][] = [];
+    for (let p = 0; p < N; p++) {
+      const steps = advanceForwardOrder(S, M, A, k).map((step) => action(step.kind, k, { microBatch: step.microBatch, pipeline: p }));
+      tasks.push(...steps);
+      perPipeline.push(steps);
+    }
+    queues.push(perPipeline);
+  }
+  const next = queues.map((perPipeline) => perPipeline.map(() => 0));
+  const order = listSchedule({
+    stages: S,
+    parts: S,
+    tasks,
+    duration: (a) => (a.kind === 'forward' ? 1 : 2),
+    transfer: 0,
+    pick: (s, available) => {
+      let best: { action: Action; ready: number } | undefined;
+      for (const r of available) {
+        const p = r.action.pipeline;
+        if (queues[s]![p]![next[s]![p]!] !== r.action) continue;
+        if (best === undefined || r.ready < best.ready || (r.ready === best.ready && p < best.action.pipeline)) best = r;
+      }
+      return best?.action;
+    },
+    onPlace: (s, a) => {
+      next[s]![a.pipeline]!++;
+    },
+  });
+  const actions = order.map((row, k) => {
+    const out = [...row];
+    for (let p = 0; p < N; p++) out.push(action('optimizerStep', k, { pipeline: p }));
+    for (let p = 0; p < N; p++) out.push(action('elasticAverage', k, { pipeline: p }));
+    return out;
+  });
+  return withCommunication(
+    createSchedule({ name: 'avgpipe', stages: S, microBatches: M, pipelines: N, actions, params: { S, M, N, A } }),
+  );
+}

@@ -1,0 +1,47 @@
+import { InvalidArgumentError } from '../../errors.js';
+import { withCommunication } from '../communication.js';
+import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, limits } from './options.js';
+
+/**
+ * Interleaved 1F1B (Megatron-LM): each stage holds V model chunks; chunk c of stage d is model
+ * part `c*S + d`. Micro-batches go through the chunks in groups of S, which is why M must be a
+ * multiple of S. Stage d warms up with `(S-d-1)*2 + (V-1)*S` forwards, then alternates, then drains.
+ */
+export function interleaved1F1B(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('interleaved-1f1b', options);
+  const V = checkInteger('interleaved-1f1b: virtualStages', options.virtualStages ?? 2, 1, limits.virtualStages);
+  if (M % S !== 0) {
+    throw new InvalidArgumentError(`interleaved-1f1b: microBatches (${M}) must be a multiple of stages (${S}); try ${Math.ceil(M / S) * S}`);
+  }
+  const total = M * V;
+  const unitAt = (i: number, backward: boolean): { part: number; microBatch: number } => {
+    const group = Math.floor(i / S);
+    const chunk = backward ? V - 1 - (group % V) : group % V;
+    return { part: chunk, microBatch: Math.floor(i / (S * V)) * S + (i % S) };
+  };
+  const actions: Action[][] = [];
+  for (let d = 0; d < S; d++) {
+    const warm = Math.min(total, V === 1 ? S - d - 1 : (S - d - 1) * 2 + (V - 1) * S);
+    const row: Action[] = [];
+    const fwd = (i: number): void => {
+      const u = unitAt(i, false);
+      row.push(action('forward', d, { part: u.part * S + d, microBatch: u.microBatch }));
+    };
+    const bwd = (i: number): void => {
+      const u = unitAt(i, true);
+      row.push(action('backward', d, { part: u.part * S + d, microBatch: u.microBatch }));
+    };
+    for (let i = 0; i < warm; i++) fwd(i);
+    for (let r = 0; r < total - warm; r++) {
+      fwd(warm + r);
+      bwd(r);
+    }
+    for (let r = total - warm; r < total; r++) bwd(r);
+    for (let c = 0; c < V; c++) row.push(action('optimizerStep', d, { part: c * S + d }));
+    actions.push(row);
+  }
+  return withCommunication(
+    createSchedule({ name: 'interleaved-1f1b', stages: S, parts: S * V, microBatches: M, actions, params: { S, M, V } }),
+  );
+}

@@ -1,0 +1,20 @@
+import { withCommunication } from '../communication.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { advanceForwardOrder } from './advance-forward.js';
+import { type ScheduleOptions, checkOptions } from './options.js';
+
+/**
+ * 1F1B with flush (PipeDream-Flush): stage k runs `min(M, S-k)` forwards, then alternates one
+ * backward and one forward, drains the backwards, and takes one synchronous optimizer step.
+ * Peak stored activations at stage k: `min(M, S-k)`.
+ */
+export function oneFOneB(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('1f1b', options);
+  const actions: Action[][] = [];
+  for (let k = 0; k < S; k++) {
+    const row = advanceForwardOrder(S, M, 0, k).map((step) => action(step.kind, k, { microBatch: step.microBatch }));
+    row.push(action('optimizerStep', k));
+    actions.push(row);
+  }
+  return withCommunication(createSchedule({ name: '1f1b', stages: S, microBatches: M, actions, params: { S, M } }));
+}

@@ -1,0 +1,45 @@
+import { withCommunication } from '../communication.js';
+import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, limits } from './options.js';
+
+/**
+ * PipeDream-2BW: 1F1B without flush across batches of M micro-batches; gradients accumulate over
+ * a batch and each stage steps once per batch. Batch b's micro-batches all read version `b-1`
+ * (double buffering: the new version and the shadow), so every gradient is exactly one update
+ * stale after the first batch. Micro-batches are numbered globally: batch b holds
+ * `b*M ... b*M+M-1`; the schedule has `M * iterations` of them.
+ */
+export function pipedream2BW(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('pipedream-2bw', options);
+  const I = checkInteger('pipedream-2bw: iterations', options.iterations ?? 3, 1, limits.iterations);
+  const T = M * I;
+  const batchOf = (g: number): number => Math.floor(g / M);
+  const actions: Action[][] = [];
+  for (let k = 0; k < S; k++) {
+    const row: Action[] = [];
+    const inFlight = S - k;
+    let f = 0;
+    let b = 0;
+    let updates = 0;
+    // a forward may only read a version this stage already has: version b-1 needs b-1 updates
+    const canForward = (): boolean => f < T && f - b < inFlight && updates >= batchOf(f) - 1;
+    const forward = (): void => {
+      row.push(action('forward', k, { microBatch: f, version: Math.max(0, batchOf(f) - 1) }));
+      f++;
+    };
+    while (canForward()) forward();
+    while (b < T) {
+      row.push(action('backward', k, { microBatch: b, version: Math.max(0, batchOf(b) - 1) }));
+      b++;
+      if (b % M === 0) {
+        row.push(action('optimizerStep', k, { microBatch: b - 1 }));
+        updates++;
+      }
+      if (canForward()) forward();
+    }
+    actions.push(row);
+  }
+  return withCommunication(
+    createSchedule({ name: 'pipedream-2bw', stages: S, microBatches: T, actions, params: { S, M, iterations: I } }),
+  );
+}

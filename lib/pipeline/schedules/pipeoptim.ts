@@ -1,0 +1,30 @@
+import { withCommunication } from '../communication.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { advanceForwardOrder } from './advance-forward.js';
+import { type ScheduleOptions, checkOptions } from './options.js';
+
+/**
+ * PipeOptim: asynchronous 1F1B as PipeDream, but each forward reads weights predicted `S-k-1`
+ * updates ahead (a predict action before it) instead of a stash, and the backward reads the
+ * current weights. Two versions per stage (`w`, `w_hat`); staleness `S-k-1` in steady state,
+ * which the prediction compensates.
+ */
+export function pipeoptim(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('pipeoptim', options);
+  const actions: Action[][] = [];
+  for (let k = 0; k < S; k++) {
+    const row: Action[] = [];
+    for (const step of advanceForwardOrder(S, M, 0, k)) {
+      const m = step.microBatch;
+      if (step.kind === 'forward') {
+        row.push(action('predictWeights', k, { microBatch: m }));
+        row.push(action('forward', k, { microBatch: m }));
+      } else {
+        row.push(action('backward', k, { microBatch: m }));
+        row.push(action('optimizerStep', k, { microBatch: m }));
+      }
+    }
+    actions.push(row);
+  }
+  return withCommunication(createSchedule({ name: 'pipeoptim', stages: S, microBatches: M, actions, params: { S, M } }));
+}

@@ -1,0 +1,92 @@
+import { InvalidArgumentError } from '../../errors.js';
+import { withCommunication } from '../communication.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type ScheduleOptions, checkOptions } from './options.js';
+
+/**
+ * Wavelet tick-tock: two waves of the same job, the tock wave half an iteration behind the tick
+ * wave, so that one wave's forward (memory rising) runs beside the other's backward (memory
+ * falling).
+ *
+ * `data-parallel` (default): S workers, each with two model replicas (tick = pipeline 2x, tock =
+ * pipeline 2x+1), M batches per wave. Per worker: tick F(t), tock B(t-1), tick B(t), tock F(t);
+ * each wave's gradient is all-reduced across workers and applied.
+ *
+ * `model-parallel`: S devices and S model parts; at forward step t device x runs part t on
+ * batch `(x - t) mod S` of the current round (so a batch moves to the next device each step),
+ * backward steps run the parts in reverse; the forward steps of round r+1 (tock) interleave with
+ * the backward steps of round r (tick). Each device runs every part, so each part is all-reduced
+ * across devices and stepped after each round's backward.
+ */
+export function wavelet(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('wavelet', options);
+  const form = options.form ?? 'data-parallel';
+  if (form === 'data-parallel') return waveletDataParallel(S, M);
+  if (form === 'model-parallel') return waveletModelParallel(S, M);
+  throw new InvalidArgumentError(`wavelet: form must be "data-parallel" or "model-parallel", got ${String(form)}`);
+}
+
+function waveletDataParallel(S: number, M: number): Schedule {
+  const actions: Action[][] = [];
+  for (let x = 0; x < S; x++) {
+    const row: Action[] = [];
+    const tick = { part: 0, pipeline: 2 * x };
+    const tock = { part: 0, pipeline: 2 * x + 1 };
+    const finish = (wave: typeof tick, w: number, t: number): void => {
+      row.push(action('backward', x, { ...wave, microBatch: t }));
+      row.push(action('allReduce', x, { part: 0, pipeline: w, microBatch: t }));
+      row.push(action('optimizerStep', x, { ...wave, microBatch: t }));
+    };
+    for (let t = 0; t < M; t++) {
+      row.push(action('forward', x, { ...tick, microBatch: t }));
+      if (t > 0) finish(tock, 1, t - 1);
+      finish(tick, 0, t);
+      row.push(action('forward', x, { ...tock, microBatch: t }));
+    }
+    finish(tock, 1, M - 1);
+    actions.push(row);
+  }
+  return createSchedule({
+    name: 'wavelet',
+    stages: S,
+    parts: 1,
+    pipelines: 2 * S,
+    microBatches: M,
+    actions,
+    params: { S, M, form: 'data-parallel' },
+  });
+}
+
+function waveletModelParallel(S: number, M: number): Schedule {
+  const rounds = Math.ceil(M / S);
+  const actions: Action[][] = [];
+  for (let x = 0; x < S; x++) {
+    const row: Action[] = [];
+    const batch = (r: number, t: number): number => r * S + ((((x - t) % S) + S) % S);
+    const forwardStep = (r: number, t: number): void => {
+      const m = batch(r, t);
+      if (m < M) row.push(action('forward', x, { part: t, microBatch: m }));
+    };
+    const backwardStep = (r: number, q: number): void => {
+      const t = S - 1 - q;
+      const m = batch(r, t);
+      if (m < M) row.push(action('backward', x, { part: t, microBatch: m }));
+    };
+    for (let t = 0; t < S; t++) forwardStep(0, t);
+    for (let r = 0; r < rounds; r++) {
+      for (let q = 0; q < S; q++) {
+        backwardStep(r, q);
+        if (q === S - 1) {
+          const last = Math.min(M - 1, r * S + S - 1);
+          for (let t = 0; t < S; t++) row.push(action('allReduce', x, { part: t, microBatch: last }));
+          for (let t = 0; t < S; t++) row.push(action('optimizerStep', x, { part: t, microBatch: last }));
+        }
+        if (r + 1 < rounds) forwardStep(r + 1, q);
+      }
+    }
+    actions.push(row);
+  }
+  return withCommunication(
+    createSchedule({ name: 'wavelet', stages: S, parts: S, microBatches: M, actions, params: { S, M, form: 'model-parallel' } }),
+  );
+}

@@ -1,0 +1,44 @@
+import { withCommunication } from '../communication.js';
+import { listSchedule } from '../list-scheduler.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type ScheduleOptions, checkOptions } from './options.js';
+
+/**
+ * ZB-H1 (zero-bubble pipeline parallelism, the variant with 1F1B's memory): the backward is split
+ * into the input-gradient pass B, which the previous stage waits for, and the weight-gradient
+ * pass W, which nobody waits for and so fills bubbles. Each stage runs, when free: a ready B,
+ * else a forward if fewer than `S-k` micro-batches hold activations (as in 1F1B; activations are
+ * released by W), else a pending W. Built with unit costs for F, B and W; one synchronous step.
+ */
+export function zbH1(options: ScheduleOptions): Schedule {
+  const { S, M } = checkOptions('zb-h1', options);
+  const tasks: Action[] = [];
+  for (let k = 0; k < S; k++) {
+    for (let m = 0; m < M; m++) {
+      tasks.push(action('forward', k, { microBatch: m }));
+      tasks.push(action('backward', k, { microBatch: m }));
+      tasks.push(action('weightGrad', k, { microBatch: m }));
+    }
+  }
+  const live = new Array<number>(S).fill(0);
+  const order = listSchedule({
+    stages: S,
+    parts: S,
+    tasks,
+    duration: () => 1,
+    transfer: 0,
+    pick: (s, available) => {
+      const first = (kind: Action['kind']): Action | undefined =>
+        available
+          .filter((r) => r.action.kind === kind)
+          .reduce<Action | undefined>((best, r) => (best === undefined || r.action.microBatch < best.microBatch ? r.action : best), undefined);
+      return first('backward') ?? (live[s]! < Math.min(M, S - s) ? first('forward') : undefined) ?? first('weightGrad');
+    },
+    onPlace: (s, a) => {
+      if (a.kind === 'forward') live[s]!++;
+      else if (a.kind === 'weightGrad') live[s]!--;
+    },
+  });
+  const actions = order.map((row, k) => [...row, action('optimizerStep', k)]);
+  return withCommunication(createSchedule({ name: 'zb-h1', stages: S, microBatches: M, actions, params: { S, M } }));
+}
