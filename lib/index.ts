@@ -1,1 +1,10 @@
+/**
+ * sapipe: staleness-aware distributed training for Node.js.
+ * The public API; see README.md for an overview and docs/ for guides.
+ */
 export * from './errors.js';
+export { FlatBuffer, ParamSet, Tensor, ALIGN_ELEMENTS, type Shape, type ParamSpec, type TensorLayout } from './tensor.js';
+export { ExecutionQueue, defaultExecutionQueue } from './queue.js';
+export * from './optim/index.js';
+export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
+export { nativeInfo } from './info.js';

@@ -37,6 +37,8 @@ export interface NativeUpdateConfig {
   eps?: number;
   step?: number;
   gradScale?: number;
+  /** The caller guarantees the gradients are finite (checked by the reduction that made them). */
+  gradChecked?: boolean;
   compensation?: number;
   compensationLambda?: number;
   compensationEps?: number;

@@ -32,6 +32,11 @@ export interface StepInputs {
   grad?: FlatBuffer;
   /** This worker's newest local gradient: needed by the `local` and `local-prev-sync` estimates. */
   localGrad?: FlatBuffer;
+  /**
+   * The caller has verified that every gradient read is finite (for example `sum()` returned
+   * nonFiniteCount 0): the guard's extra read of the gradients is skipped. Default false.
+   */
+  gradChecked?: boolean;
 }
 
 export interface StepResult {
@@ -255,7 +260,10 @@ export abstract class Optimizer {
       if (b.length !== this.params.length)
         throw new SizeMismatchError(`Optimizer.${what}(): inputs.${name} has ${b.length} elements, the ParamSet ${this.params.length}`);
     }
+    if (inputs.gradChecked !== undefined && typeof inputs.gradChecked !== 'boolean')
+      throw new InvalidArgumentError(`Optimizer.${what}(): inputs.gradChecked must be a boolean`);
     const config = this.nativeConfig();
+    config.gradChecked = inputs.gradChecked ?? false;
     const s = this.state;
     // Delay compensation's w_c before the first step is the current weights: the first update has
     // no staleness, so it is not compensated.

@@ -34,6 +34,7 @@ sapipe_update_config parse_config(const Napi::Object& c) {
   cfg.eps = static_cast<float>(get_number(c, "eps", 1e-8));
   cfg.step = static_cast<int64_t>(get_number(c, "step", 1));
   cfg.grad_scale = static_cast<float>(get_number(c, "gradScale", 1));
+  cfg.grad_checked = get_bool(c, "gradChecked", false);
   cfg.compensation = static_cast<int32_t>(get_number(c, "compensation", 0));
   cfg.compensation_lambda = static_cast<float>(get_number(c, "compensationLambda", 0.2));
   cfg.compensation_eps = static_cast<float>(get_number(c, "compensationEps", 1e-7));

@@ -183,8 +183,12 @@ sapipe_status sapipe_cpu_update(const sapipe_update_config* config, const sapipe
   const sapipe_update_buffers& b = *buffers;
   const KernelTable& k = active_kernels();
   // The guard reads the gradients once before anything is written: a step is all or nothing.
-  int64_t bad = parallel_count_non_finite(k, b.grad + b.offset, b.count);
-  if (reads_local_grad(*config)) bad += parallel_count_non_finite(k, b.local_grad + b.offset, b.count);
+  // A fused write-then-check would have to undo earlier blocks, which fp32 cannot do exactly.
+  int64_t bad = 0;
+  if (!config->grad_checked) {
+    bad = parallel_count_non_finite(k, b.grad + b.offset, b.count);
+    if (reads_local_grad(*config)) bad += parallel_count_non_finite(k, b.local_grad + b.offset, b.count);
+  }
   if (bad != 0) {
     result->non_finite_count = bad;
     return SAPIPE_OK;

@@ -15,7 +15,7 @@
 
 namespace sapipe::cpu {
 
-constexpr size_t kUpdateBlock = 512;  // 2 KiB per temporary
+constexpr size_t kUpdateBlock = 512;  // floats per temporary: 2 KiB, well inside L1
 
 SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePointers& b, size_t count) {
   alignas(64) float gt[kUpdateBlock];  // the applied gradient, scaled then compensated

@@ -65,6 +65,9 @@ typedef struct sapipe_update_config {
   int64_t step;
   /* Every gradient element is multiplied by this on read (1/n averaging, loss-scale unscale). */
   float grad_scale;
+  /* 1 when the caller already knows every gradient read is finite (sapipe_cpu_sum and the
+   * all-reduce count non-finite results as they write them): the guard's extra read is skipped. */
+  int32_t grad_checked;
   /* Delay compensation of the applied gradient, with backup-weights rotation. */
   int32_t compensation; /* sapipe_compensation_kind */
   float compensation_lambda;

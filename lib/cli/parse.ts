@@ -1,0 +1,26 @@
+import { InvalidArgumentError } from 'commander';
+
+const SUFFIX: Record<string, number> = { '': 1, k: 1 << 10, m: 1 << 20, g: 1 << 30 };
+
+/** Parses an element count such as `16M`, `1K` or `1048576` (binary suffixes). */
+export function parseCount(value: string): number {
+  const match = /^(\d+)([kKmMgG]?)$/.exec(value.trim());
+  if (!match) throw new InvalidArgumentError(`expected a count like 1048576, 1K, 16M or 1G, got "${value}"`);
+  const n = Number(match[1]) * SUFFIX[match[2]!.toLowerCase()]!;
+  if (!Number.isSafeInteger(n)) throw new InvalidArgumentError(`count too large: "${value}"`);
+  return n;
+}
+
+/** Parses a positive integer option. */
+export function parsePositiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got "${value}"`);
+  return n;
+}
+
+/** Formats an element count with a binary suffix when exact (16777216 -> 16M). */
+export function formatCount(n: number): string {
+  for (const [suffix, unit] of [['G', 1 << 30], ['M', 1 << 20], ['K', 1 << 10]] as const)
+    if (n >= unit && n % unit === 0) return `${n / unit}${suffix}`;
+  return String(n);
+}
