@@ -104,7 +104,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const nodeRank = checkInteger(options.nodeRank ?? 0, 'nodeRank', 0, nnodes - 1);
   const graceMs = checkInteger(options.graceMs ?? 5000, 'graceMs', 0, 2 ** 31 - 1);
   if (nnodes > 1 && (options.masterAddr === undefined || options.masterPort === undefined))
-    throw new InvalidArgumentError('a job of several nodes needs masterAddr and masterPort, the same on every node');
+    throw new InvalidArgumentError('a job of several nodes needs masterAddr (--master-addr) and masterPort (--master-port), the same on every node');
   const masterAddr = options.masterAddr ?? '127.0.0.1';
   if (typeof masterAddr !== 'string' || masterAddr === '') throw new InvalidArgumentError('masterAddr must be a non-empty string');
   const masterPort =

@@ -47,6 +47,7 @@ t.test('three ranks get torchrun variables and prefixed output, and the job exit
       GROUP_RANK: '0',
       hasToken: true,
       args: ['--lr', '0.1', 'x y'],
+      execArgv: [],
     });
     t.ok(stdout.lines.includes(`[${rank}] no newline from ${rank}`), 'a last line without newline is completed');
   }
@@ -145,9 +146,9 @@ function cli(args: string[]) {
 }
 
 t.test('sapipe launch passes everything after the script to it and exits with the failed rank', async (t) => {
-  const ok = await cli(['launch', '--nproc', '2', fixture('print-env.mjs'), '--nproc', '7', '-x']).exited;
+  const ok = await cli(['launch', '--nproc', '2', '--node-arg=--no-warnings', fixture('print-env.mjs'), '--nproc', '7', '-x']).exited;
   t.equal(ok.code, 0, ok.stderr);
-  t.match(ok.stdout, /^\[1\] env .*"args":\["--nproc","7","-x"\]/m);
+  t.match(ok.stdout, /^\[1\] env .*"args":\["--nproc","7","-x"\],"execArgv":\["--no-warnings"\]/m);
   const failed = await cli(['launch', '--nproc', '2', '--grace-ms', '500', fixture('fail-one.mjs'), '0', '5']).exited;
   t.equal(failed.code, 5);
   t.match(failed.stderr, /rank 0 \(local rank 0\) exited with code 5/);

@@ -11,8 +11,8 @@ function integer(min: number, max: number): (text: string) => number {
   };
 }
 
-function collect(value: string, previous: string[]): string[] {
-  return [...previous, value];
+function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
 }
 
 interface LaunchCommandOptions {
@@ -21,7 +21,7 @@ interface LaunchCommandOptions {
   nodeRank: number;
   masterAddr?: string;
   masterPort?: number;
-  nodeArg: string[];
+  nodeArg?: string[];
   graceMs: number;
 }
 
@@ -39,7 +39,7 @@ export function registerLaunchCommand(program: Command): void {
     .option('--node-rank <r>', "this node's index in [0, nnodes)", integer(0, 65535), 0)
     .option('--master-addr <addr>', 'address of the node running rank 0 (default 127.0.0.1; required with --nnodes > 1)')
     .option('--master-port <port>', 'port of the rendezvous store (default: a free port; required with --nnodes > 1)', integer(1, 65535))
-    .option('--node-arg <flag>', 'flag for node before the script, e.g. --node-arg=--enable-source-maps (repeatable)', collect, [])
+    .option('--node-arg <flag>', 'flag for node before the script, e.g. --node-arg=--enable-source-maps (repeatable)', collect)
     .option('--grace-ms <ms>', 'after SIGTERM, how long ranks get before SIGKILL', integer(0, 2 ** 31 - 1), 5000)
     .argument('<script>', 'the Node script every rank runs')
     .argument('[args...]', "the script's arguments, passed unchanged")
@@ -53,7 +53,7 @@ export function registerLaunchCommand(program: Command): void {
         nodeRank: options.nodeRank,
         ...(options.masterAddr !== undefined && { masterAddr: options.masterAddr }),
         ...(options.masterPort !== undefined && { masterPort: options.masterPort }),
-        nodeArgs: options.nodeArg,
+        nodeArgs: options.nodeArg ?? [],
         graceMs: options.graceMs,
       });
       process.exitCode = result.exitCode;
