@@ -1,0 +1,34 @@
+/**
+ * binding.gyp (the source-install fallback) and CMakeLists.txt (the full build) must compile the
+ * same addon sources, and every C++ source of the addon must be in both.
+ */
+import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+function gypSources(): string[] {
+  const gyp = JSON.parse(readFileSync(`${root}/binding.gyp`, 'utf8')) as { targets: { target_name: string; sources: string[] }[] };
+  const addon = gyp.targets.find((target) => target.target_name === 'sapipe');
+  if (!addon) throw new Error('binding.gyp has no sapipe target');
+  return [...addon.sources].sort();
+}
+
+function cmakeSources(): string[] {
+  const text = readFileSync(`${root}/CMakeLists.txt`, 'utf8');
+  const match = /set\(SAPIPE_ADDON_SOURCES\s+([^)]*)\)/.exec(text);
+  if (!match) throw new Error('CMakeLists.txt has no SAPIPE_ADDON_SOURCES');
+  return match[1]!.split(/\s+/).filter(Boolean).sort();
+}
+
+t.test('binding.gyp and CMakeLists.txt list the same addon sources', async (t) => {
+  t.same(gypSources(), cmakeSources());
+});
+
+t.test('every .cpp of the addon, core and CPU backend is built', async (t) => {
+  const onDisk = ['native/addon', 'native/core', 'native/cpu']
+    .flatMap((dir) => readdirSync(`${root}/${dir}`).filter((f) => f.endsWith('.cpp')).map((f) => `${dir}/${f}`))
+    .sort();
+  t.same(cmakeSources(), onDisk);
+});

@@ -1,0 +1,163 @@
+/**
+ * Bad input to every public entry throws the documented SapipeError code, changes nothing, and
+ * never crashes the process.
+ */
+import t from 'tap';
+
+import {
+  Adam,
+  AdamW,
+  FlatBuffer,
+  ParamSet,
+  SGD,
+  axpy,
+  clipByNorm,
+  countNonFinite,
+  elasticAverage,
+  scale,
+  squaredNorm,
+  sum,
+  SapipeError,
+} from '../lib/index.js';
+import { nativeAddon } from '../lib/native.js';
+
+const code = (c: string) => ({ code: c });
+
+t.test('FlatBuffer', async (t) => {
+  for (const bad of [-1, 1.5, NaN, Infinity, 2 ** 33, '3' as unknown as number])
+    t.throws(() => FlatBuffer.allocate(bad), code('ERR_INVALID_ARGUMENT'), `allocate(${String(bad)})`);
+  const b = FlatBuffer.allocate(10);
+  const view = b.array;
+  b.dispose();
+  b.dispose(); // idempotent
+  t.equal(view.length, 0, 'views of a disposed buffer are empty, not dangling');
+  t.throws(() => b.array, code('ERR_DISPOSED'));
+  t.throws(() => scale(b, 2), code('ERR_DISPOSED'));
+  t.equal(FlatBuffer.allocate(0).length, 0, 'empty buffers are fine');
+});
+
+t.test('ParamSet', async (t) => {
+  t.throws(() => new ParamSet({}), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => new ParamSet({ w: [-1] }), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => new ParamSet({ w: [2.5] }), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => new ParamSet({ w: 'x' as unknown as number[] }), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => new ParamSet([['w', [1]], ['w', [2]]]), code('ERR_INVALID_ARGUMENT'), 'duplicate names');
+  t.throws(() => new ParamSet([['', [1]]]), code('ERR_INVALID_ARGUMENT'));
+  const p = new ParamSet({ w: [4] });
+  t.throws(() => p.get('nope'), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => p.view(FlatBuffer.allocate(3), 'w'), code('ERR_SIZE_MISMATCH'));
+  p.dispose();
+  t.throws(() => p.get('w'), code('ERR_DISPOSED'));
+  t.throws(() => p.zeroGrad(), code('ERR_DISPOSED'));
+  t.throws(() => new SGD(p, { lr: 0.1 }), code('ERR_DISPOSED'));
+});
+
+t.test('optimizer options', async (t) => {
+  const p = new ParamSet({ w: [8] });
+  const bad: [string, () => unknown][] = [
+    ['no params', () => new SGD({} as ParamSet, { lr: 0.1 })],
+    ['no options', () => new SGD(p, undefined as unknown as { lr: number })],
+    ['NaN lr', () => new SGD(p, { lr: NaN })],
+    ['negative lr', () => new SGD(p, { lr: -1 })],
+    ['momentum 1', () => new SGD(p, { lr: 0.1, momentum: 1 })],
+    ['negative momentum', () => new SGD(p, { lr: 0.1, momentum: -0.1 })],
+    ['dampening 2', () => new SGD(p, { lr: 0.1, momentum: 0.9, dampening: 2 })],
+    ['nesterov without momentum', () => new SGD(p, { lr: 0.1, nesterov: true })],
+    ['nesterov with dampening', () => new SGD(p, { lr: 0.1, momentum: 0.9, dampening: 0.1, nesterov: true })],
+    ['spike without momentum', () => new SGD(p, { lr: 0.1, spikeCompensation: { delay: 2 } })],
+    ['spike delay -1', () => new SGD(p, { lr: 0.1, momentum: 0.9, spikeCompensation: { delay: -1 } })],
+    ['negative weight decay', () => new Adam(p, { lr: 0.1, weightDecay: -1 })],
+    ['beta 1', () => new Adam(p, { lr: 0.1, betas: [1, 0.999] })],
+    ['beta NaN', () => new AdamW(p, { lr: 0.1, betas: [0.9, NaN] })],
+    ['eps 0', () => new Adam(p, { lr: 0.1, eps: 0 })],
+    ['gradScale 0', () => new Adam(p, { lr: 0.1, gradScale: 0 })],
+    ['lambda negative', () => new SGD(p, { lr: 0.1, compensation: { lambda: -0.1 } })],
+    ['lambda NaN', () => new SGD(p, { lr: 0.1, compensation: { lambda: NaN } })],
+    ['unknown compensation', () => new SGD(p, { lr: 0.1, compensation: { kind: 'x' as 'adaptive' } })],
+    ['unknown prediction', () => new SGD(p, { lr: 0.1, prediction: { kind: 'x' } as never })],
+    ['unknown estimate', () => new SGD(p, { lr: 0.1, prediction: { kind: 'sapipe', estimate: 'x' as 'local' } })],
+    ['compensated estimate without compensation', () => new SGD(p, { lr: 0.1, prediction: { kind: 'sapipe', estimate: 'local', compensate: true } })],
+    ['worldSize 0', () => new SGD(p, { lr: 0.1, prediction: { kind: 'sapipe', estimate: 'local-prev-sync', worldSize: 0 } })],
+    ['stage out of range', () => new SGD(p, { lr: 0.1, prediction: { kind: 'pipeoptim', stage: 4, stages: 4 } })],
+    ['negative linear steps', () => new SGD(p, { lr: 0.1, prediction: { kind: 'linear', steps: -1 } })],
+  ];
+  for (const [what, fn] of bad) t.throws(fn, code('ERR_INVALID_ARGUMENT'), what);
+  const opt = new SGD(p, { lr: 0.1 });
+  t.throws(() => {
+    opt.lr = NaN;
+  }, code('ERR_INVALID_ARGUMENT'));
+  t.equal(opt.lr, 0.1, 'a rejected lr leaves the old one');
+  opt.dispose();
+  p.dispose();
+});
+
+t.test('step inputs', async (t) => {
+  const p = new ParamSet({ w: [8] });
+  const local = new SGD(p, { lr: 0.1, momentum: 0.9, prediction: { kind: 'sapipe', estimate: 'local' } });
+  t.throws(() => local.stepSync(), code('ERR_INVALID_ARGUMENT'), 'local estimate without localGrad');
+  t.throws(() => local.stepSync({ localGrad: FlatBuffer.allocate(3) }), code('ERR_SIZE_MISMATCH'));
+  t.throws(() => local.stepSync({ localGrad: new Float32Array(16) as unknown as FlatBuffer }), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => local.stepSync({ grad: p.weights }), code('ERR_INVALID_ARGUMENT'), 'still needs localGrad');
+  t.throws(() => local.stepSync({ grad: p.weights, localGrad: FlatBuffer.allocate(16) }), code('ERR_ALIASING'), 'grad aliasing the weights');
+  const g = FlatBuffer.allocate(16);
+  t.throws(() => local.stepSync({ localGrad: g, grad: g }), code('ERR_ALIASING'), 'grad aliasing the local grad');
+  const disposed = FlatBuffer.allocate(16);
+  disposed.dispose();
+  t.throws(() => local.stepSync({ localGrad: disposed }), code('ERR_DISPOSED'));
+  await t.rejects(local.step({ localGrad: disposed }), code('ERR_DISPOSED'));
+  t.throws(() => local.stepSync(null as unknown as object), code('ERR_INVALID_ARGUMENT'));
+  t.equal(local.steps, 0, 'no rejected call stepped');
+  local.dispose();
+  t.throws(() => local.stepSync({ localGrad: g }), code('ERR_INVALID_ARGUMENT'), 'disposed optimizer');
+  p.dispose();
+});
+
+t.test('ops', async (t) => {
+  const a = FlatBuffer.allocate(8);
+  const b = FlatBuffer.allocate(8);
+  const c = FlatBuffer.allocate(9);
+  t.throws(() => elasticAverage(a, c, 0.5), code('ERR_SIZE_MISMATCH'));
+  t.throws(() => elasticAverage(a, a, 0.5), code('ERR_ALIASING'));
+  t.throws(() => elasticAverage(a, b, 1.5), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => elasticAverage(a, b, NaN), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => sum(a, []), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => sum(a, [b, a]), code('ERR_ALIASING'));
+  t.throws(() => sum(a, [c]), code('ERR_SIZE_MISMATCH'));
+  t.throws(() => axpy(a, 1, c), code('ERR_SIZE_MISMATCH'));
+  t.throws(() => axpy(a, NaN, b), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => scale(a, Infinity), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => squaredNorm({} as FlatBuffer), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => countNonFinite(null as unknown as FlatBuffer), code('ERR_INVALID_ARGUMENT'));
+  t.throws(() => clipByNorm(a, 0), code('ERR_INVALID_ARGUMENT'));
+});
+
+t.test('the native layer checks again, with typed errors, whatever the TS layer let through', async (t) => {
+  const addon = nativeAddon();
+  const w = new addon.NativeBuffer(8);
+  const g = new addon.NativeBuffer(8);
+  const short = new addon.NativeBuffer(7);
+  const cases: [string, () => unknown, string][] = [
+    ['no config', () => addon.update(undefined as never, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['unknown optimizer', () => addon.update({ optimizer: 7, lr: 0.1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['lr as string', () => addon.update({ optimizer: 0, lr: '1' as unknown as number }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['negative lr', () => addon.update({ optimizer: 0, lr: -1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['adam without state', () => addon.update({ optimizer: 1, lr: 0.1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['short grad', () => addon.update({ optimizer: 0, lr: 0.1 }, { weights: w, grad: short }), 'ERR_SIZE_MISMATCH'],
+    ['offset past the end', () => addon.update({ optimizer: 0, lr: 0.1 }, { weights: w, grad: g, offset: 6, count: 4 }), 'ERR_SIZE_MISMATCH'],
+    ['grad is weights', () => addon.update({ optimizer: 0, lr: 0.1 }, { weights: w, grad: w }), 'ERR_ALIASING'],
+    ['not a buffer', () => addon.update({ optimizer: 0, lr: 0.1 }, { weights: w, grad: {} as never }), 'ERR_INVALID_ARGUMENT'],
+    ['step 0', () => addon.update({ optimizer: 0, lr: 0.1, step: 0 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['sum of nothing', () => addon.sum(w, [], 1), 'ERR_INVALID_ARGUMENT'],
+    ['queue is not a queue', () => addon.updateAsync({} as never, { optimizer: 0, lr: 0.1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
+    ['buffer length -1', () => new addon.NativeBuffer(-1), 'ERR_INVALID_ARGUMENT'],
+  ];
+  for (const [what, fn, expected] of cases) {
+    try {
+      fn();
+      t.fail(`${what}: did not throw`);
+    } catch (error) {
+      t.equal((error as { code?: string }).code, expected, what);
+    }
+  }
+  t.ok(new SapipeError('ERR_INTERNAL', 'x') instanceof Error);
+});
