@@ -6,6 +6,8 @@ import { Command } from 'commander';
 
 import { registerBenchCommand } from './commands/bench.js';
 import { registerInfoCommand } from './commands/info.js';
+import { registerScheduleCommand } from './commands/schedule.js';
+import { registerTuneCommand } from './commands/tune.js';
 import { registerLaunchCommand } from './commands/launch.js';
 import { packageVersion } from '../version.js';
 
@@ -19,6 +21,8 @@ export function buildProgram(): Command {
   registerInfoCommand(program);
   registerLaunchCommand(program);
   registerBenchCommand(program);
+  registerScheduleCommand(program);
+  registerTuneCommand(program);
   return program;
 }
 

@@ -21,6 +21,11 @@ export interface ListScheduleOptions {
   duration(a: Action): number;
   /** Delay of a message between two different stages. */
   readonly transfer: number;
+  /**
+   * The tasks a stage may run next if their inputs have arrived (for example the head of each
+   * pipeline's queue). Keeping this small keeps scheduling fast.
+   */
+  frontier(stage: number): readonly Action[];
   /** Chooses among the tasks available at this moment, or returns undefined to wait. */
   pick(stage: number, available: readonly ReadyTask[]): Action | undefined;
   /** Told of each choice once it is final. */
@@ -43,22 +48,31 @@ export function listSchedule(options: ListScheduleOptions): Action[][] {
   };
   const dependents = new Map<Action, Action[]>();
   const missing = new Map<Action, number>();
-  const ready: ReadyTask[][] = Array.from({ length: stages }, () => []);
+  const readyAt = new Map<Action, number>();
   for (const a of tasks) {
     const ds = deps(a);
     missing.set(a, ds.length);
-    for (const d of ds) dependents.set(d, [...(dependents.get(d) ?? []), a]);
-    if (ds.length === 0) ready[a.stage]!.push({ action: a, ready: 0 });
+    for (const d of ds) {
+      const list = dependents.get(d);
+      if (list) list.push(a);
+      else dependents.set(d, [a]);
+    }
+    if (ds.length === 0) readyAt.set(a, 0);
   }
   const free = new Array<number>(stages).fill(0);
   const order: Action[][] = Array.from({ length: stages }, () => []);
   for (let placed = 0; placed < tasks.length; placed++) {
     let best: { stage: number; time: number; action: Action } | undefined;
     for (let s = 0; s < stages; s++) {
-      const times = [...new Set([free[s]!, ...ready[s]!.map((r) => Math.max(r.ready, free[s]!))])].sort((x, y) => x - y);
+      const ready: ReadyTask[] = [];
+      for (const a of options.frontier(s)) {
+        const at = readyAt.get(a);
+        if (at !== undefined && !end.has(a)) ready.push({ action: a, ready: at });
+      }
+      const times = [...new Set(ready.map((r) => Math.max(r.ready, free[s]!)))].sort((x, y) => x - y);
       for (const time of times) {
         if (best !== undefined && time >= best.time) break;
-        const available = ready[s]!.filter((r) => r.ready <= time);
+        const available = ready.filter((r) => r.ready <= time);
         if (available.length === 0) continue;
         const choice = options.pick(s, available);
         if (choice !== undefined) {
@@ -72,7 +86,6 @@ export function listSchedule(options: ListScheduleOptions): Action[][] {
     const finish = time + options.duration(action);
     end.set(action, finish);
     free[stage] = finish;
-    ready[stage] = ready[stage]!.filter((r) => r.action !== action);
     order[stage]!.push(action);
     options.onPlace?.(stage, action);
     for (const next of dependents.get(action) ?? []) {
@@ -80,7 +93,7 @@ export function listSchedule(options: ListScheduleOptions): Action[][] {
       missing.set(next, left);
       if (left === 0) {
         const at = Math.max(...deps(next).map((d) => end.get(d)! + (d.stage === next.stage ? 0 : options.transfer)));
-        ready[next.stage]!.push({ action: next, ready: at });
+        readyAt.set(next, at);
       }
     }
   }

@@ -232,10 +232,9 @@ export function createSchedule(init: ScheduleInit): Schedule {
       if (a === null || typeof a !== 'object' || !Object.hasOwn(codeOfKind, a.kind)) {
         throw new InvalidScheduleError(`${where} is not an action (unknown kind); build actions with action() or parseAction()`);
       }
-      const text = formatAction(a);
-      if (a.stage !== s) throw new InvalidScheduleError(`${where} (${text}) says stage ${a.stage}; move it to that stage's list`);
+      if (a.stage !== s) throw new InvalidScheduleError(`${where} (${formatAction(a)}) says stage ${a.stage}; move it to that stage's list`);
       const bad = (field: string, range: string): never => {
-        throw new InvalidScheduleError(`${where} (${text}): ${field} must be ${range}`);
+        throw new InvalidScheduleError(`${where} (${formatAction(a)}): ${field} must be ${range}`);
       };
       if (!Number.isInteger(a.part) || a.part < 0 || a.part >= parts) bad('part', `in [0, ${parts - 1}]`);
       if (!Number.isInteger(a.pipeline) || a.pipeline < 0 || a.pipeline >= pipelines) bad('pipeline', `in [0, ${pipelines - 1}]`);

@@ -1,8 +1,8 @@
 /**
  * The event core shared by the simulator and by communication placement: every stage runs its
  * list in order on one engine; an action starts when the engine is free and its inputs have
- * arrived. Sends are asynchronous (they cost the sender nothing and the message travels for
- * `transfer`); receives wait for arrival; all-reduces start when every stage taking part has
+ * arrived. Sends are asynchronous (posted when their data is produced, costing the sender
+ * nothing; the message travels for `transfer`); receives wait for arrival; all-reduces start when every stage taking part has
  * reached them, run beside compute, and an optimizer step waits for the reductions it applies.
  */
 import { InvalidScheduleError } from '../errors.js';
@@ -60,14 +60,11 @@ export function collectiveKey(a: Action): string {
 export function computeTimeline(schedule: Schedule, model: TimingModel): TimedAction[][] {
   const S = schedule.stages;
   const producers = new Map<string, { stage: number; index: number }>();
-  const sends = new Map<string, { stage: number; index: number }>();
   const participants = new Map<string, number>();
   schedule.actions.forEach((row, s) =>
     row.forEach((a, i) => {
       if (a.kind === 'forward' || a.kind === 'backward') {
         producers.set(`${a.kind === 'forward' ? 'F' : 'B'}${unitKey(a.pipeline, a.microBatch, a.part)}`, { stage: s, index: i });
-      } else if (a.kind === 'sendActivation' || a.kind === 'sendGradient') {
-        sends.set(messageOf(a)!, { stage: s, index: i });
       } else if (a.kind === 'allReduce') {
         const key = collectiveKey(a);
         participants.set(key, (participants.get(key) ?? 0) + 1);
@@ -95,14 +92,9 @@ export function computeTimeline(schedule: Schedule, model: TimingModel): TimedAc
     const produced = timed[at.stage]![at.index]?.end;
     if (produced === undefined) return undefined;
     if (at.stage === stage) return produced;
-    const send = sends.get(messageKey(kind, a.pipeline, a.microBatch, part));
-    let departs = produced;
-    if (send !== undefined) {
-      const sent = timed[send.stage]![send.index];
-      if (sent === undefined) return undefined;
-      departs = Math.max(produced, sent.end);
-    }
-    return departs + model.transfer(kind === 'a' ? 'activation' : 'gradient', part);
+    // Sends are posted as soon as their data exists (isend); where the send action sits in the
+    // sender's list matters for deadlock under blocking sends, which the validator checks, not here.
+    return produced + model.transfer(kind === 'a' ? 'activation' : 'gradient', part);
   };
 
   const readyTime = (a: Action, s: number): number | undefined => {

@@ -34,11 +34,11 @@ export function avgpipe(options: ScheduleOptions): Schedule {
     tasks,
     duration: (a) => (a.kind === 'forward' ? 1 : 2),
     transfer: 0,
+    frontier: (s) => queues[s]!.map((queue, p) => queue[next[s]![p]!]).filter((a): a is Action => a !== undefined),
     pick: (s, available) => {
       let best: { action: Action; ready: number } | undefined;
       for (const r of available) {
         const p = r.action.pipeline;
-        if (queues[s]![p]![next[s]![p]!] !== r.action) continue;
         if (best === undefined || r.ready < best.ready || (r.ready === best.ready && p < best.action.pipeline)) best = r;
       }
       return best?.action;

@@ -21,12 +21,17 @@ export function zbH1(options: ScheduleOptions): Schedule {
     }
   }
   const live = new Array<number>(S).fill(0);
+  // F, B and W each run in micro-batch order on a stage, so only the next of each can be chosen
+  const next = Array.from({ length: S }, () => ({ forward: 0, backward: 0, weightGrad: 0 }));
+  const byKind = (k: number, kind: 'forward' | 'backward' | 'weightGrad'): Action | undefined =>
+    next[k]![kind] < M ? tasks[(k * M + next[k]![kind]) * 3 + (kind === 'forward' ? 0 : kind === 'backward' ? 1 : 2)] : undefined;
   const order = listSchedule({
     stages: S,
     parts: S,
     tasks,
     duration: () => 1,
     transfer: 0,
+    frontier: (s) => [byKind(s, 'backward'), byKind(s, 'forward'), byKind(s, 'weightGrad')].filter((a): a is Action => a !== undefined),
     pick: (s, available) => {
       const first = (kind: Action['kind']): Action | undefined =>
         available
@@ -35,6 +40,7 @@ export function zbH1(options: ScheduleOptions): Schedule {
       return first('backward') ?? (live[s]! < Math.min(M, S - s) ? first('forward') : undefined) ?? first('weightGrad');
     },
     onPlace: (s, a) => {
+      next[s]![a.kind as 'forward' | 'backward' | 'weightGrad']++;
       if (a.kind === 'forward') live[s]!++;
       else if (a.kind === 'weightGrad') live[s]!--;
     },

@@ -1,0 +1,62 @@
+import { readFileSync } from 'node:fs';
+
+import type { Command } from 'commander';
+
+import { InvalidArgumentError } from '../../errors.js';
+import { parseProfile } from '../../pipeline/profile.js';
+import { tuneAvgPipe } from '../../pipeline/tune.js';
+
+interface TuneCommandOptions {
+  profile: string;
+  memoryGb: string;
+  maxPipelines: string;
+  maxMicrobatches: string;
+  top: string;
+  json?: boolean;
+}
+
+export function registerTuneCommand(program: Command): void {
+  program
+    .command('tune')
+    .description('choose AvgPipe pipelines N, micro-batches M and advance A for the best simulated throughput under a memory cap')
+    .requiredOption('-p, --profile <file>', 'stage profile JSON (format in docs/pipeline.md)')
+    .requiredOption('--memory-gb <X>', 'memory per stage device, GiB')
+    .option('--max-pipelines <N>', 'largest N to try', '4')
+    .option('--max-microbatches <M>', 'largest M to try', '64')
+    .option('--top <K>', 'also list the K fastest settings', '5')
+    .option('--json', 'print the result as JSON')
+    .action((options: TuneCommandOptions) => {
+      let text: string;
+      try {
+        text = readFileSync(options.profile, 'utf8');
+      } catch (error) {
+        throw new InvalidArgumentError(`cannot read the profile ${options.profile}: ${(error as Error).message}`, { cause: error });
+      }
+      const memoryGb = Number(options.memoryGb);
+      if (!(memoryGb > 0) || !Number.isFinite(memoryGb)) throw new InvalidArgumentError(`--memory-gb must be a number > 0, got "${options.memoryGb}"`);
+      const top = Number(options.top);
+      if (!Number.isInteger(top) || top < 0) throw new InvalidArgumentError('--top must be an integer >= 0');
+      const result = tuneAvgPipe(parseProfile(text), {
+        memoryBytes: memoryGb * 2 ** 30,
+        maxPipelines: Number(options.maxPipelines),
+        maxMicroBatches: Number(options.maxMicrobatches),
+      });
+      if (options.json) {
+        console.log(JSON.stringify({ best: result.best ?? null, explanation: result.explanation, candidates: result.candidates.slice(0, top) }, null, 2));
+      } else {
+        for (const line of result.explanation) console.log(line);
+        if (top > 0) {
+          console.log(`\nfastest ${Math.min(top, result.candidates.length)} settings:`);
+          console.log('     N    M    A  samples/s  bubble  peak GiB  fits');
+          for (const c of result.candidates.slice(0, top)) {
+            const a = c.advance >= c.microBatches + (c.peakMemoryBytes.length) ? 'AFF' : String(c.advance);
+            console.log(
+              `  ${String(c.pipelines).padStart(4)} ${String(c.microBatches).padStart(4)} ${a.padStart(4)} ${c.samplesPerSecond.toFixed(1).padStart(10)} ` +
+                `${(c.bubbleFraction * 100).toFixed(1).padStart(6)}% ${(Math.max(...c.peakMemoryBytes) / 2 ** 30).toFixed(2).padStart(9)}  ${c.fits ? 'yes' : 'no'}`,
+            );
+          }
+        }
+      }
+      if (!result.best) process.exitCode = 1;
+    });
+}

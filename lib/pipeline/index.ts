@@ -1,0 +1,33 @@
+/**
+ * Pipeline schedules as data: representation, generators, validator and analysis, simulator,
+ * pictures and the AvgPipe tuner. Pure TypeScript; nothing here needs the native addon.
+ */
+export {
+  type Action,
+  type ActionKind,
+  type Schedule,
+  type ScheduleInit,
+  action,
+  computeKinds,
+  createSchedule,
+  formatAction,
+  formatSchedule,
+  p2pKinds,
+  parseAction,
+  parseSchedule,
+} from './schedule.js';
+export { withCommunication } from './communication.js';
+export * from './schedules/index.js';
+export { type ReplicaAnalysis, type ScheduleAnalysis, type StalenessEntry, stalenessOf, validateSchedule } from './validate.js';
+export { type PerPart, type SimulationCosts, type SimulationResult, simulateSchedule } from './simulate.js';
+export type { TimedAction } from './timeline.js';
+export { type RenderOptions, renderAscii, renderHtml, renderSvg, scheduleTitle, summarize } from './render.js';
+export {
+  type PipelineProfile,
+  type ProfileOptions,
+  type StageFunctions,
+  type StageProfile,
+  parseProfile,
+  profileStages,
+} from './profile.js';
+export { type TuneCandidate, type TuneOptions, type TuneResult, costsAt, tuneAvgPipe } from './tune.js';

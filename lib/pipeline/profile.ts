@@ -1,0 +1,152 @@
+/**
+ * Stage profiles: measured per-stage costs and sizes that the tuner feeds to the simulator.
+ * The JSON format is documented in docs/pipeline.md; {@link parseProfile} checks it and
+ * {@link profileStages} builds one by timing user stage functions.
+ */
+import { performance } from 'node:perf_hooks';
+
+import { InvalidArgumentError } from '../errors.js';
+
+/** One pipeline stage as measured at `microBatchSize` samples per micro-batch. */
+export interface StageProfile {
+  /** Forward time of one micro-batch, milliseconds. */
+  readonly forwardMs: number;
+  /** Backward time (input and weight gradients) of one micro-batch, milliseconds. */
+  readonly backwardMs: number;
+  /** Bytes of the activation the stage sends to the next one, per micro-batch. Default 0. */
+  readonly activationBytes?: number;
+  /** Bytes the stage keeps per micro-batch until its backward. Default `activationBytes`. */
+  readonly storedActivationBytes?: number;
+  /** Bytes of one copy of the stage's weights. Default 0. */
+  readonly weightBytes?: number;
+  /** Bytes of the stage's optimizer state (momenta). Default 0. */
+  readonly optimizerStateBytes?: number;
+}
+
+/** A profile of a model split into stages. */
+export interface PipelineProfile {
+  /** One entry per stage, in order. */
+  readonly stages: readonly StageProfile[];
+  /** Samples per micro-batch at which the stage costs and sizes were measured. */
+  readonly microBatchSize: number;
+  /** Samples each pipeline processes per iteration (split into M micro-batches). */
+  readonly batchSize: number;
+  /** Part of `forwardMs`/`backwardMs` that does not shrink with the micro-batch (launch cost). Default 0. */
+  readonly overheadMs?: number;
+  /** Point-to-point latency, milliseconds. Default 0. */
+  readonly p2pLatencyMs?: number;
+  /** Point-to-point bandwidth, GB/s (1e9 bytes per second). Default: unlimited. */
+  readonly p2pBandwidthGBps?: number;
+}
+
+const nonNegative = (where: string, value: unknown, optional: boolean): void => {
+  if (value === undefined && optional) return;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new InvalidArgumentError(`${where} must be a finite number >= 0, got ${JSON.stringify(value)}`);
+  }
+};
+
+/** Checks a profile (an object, or JSON text) and returns it. */
+export function parseProfile(input: unknown): PipelineProfile {
+  let value = input;
+  if (typeof input === 'string') {
+    try {
+      value = JSON.parse(input);
+    } catch (error) {
+      throw new InvalidArgumentError(`the profile is not valid JSON: ${(error as Error).message}`, { cause: error });
+    }
+  }
+  if (value === null || typeof value !== 'object') throw new InvalidArgumentError('a profile must be an object with stages, microBatchSize and batchSize');
+  const p = value as Record<string, unknown>;
+  if (!Array.isArray(p.stages) || p.stages.length === 0) throw new InvalidArgumentError('profile.stages must be a non-empty array, one entry per stage');
+  p.stages.forEach((stage: unknown, k) => {
+    if (stage === null || typeof stage !== 'object') throw new InvalidArgumentError(`profile.stages[${k}] must be an object with forwardMs and backwardMs`);
+    const st = stage as Record<string, unknown>;
+    nonNegative(`profile.stages[${k}].forwardMs`, st.forwardMs, false);
+    nonNegative(`profile.stages[${k}].backwardMs`, st.backwardMs, false);
+    for (const key of ['activationBytes', 'storedActivationBytes', 'weightBytes', 'optimizerStateBytes']) {
+      nonNegative(`profile.stages[${k}].${key}`, st[key], true);
+    }
+  });
+  for (const key of ['microBatchSize', 'batchSize']) {
+    if (typeof p[key] !== 'number' || !Number.isInteger(p[key]) || (p[key] as number) < 1) {
+      throw new InvalidArgumentError(`profile.${key} must be an integer >= 1, got ${JSON.stringify(p[key])}`);
+    }
+  }
+  nonNegative('profile.overheadMs', p.overheadMs, true);
+  nonNegative('profile.p2pLatencyMs', p.p2pLatencyMs, true);
+  if (p.p2pBandwidthGBps !== undefined && (typeof p.p2pBandwidthGBps !== 'number' || !(p.p2pBandwidthGBps > 0))) {
+    throw new InvalidArgumentError('profile.p2pBandwidthGBps must be a number > 0');
+  }
+  const overhead = (p.overheadMs as number | undefined) ?? 0;
+  (p.stages as Record<string, number>[]).forEach((st, k) => {
+    if (overhead > st.forwardMs! || overhead > st.backwardMs!) {
+      throw new InvalidArgumentError(`profile.overheadMs (${overhead}) exceeds stage ${k}'s forwardMs or backwardMs; it is a part of them`);
+    }
+  });
+  return value as PipelineProfile;
+}
+
+/** A stage given as functions to time: each runs one micro-batch of `microBatchSize` samples. */
+export interface StageFunctions {
+  forward(): unknown;
+  backward(): unknown;
+  activationBytes?: number;
+  storedActivationBytes?: number;
+  weightBytes?: number;
+  optimizerStateBytes?: number;
+}
+
+export interface ProfileOptions {
+  readonly microBatchSize: number;
+  readonly batchSize: number;
+  /** Untimed calls first (JIT, caches). Default 2. */
+  readonly warmup?: number;
+  /** Timed calls; the median is kept. Default 7. */
+  readonly repeats?: number;
+  readonly overheadMs?: number;
+  readonly p2pLatencyMs?: number;
+  readonly p2pBandwidthGBps?: number;
+}
+
+async function medianMs(fn: () => unknown, warmup: number, repeats: number): Promise<number> {
+  for (let i = 0; i < warmup; i++) await fn();
+  const times: number[] = [];
+  for (let i = 0; i < repeats; i++) {
+    const start = performance.now();
+    await fn();
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)]!;
+}
+
+/**
+ * Builds a profile by timing user stage functions (which may return promises): the median of
+ * `repeats` calls after `warmup` untimed ones, per stage and pass.
+ */
+export async function profileStages(stages: readonly StageFunctions[], options: ProfileOptions): Promise<PipelineProfile> {
+  if (!Array.isArray(stages) || stages.length === 0) throw new InvalidArgumentError('profileStages expects a non-empty array of { forward, backward } stages');
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('profileStages expects options { microBatchSize, batchSize }');
+  const warmup = options.warmup ?? 2;
+  const repeats = options.repeats ?? 7;
+  if (!Number.isInteger(warmup) || warmup < 0) throw new InvalidArgumentError('warmup must be an integer >= 0');
+  if (!Number.isInteger(repeats) || repeats < 1) throw new InvalidArgumentError('repeats must be an integer >= 1');
+  const measured: StageProfile[] = [];
+  for (const [k, stage] of stages.entries()) {
+    if (stage === null || typeof stage !== 'object' || typeof stage.forward !== 'function' || typeof stage.backward !== 'function') {
+      throw new InvalidArgumentError(`stage ${k} must have forward() and backward() functions`);
+    }
+    const entry: Record<string, number> = {
+      forwardMs: await medianMs(() => stage.forward(), warmup, repeats),
+      backwardMs: await medianMs(() => stage.backward(), warmup, repeats),
+    };
+    for (const key of ['activationBytes', 'storedActivationBytes', 'weightBytes', 'optimizerStateBytes'] as const) {
+      if (stage[key] !== undefined) entry[key] = stage[key];
+    }
+    measured.push(entry as unknown as StageProfile);
+  }
+  const profile: Record<string, unknown> = { stages: measured, microBatchSize: options.microBatchSize, batchSize: options.batchSize };
+  for (const key of ['overheadMs', 'p2pLatencyMs', 'p2pBandwidthGBps'] as const) if (options[key] !== undefined) profile[key] = options[key];
+  return parseProfile(profile);
+}

@@ -1,0 +1,226 @@
+/**
+ * The schedule simulator: times a validated schedule from per-part costs, point-to-point latency
+ * and bandwidth and all-reduce cost, and reports makespan, bubble fraction, throughput and peak
+ * memory per stage.
+ *
+ * Model: each stage has one compute engine running its list in order; sends do not occupy it
+ * (they are asynchronous, as `isend`), a message arrives `latency + bytes/bandwidth` after it is
+ * sent, and links do not contend. All-reduces run beside compute once every stage taking part
+ * has reached them. These are the usual assumptions of schedule papers; they make the simulator
+ * exact for them and optimistic where links are shared.
+ */
+import { InvalidArgumentError } from '../errors.js';
+import { type Action, type Schedule, computeKinds, unitKey } from './schedule.js';
+import { type TimedAction, computeTimeline } from './timeline.js';
+import { type ScheduleAnalysis, validateSchedule } from './validate.js';
+
+/** A cost for every part, or one per part (index = part). */
+export type PerPart = number | readonly number[];
+
+/** Costs in any time unit (the results are in the same unit), sizes in bytes. */
+export interface SimulationCosts {
+  /** Forward time of a micro-batch on a part. Default 1. */
+  readonly forward?: PerPart;
+  /** Full backward time (input and weight gradients) of a micro-batch on a part. Default 2. */
+  readonly backward?: PerPart;
+  /**
+   * Weight-gradient share of `backward`, used where a schedule splits the backward (zero-bubble):
+   * its B then costs `backward - weightGrad` and its W `weightGrad`. Default `backward / 2`.
+   */
+  readonly weightGrad?: PerPart;
+  /** Optimizer step of a part. Default 0. */
+  readonly optimizerStep?: PerPart;
+  /** Weight prediction, stash, restore, elastic averaging. Default 0. */
+  readonly predict?: PerPart;
+  readonly stash?: PerPart;
+  readonly restore?: PerPart;
+  readonly elastic?: PerPart;
+  /** All-reduce of a part's gradient, once every participant has reached it. Default 0. */
+  readonly allReduce?: PerPart;
+  /** Point-to-point latency. Default 0. */
+  readonly p2pLatency?: number;
+  /** Point-to-point bandwidth in bytes per time unit. Default Infinity. */
+  readonly p2pBandwidth?: number;
+  /** Bytes of a micro-batch's boundary activation (and of its gradient) leaving a part. Default 0. */
+  readonly activationBytes?: PerPart;
+  /** Bytes a part keeps per stored micro-batch for its backward. Default `activationBytes`. */
+  readonly storedActivationBytes?: PerPart;
+  /** Bytes of one weight version of a part. Default 0. */
+  readonly weightBytes?: PerPart;
+  /** Bytes of optimizer state (momenta) of a part, held once per replica. Default 0. */
+  readonly optimizerStateBytes?: PerPart;
+}
+
+/** What a simulation gives. Arrays are indexed by stage. */
+export interface SimulationResult {
+  readonly schedule: Schedule;
+  readonly analysis: ScheduleAnalysis;
+  readonly timeline: readonly (readonly TimedAction[])[];
+  /** Time from start to the end of the last action. */
+  readonly makespan: number;
+  /** Engine time spent on actions, per stage. */
+  readonly busy: readonly number[];
+  /** Idle share of all stages' time: `1 - sum(busy) / (stages * makespan)`. */
+  readonly bubbleFraction: number;
+  /** Micro-batches completed (all pipelines) per time unit. */
+  readonly throughput: number;
+  /** Most bytes of stored activations at once, per stage. */
+  readonly peakActivationBytes: readonly number[];
+  /** Weight versions, optimizer state and peak stored activations, per stage. */
+  readonly peakMemoryBytes: readonly number[];
+}
+
+function perPart(name: string, value: PerPart | undefined, parts: number, fallback: (part: number) => number): number[] {
+  const out: number[] = [];
+  for (let j = 0; j < parts; j++) {
+    let v: unknown;
+    if (value === undefined) v = fallback(j);
+    else if (typeof value === 'number') v = value;
+    else if (Array.isArray(value)) {
+      if (value.length !== parts) throw new InvalidArgumentError(`costs.${name} has ${value.length} entries; give one per part (${parts}) or a single number`);
+      v = value[j];
+    } else throw new InvalidArgumentError(`costs.${name} must be a number or an array of numbers`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+      throw new InvalidArgumentError(`costs.${name}${typeof value === 'object' ? `[${j}]` : ''} must be a finite number >= 0, got ${String(v)}`);
+    }
+    out.push(v);
+  }
+  return out;
+}
+
+/** Resolved per-part costs. */
+interface Resolved {
+  forward: number[];
+  backward: number[];
+  weightGrad: number[];
+  optimizerStep: number[];
+  predict: number[];
+  stash: number[];
+  restore: number[];
+  elastic: number[];
+  allReduce: number[];
+  activationBytes: number[];
+  storedActivationBytes: number[];
+  weightBytes: number[];
+  optimizerStateBytes: number[];
+  latency: number;
+  bandwidth: number;
+}
+
+function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
+  if (costs === null || typeof costs !== 'object') throw new InvalidArgumentError('costs must be an object (e.g. { forward: 1, backward: 2 })');
+  const forward = perPart('forward', costs.forward, parts, () => 1);
+  const backward = perPart('backward', costs.backward, parts, () => 2);
+  const weightGrad = perPart('weightGrad', costs.weightGrad, parts, (j) => backward[j]! / 2);
+  weightGrad.forEach((w, j) => {
+    if (w > backward[j]!) throw new InvalidArgumentError(`costs.weightGrad (${w}) exceeds costs.backward (${backward[j]}) for part ${j}; it is a share of it`);
+  });
+  const zero = (): number => 0;
+  const activationBytes = perPart('activationBytes', costs.activationBytes, parts, zero);
+  const latency = costs.p2pLatency ?? 0;
+  const bandwidth = costs.p2pBandwidth ?? Infinity;
+  if (typeof latency !== 'number' || !Number.isFinite(latency) || latency < 0) throw new InvalidArgumentError('costs.p2pLatency must be a finite number >= 0');
+  if (typeof bandwidth !== 'number' || Number.isNaN(bandwidth) || bandwidth <= 0) throw new InvalidArgumentError('costs.p2pBandwidth must be a number > 0 (Infinity allowed)');
+  return {
+    forward,
+    backward,
+    weightGrad,
+    optimizerStep: perPart('optimizerStep', costs.optimizerStep, parts, zero),
+    predict: perPart('predict', costs.predict, parts, zero),
+    stash: perPart('stash', costs.stash, parts, zero),
+    restore: perPart('restore', costs.restore, parts, zero),
+    elastic: perPart('elastic', costs.elastic, parts, zero),
+    allReduce: perPart('allReduce', costs.allReduce, parts, zero),
+    activationBytes,
+    storedActivationBytes: perPart('storedActivationBytes', costs.storedActivationBytes, parts, (j) => activationBytes[j]!),
+    weightBytes: perPart('weightBytes', costs.weightBytes, parts, zero),
+    optimizerStateBytes: perPart('optimizerStateBytes', costs.optimizerStateBytes, parts, zero),
+    latency,
+    bandwidth,
+  };
+}
+
+/**
+ * Validates and simulates a schedule. Throws InvalidScheduleError for a broken schedule and
+ * InvalidArgumentError for bad costs.
+ */
+export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}): SimulationResult {
+  const analysis = validateSchedule(schedule);
+  const c = resolveCosts(costs, schedule.parts);
+  const split = new Set<string>();
+  for (const row of schedule.actions) for (const a of row) if (a.kind === 'weightGrad') split.add(unitKey(a.pipeline, a.microBatch, a.part));
+  const duration = (a: Action): number => {
+    const j = a.part;
+    switch (a.kind) {
+      case 'forward':
+        return c.forward[j]!;
+      case 'backward':
+        return split.has(unitKey(a.pipeline, a.microBatch, j)) ? c.backward[j]! - c.weightGrad[j]! : c.backward[j]!;
+      case 'weightGrad':
+        return c.weightGrad[j]!;
+      case 'optimizerStep':
+        return c.optimizerStep[j]!;
+      case 'predictWeights':
+        return c.predict[j]!;
+      case 'stashWeights':
+        return c.stash[j]!;
+      case 'restoreWeights':
+        return c.restore[j]!;
+      case 'elasticAverage':
+        return c.elastic[j]!;
+      default:
+        return 0;
+    }
+  };
+  const timeline = computeTimeline(schedule, {
+    duration,
+    // an activation into part j left part j-1; a gradient into part j left part j+1 and has the size of part j's output
+    transfer: (kind, part) => c.latency + (kind === 'activation' ? c.activationBytes[part - 1]! : c.activationBytes[part]!) / c.bandwidth,
+    allReduce: (a) => c.allReduce[a.part]!,
+  });
+  let makespan = 0;
+  const busy = timeline.map((row) => {
+    let sum = 0;
+    for (const t of row) {
+      makespan = Math.max(makespan, t.end);
+      if (t.action.kind !== 'allReduce') sum += t.end - t.start;
+    }
+    return sum;
+  });
+  const totalBusy = busy.reduce((x, y) => x + y, 0);
+  const bubbleFraction = makespan > 0 ? 1 - totalBusy / (schedule.stages * makespan) : 0;
+  const peakActivationBytes = schedule.actions.map((row) => {
+    let live = 0;
+    let peak = 0;
+    for (const a of row) {
+      const releases = a.kind === 'weightGrad' || (a.kind === 'backward' && !split.has(unitKey(a.pipeline, a.microBatch, a.part)));
+      if (a.kind === 'forward') peak = Math.max(peak, (live += c.storedActivationBytes[a.part]!));
+      else if (releases) live -= c.storedActivationBytes[a.part]!;
+    }
+    return peak;
+  });
+  const peakMemoryBytes = peakActivationBytes.map((bytes, s) => {
+    let total = bytes;
+    for (const r of analysis.replicas) {
+      if (r.stage === s) total += r.versionsHeld * c.weightBytes[r.part]! + c.optimizerStateBytes[r.part]!;
+    }
+    return total;
+  });
+  const completed = schedule.pipelines * schedule.microBatches;
+  return {
+    schedule,
+    analysis,
+    timeline,
+    makespan,
+    busy,
+    bubbleFraction,
+    throughput: makespan > 0 ? completed / makespan : Infinity,
+    peakActivationBytes,
+    peakMemoryBytes,
+  };
+}
+
+/** True for actions drawn as work on a stage's row. */
+export function isWork(a: Action): boolean {
+  return computeKinds.has(a.kind);
+}

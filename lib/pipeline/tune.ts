@@ -1,0 +1,141 @@
+/**
+ * The AvgPipe tuner: searches the number of parallel pipelines N, micro-batches M and advance A
+ * for the best simulated throughput whose peak memory fits every stage.
+ */
+import { InvalidArgumentError } from '../errors.js';
+import { type PipelineProfile, parseProfile } from './profile.js';
+import { checkInteger } from './schedule.js';
+import { avgpipe } from './schedules/avgpipe.js';
+import { forwardsBeforeBackward } from './schedules/advance-forward.js';
+import { type SimulationCosts, simulateSchedule } from './simulate.js';
+
+export interface TuneOptions {
+  /** Memory available on each stage's device, bytes. */
+  readonly memoryBytes: number;
+  /** Largest N tried. Default 4. */
+  readonly maxPipelines?: number;
+  /** Largest M tried (M always divides the batch). Default 64. */
+  readonly maxMicroBatches?: number;
+}
+
+/** One simulated (N, M, A). */
+export interface TuneCandidate {
+  readonly pipelines: number;
+  readonly microBatches: number;
+  readonly advance: number;
+  /** Samples per micro-batch: batchSize / M. */
+  readonly microBatchSize: number;
+  /** Milliseconds for N pipelines to finish one batch each. */
+  readonly makespanMs: number;
+  /** Samples per second over all pipelines. */
+  readonly samplesPerSecond: number;
+  readonly bubbleFraction: number;
+  /** Peak bytes per stage. */
+  readonly peakMemoryBytes: readonly number[];
+  readonly fits: boolean;
+}
+
+export interface TuneResult {
+  /** The fastest candidate that fits, or undefined if none does. */
+  readonly best: TuneCandidate | undefined;
+  /** Every candidate simulated, fastest first. */
+  readonly candidates: readonly TuneCandidate[];
+  /** Why the choice was made, in sentences. */
+  readonly explanation: readonly string[];
+}
+
+const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+
+/** Simulation costs of a profile at micro-batch size `b` (linear in b beyond the fixed overhead). */
+export function costsAt(profile: PipelineProfile, microBatchSize: number): SimulationCosts {
+  const ratio = microBatchSize / profile.microBatchSize;
+  const overhead = profile.overheadMs ?? 0;
+  const scaled = (ms: number): number => overhead + (ms - overhead) * ratio;
+  return {
+    forward: profile.stages.map((s) => scaled(s.forwardMs)),
+    backward: profile.stages.map((s) => scaled(s.backwardMs)),
+    activationBytes: profile.stages.map((s) => (s.activationBytes ?? 0) * ratio),
+    storedActivationBytes: profile.stages.map((s) => (s.storedActivationBytes ?? s.activationBytes ?? 0) * ratio),
+    weightBytes: profile.stages.map((s) => s.weightBytes ?? 0),
+    optimizerStateBytes: profile.stages.map((s) => s.optimizerStateBytes ?? 0),
+    p2pLatency: profile.p2pLatencyMs ?? 0,
+    // GB/s is 1e6 bytes per millisecond
+    p2pBandwidth: profile.p2pBandwidthGBps === undefined ? Infinity : profile.p2pBandwidthGBps * 1e6,
+  };
+}
+
+/**
+ * Simulates AvgPipe for every N up to `maxPipelines`, every M dividing the batch up to
+ * `maxMicroBatches`, and every A from 0 (1F1B) to S-1 plus all-forward-first, and picks the
+ * highest throughput that fits in `memoryBytes` on every stage (ties: less memory).
+ */
+export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions): TuneResult {
+  const profile = parseProfile(profileInput);
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('tuneAvgPipe expects options { memoryBytes }');
+  const memory = options.memoryBytes;
+  if (typeof memory !== 'number' || !(memory > 0)) throw new InvalidArgumentError(`memoryBytes must be a number > 0, got ${String(memory)}`);
+  const maxN = checkInteger('maxPipelines', options.maxPipelines ?? 4, 1, 64);
+  const maxM = checkInteger('maxMicroBatches', options.maxMicroBatches ?? 64, 1, 4096);
+  const S = profile.stages.length;
+  const candidates: TuneCandidate[] = [];
+  for (let M = 1; M <= Math.min(maxM, profile.batchSize); M++) {
+    if (profile.batchSize % M !== 0) continue;
+    const b = profile.batchSize / M;
+    const costs = costsAt(profile, b);
+    // A values that give the same per-stage warm-up give the same schedule; simulate each once
+    const seen = new Set<string>();
+    const advances = [...Array.from({ length: S }, (_, a) => a), M + S];
+    for (const A of advances) {
+      const key = Array.from({ length: S }, (_, k) => forwardsBeforeBackward(S, M, A, k)).join(',');
+      if (seen.has(key)) continue;
+      seen.add(key);
+      for (let N = 1; N <= maxN; N++) {
+        const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), costs);
+        // elastic averaging keeps a center copy of each stage's weights
+        const center = N > 1 ? profile.stages.map((s) => s.weightBytes ?? 0) : profile.stages.map(() => 0);
+        const peak = result.peakMemoryBytes.map((bytes, k) => bytes + center[k]!);
+        candidates.push({
+          pipelines: N,
+          microBatches: M,
+          advance: A,
+          microBatchSize: b,
+          makespanMs: result.makespan,
+          samplesPerSecond: result.makespan > 0 ? (N * profile.batchSize * 1000) / result.makespan : Infinity,
+          bubbleFraction: result.bubbleFraction,
+          peakMemoryBytes: peak,
+          fits: peak.every((bytes) => bytes <= memory),
+        });
+      }
+    }
+  }
+  const maxOf = (c: TuneCandidate): number => Math.max(...c.peakMemoryBytes);
+  candidates.sort((x, y) => y.samplesPerSecond - x.samplesPerSecond || maxOf(x) - maxOf(y));
+  const best = candidates.find((c) => c.fits);
+  const describe = (c: TuneCandidate): string =>
+    `N=${c.pipelines}, M=${c.microBatches} (micro-batch ${c.microBatchSize}), A=${c.advance >= c.microBatches + S ? 'all-forward-first' : c.advance}: ` +
+    `${c.samplesPerSecond.toFixed(1)} samples/s, bubble ${(c.bubbleFraction * 100).toFixed(1)}%, peak ${gib(maxOf(c))}`;
+  const explanation: string[] = [];
+  const fitting = candidates.filter((c) => c.fits).length;
+  explanation.push(`simulated ${candidates.length} settings of (N, M, A) on ${S} stages; ${fitting} fit in ${gib(memory)} per stage`);
+  if (best === undefined) {
+    const smallest = [...candidates].sort((x, y) => maxOf(x) - maxOf(y))[0]!;
+    explanation.push(`none fits: the smallest needs ${gib(maxOf(smallest))} (${describe(smallest)}); add memory, more stages or a smaller batch`);
+  } else {
+    explanation.push(`chosen: ${describe(best)}`);
+    const faster = candidates[0]!;
+    if (faster !== best) explanation.push(`faster but over the cap: ${describe(faster)}`);
+    const baseline = candidates.filter((c) => c.fits && c.pipelines === 1 && c.advance === 0).sort((x, y) => y.samplesPerSecond - x.samplesPerSecond)[0];
+    if (baseline && baseline !== best) {
+      explanation.push(
+        `best plain 1F1B (N=1, A=0) that fits: ${describe(baseline)}; the choice is ${(best.samplesPerSecond / baseline.samplesPerSecond).toFixed(2)}x its throughput`,
+      );
+    }
+    const reasons: string[] = [];
+    if (best.pipelines > 1) reasons.push(`${best.pipelines} pipelines fill each other's bubbles`);
+    if (best.advance > 0) reasons.push('advance forward propagation hides point-to-point latency behind extra forwards');
+    if (best.pipelines === 1 && best.advance === 0) reasons.push('more pipelines or advance did not pay for their memory or time');
+    explanation.push(`why: ${reasons.join('; ')}`);
+    explanation.push(`peak memory per stage: ${best.peakMemoryBytes.map(gib).join(', ')} of ${gib(memory)}`);
+  }
+  return { best, candidates, explanation };
+}
