@@ -95,6 +95,18 @@ t.test('set, get, tryGet, wait and add across clients', async (t) => {
   });
 });
 
+t.test('values up to the message limit arrive whole', async (t) => {
+  await withServer({}, async (_server, connectClient) => {
+    const [a, b] = await Promise.all([connectClient(), connectClient()]);
+    const big = new Uint8Array(8 * 1024 * 1024 + 3);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 31) & 0xff;
+    await a!.set('big', big);
+    const got = await b!.get('big');
+    t.equal(got.length, big.length);
+    t.ok(got.equals(Buffer.from(big.buffer)), 'same bytes');
+  });
+});
+
 t.test('barrier releases everyone only when all have arrived, and can be reused', async (t) => {
   await withServer({}, async (_server, connectClient) => {
     const clients = await Promise.all([0, 1, 2, 3].map(() => connectClient()));
@@ -151,6 +163,15 @@ t.test('garbage, oversized and out-of-order messages close that connection only'
     // A SET before HELLO: well-formed framing, wrong order.
     const setBeforeHello = Buffer.concat([header(9), Buffer.from([0x02, 0, 0, 0, 1, 0, 1, 0x6b, 0x76])]);
     t.ok((await sendRaw(server.port, setBeforeHello)).closedByServer, 'a request before HELLO is refused');
+    const hello = Buffer.concat([header(12), Buffer.from([0x01, 0, 0, 0, 1, 0x53, 0x41, 0x50, 0x52, 1, 0, 0])]);
+    const unknownOp = Buffer.concat([hello, header(5), Buffer.from([0x7f, 0, 0, 0, 2])]);
+    const accepted = await sendRaw(server.port, unknownOp);
+    t.ok(accepted.closedByServer, 'an unknown opcode after a good HELLO is refused');
+    t.equal(accepted.received.subarray(0, 10).toString('hex'), '00000006800000000100', 'the HELLO itself was answered OK');
+    const badKey = Buffer.concat([hello, header(9), Buffer.from([0x02, 0, 0, 0, 2, 0, 1, 0xff, 0x76])]);
+    t.ok((await sendRaw(server.port, badKey)).closedByServer, 'a key that is not UTF-8 is refused');
+    const truncated = Buffer.concat([hello, header(8), Buffer.from([0x02, 0, 0, 0, 2, 0, 9, 0x6b])]);
+    t.ok((await sendRaw(server.port, truncated)).closedByServer, 'a key longer than its message is refused');
     t.equal(server.size, 0, 'nothing was stored by the refused connections');
 
     await t.rejects(client.set('big', new Uint8Array(2000)), { code: 'ERR_INVALID_ARGUMENT' }, 'the client checks the limit too');

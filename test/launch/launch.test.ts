@@ -126,9 +126,13 @@ t.test('launched ranks meet through the rendezvous store', async (t) => {
   }
 });
 
-/** Runs the sapipe CLI from source in a child process. */
-function cli(args: string[]) {
-  const child = spawn(process.execPath, [...typescriptNodeArgs(), fixture('run-cli.ts'), ...args], {
+/**
+ * Runs `sapipe launch` from source in a child process: through the whole CLI (main.ts), or with
+ * `launchOnly` through the command alone, which starts faster.
+ */
+function cli(args: string[], launchOnly = true) {
+  const entry = fixture(launchOnly ? 'run-launch-command.ts' : 'run-cli.ts');
+  const child = spawn(process.execPath, [...typescriptNodeArgs(), entry, ...args], {
     cwd: repoRoot,
     env: { ...process.env, ...typescriptEnv },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -146,7 +150,7 @@ function cli(args: string[]) {
 }
 
 t.test('sapipe launch passes everything after the script to it and exits with the failed rank', async (t) => {
-  const ok = await cli(['launch', '--nproc', '2', '--node-arg=--no-warnings', fixture('print-env.mjs'), '--nproc', '7', '-x']).exited;
+  const ok = await cli(['launch', '--nproc', '2', '--node-arg=--no-warnings', fixture('print-env.mjs'), '--nproc', '7', '-x'], false).exited;
   t.equal(ok.code, 0, ok.stderr);
   t.match(ok.stdout, /^\[1\] env .*"args":\["--nproc","7","-x"\],"execArgv":\["--no-warnings"\]/m);
   const failed = await cli(['launch', '--nproc', '2', '--grace-ms', '500', fixture('fail-one.mjs'), '0', '5']).exited;

@@ -128,7 +128,7 @@ export class BodyReader {
     if (bytes.length === 0) throw new ProtocolViolation('empty key');
     const text = bytes.toString('utf8');
     // Round-tripping catches invalid UTF-8, which toString would silently replace.
-    if (Buffer.byteLength(text) !== bytes.length || !Buffer.from(text).equals(bytes))
+    if (!Buffer.from(text, 'utf8').equals(bytes))
       throw new ProtocolViolation('key is not valid UTF-8');
     return text;
   }

@@ -151,8 +151,9 @@ export class RendezvousServer {
           if (socket.destroyed || socket.writableEnded) return;
           this.handle(connection, b);
         }
-      } catch (error) {
-        if (!(error instanceof ProtocolViolation)) throw error;
+      } catch {
+        // Malformed input (ProtocolViolation) or anything else that went wrong with this
+        // message: whatever a peer sends may cost it its connection, never the store.
         this.drop(connection);
       }
     });
