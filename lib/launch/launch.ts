@@ -128,6 +128,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   // On one node the launcher can hand out a secret nobody else sees; across nodes all launchers
   // would need the same one, so there the user sets SAPIPE_TOKEN.
   if (!baseEnv.SAPIPE_TOKEN && nnodes === 1) shared.SAPIPE_TOKEN = randomBytes(16).toString('hex');
+  if (!baseEnv.SAPIPE_TOKEN && nnodes > 1)
+    stderr.write('sapipe launch: SAPIPE_TOKEN is not set; the rendezvous store will accept any client that reaches it\n');
 
   const ranks: RankExit[] = [];
   const children: ChildProcess[] = [];
