@@ -5,6 +5,7 @@
  */
 import { Adam } from '../optim/adam.js';
 import { ParamSet } from '../tensor.js';
+import { fillDistinct } from './kernels.js';
 import { median } from './timing.js';
 import { performance } from 'node:perf_hooks';
 
@@ -20,8 +21,8 @@ export async function benchStepOverhead(elements: number, reps: number, warmup: 
   const params = new ParamSet({ w: [elements] });
   const optimizer = new Adam(params, { lr: 1e-3 });
   try {
-    params.weights.array.fill(0.5);
-    params.grads.array.fill(1e-3);
+    fillDistinct(params.weights.array, 1, -1, 1);
+    fillDistinct(params.grads.array, 2, 1e-4, 1e-3);
     for (let i = 0; i < warmup; i++) {
       optimizer.stepSync();
       await optimizer.step();
