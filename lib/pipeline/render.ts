@@ -186,18 +186,20 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
     }
   });
   // legend
-  const items: [string, string][] = [
-    ['forward', `<rect width="14" height="12" fill="hsl(0,72%,62%)" stroke="#222" stroke-width="0.6"/>`],
-    ['backward', `<rect width="14" height="12" fill="hsl(0,62%,36%)" stroke="#222" stroke-width="0.6"/><line x1="1" y1="9" x2="13" y2="9" stroke="white"/>`],
-    ['weight gradient', `<rect width="14" height="12" fill="hsl(0,60%,84%)" stroke="#222" stroke-width="0.6" stroke-dasharray="3,2"/>`],
-    ['optimizer step', `<rect x="5" width="3" height="12" fill="#111"/>`],
-    ['elastic averaging', `<rect x="5" width="3" height="12" fill="#8e44ad"/>`],
-    ['weight prediction', `<path d="M 3 0 L 11 0 L 7 7 Z" fill="#e67e22"/>`],
-    ['all-reduce', `<rect y="4" width="14" height="5" fill="#2b6cb0"/>`],
-    ['idle (bubble)', `<rect width="14" height="12" fill="url(#idle)" stroke="#ccc"/>`],
+  const present = new Set<string>(result.timeline.flatMap((row) => row.map((x) => x.action.kind)));
+  const items: [string, string, string][] = [
+    ['forward', 'forward', `<rect width="14" height="12" fill="hsl(0,72%,62%)" stroke="#222" stroke-width="0.6"/>`],
+    ['backward', 'backward', `<rect width="14" height="12" fill="hsl(0,62%,36%)" stroke="#222" stroke-width="0.6"/><line x1="1" y1="9" x2="13" y2="9" stroke="white"/>`],
+    ['weightGrad', 'weight gradient', `<rect width="14" height="12" fill="hsl(0,60%,84%)" stroke="#222" stroke-width="0.6" stroke-dasharray="3,2"/>`],
+    ['optimizerStep', 'optimizer step', `<rect x="5" width="3" height="12" fill="#111"/>`],
+    ['elasticAverage', 'elastic averaging', `<rect x="5" width="3" height="12" fill="#8e44ad"/>`],
+    ['predictWeights', 'weight prediction', `<path d="M 3 0 L 11 0 L 7 7 Z" fill="#e67e22"/>`],
+    ['allReduce', 'all-reduce', `<rect y="4" width="14" height="5" fill="#2b6cb0"/>`],
+    ['', 'idle (bubble)', `<rect width="14" height="12" fill="url(#idle)" stroke="#ccc"/>`],
   ];
   let lx = left;
-  for (const [label, icon] of items) {
+  for (const [kind, label, icon] of items) {
+    if (kind !== '' && !present.has(kind)) continue;
     out.push(`<g transform="translate(${lx},${legendTop})">${icon}<text x="18" y="10" font-size="11">${label}</text></g>`);
     lx += 30 + label.length * 6.2;
   }

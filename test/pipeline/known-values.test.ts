@@ -128,3 +128,13 @@ t.test('every schedule name works through generateSchedule', async (t) => {
   t.throws(() => generateSchedule('wavelet', { stages: 4, microBatches: 6, form: 'diagonal' as never }), /form/);
   t.throws(() => generateSchedule('avgpipe', { stages: 4, microBatches: 6, pipelines: 0 }), /pipelines/);
 });
+
+t.test('interleaved 1F1B divides the bubble by V: ((S-1)/V) / (M + (S-1)/V)', async (t) => {
+  for (const [S, M, V] of [[4, 8, 2], [4, 8, 4], [2, 4, 3], [4, 16, 1]] as [number, number, number][]) {
+    const s = generateSchedule('interleaved-1f1b', { stages: S, microBatches: M, virtualStages: V });
+    // a stage's cost is split evenly over its V chunks
+    const r = simulateSchedule(s, { forward: 1 / V, backward: 2 / V });
+    const expected = (S - 1) / V / (M + (S - 1) / V);
+    t.ok(Math.abs(r.bubbleFraction - expected) < 1e-9, `S=${S} M=${M} V=${V}: ${r.bubbleFraction} vs ${expected}`);
+  }
+});

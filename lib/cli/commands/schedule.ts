@@ -80,10 +80,12 @@ export function registerScheduleCommand(program: Command): void {
         iterations: integer('--iterations', options.iterations),
         form,
       });
+      // the flags give a stage's cost; a stage split into V chunks spends 1/V of it per chunk
+      const share = schedule.parts > schedule.stages ? schedule.stages / schedule.parts : 1;
       const result = simulateSchedule(schedule, {
-        forward: number('--forward', options.forward),
-        backward: number('--backward', options.backward),
-        ...(options.weightGrad !== undefined ? { weightGrad: number('--weight-grad', options.weightGrad) } : {}),
+        forward: number('--forward', options.forward) * share,
+        backward: number('--backward', options.backward) * share,
+        ...(options.weightGrad !== undefined ? { weightGrad: number('--weight-grad', options.weightGrad) * share } : {}),
         p2pLatency: number('--latency', options.latency),
         allReduce: number('--allreduce', options.allreduce),
       });
