@@ -73,10 +73,13 @@ export class Rendezvous {
   }
 
   /**
-   * Closes the connection and, on rank 0, the store. Other ranks still waiting on the store then
-   * fail with PeerLostError, so pass a final barrier before rank 0 closes.
+   * Closes the connection and, on rank 0, the store. Rank 0 first waits (up to the call timeout)
+   * for the other ranks to disconnect, so a rank still reading the last barrier's reply is not
+   * cut off; ranks still waiting on the store after that fail with PeerLostError, so pass a final
+   * barrier before closing.
    */
   async close(): Promise<void> {
+    if (this.server) await this.server.drained(1, this.client.timeoutMs);
     await this.client.close();
     await this.server?.close();
   }

@@ -120,6 +120,20 @@ export class RendezvousServer {
     return this.values.size;
   }
 
+  /** Open client connections. */
+  get connectionCount(): number {
+    return this.connections.size;
+  }
+
+  /**
+   * Resolves once at most `count` clients are connected, or after `timeoutMs`: rank 0 lets the
+   * other ranks leave first, so that the replies they are still reading are not cut off.
+   */
+  async drained(count: number, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.connections.size > count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  }
+
   /** Stops listening and drops every connection; their pending waits end with the connection. */
   async close(): Promise<void> {
     if (this.closed) return;
