@@ -55,15 +55,20 @@ export function summarize(result: SimulationResult): string[] {
   return lines;
 }
 
+/** True when some stage runs work of more than one pipeline: labels then name the pipeline. */
+function sharesStages(result: SimulationResult): boolean {
+  return result.schedule.actions.some((row) => new Set(row.filter((a) => computeKinds.has(a.kind)).map((a) => a.pipeline)).size > 1);
+}
+
 const letterOf = (a: Action): string => (a.kind === 'forward' ? 'F' : a.kind === 'backward' ? 'B' : 'W');
 
 /**
  * The timeline as text: one line per stage, `F3` a forward of micro-batch 3 (`F1.3` of pipeline 1
- * where there are several), `.` idle.
+ * where a stage runs several pipelines), `.` idle.
  */
 export function renderAscii(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
-  const many = result.schedule.pipelines > 1 && result.schedule.parts > 1;
+  const many = sharesStages(result);
   const labelOf = (a: Action): string => `${letterOf(a)}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
   let longest = 2;
   for (const row of result.timeline) for (const t of row) if (computeKinds.has(t.action.kind)) longest = Math.max(longest, labelOf(t.action).length);
@@ -128,6 +133,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
   const gap = 8;
   const rowPitch = rowHeight + laneHeight + gap;
   const chartWidth = makespan * scale;
+  const many = sharesStages(result);
   const stats = summarize(result);
   const legendTop = top + S * rowPitch + 26;
   const M = result.schedule.microBatches;
@@ -166,7 +172,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
       if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
         const dashed = a.kind === 'weightGrad' ? ' stroke-dasharray="3,2"' : '';
         out.push(`<rect x="${x}" y="${y}" width="${Math.max(w, 0.5)}" height="${rowHeight}" fill="${fillOf(a)}" stroke="#222" stroke-width="0.6"${dashed}>${tip}</rect>`);
-        const label = `${result.schedule.pipelines > 1 && result.schedule.parts > 1 ? `${a.pipeline}.` : ''}${a.microBatch}`;
+        const label = `${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
         if (w >= 7 * label.length + 2) {
           const color = a.kind === 'backward' ? 'white' : '#111';
           out.push(`<text x="${x + w / 2}" y="${y + rowHeight / 2 + 4}" font-size="11" text-anchor="middle" fill="${color}">${label}</text>`);

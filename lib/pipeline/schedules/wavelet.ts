@@ -10,7 +10,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  *
  * `data-parallel` (default): S workers, each with two model replicas (tick = pipeline 2x, tock =
  * pipeline 2x+1), M batches per wave. Per worker: tick F(t), tock B(t-1), tick B(t), tock F(t);
- * each wave's gradient is all-reduced across workers and applied.
+ * each wave's gradient is all-reduced across workers while the other wave computes, and applied
+ * before that wave's next forward.
  *
  * `model-parallel`: S devices and S model parts; at forward step t device x runs part t on
  * batch `(x - t) mod S` of the current round (so a batch moves to the next device each step),
@@ -32,18 +33,25 @@ function waveletDataParallel(S: number, M: number): Schedule {
     const row: Action[] = [];
     const tick = { part: 0, pipeline: 2 * x };
     const tock = { part: 0, pipeline: 2 * x + 1 };
-    const finish = (wave: typeof tick, w: number, t: number): void => {
+    const backward = (wave: typeof tick, w: number, t: number): void => {
       row.push(action('backward', x, { ...wave, microBatch: t }));
       row.push(action('allReduce', x, { part: 0, pipeline: w, microBatch: t }));
+    };
+    const step = (wave: typeof tick, t: number): void => {
       row.push(action('optimizerStep', x, { ...wave, microBatch: t }));
     };
+    // each wave's all-reduce runs while the other wave computes; its step comes just before
+    // that wave's next forward
     for (let t = 0; t < M; t++) {
       row.push(action('forward', x, { ...tick, microBatch: t }));
-      if (t > 0) finish(tock, 1, t - 1);
-      finish(tick, 0, t);
+      if (t > 0) backward(tock, 1, t - 1);
+      backward(tick, 0, t);
+      if (t > 0) step(tock, t - 1);
       row.push(action('forward', x, { ...tock, microBatch: t }));
+      step(tick, t);
     }
-    finish(tock, 1, M - 1);
+    backward(tock, 1, M - 1);
+    step(tock, M - 1);
     actions.push(row);
   }
   return createSchedule({
