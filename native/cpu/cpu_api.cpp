@@ -15,6 +15,11 @@ namespace {
 // Threads write disjoint ranges whose boundaries fall on cache lines (16 floats).
 constexpr size_t kAlign = 16;
 
+// From this many elements (16 MiB of predicted weights) the prediction output is written with
+// streaming stores: it would not stay in cache for the next forward pass anyway, and a normal
+// store would first read every line it writes.
+constexpr size_t kStreamThreshold = size_t{1} << 22;
+
 bool finite_at_least(float x, float lo) { return std::isfinite(x) && x >= lo; }
 bool in_unit_open(float x) { return std::isfinite(x) && x >= 0.0f && x < 1.0f; }
 
@@ -193,7 +198,8 @@ sapipe_status sapipe_cpu_update(const sapipe_update_config* config, const sapipe
     result->non_finite_count = bad;
     return SAPIPE_OK;
   }
-  const UpdatePlan plan = make_plan(*config);
+  UpdatePlan plan = make_plan(*config);
+  plan.stream_predicted = config->prediction != SAPIPE_PREDICTION_NONE && b.count >= kStreamThreshold;
   const size_t o = b.offset;
   ThreadPool::global().parallel_for(b.count, kAlign, [&](int, size_t lo, size_t hi) {
     const size_t s = o + lo;

@@ -11,6 +11,7 @@
 #include "inline.h"
 #include "optim.h"
 #include "predict.h"
+#include "stream_store.h"
 #include "update_plan.h"
 
 namespace sapipe::cpu {
@@ -20,6 +21,7 @@ constexpr size_t kUpdateBlock = 512;  // floats per temporary: 2 KiB, well insid
 SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePointers& b, size_t count) {
   alignas(64) float gt[kUpdateBlock];  // the applied gradient, scaled then compensated
   alignas(64) float ge[kUpdateBlock];  // the shadow step's gradient estimate
+  alignas(64) float wh[kUpdateBlock];  // predicted weights on their way to a streaming store
   const bool shadow = p.prediction == SAPIPE_PREDICTION_SHADOW_STEP;
   const bool dc = p.compensation != SAPIPE_COMPENSATION_NONE;
   for (size_t start = 0; start < count; start += kUpdateBlock) {
@@ -36,15 +38,18 @@ SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePoint
     float* v = b.v ? b.v + start : nullptr;
     if (p.optimizer == SAPIPE_OPTIMIZER_SGD) sgd_stage(p, w, m, gt, len);
     else adam_stage(p, w, m, v, gt, len);
+    float* predicted = p.stream_predicted ? wh : b.predicted + start;
     if (shadow) {
       // After the rotation backup holds the pre-update weights: the estimate stands for those.
       if (p.compensate_estimate)
         compensate_estimate(ge, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
-      shadow_step(p, w, m, v, ge, b.predicted + start, len);
+      shadow_step(p, w, m, v, ge, predicted, len);
     } else if (p.prediction == SAPIPE_PREDICTION_LINEAR) {
-      linear_prediction(p, w, m, v, gt, b.predicted + start, len);
+      linear_prediction(p, w, m, v, gt, predicted, len);
     }
+    if (p.stream_predicted) stream_store(b.predicted + start, wh, len);
   }
+  if (p.stream_predicted) stream_fence();
 }
 
 }  // namespace sapipe::cpu

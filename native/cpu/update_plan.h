@@ -29,6 +29,7 @@ struct UpdatePlan {
   float inv_world_size;
   float prediction_steps;
   float decay_pow_steps;  // AdamW linear prediction: (1 - lr*wd)^s
+  bool stream_predicted;  // write w_hat with streaming stores (large outputs only)
 };
 
 UpdatePlan make_update_plan(const sapipe_update_config& config);

@@ -25,3 +25,12 @@ for (const variant of KERNEL_VARIANTS) {
     }
   });
 }
+
+// Above 4M elements the predicted weights are written with streaming stores: check that path too.
+for (const name of ['sgd+linear', 'sgd-momentum+wp-local', 'adamw+wp-local-prev-sync', 'adam+dc+wp-local-dc']) {
+  t.test(`${name}, streamed prediction output`, async (t) => {
+    const variant = KERNEL_VARIANTS.find((v) => v.name === name)!;
+    const run = runVariant(variant.config, (1 << 22) + 5, 2, 5);
+    t.ok(run.worst <= 1, `worst error ratio ${run.worst.toFixed(3)} ${run.worst > 1 ? run.where : ''}`);
+  });
+}
