@@ -10,3 +10,4 @@ export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNo
 export { nativeInfo } from './info.js';
 export * from './comm/rendezvous/index.js';
 export * from './launch/index.js';
+export * from './pipeline/index.js';
