@@ -19,25 +19,35 @@ namespace sapipe::cpu {
 constexpr size_t kUpdateBlock = 512;  // floats per temporary: 2 KiB, well inside L1
 
 SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePointers& b, size_t count) {
-  alignas(64) float gt[kUpdateBlock];  // the applied gradient, scaled then compensated
+  alignas(64) float gt[kUpdateBlock];  // the compensated gradient, or plain SGD's applied direction
   alignas(64) float ge[kUpdateBlock];  // the shadow step's gradient estimate
   alignas(64) float wh[kUpdateBlock];  // predicted weights on their way to a streaming store
   const bool shadow = p.prediction == SAPIPE_PREDICTION_SHADOW_STEP;
   const bool dc = p.compensation != SAPIPE_COMPENSATION_NONE;
+  // Plain SGD's linear prediction needs the direction it just applied.
+  const bool keep_direction = p.prediction == SAPIPE_PREDICTION_LINEAR && p.optimizer == SAPIPE_OPTIMIZER_SGD &&
+                              p.momentum == 0.0f;
   for (size_t start = 0; start < count; start += kUpdateBlock) {
     const size_t len = std::min(kUpdateBlock, count - start);
     float* __restrict w = b.w + start;
     const float* __restrict g = b.g + start;
-    const float scale = p.grad_scale;
-    for (size_t i = 0; i < len; ++i) gt[i] = g[i] * scale;
     if (shadow)
-      gradient_estimate(p, ge, gt, b.local_grad ? b.local_grad + start : nullptr,
+      gradient_estimate(p, ge, g, p.grad_scale, b.local_grad ? b.local_grad + start : nullptr,
                         b.prev_local_grad ? b.prev_local_grad + start : nullptr, len);
-    if (dc) compensate_and_rotate(gt, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
+    // Without compensation the optimizer reads the gradient straight from memory.
+    const float* applied = g;
+    float applied_scale = p.grad_scale;
+    if (dc) {
+      const float scale = p.grad_scale;
+      for (size_t i = 0; i < len; ++i) gt[i] = g[i] * scale;
+      compensate_and_rotate(gt, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
+      applied = gt;
+      applied_scale = 1.0f;
+    }
     float* m = b.m ? b.m + start : nullptr;
     float* v = b.v ? b.v + start : nullptr;
-    if (p.optimizer == SAPIPE_OPTIMIZER_SGD) sgd_stage(p, w, m, gt, len);
-    else adam_stage(p, w, m, v, gt, len);
+    if (p.optimizer == SAPIPE_OPTIMIZER_SGD) sgd_stage(p, w, m, applied, applied_scale, keep_direction ? ge : nullptr, len);
+    else adam_stage(p, w, m, v, applied, applied_scale, len);
     float* predicted = p.stream_predicted ? wh : b.predicted + start;
     if (shadow) {
       // After the rotation backup holds the pre-update weights: the estimate stands for those.
@@ -45,7 +55,7 @@ SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePoint
         compensate_estimate(ge, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
       shadow_step(p, w, m, v, ge, predicted, len);
     } else if (p.prediction == SAPIPE_PREDICTION_LINEAR) {
-      linear_prediction(p, w, m, v, gt, predicted, len);
+      linear_prediction(p, w, m, v, ge, predicted, len);
     }
     if (p.stream_predicted) stream_store(b.predicted + start, wh, len);
   }

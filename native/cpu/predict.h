@@ -11,27 +11,27 @@
 namespace sapipe::cpu {
 
 // The SAPipe gradient estimate, taken before the applied gradient is compensated.
-// ga: the scaled applied gradient A_{t-1}; local-prev-sync also rotates prev_local <- local.
+// ga*scale is the applied gradient A_{t-1}; local-prev-sync also rotates prev_local <- local.
 SAPIPE_KERNEL_BODY void gradient_estimate(const UpdatePlan& p, float* __restrict ge,
-                                          const float* __restrict ga,
+                                          const float* __restrict ga, float scale,
                                           const float* __restrict local,
                                           float* __restrict prev_local, size_t len) {
   const float ls = p.local_grad_scale;
   if (p.estimate == SAPIPE_ESTIMATE_LOCAL) {
     for (size_t i = 0; i < len; ++i) ge[i] = local[i] * ls;
   } else if (p.estimate == SAPIPE_ESTIMATE_PREV_SYNC) {
-    for (size_t i = 0; i < len; ++i) ge[i] = ga[i];
+    for (size_t i = 0; i < len; ++i) ge[i] = ga[i] * scale;
   } else if (p.have_prev_local) {
     const float k = ls * p.inv_world_size;
     for (size_t i = 0; i < len; ++i) {
       float l = local[i];
-      ge[i] = ga[i] + (l - prev_local[i]) * k;
+      ge[i] = ga[i] * scale + (l - prev_local[i]) * k;
       prev_local[i] = l;
     }
   } else {
     // No g_{t-1} yet: the estimate falls back to prev-sync and stores g_t for the next step.
     for (size_t i = 0; i < len; ++i) {
-      ge[i] = ga[i];
+      ge[i] = ga[i] * scale;
       prev_local[i] = local[i];
     }
   }
