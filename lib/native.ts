@@ -89,6 +89,7 @@ export interface NativeAddon {
   axpy(y: NativeBufferHandle, x: NativeBufferHandle, a: number): void;
   squaredNorm(x: NativeBufferHandle): number;
   countNonFinite(x: NativeBufferHandle): number;
+  /** STREAM triad on doubles: each buffer holds length/2 doubles. */
   triad(a: NativeBufferHandle, b: NativeBufferHandle, c: NativeBufferHandle, s: number): void;
   copy(dst: NativeBufferHandle, src: NativeBufferHandle): void;
   info(): NativeInfo;

@@ -1,7 +1,8 @@
 /**
  * `sapipe bench kernels`: every fused update variant at one size, as effective bandwidth (bytes
- * counted as ALGORITHMS.md counts them) and as a ratio to a triad kernel (a[i] = b[i] + s*c[i],
- * 24 B per element) measured in the same run with the same threads.
+ * counted as ALGORITHMS.md counts them) and as a ratio to STREAM's triad (a[i] = b[i] + s*c[i] on
+ * doubles, 24 B per element) measured in the same run with the same threads, its runs interleaved with the
+ * variant's so that both see the same memory system.
  *
  * Each variant is timed twice: the fused kernel alone (the gradient's finiteness already known, as
  * after sapipe's reductions and all-reduce, which count non-finite values while they write), and a
@@ -10,7 +11,8 @@
  */
 import { nativeAddon, type NativeBufferHandle } from '../native.js';
 import { KERNEL_VARIANTS, allocateBuffers } from '../optim/variants.js';
-import { gigabytesPerSecond, timeSync, type TimingOptions } from './timing.js';
+import { gigabytesPerSecond, median, type TimingOptions } from './timing.js';
+import { performance } from 'node:perf_hooks';
 
 export interface KernelBenchRow {
   name: string;
@@ -30,7 +32,7 @@ export interface KernelBenchResult {
   elements: number;
   threads: number;
   simd: string;
-  /** The triad reference: the better of a measurement before and one after the variants. */
+  /** The triad reference: the median over every triad run interleaved with the variants. */
   triad: { medianMs: number; gbps: number };
   rows: KernelBenchRow[];
 }
@@ -56,30 +58,61 @@ export function fillDistinct(array: Float32Array, seed: number, lo: number, hi: 
   }
 }
 
-function measureTriad(elements: number, timing: TimingOptions): { medianMs: number; gbps: number } {
-  const addon = nativeAddon();
-  const [a, b, c] = [0, 1, 2].map(() => new addon.NativeBuffer(elements)) as [NativeBufferHandle, NativeBufferHandle, NativeBufferHandle];
-  try {
-    fillDistinct(a.array, 1, -1, 1);
-    fillDistinct(b.array, 2, -1, 1);
-    fillDistinct(c.array, 3, -1, 1);
-    const ms = timeSync(() => addon.triad(a, b, c, 0.5), timing);
-    return { medianMs: ms, gbps: gigabytesPerSecond(elements, 24, ms) };
-  } finally {
-    for (const x of [a, b, c]) x.dispose();
+/** STREAM's triad a[i] = b[i] + s*c[i] on doubles (24 B per element), on its own buffers. */
+class Triad {
+  private readonly buffers: [NativeBufferHandle, NativeBufferHandle, NativeBufferHandle];
+  constructor(elements: number) {
+    const addon = nativeAddon();
+    this.buffers = [0, 1, 2].map(() => new addon.NativeBuffer(2 * elements)) as [NativeBufferHandle, NativeBufferHandle, NativeBufferHandle];
+    this.buffers.forEach((b, i) => {
+      const doubles = new Float64Array(b.array.buffer, b.array.byteOffset, elements);
+      let state = i + 1;
+      for (let j = 0; j < elements; j++) {
+        state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+        doubles[j] = state / 4294967296 - 0.5;
+      }
+    });
   }
+  run(): void {
+    const [a, b, c] = this.buffers;
+    nativeAddon().triad(a, b, c, 0.5);
+  }
+  dispose(): void {
+    for (const b of this.buffers) b.dispose();
+  }
+}
+
+/**
+ * Median times of `kernel` and of the triad, run alternately so both see the same machine state
+ * (memory bandwidth on shared hosts drifts by tens of percent within seconds).
+ */
+function timeAgainstTriad(kernel: () => void, triad: Triad, { warmup, reps }: TimingOptions): { kernelMs: number; triadMs: number[] } {
+  for (let i = 0; i < warmup; i++) {
+    kernel();
+    triad.run();
+  }
+  const kernelTimes: number[] = [];
+  const triadTimes: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    let start = performance.now();
+    kernel();
+    kernelTimes.push(performance.now() - start);
+    start = performance.now();
+    triad.run();
+    triadTimes.push(performance.now() - start);
+  }
+  return { kernelMs: median(kernelTimes), triadMs: triadTimes };
 }
 
 export function benchKernels(options: KernelBenchOptions): KernelBenchResult {
   const addon = nativeAddon();
   const info = addon.info();
   const variants = KERNEL_VARIANTS.filter((v) => !options.filter || v.name.includes(options.filter));
-  const total = variants.length + 2;
+  const total = variants.length;
   let done = 0;
   const progress = (label: string): void => options.onProgress?.(done, total, label);
-  progress('triad');
-  const triadBefore = measureTriad(options.elements, options);
-  done++;
+  const triad = new Triad(options.elements);
+  const allTriadTimes: number[] = [];
   const rows: KernelBenchRow[] = [];
   for (const variant of variants) {
     progress(variant.name);
@@ -93,38 +126,41 @@ export function benchKernels(options: KernelBenchOptions): KernelBenchResult {
       // Distinct small finite values in every buffer (this also first-touches every page).
       handles.forEach((h, i) => fillDistinct(h.array, 17 + i, h === buffers.weights ? -1 : 1e-4, h === buffers.weights ? 1 : 1e-3));
       let step = 1;
-      const time = (gradChecked: boolean): number =>
-        timeSync(() => {
-          const r = addon.update({ ...variant.config, step, havePrevLocal: step > 1, momentumIsEmpty: false, gradChecked }, buffers);
-          if (!r.applied) throw new Error(`${variant.name}: step unexpectedly skipped`);
-          step++;
-        }, options);
-      const ms = time(true);
-      const guardedMs = time(false);
+      const stepper = (gradChecked: boolean) => (): void => {
+        const r = addon.update({ ...variant.config, step, havePrevLocal: step > 1, momentumIsEmpty: false, gradChecked }, buffers);
+        if (!r.applied) throw new Error(`${variant.name}: step unexpectedly skipped`);
+        step++;
+      };
+      const fused = timeAgainstTriad(stepper(true), triad, options);
+      const guarded = timeAgainstTriad(stepper(false), triad, options);
+      const triadTimes = [...fused.triadMs, ...guarded.triadMs];
+      allTriadTimes.push(...triadTimes);
+      const triadGbps = gigabytesPerSecond(options.elements, 24, median(triadTimes));
       const bytes = addon.updateBytesPerElement(variant.config);
+      const gbps = gigabytesPerSecond(options.elements, bytes, fused.kernelMs);
       rows.push({
         name: variant.name,
         elements: options.elements,
         bytesPerElement: bytes,
-        medianMs: ms,
-        gbps: gigabytesPerSecond(options.elements, bytes, ms),
-        ratioToTriad: 0,
-        guardedMs,
-        guardedRatioToTriad: 0,
+        medianMs: fused.kernelMs,
+        gbps,
+        ratioToTriad: gbps / triadGbps,
+        guardedMs: guarded.kernelMs,
+        guardedRatioToTriad: gigabytesPerSecond(options.elements, bytes, guarded.kernelMs) / triadGbps,
       });
     } finally {
       for (const h of handles) h.dispose();
     }
     done++;
   }
-  progress('triad');
-  const triadAfter = measureTriad(options.elements, options);
-  done++;
   progress('done');
-  const triad = triadAfter.gbps > triadBefore.gbps ? triadAfter : triadBefore;
-  for (const row of rows) {
-    row.ratioToTriad = row.gbps / triad.gbps;
-    row.guardedRatioToTriad = gigabytesPerSecond(row.elements, row.bytesPerElement, row.guardedMs) / triad.gbps;
-  }
-  return { elements: options.elements, threads: info.threads, simd: info.simd, triad, rows };
+  triad.dispose();
+  const triadMs = median(allTriadTimes);
+  return {
+    elements: options.elements,
+    threads: info.threads,
+    simd: info.simd,
+    triad: { medianMs: triadMs, gbps: gigabytesPerSecond(options.elements, 24, triadMs) },
+    rows,
+  };
 }

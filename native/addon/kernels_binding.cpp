@@ -97,7 +97,10 @@ Napi::Value Triad(const Napi::CallbackInfo& info) {
   BufferPtr a = arg_buffer(info, 0, "a"), b = arg_buffer(info, 1, "b"), c = arg_buffer(info, 2, "c");
   same_length(env, "triad", a, b);
   same_length(env, "triad", a, c);
-  check(env, sapipe_cpu_triad(a->data(), b->data(), c->data(), a->size(), arg_float(info, 3, "s")), "triad");
+  // The buffers hold doubles: two floats' worth of aligned memory each.
+  if (a->size() % 2 != 0) throw_error(env, "ERR_INVALID_ARGUMENT", "triad: the buffers hold doubles; their float length must be even");
+  auto as_double = [](const BufferPtr& p) { return reinterpret_cast<double*>(p->data()); };
+  check(env, sapipe_cpu_triad(as_double(a), as_double(b), as_double(c), a->size() / 2, arg_float(info, 3, "s")), "triad");
   return env.Undefined();
 }
 

@@ -280,10 +280,11 @@ sapipe_status sapipe_cpu_count_non_finite(const float* x, size_t count, int64_t*
   return SAPIPE_OK;
 }
 
-sapipe_status sapipe_cpu_triad(float* a, const float* b, const float* c, size_t count, float s) {
+sapipe_status sapipe_cpu_triad(double* a, const double* b, const double* c, size_t count, double s) {
   if (a == nullptr || b == nullptr || c == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
-  ThreadPool::global().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.triad(a + lo, b + lo, c + lo, hi - lo, s); });
+  // 8 doubles per cache line.
+  ThreadPool::global().parallel_for(count, 8, [&](int, size_t lo, size_t hi) { k.triad(a + lo, b + lo, c + lo, hi - lo, s); });
   return SAPIPE_OK;
 }
 

@@ -29,7 +29,7 @@
   target void elastic_average(float* x, float* c, size_t n, float a) {                           \
     elastic_average_body(x, c, n, a);                                                            \
   }                                                                                              \
-  target void triad(float* a, const float* b, const float* c, size_t n, float s) {               \
+  target void triad(double* a, const double* b, const double* c, size_t n, double s) {           \
     triad_body(a, b, c, n, s);                                                                   \
   }                                                                                              \
   target void copy(float* d, const float* s, size_t n) { copy_body(d, s, n); }                   \

@@ -19,7 +19,7 @@ struct KernelTable {
   void (*axpy)(float* y, const float* x, size_t n, float a);
   double (*squared_norm)(const float* x, size_t n);
   void (*elastic_average)(float* x, float* c, size_t n, float alpha);
-  void (*triad)(float* a, const float* b, const float* c, size_t n, float s);
+  void (*triad)(double* a, const double* b, const double* c, size_t n, double s);
   void (*copy)(float* dst, const float* src, size_t n);
 };
 

@@ -59,7 +59,7 @@ function runKernels(options: KernelsOptions): void {
     `fused update kernels: ${formatCount(result.elements)} fp32 elements, ${result.threads} thread(s), simd ${result.simd}, ` +
       `median of ${options.reps} runs after ${options.warmup} warm-up`,
   );
-  console.log(`triad a[i] = b[i] + s*c[i] (24 B/element): ${result.triad.medianMs.toFixed(3)} ms, ${result.triad.gbps.toFixed(2)} GB/s`);
+  console.log(`triad a[i] = b[i] + s*c[i] on doubles (STREAM, 24 B/element): ${result.triad.medianMs.toFixed(3)} ms, ${result.triad.gbps.toFixed(2)} GB/s`);
   const plain = !process.stdout.isTTY;
   const table = new Table({
     head: ['kernel', 'B/elem', 'median ms', 'GB/s', 'x triad', 'with guard ms', 'x triad'],

@@ -124,8 +124,9 @@ sapipe_status sapipe_cpu_squared_norm(const float* x, size_t count, double* out)
 /* Count of NaN/Inf elements. */
 sapipe_status sapipe_cpu_count_non_finite(const float* x, size_t count, int64_t* out);
 
-/* Bandwidth references for benchmarks: a[i] = b[i] + s*c[i] (24 B/element) and dst = src (8 B). */
-sapipe_status sapipe_cpu_triad(float* a, const float* b, const float* c, size_t count, float s);
+/* Bandwidth references for benchmarks: STREAM's triad a[i] = b[i] + s*c[i] on doubles
+ * (24 B/element), and dst = src on floats (8 B/element). */
+sapipe_status sapipe_cpu_triad(double* a, const double* b, const double* c, size_t count, double s);
 sapipe_status sapipe_cpu_copy(float* dst, const float* src, size_t count);
 
 #ifdef __cplusplus
