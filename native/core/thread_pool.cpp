@@ -1,10 +1,34 @@
 #include "thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SAPIPE_CPU_RELAX() _mm_pause()
+#else
+#define SAPIPE_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace sapipe {
+namespace {
+
+// How long a thread polls before it sleeps on a condition variable.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+template <class Ready>
+bool spin_until(Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    SAPIPE_CPU_RELAX();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -13,7 +37,7 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -22,19 +46,19 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop(int index) {
   unsigned long seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
-    {
+    auto started = [&] { return stopping_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(started)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      if (index >= job_threads_) continue;
-      job = job_;
+      start_cv_.wait(lock, started);
     }
-    (*job)(index);
-    {
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    if (index >= job_threads_) continue;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Taking the lock orders this notification after the caller's check-then-wait.
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
@@ -61,13 +85,16 @@ void ThreadPool::parallel_for(size_t n, size_t align,
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &job;
     job_threads_ = used;
-    pending_ = used - 1;
-    ++generation_;
+    pending_.store(used - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   job(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, done);
+  }
   job_ = nullptr;
 }
 

@@ -3,8 +3,13 @@
 // write the same line. The caller's thread takes part as thread 0, so a pool of T threads starts
 // T - 1 workers. Jobs are serialised: the execution queue's worker and the JS thread's sync path
 // may both submit work, one after the other.
+//
+// Waking a sleeping thread costs tens of microseconds on virtual machines, and one optimizer step
+// is two jobs back to back (the non-finite scan, then the update), so workers and the caller spin
+// briefly before they sleep.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -44,11 +49,11 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
+  const std::function<void(int)>* job_ = nullptr;  // published by generation_
   int job_threads_ = 0;
-  unsigned long generation_ = 0;
-  int pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<unsigned long> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace sapipe
