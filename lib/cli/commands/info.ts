@@ -1,13 +1,8 @@
 import type { Command } from 'commander';
 
+import { backendStatuses, type BackendStatus } from '../../backends/index.js';
 import { nativeAddon, nativeUnavailableReason } from '../../native.js';
 import { packageVersion } from '../../version.js';
-
-export interface BackendStatus {
-  name: string;
-  available: boolean;
-  reason?: string;
-}
 
 export interface SapipeInfo {
   version: string;
@@ -20,24 +15,18 @@ export interface SapipeInfo {
 }
 
 export function collectInfo(): SapipeInfo {
-  const reason = nativeUnavailableReason();
   const info: SapipeInfo = {
     version: packageVersion(),
     node: process.version,
     platform: `${process.platform}-${process.arch}`,
-    backends: [],
+    backends: backendStatuses(),
   };
-  if (reason === undefined) {
+  if (nativeUnavailableReason() === undefined) {
     const native = nativeAddon().info();
     info.simd = native.simd;
     info.simdSupported = native.simdSupported;
     info.threads = native.threads;
-    info.backends.push({ name: 'cpu', available: true });
-  } else {
-    info.backends.push({ name: 'cpu', available: false, reason });
   }
-  info.backends.push({ name: 'cuda', available: false, reason: 'the CUDA plugin is not part of this build yet' });
-  info.backends.push({ name: 'ucx', available: false, reason: 'the UCX plugin is not part of this build yet' });
   return info;
 }
 
@@ -57,6 +46,6 @@ export function registerInfoCommand(program: Command): void {
       if (info.threads) console.log(`threads: ${info.threads} (SAPIPE_NUM_THREADS overrides)`);
       console.log('backends:');
       for (const b of info.backends)
-        console.log(`  ${b.name.padEnd(5)} ${b.available ? 'available' : `unavailable: ${b.reason ?? ''}`}`);
+        console.log(`  ${b.name.padEnd(6)} ${b.kind.padEnd(7)} ${b.available ? 'available' : `unavailable: ${b.reason ?? ''}`}`);
     });
 }

@@ -1,0 +1,24 @@
+/**
+ * The backend registry: one probe per backend. Backends added later register their probe here.
+ */
+import { probeCpu } from './cpu.js';
+import type { BackendProbe, BackendStatus } from './status.js';
+
+export type { BackendProbe, BackendStatus } from './status.js';
+
+const probes: BackendProbe[] = [
+  probeCpu,
+  () => ({ name: 'cuda', kind: 'compute', available: false, reason: 'the CUDA plugin is not part of this build yet' }),
+  () => ({ name: 'ucx', kind: 'comm', available: false, reason: 'the UCX plugin is not part of this build yet' }),
+];
+
+/** Probes every backend; never throws. */
+export function backendStatuses(): BackendStatus[] {
+  return probes.map((probe) => {
+    try {
+      return probe();
+    } catch (error) {
+      return { name: probe.name, kind: 'compute', available: false, reason: `probe failed: ${(error as Error).message}` };
+    }
+  });
+}
