@@ -1,5 +1,5 @@
 // Delay compensation (ALGORITHMS.md section 2) as a stage of the fused update, on one
-// L1-resident block: gt holds the scaled gradient and becomes the compensated one.
+// L1-resident block.
 #pragma once
 
 #include <cmath>
@@ -10,40 +10,21 @@
 
 namespace sapipe::cpu {
 
-// g_tilde = g + lambda*g*g*(w - w_c) [/ sqrt(g*g + eps)], then rotates backup: w_c <- current w.
-SAPIPE_KERNEL_BODY void compensate_and_rotate(float* __restrict gt, const float* __restrict w,
-                                              float* __restrict backup, size_t len, int kind,
-                                              float lambda, float eps) {
+// g <- g + lambda*g*g*(w_now - w_then) [/ sqrt(g*g + eps)]: a gradient computed at w_then, applied
+// at w_now.
+SAPIPE_KERNEL_BODY void compensate(float* __restrict g, const float* __restrict w_now,
+                                   const float* __restrict w_then, size_t len, int kind,
+                                   float lambda, float eps) {
   if (kind == SAPIPE_COMPENSATION_ADAPTIVE) {
     for (size_t i = 0; i < len; ++i) {
-      float g = gt[i];
-      float gg = g * g;
-      gt[i] = g + lambda * gg * (w[i] - backup[i]) / std::sqrt(gg + eps);
-      backup[i] = w[i];
+      float gi = g[i];
+      float gg = gi * gi;
+      g[i] = gi + lambda * gg * (w_now[i] - w_then[i]) / std::sqrt(gg + eps);
     }
   } else {
     for (size_t i = 0; i < len; ++i) {
-      float g = gt[i];
-      gt[i] = g + lambda * g * g * (w[i] - backup[i]);
-      backup[i] = w[i];
-    }
-  }
-}
-
-// Compensation of a gradient estimate that will meet w_new although it stands for w_old.
-SAPIPE_KERNEL_BODY void compensate_estimate(float* __restrict ge, const float* __restrict w_new,
-                                            const float* __restrict w_old, size_t len, int kind,
-                                            float lambda, float eps) {
-  if (kind == SAPIPE_COMPENSATION_ADAPTIVE) {
-    for (size_t i = 0; i < len; ++i) {
-      float g = ge[i];
-      float gg = g * g;
-      ge[i] = g + lambda * gg * (w_new[i] - w_old[i]) / std::sqrt(gg + eps);
-    }
-  } else {
-    for (size_t i = 0; i < len; ++i) {
-      float g = ge[i];
-      ge[i] = g + lambda * g * g * (w_new[i] - w_old[i]);
+      float gi = g[i];
+      g[i] = gi + lambda * gi * gi * (w_now[i] - w_then[i]);
     }
   }
 }

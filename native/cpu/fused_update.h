@@ -19,8 +19,8 @@ namespace sapipe::cpu {
 constexpr size_t kUpdateBlock = 512;  // floats per temporary: 2 KiB, well inside L1
 
 SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePointers& b, size_t count) {
-  alignas(64) float gt[kUpdateBlock];  // the compensated gradient, or plain SGD's applied direction
-  alignas(64) float ge[kUpdateBlock];  // the shadow step's gradient estimate
+  alignas(64) float gt[kUpdateBlock];  // the compensated gradient
+  alignas(64) float ge[kUpdateBlock];  // the shadow step's gradient estimate, or plain SGD's applied direction
   alignas(64) float wh[kUpdateBlock];  // predicted weights on their way to a streaming store
   const bool shadow = p.prediction == SAPIPE_PREDICTION_SHADOW_STEP;
   const bool dc = p.compensation != SAPIPE_COMPENSATION_NONE;
@@ -39,8 +39,11 @@ SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePoint
     float applied_scale = p.grad_scale;
     if (dc) {
       const float scale = p.grad_scale;
+      float* __restrict backup = b.backup + start;
       for (size_t i = 0; i < len; ++i) gt[i] = g[i] * scale;
-      compensate_and_rotate(gt, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
+      compensate(gt, w, backup, len, p.compensation, p.lambda, p.compensation_eps);
+      // Rotate: the next step's gradient will have been computed at these weights.
+      for (size_t i = 0; i < len; ++i) backup[i] = w[i];
       applied = gt;
       applied_scale = 1.0f;
     }
@@ -52,7 +55,7 @@ SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePoint
     if (shadow) {
       // After the rotation backup holds the pre-update weights: the estimate stands for those.
       if (p.compensate_estimate)
-        compensate_estimate(ge, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
+        compensate(ge, w, b.backup + start, len, p.compensation, p.lambda, p.compensation_eps);
       shadow_step(p, w, m, v, ge, predicted, len);
     } else if (p.prediction == SAPIPE_PREDICTION_LINEAR) {
       linear_prediction(p, w, m, v, ge, predicted, len);

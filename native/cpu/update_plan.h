@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "sapipe/kernels.h"
+#include "sapipe/status.h"
 
 namespace sapipe::cpu {
 
@@ -32,6 +33,13 @@ struct UpdatePlan {
   bool stream_predicted;  // write w_hat with streaming stores (large outputs only)
 };
 
+// SAPIPE_OK or the status naming what is wrong; the buffers check covers missing buffers the
+// configuration needs and overlaps between the ranges [offset, offset + count) of any two.
+sapipe_status check_update_config(const sapipe_update_config& config);
+sapipe_status check_update_buffers(const sapipe_update_config& config, const sapipe_update_buffers& buffers);
+// True when the shadow step reads this worker's local gradient (the guard must scan it too).
+bool update_reads_local_grad(const sapipe_update_config& config);
+// Expects a configuration that check_update_config accepted.
 UpdatePlan make_update_plan(const sapipe_update_config& config);
 
 // Pointers already advanced to the range being processed.
