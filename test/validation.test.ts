@@ -108,7 +108,8 @@ t.test('step inputs', async (t) => {
   t.throws(() => local.stepSync(null as unknown as object), code('ERR_INVALID_ARGUMENT'));
   t.equal(local.steps, 0, 'no rejected call stepped');
   local.dispose();
-  t.throws(() => local.stepSync({ localGrad: g }), code('ERR_INVALID_ARGUMENT'), 'disposed optimizer');
+  t.throws(() => local.stepSync({ localGrad: g }), code('ERR_DISPOSED'), 'disposed optimizer');
+  t.throws(() => local.exportState(), code('ERR_DISPOSED'));
   p.dispose();
 });
 

@@ -2,7 +2,7 @@
  * The optimizer base: owns the state buffers of one ParamSet and runs the fused native update
  * (optimizer step + delay compensation + weight prediction + non-finite guard) in one call per step.
  */
-import { BusyError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { BusyError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import {
   awaitNative,
   callNative,
@@ -242,7 +242,7 @@ export abstract class Optimizer {
   }
 
   private checkUsable(what: string): void {
-    if (this.isDisposed) throw new InvalidArgumentError(`Optimizer.${what}: the optimizer was disposed`);
+    if (this.isDisposed) throw new DisposedError(`Optimizer.${what}: the optimizer was disposed; create a new one`);
     this.params.checkLive(`${what} (optimizer)`);
   }
 
