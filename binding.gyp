@@ -16,7 +16,8 @@
         "native/core/thread_pool.cpp",
         "native/cpu/cpu_api.cpp",
         "native/cpu/kernel_table.cpp",
-        "native/cpu/simd.cpp"
+        "native/cpu/simd.cpp",
+        "native/cpu/update_plan.cpp"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
