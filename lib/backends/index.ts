@@ -5,6 +5,7 @@ import { probeCpu } from './cpu.js';
 import type { BackendProbe, BackendStatus } from './status.js';
 
 export type { BackendProbe, BackendStatus } from './status.js';
+export * from './select.js';
 
 const probes: BackendProbe[] = [
   probeCpu,
