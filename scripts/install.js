@@ -64,7 +64,7 @@ function nodeGypCommand() {
 
 function buildFromSource() {
   const [command, prefix] = nodeGypCommand();
-  const args = [...prefix, 'rebuild'];
+  const args = [...prefix, 'rebuild', '--jobs=max'];
   // node-gyp downloads Node.js headers unless told where they are; most Node.js installs carry
   // them in <prefix>/include/node, which keeps a source build working offline.
   const headersPrefix = path.resolve(path.dirname(process.execPath), '..');

@@ -73,13 +73,15 @@ function main() {
   if (newest.mtimeMs > built)
     log(`warning: ${path.relative(root, newest.file)} is newer than build/Release/sapipe.node; run \`npm run build:native\` first to ship it`);
 
-  // Start from an empty folder: a plugin that is no longer built must not linger in the package.
-  rmSync(target, { recursive: true, force: true });
   mkdirSync(target, { recursive: true });
   install(addon, path.join(target, PREBUILT_ADDON_NAME));
   // Plugins are shared libraries that the addon dlopens from its own folder.
   const plugins = readdirSync(release).filter((f) => /\.so(\.\d+)*$/.test(f));
   for (const plugin of plugins) install(path.join(release, plugin), path.join(target, plugin));
+  // A plugin that is no longer built must not linger in the package. Removed after the copies
+  // (not by emptying the folder first) so that a concurrent `npm pack` never sees it empty.
+  const shipped = new Set([PREBUILT_ADDON_NAME, ...plugins]);
+  for (const stale of readdirSync(target).filter((f) => !shipped.has(f))) rmSync(path.join(target, stale), { force: true });
   const files = readdirSync(target).map((f) => `${f} (${statSync(path.join(target, f)).size} B)`);
   log(`${path.relative(root, target)}: ${files.join(', ')}`);
 }
