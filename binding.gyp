@@ -4,6 +4,7 @@
       "target_name": "sapipe",
       "sources": [
         "native/addon/addon.cpp",
+        "native/addon/cuda_binding.cpp",
         "native/addon/errors.cpp",
         "native/addon/js_args.cpp",
         "native/addon/kernels_binding.cpp",
@@ -12,6 +13,7 @@
         "native/addon/update_binding.cpp",
         "native/core/aligned_buffer.cpp",
         "native/core/execution_queue.cpp",
+        "native/core/plugin_loader.cpp",
         "native/core/status.cpp",
         "native/core/thread_pool.cpp",
         "native/cpu/cpu_api.cpp",
@@ -27,7 +29,8 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"],
-      "ldflags": ["-pthread"]
+      "ldflags": ["-pthread"],
+      "libraries": ["-ldl"]
     }
   ]
 }

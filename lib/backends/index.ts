@@ -2,6 +2,7 @@
  * The backend registry: one probe per backend. Backends added later register their probe here.
  */
 import { probeCpu } from './cpu.js';
+import { probeCuda, probeNccl } from './cuda.js';
 import type { BackendProbe, BackendStatus } from './status.js';
 
 export type { BackendProbe, BackendStatus } from './status.js';
@@ -9,7 +10,8 @@ export * from './select.js';
 
 const probes: BackendProbe[] = [
   probeCpu,
-  () => ({ name: 'cuda', kind: 'compute', available: false, reason: 'the CUDA plugin is not part of this build yet' }),
+  probeCuda,
+  probeNccl,
   () => ({ name: 'ucx', kind: 'comm', available: false, reason: 'the UCX plugin is not part of this build yet' }),
 ];
 

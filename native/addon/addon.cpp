@@ -4,6 +4,7 @@
 #include "../core/thread_pool.h"
 #include "../cpu/simd.h"
 #include "addon_data.h"
+#include "cuda_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
 #include "queue.h"
@@ -35,6 +36,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   Queue::Init(env, exports);
   InitUpdate(env, exports);
   InitKernels(env, exports);
+  InitCuda(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));
   return exports;
 }

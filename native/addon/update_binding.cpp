@@ -11,15 +11,8 @@
 #include "update_binding.h"
 
 namespace sapipe::addon {
-namespace {
 
-struct ParsedUpdate {
-  sapipe_update_config config{};
-  sapipe_update_buffers buffers{};
-  std::vector<std::shared_ptr<AlignedBuffer>> held;  // keeps memory alive while queued
-};
-
-sapipe_update_config parse_config(const Napi::Object& c) {
+sapipe_update_config parse_update_config(const Napi::Object& c) {
   sapipe_update_config cfg{};
   cfg.optimizer = static_cast<int32_t>(get_number(c, "optimizer", -1));
   cfg.lr = static_cast<float>(get_number(c, "lr", -1));
@@ -48,9 +41,17 @@ sapipe_update_config parse_config(const Napi::Object& c) {
   return cfg;
 }
 
+namespace {
+
+struct ParsedUpdate {
+  sapipe_update_config config{};
+  sapipe_update_buffers buffers{};
+  std::vector<std::shared_ptr<AlignedBuffer>> held;  // keeps memory alive while queued
+};
+
 ParsedUpdate parse(Napi::Env env, const Napi::Value& config, const Napi::Value& buffers) {
   ParsedUpdate out;
-  out.config = parse_config(expect_object(env, config, "config"));
+  out.config = parse_update_config(expect_object(env, config, "config"));
   Napi::Object b = expect_object(env, buffers, "buffers");
   auto weights = NativeBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
   const size_t length = weights->size();
@@ -131,7 +132,7 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
-  sapipe_update_config cfg = parse_config(expect_object(info.Env(), info[0], "config"));
+  sapipe_update_config cfg = parse_update_config(expect_object(info.Env(), info[0], "config"));
   return Napi::Number::New(info.Env(), sapipe_update_bytes_per_element(&cfg));
 }
 

@@ -43,20 +43,6 @@ using namespace sapipe::cpu;
 
 extern "C" {
 
-int32_t sapipe_update_bytes_per_element(const sapipe_update_config* c) {
-  if (c == nullptr) return 0;
-  int32_t bytes = 12;  // read w, read g, write w
-  if (c->optimizer != SAPIPE_OPTIMIZER_SGD) bytes = 28;
-  else if (c->momentum != 0.0f) bytes = 20;
-  if (c->compensation != SAPIPE_COMPENSATION_NONE) bytes += 8;  // backup read + write
-  if (c->prediction != SAPIPE_PREDICTION_NONE) bytes += 4;      // w_hat write
-  if (c->prediction == SAPIPE_PREDICTION_SHADOW_STEP) {
-    if (c->estimate == SAPIPE_ESTIMATE_LOCAL) bytes += 4;
-    if (c->estimate == SAPIPE_ESTIMATE_LOCAL_PREV_SYNC) bytes += 12;  // local, prev in, prev out
-  }
-  return bytes;
-}
-
 sapipe_status sapipe_cpu_update(const sapipe_update_config* config, const sapipe_update_buffers* buffers,
                                 sapipe_update_result* result) {
   if (config == nullptr || buffers == nullptr || result == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;

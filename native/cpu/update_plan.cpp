@@ -133,3 +133,18 @@ UpdatePlan make_update_plan(const sapipe_update_config& c) {
 }
 
 }  // namespace sapipe::cpu
+
+// Bytes per element as ALGORITHMS.md counts them: with the plan, so every backend reports the same.
+extern "C" int32_t sapipe_update_bytes_per_element(const sapipe_update_config* c) {
+  if (c == nullptr) return 0;
+  int32_t bytes = 12;  // read w, read g, write w
+  if (c->optimizer != SAPIPE_OPTIMIZER_SGD) bytes = 28;
+  else if (c->momentum != 0.0f) bytes = 20;
+  if (c->compensation != SAPIPE_COMPENSATION_NONE) bytes += 8;  // backup read + write
+  if (c->prediction != SAPIPE_PREDICTION_NONE) bytes += 4;      // w_hat write
+  if (c->prediction == SAPIPE_PREDICTION_SHADOW_STEP) {
+    if (c->estimate == SAPIPE_ESTIMATE_LOCAL) bytes += 4;
+    if (c->estimate == SAPIPE_ESTIMATE_LOCAL_PREV_SYNC) bytes += 12;  // local, prev in, prev out
+  }
+  return bytes;
+}

@@ -2,8 +2,10 @@ import { SingleBar } from 'cli-progress';
 import Table from 'cli-table3';
 import type { Command } from 'commander';
 
+import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchKernels } from '../../bench/kernels.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
+import { SapipeError } from '../../errors.js';
 import { formatCount, parseCount, parsePositiveInt } from '../parse.js';
 
 interface KernelsOptions {
@@ -13,6 +15,7 @@ interface KernelsOptions {
   warmup: number;
   filter?: string;
   json?: boolean;
+  device: string;
 }
 
 /** The thread pool reads SAPIPE_NUM_THREADS when the addon first runs a kernel: set it before. */
@@ -35,7 +38,42 @@ function progressBar(enabled: boolean): { update: (done: number, total: number, 
   };
 }
 
+/** --device cuda:N: the same variants on the GPU, against a device-to-device copy. */
+function runCudaKernels(options: KernelsOptions): void {
+  const result = benchCudaKernels({
+    device: options.device,
+    elements: options.size,
+    reps: options.reps,
+    warmup: options.warmup,
+    ...(options.filter !== undefined ? { filter: options.filter } : {}),
+  });
+  if (options.json) {
+    console.log(JSON.stringify(result, null, 2));
+    return;
+  }
+  console.log(`fused update kernels on ${result.device} (${result.deviceName}): ${formatCount(result.elements)} fp32 elements, median of ${options.reps} runs after ${options.warmup} warm-up`);
+  console.log(`device-to-device copy (8 B/element): ${result.copy.gbps.toFixed(1)} GB/s`);
+  const table = new Table({
+    head: ['kernel', 'B/elem', 'median ms', 'GB/s', 'x copy', 'with guard ms', 'x copy'],
+    ...(!process.stdout.isTTY ? { style: { head: [], border: [] } } : {}),
+  });
+  for (const r of result.rows)
+    table.push([r.name, r.bytesPerElement, r.medianMs.toFixed(3), r.gbps.toFixed(1), r.ratioToCopy.toFixed(3), r.guardedMs.toFixed(3), r.guardedRatioToCopy.toFixed(3)]);
+  console.log(table.toString());
+}
+
 function runKernels(options: KernelsOptions): void {
+  if (options.device !== 'cpu') {
+    // Unavailable devices fail with the error's code and reason (ERR_BACKEND_UNAVAILABLE: ...).
+    try {
+      runCudaKernels(options);
+    } catch (error) {
+      if (!(error instanceof SapipeError)) throw error;
+      console.error(`${error.code}: ${error.message}`);
+      process.exitCode = 1;
+    }
+    return;
+  }
   applyThreads(options.threads);
   const bar = progressBar(!options.json);
   const benchOptions = {
@@ -95,6 +133,7 @@ export function registerBenchCommand(program: Command): void {
     .option('--warmup <n>', 'unmeasured runs before measuring', parsePositiveInt, 3)
     .option('--filter <text>', 'only variants whose name contains this')
     .option('--json', 'print JSON instead of a table')
+    .option('--device <device>', 'cpu, or cuda:N for the GPU kernels of the CUDA plugin', 'cpu')
     .action((options: KernelsOptions) => runKernels(options));
   bench
     .command('step-overhead')

@@ -1,0 +1,197 @@
+// Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
+// data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
+// failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it.
+// test/cuda/harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../core/plugin_loader.h"
+#include "../cuda/nccl_loader.h"
+#include "check.h"
+#include "sapipe/kernels.h"
+#include "scalar_reference.h"
+#include "variants.h"
+
+using namespace sapipe;
+using namespace sapipe::tests;
+
+namespace {
+
+const size_t kSizes[] = {1, 3, 17, 1000, 4099};
+constexpr double kRtol = 2e-5, kAtol = 1e-6;
+
+void check_variants(Checks& t) {
+  for (const Variant& variant : update_variants()) {
+    for (size_t n : kSizes) {
+      HostState cpu, ref;
+      cpu.fill(n + 8, static_cast<unsigned>(n * 31 + variant.name.size()));
+      ref = cpu;
+      // Odd offsets put every buffer off its alignment; the elements outside must stay put.
+      const size_t offset = n % 2 == 1 ? 3 : 0;
+      for (int step = 1; step <= 3; ++step) {
+        sapipe_update_config c = variant.config;
+        c.step = step;
+        c.momentum_is_empty = step == 1;
+        c.have_prev_local = step > 1;
+        sapipe_update_buffers bc = cpu.buffers(offset, n), br = ref.buffers(offset, n);
+        sapipe_update_result result{};
+        const sapipe_status s = sapipe_cpu_update(&c, &bc, &result);
+        const bool applied = reference_update(c, br);
+        const std::string where = variant.name + " n=" + std::to_string(n) + " step " + std::to_string(step);
+        t.expect(s == SAPIPE_OK && result.applied == 1 && applied, where + ": applied");
+        const std::pair<const char*, std::pair<std::vector<float>*, std::vector<float>*>> outputs[] = {
+            {"w", {&cpu.w, &ref.w}},           {"m", {&cpu.m, &ref.m}},
+            {"v", {&cpu.v, &ref.v}},           {"backup", {&cpu.backup, &ref.backup}},
+            {"w_hat", {&cpu.predicted, &ref.predicted}}, {"prev_local", {&cpu.prev_local, &ref.prev_local}}};
+        for (const auto& [name, pair] : outputs) {
+          const double e = worst_error(*pair.first, *pair.second, kRtol, kAtol);
+          t.expect(e <= 1.0, where + ": " + name + " within tolerance (worst " + std::to_string(e) + ")");
+        }
+      }
+    }
+  }
+}
+
+void check_guard(Checks& t) {
+  for (const Variant& variant : update_variants()) {
+    HostState s;
+    s.fill(257, 7);
+    const bool reads_local = variant.config.prediction == SAPIPE_PREDICTION_SHADOW_STEP &&
+                             variant.config.estimate != SAPIPE_ESTIMATE_PREV_SYNC;
+    (reads_local ? s.local : s.g)[200] = NAN;
+    s.g[13] = INFINITY;
+    const HostState before = s;
+    sapipe_update_config c = variant.config;
+    sapipe_update_buffers b = s.buffers(0, 257);
+    sapipe_update_result r{};
+    const sapipe_status st = sapipe_cpu_update(&c, &b, &r);
+    t.expect(st == SAPIPE_OK && r.applied == 0 && r.non_finite_count == (reads_local ? 2 : 2),
+             variant.name + ": the guard skips a step with non-finite gradients and counts them");
+    t.expect(s.w == before.w && s.m == before.m && s.v == before.v && s.backup == before.backup &&
+                 s.predicted == before.predicted && s.prev_local == before.prev_local,
+             variant.name + ": a skipped step writes nothing");
+  }
+}
+
+void check_helpers(Checks& t) {
+  for (size_t n : kSizes) {
+    HostState s;
+    s.fill(n, static_cast<unsigned>(n));
+    for (size_t k = 1; k <= 10; k += 3) {
+      std::vector<std::vector<float>> in(k, s.g);
+      for (size_t j = 0; j < k; ++j)
+        for (size_t i = 0; i < n; ++i) in[j][i] += static_cast<float>(j) * 0.125f;
+      if (n > 2 && k > 1) in[k - 1][1] = NAN;
+      std::vector<const float*> ptrs;
+      for (auto& x : in) ptrs.push_back(x.data());
+      std::vector<float> out(n), want(n);
+      int64_t bad = -1, want_bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        double acc = 0;
+        for (size_t j = 0; j < k; ++j) acc += in[j][i];
+        want[i] = static_cast<float>(acc * 0.5);
+        want_bad += !std::isfinite(want[i]);
+      }
+      t.expect(sapipe_cpu_sum(out.data(), ptrs.data(), k, n, 0.5f, &bad) == SAPIPE_OK && bad == want_bad,
+               "sum of " + std::to_string(k) + " counts non-finite results (n=" + std::to_string(n) + ")");
+      auto finite_part = [](std::vector<float> x) {
+        for (float& e : x) if (!std::isfinite(e)) e = 0;
+        return x;
+      };
+      t.expect(worst_error(finite_part(out), finite_part(want), 1e-6, 1e-6) <= 1.0, "sum values n=" + std::to_string(n));
+    }
+    std::vector<float> x = s.w, y = s.m, want_x = s.w, want_y = s.m;
+    sapipe_cpu_scale(x.data(), n, 3.0f);
+    for (float& e : want_x) e *= 3.0f;
+    t.expect(x == want_x, "scale n=" + std::to_string(n));
+    sapipe_cpu_axpy(y.data(), s.w.data(), n, -2.0f);
+    for (size_t i = 0; i < n; ++i) want_y[i] = static_cast<float>(static_cast<double>(s.m[i]) - 2.0 * s.w[i]);
+    t.expect(worst_error(y, want_y, 1e-6, 1e-7) <= 1.0, "axpy n=" + std::to_string(n));
+    double norm = 0, want_norm = 0;
+    for (float e : s.w) want_norm += static_cast<double>(e) * e;
+    t.expect(sapipe_cpu_squared_norm(s.w.data(), n, &norm) == SAPIPE_OK && std::fabs(norm - want_norm) <= 1e-6 * want_norm,
+             "squared norm n=" + std::to_string(n));
+    std::vector<float> worker = s.w, center = s.backup;
+    sapipe_cpu_elastic_average(worker.data(), center.data(), n, 0.3f);
+    std::vector<float> want_w(n), want_c(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double d = 0.3 * (static_cast<double>(s.w[i]) - s.backup[i]);
+      want_w[i] = static_cast<float>(s.w[i] - d), want_c[i] = static_cast<float>(s.backup[i] + d);
+    }
+    t.expect(worst_error(worker, want_w, 1e-6, 1e-7) <= 1.0 && worst_error(center, want_c, 1e-6, 1e-7) <= 1.0,
+             "elastic average n=" + std::to_string(n));
+    std::vector<float> bad = s.g;
+    bad[0] = NAN;
+    if (n > 2) bad[n - 1] = -INFINITY;
+    int64_t count = -1;
+    t.expect(sapipe_cpu_count_non_finite(bad.data(), n, &count) == SAPIPE_OK && count == (n > 2 ? 2 : 1),
+             "count non-finite n=" + std::to_string(n));
+  }
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void check_loaders(Checks& t, const std::string& fakes) {
+  const size_t size = sizeof(sapipe_cuda_plugin_v1);
+  PluginLoad missing = load_plugin(fakes + "/no-such-plugin.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
+  t.expect(!missing.table && contains(missing.reason, "not found") && contains(missing.reason, "no-such-plugin.so"),
+           "a missing plugin names the file looked for: " + missing.reason);
+  PluginLoad no_entry = load_plugin(fakes + "/sapipe_test_plugin_without_entry.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
+  t.expect(!no_entry.table && contains(no_entry.reason, "sapipe_plugin_entry"),
+           "a plugin without its entry point names the symbol: " + no_entry.reason);
+  PluginLoad other = load_plugin(fakes + "/sapipe_test_plugin_other_abi.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
+  t.expect(!other.table && contains(other.reason, "ABI version 1") && contains(other.reason, "999"),
+           "a plugin of another ABI version is refused: " + other.reason);
+  PluginLoad no_device = load_plugin(fakes + "/sapipe_test_plugin_without_device.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
+  t.expect(no_device.table != nullptr, "a complete table loads: " + no_device.reason);
+  if (no_device.table) {
+    auto cuda = reinterpret_cast<const sapipe_cuda_plugin_v1*>(no_device.table);
+    int32_t n = -1;
+    t.expect(cuda->device_count(&n) == SAPIPE_ERR_BACKEND_UNAVAILABLE && n == 0 && contains(cuda->last_error(), "no CUDA device"),
+             "no device is reported as unavailable with the reason");
+  }
+  PluginLoad wrong_name = load_plugin(fakes + "/sapipe_test_plugin_without_device.so", "ucx", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
+  t.expect(!wrong_name.table && contains(wrong_name.reason, "not the ucx plugin"), "a plugin of another kind is refused");
+
+  cuda::nccl::Api api{};
+  std::string reason;
+  const std::string nowhere = fakes + "/no-nccl-here";
+  // Only meaningful where the system has no NCCL of its own.
+  sapipe_status s = cuda::nccl::load_uncached(nowhere.c_str(), &api, &reason);
+  if (s != SAPIPE_OK) {
+    t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "libnccl.so.2") && contains(reason, nowhere) &&
+                 contains(reason, "SAPIPE_NCCL_PATH"),
+             "a missing NCCL names every place looked at: " + reason);
+  }
+  reason.clear();
+  const std::string fake_nccl = fakes + "/nccl-without-allreduce";
+  s = cuda::nccl::load_uncached(fake_nccl.c_str(), &api, &reason);
+  t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "ncclAllReduce") && contains(reason, fake_nccl),
+           "an NCCL without ncclAllReduce names the symbol and the file: " + reason);
+}
+
+std::string self_directory() {
+  char buf[4096];
+  const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (len <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(len));
+  return path.substr(0, path.rfind('/'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string fakes = self_directory() + "/test-fakes";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--fakes") == 0) fakes = argv[i + 1];
+  Checks t;
+  check_variants(t);
+  check_guard(t);
+  check_helpers(t);
+  check_loaders(t, fakes);
+  return t.finish("sapipe_cpu_check");
+}

@@ -1,0 +1,211 @@
+// Needs a GPU: every CUDA kernel of the plugin against the CPU kernels on the same random data,
+// through the plugin's C ABI (as the addon uses it). Sizes cover the float4 body and scalar tails;
+// offsets cover the unaligned (scalar-only) path; three steps per variant. Also the non-finite
+// guard (nothing written on device), the bf16 copy of w_hat, and every helper kernel.
+// usage: sapipe_cuda_check [device]
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "device_plugin.h"
+#include "sapipe/kernels.h"
+#include "variants.h"
+
+using namespace sapipe;
+using namespace sapipe::tests;
+
+namespace {
+
+// The GPU contracts multiply-adds into FMAs; the CPU build does not: a few ulps apart per step.
+constexpr double kRtol = 1e-5, kAtol = 1e-6;
+
+struct DeviceState {
+  DeviceVector w, g, m, v, backup, predicted, local, prev_local;
+  DeviceState(const sapipe_cuda_plugin_v1* c, const HostState& h)
+      : w(c, h.w), g(c, h.g), m(c, h.m), v(c, h.v), backup(c, h.backup), predicted(c, h.predicted), local(c, h.local),
+        prev_local(c, h.prev_local) {}
+  sapipe_update_buffers buffers(size_t offset, size_t count) {
+    sapipe_update_buffers b{};
+    b.offset = offset, b.count = count;
+    b.weights = w.ptr, b.grad = g.ptr, b.momentum = m.ptr, b.second_moment = v.ptr, b.backup = backup.ptr;
+    b.predicted = predicted.ptr, b.local_grad = local.ptr, b.prev_local_grad = prev_local.ptr;
+    return b;
+  }
+};
+
+float bf16_round(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  bits &= 0xffff0000u;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+void check_updates(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
+  const size_t sizes[] = {1, 3, 4, 17, 1000, 4099, (1u << 20) + 3};
+  for (const Variant& variant : update_variants()) {
+    for (size_t n : sizes) {
+      for (size_t offset : {size_t{0}, size_t{1}, size_t{4}}) {
+        HostState host;
+        host.fill(n + offset + 4, static_cast<unsigned>(n + offset));
+        DeviceState dev(cuda, host);
+        uint16_t* bf16 = nullptr;
+        cuda->malloc_device(reinterpret_cast<void**>(&bf16), (n + offset + 4) * sizeof(uint16_t));
+        const std::string where = variant.name + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
+        bool ok = true;
+        for (int step = 1; step <= 3; ++step) {
+          sapipe_update_config c = variant.config;
+          c.step = step, c.momentum_is_empty = step == 1, c.have_prev_local = step > 1;
+          sapipe_update_buffers hb = host.buffers(offset, n), db = dev.buffers(offset, n);
+          sapipe_update_result hr{}, dr{};
+          ok = ok && sapipe_cpu_update(&c, &hb, &hr) == SAPIPE_OK && hr.applied == 1;
+          const sapipe_status s = cuda->update(&c, &db, bf16, &dr, nullptr);
+          ok = ok && s == SAPIPE_OK && dr.applied == 1;
+          if (s != SAPIPE_OK) std::printf("  %s: %s\n", where.c_str(), cuda->last_error());
+        }
+        t.expect(ok, where + ": applied on both");
+        const std::pair<const char*, std::pair<const std::vector<float>*, const DeviceVector*>> outputs[] = {
+            {"w", {&host.w, &dev.w}},           {"m", {&host.m, &dev.m}},
+            {"v", {&host.v, &dev.v}},           {"backup", {&host.backup, &dev.backup}},
+            {"w_hat", {&host.predicted, &dev.predicted}}, {"prev_local", {&host.prev_local, &dev.prev_local}}};
+        for (const auto& [name, pair] : outputs) {
+          const double e = worst_error(pair.second->host(), *pair.first, kRtol, kAtol);
+          t.expect(e <= 1.0, where + ": " + name + " matches the CPU (worst " + std::to_string(e) + ")");
+        }
+        if (variant.config.prediction != SAPIPE_PREDICTION_NONE) {
+          std::vector<uint16_t> got(n);
+          cuda->copy_to_host(got.data(), bf16 + offset, n * sizeof(uint16_t), nullptr);
+          cuda->stream_synchronize(nullptr);
+          const std::vector<float> wh = dev.predicted.host();
+          bool same = true;
+          for (size_t i = 0; i < n; ++i) {
+            const uint32_t bits = static_cast<uint32_t>(got[i]) << 16;
+            float x;
+            std::memcpy(&x, &bits, 4);
+            same = same && x == bf16_round(wh[offset + i]);
+          }
+          t.expect(same, where + ": the bf16 copy is w_hat rounded to nearest even");
+        }
+        cuda->free_device(bf16);
+      }
+    }
+  }
+}
+
+void check_guard(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
+  for (const Variant& variant : update_variants()) {
+    HostState host;
+    host.fill(100003, 5);
+    const bool reads_local = variant.config.prediction == SAPIPE_PREDICTION_SHADOW_STEP &&
+                             variant.config.estimate != SAPIPE_ESTIMATE_PREV_SYNC;
+    (reads_local ? host.local : host.g)[99999] = NAN;  // in the last block, far from the first
+    DeviceState dev(cuda, host);
+    sapipe_update_buffers b = dev.buffers(0, 100003);
+    sapipe_update_result r{};
+    const sapipe_status s = cuda->update(&variant.config, &b, nullptr, &r, nullptr);
+    t.expect(s == SAPIPE_OK && r.applied == 0 && r.non_finite_count == 1, variant.name + ": the guard skips the step");
+    t.expect(dev.w.host() == host.w && dev.m.host() == host.m && dev.v.host() == host.v &&
+                 dev.backup.host() == host.backup && dev.predicted.host() == host.predicted &&
+                 dev.prev_local.host() == host.prev_local,
+             variant.name + ": a skipped step writes nothing on the device");
+  }
+}
+
+void check_helpers(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
+  double* dnorm = nullptr;
+  int64_t* dcount = nullptr;
+  cuda->malloc_device(reinterpret_cast<void**>(&dnorm), sizeof(double));
+  cuda->malloc_device(reinterpret_cast<void**>(&dcount), sizeof(int64_t));
+  auto read_count = [&] {
+    int64_t c = -1;
+    cuda->copy_to_host(&c, dcount, sizeof c, nullptr);
+    cuda->stream_synchronize(nullptr);
+    return c;
+  };
+  for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, (size_t{1} << 22) + 1}) {
+    HostState h;
+    h.fill(n, static_cast<unsigned>(n) + 99);
+    const std::string at = " n=" + std::to_string(n);
+    for (size_t k : {size_t{1}, size_t{2}, size_t{9}, size_t{17}}) {
+      std::vector<std::vector<float>> in(k, h.g);
+      for (size_t j = 0; j < k; ++j)
+        for (size_t i = 0; i < n; ++i) in[j][i] += static_cast<float>(j) * 0.125f;
+      if (k > 1) in[k - 1][n - 1] = NAN;
+      std::vector<const float*> hp, dp;
+      std::vector<DeviceVector*> dv;
+      for (auto& x : in) {
+        hp.push_back(x.data());
+        dv.push_back(new DeviceVector(cuda, x));
+        dp.push_back(dv.back()->ptr);
+      }
+      std::vector<float> out(n);
+      DeviceVector dout(cuda, out);
+      int64_t hbad = 0;
+      sapipe_cpu_sum(out.data(), hp.data(), k, n, 0.5f, &hbad);
+      const bool ok = cuda->sum(dout.ptr, dp.data(), k, n, 0.5f, dcount, nullptr) == SAPIPE_OK;
+      const int64_t dbad = read_count();
+      std::vector<float> got = dout.host();
+      for (size_t i = 0; i < n; ++i) if (!std::isfinite(out[i])) out[i] = got[i] = 0;
+      t.expect(ok && dbad == hbad && worst_error(got, out, 1e-6, 1e-7) <= 1.0,
+               "sum of " + std::to_string(k) + " with its non-finite count" + at);
+      for (auto* d : dv) delete d;
+    }
+    {
+      std::vector<float> x = h.w;
+      DeviceVector dx(cuda, x);
+      sapipe_cpu_scale(x.data(), n, 1.5f);
+      cuda->scale(dx.ptr, n, 1.5f, nullptr);
+      t.expect(dx.host() == x, "scale" + at);
+    }
+    {
+      std::vector<float> y = h.m;
+      DeviceVector dy(cuda, y), dx(cuda, h.w);
+      sapipe_cpu_axpy(y.data(), h.w.data(), n, -0.75f);
+      cuda->axpy(dy.ptr, dx.ptr, n, -0.75f, nullptr);
+      t.expect(worst_error(dy.host(), y, 1e-6, 1e-7) <= 1.0, "axpy" + at);
+    }
+    {
+      DeviceVector dx(cuda, h.w);
+      double want = 0, got = 0;
+      sapipe_cpu_squared_norm(h.w.data(), n, &want);
+      cuda->squared_norm(dx.ptr, n, dnorm, nullptr);
+      cuda->copy_to_host(&got, dnorm, sizeof got, nullptr);
+      cuda->stream_synchronize(nullptr);
+      t.expect(std::fabs(got - want) <= 1e-6 * want, "squared norm" + at);
+    }
+    {
+      std::vector<float> x = h.g;
+      x[0] = NAN, x[n - 1] = INFINITY;
+      DeviceVector dx(cuda, x);
+      cuda->count_non_finite(dx.ptr, n, dcount, nullptr);
+      t.expect(read_count() == (n > 1 ? 2 : 1), "count non-finite" + at);
+    }
+    {
+      std::vector<float> w = h.w, c = h.backup;
+      DeviceVector dw(cuda, w), dc(cuda, c);
+      sapipe_cpu_elastic_average(w.data(), c.data(), n, 0.225f);
+      cuda->elastic_average(dw.ptr, dc.ptr, n, 0.225f, nullptr);
+      t.expect(worst_error(dw.host(), w, 1e-6, 1e-7) <= 1.0 && worst_error(dc.host(), c, 1e-6, 1e-7) <= 1.0,
+               "elastic average" + at);
+    }
+  }
+  cuda->free_device(dnorm);
+  cuda->free_device(dcount);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int device = argc > 1 ? std::atoi(argv[1]) : 0;
+  const sapipe_cuda_plugin_v1* cuda = open_cuda(device);
+  if (cuda == nullptr) return 2;
+  Checks t;
+  check_updates(t, cuda);
+  check_guard(t, cuda);
+  check_helpers(t, cuda);
+  return t.finish("sapipe_cuda_check");
+}

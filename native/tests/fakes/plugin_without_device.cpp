@@ -1,0 +1,72 @@
+// A complete CUDA plugin table for a machine with a driver but no device: every device function
+// answers SAPIPE_ERR_BACKEND_UNAVAILABLE, as the real plugin does when cudaGetDeviceCount finds
+// none. Lets the addon's "no device" path be tested without a GPU.
+#include <cstring>
+
+#include "sapipe/plugin.h"
+
+namespace {
+
+const char* kReason = "no CUDA device is visible (libcuda.so.1 loaded; check CUDA_VISIBLE_DEVICES and nvidia-smi)";
+
+template <class R, class... A>
+struct Unavailable;
+template <class... A>
+struct Unavailable<sapipe_status, A...> {
+  static sapipe_status fn(A...) { return SAPIPE_ERR_BACKEND_UNAVAILABLE; }
+};
+
+template <class F>
+struct Stub;
+template <class R, class... A>
+struct Stub<R (*)(A...)> {
+  static constexpr R (*value)(A...) = Unavailable<R, A...>::fn;
+};
+
+#define STUB(member) Stub<decltype(sapipe_cuda_plugin_v1::member)>::value
+
+sapipe_cuda_plugin_v1 make_table() {
+  sapipe_cuda_plugin_v1 t;
+  std::memset(&t, 0, sizeof t);
+  t.header = {SAPIPE_CUDA_PLUGIN_ABI_VERSION, sizeof(sapipe_cuda_plugin_v1), "cuda"};
+  t.build_architectures = [] { return "sm_80 compute_80"; };
+  t.runtime_version = []() -> int32_t { return 13000; };
+  t.last_error = [] { return kReason; };
+  t.device_count = [](int32_t* n) {
+    if (n) *n = 0;
+    return SAPIPE_ERR_BACKEND_UNAVAILABLE;
+  };
+  t.device_info = STUB(device_info);
+  t.set_device = STUB(set_device);
+  t.malloc_device = STUB(malloc_device);
+  t.free_device = STUB(free_device);
+  t.copy_to_device = STUB(copy_to_device);
+  t.copy_to_host = STUB(copy_to_host);
+  t.copy_on_device = STUB(copy_on_device);
+  t.stream_create = STUB(stream_create);
+  t.stream_destroy = STUB(stream_destroy);
+  t.stream_synchronize = STUB(stream_synchronize);
+  t.event_create = STUB(event_create);
+  t.event_destroy = STUB(event_destroy);
+  t.event_record = STUB(event_record);
+  t.stream_wait_event = STUB(stream_wait_event);
+  t.update_async = STUB(update_async);
+  t.update = STUB(update);
+  t.elastic_average = STUB(elastic_average);
+  t.sum = STUB(sum);
+  t.scale = STUB(scale);
+  t.axpy = STUB(axpy);
+  t.squared_norm = STUB(squared_norm);
+  t.count_non_finite = STUB(count_non_finite);
+  t.nccl_probe = STUB(nccl_probe);
+  t.bench_update = STUB(bench_update);
+  return t;
+}
+
+const sapipe_cuda_plugin_v1 kTable = make_table();
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const sapipe_plugin_header* sapipe_plugin_entry(uint32_t abi) {
+  return abi == SAPIPE_CUDA_PLUGIN_ABI_VERSION ? &kTable.header : nullptr;
+}

@@ -1,0 +1,141 @@
+/**
+ * The CUDA backend's failure paths, on any machine: a missing plugin, a plugin without its entry
+ * point or of another ABI, a plugin that sees no device, a missing driver, a missing NCCL and an
+ * NCCL without a needed symbol. Each must leave the package loadable, report the backend as
+ * unavailable with a reason naming what was looked for, and fail `bench kernels --device cuda:0`
+ * with ERR_BACKEND_UNAVAILABLE (never a crash). Each case runs in its own process because the
+ * addon loads the plugin once per process. The fake libraries come from CMake (test-fakes/).
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import t, { type Test } from 'tap';
+
+import { parseDevice, requireCudaDevice } from '../../lib/backends/cuda.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../../lib/errors.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = `${root}/bin/sapipe.js`;
+const release = `${root}/build/Release`;
+const fakes = `${release}/test-fakes`;
+const realPlugin = `${release}/sapipe_cuda.so`;
+const pluginBuilt = existsSync(realPlugin);
+
+interface Backend {
+  name: string;
+  available: boolean;
+  reason?: string;
+}
+
+function sapipe(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, maxBuffer: 1 << 22 }, (error, stdout, stderr) => {
+      const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+async function backends(env: Record<string, string>): Promise<Record<string, Backend>> {
+  const r = await sapipe(['info', '--json'], env);
+  if (r.code !== 0) throw new Error(`sapipe info failed (${r.code}): ${r.stderr}`);
+  const info = JSON.parse(r.stdout) as { backends: Backend[] };
+  return Object.fromEntries(info.backends.map((b) => [b.name, b]));
+}
+
+async function benchFails(t: Test, env: Record<string, string>, reason: RegExp): Promise<void> {
+  const r = await sapipe(['bench', 'kernels', '--device', 'cuda:0', '--size', '1K', '--reps', '1', '--warmup', '1'], env);
+  t.equal(r.code, 1, 'bench exits with status 1, not a signal');
+  t.match(r.stderr, /^ERR_BACKEND_UNAVAILABLE: cuda:0 is unavailable: /);
+  t.match(r.stderr, reason);
+}
+
+t.test('no plugin at the path looked at', async (t) => {
+  const missing = `${root}/no/such/dir/sapipe_cuda.so`;
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: missing });
+  t.equal(b.cpu?.available, true, 'the package still loads and the CPU backend works');
+  t.equal(b.cuda?.available, false);
+  t.match(b.cuda?.reason, `the cuda plugin was not found: looked for ${missing}`);
+  t.equal(b.nccl?.available, false);
+  t.match(b.nccl?.reason, /NCCL is used through the CUDA plugin, which is unavailable/);
+  await benchFails(t, { SAPIPE_CUDA_PLUGIN: missing }, /looked for .*no\/such\/dir\/sapipe_cuda\.so/);
+});
+
+t.test('a plugin without the entry point symbol', async (t) => {
+  const env = { SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_without_entry.so` };
+  const b = await backends(env);
+  t.equal(b.cuda?.available, false);
+  t.match(b.cuda?.reason, /sapipe_test_plugin_without_entry\.so does not export the symbol sapipe_plugin_entry/);
+  await benchFails(t, env, /sapipe_plugin_entry/);
+});
+
+t.test('a plugin of another ABI version', async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_other_abi.so` });
+  t.equal(b.cuda?.available, false);
+  t.match(b.cuda?.reason, /does not serve plugin ABI version 1 \(it offers 999\)/);
+});
+
+t.test('a file that is not a shared library', async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: bin });
+  t.equal(b.cuda?.available, false);
+  t.match(b.cuda?.reason, /could not be opened/);
+});
+
+t.test('a plugin that sees no device', async (t) => {
+  const env = { SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_without_device.so` };
+  const b = await backends(env);
+  t.equal(b.cuda?.available, false);
+  t.match(b.cuda?.reason, /the CUDA plugin loaded, but no CUDA device is visible/);
+  await benchFails(t, env, /no CUDA device is visible/);
+});
+
+t.test('the real plugin: unavailable here with the driver or device named', { skip: !pluginBuilt && 'the CUDA plugin is not built (no CUDA toolkit)' }, async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin });
+  if (b.cuda?.available) {
+    t.pass('a usable GPU is present');
+    return;
+  }
+  t.match(b.cuda?.reason, /libcuda\.so\.1|no CUDA device|cannot run/);
+});
+
+t.test('NCCL missing from SAPIPE_NCCL_PATH and the system path', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: `${root}/no-nccl-here` });
+  if (b.nccl?.available) {
+    t.pass('this machine has a system NCCL');
+    return;
+  }
+  t.match(b.nccl?.reason, /NCCL was not found: looked for libnccl\.so\.2 in SAPIPE_NCCL_PATH and the system library path/);
+  t.match(b.nccl?.reason, `${root}/no-nccl-here/libnccl.so.2`);
+  t.match(b.nccl?.reason, /set SAPIPE_NCCL_PATH/);
+});
+
+t.test('an NCCL without ncclAllReduce', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
+  const dir = `${fakes}/nccl-without-allreduce`;
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: dir });
+  t.equal(b.nccl?.available, false);
+  t.match(b.nccl?.reason, `NCCL at ${dir}/libnccl.so.2 lacks the symbol ncclAllReduce`);
+});
+
+t.test('in process: device specs are checked, unavailable devices throw BackendUnavailableError', async (t) => {
+  t.same(parseDevice('cpu'), { kind: 'cpu' });
+  t.same(parseDevice('cuda'), { kind: 'cuda', index: 0 });
+  t.same(parseDevice('cuda:3'), { kind: 'cuda', index: 3 });
+  for (const bad of ['gpu', 'cuda:', 'cuda:-1', 'cuda:x', 'CUDA:0', ''])
+    t.throws(() => parseDevice(bad), InvalidArgumentError, bad);
+  t.throws(() => requireCudaDevice(-1), InvalidArgumentError);
+  let unavailable: unknown;
+  try {
+    requireCudaDevice(1000);
+  } catch (error) {
+    unavailable = error;
+  }
+  t.ok(unavailable instanceof BackendUnavailableError, 'a device that cannot be used is ERR_BACKEND_UNAVAILABLE');
+  t.equal((unavailable as BackendUnavailableError).code, 'ERR_BACKEND_UNAVAILABLE');
+  t.match((unavailable as Error).message, /^cuda:1000 (is unavailable|does not exist)/);
+});
+
+t.test('bench kernels rejects a malformed --device', async (t) => {
+  const r = await sapipe(['bench', 'kernels', '--device', 'gpu0', '--size', '1K'], {});
+  t.equal(r.code, 1);
+  t.match(r.stderr, /^ERR_INVALID_ARGUMENT: device must be "cpu" or "cuda:N"/);
+});
