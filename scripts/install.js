@@ -26,15 +26,19 @@ function log(message) {
 /** Resolves and loads the addon in a child process; returns the file it loaded or why it could not. */
 function probeAddon() {
   const script = `
-    const file = require(process.argv[1]).resolve(process.argv[2]);
-    const addon = require(file);
-    if (typeof addon.info !== 'function') throw new Error(file + ' is not the sapipe addon');
-    addon.info();
-    process.stdout.write(file);`;
+    try {
+      const file = require(process.argv[1]).resolve(process.argv[2]);
+      const addon = require(file);
+      if (typeof addon.info !== 'function') throw new Error(file + ' is not the sapipe addon');
+      addon.info();
+      process.stdout.write(file);
+    } catch (error) {
+      process.stderr.write(String(error && error.message ? error.message : error).split('\\n')[0]);
+      process.exit(1);
+    }`;
   const result = spawnSync(process.execPath, ['-e', script, require.resolve('node-gyp-build'), root], { encoding: 'utf8' });
   if (result.status === 0) return { file: result.stdout };
-  const reason = result.signal ? `the loader was killed by ${result.signal}` : (result.stderr.trim().split('\n').find((line) => /Error/.test(line)) ?? result.stderr.trim());
-  return { reason };
+  return { reason: result.signal ? `loading it killed the process (${result.signal})` : result.stderr.trim() };
 }
 
 function onPath(tool) {
