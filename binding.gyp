@@ -4,6 +4,7 @@
       "target_name": "sapipe",
       "sources": [
         "native/addon/addon.cpp",
+        "native/addon/comm_local_binding.cpp",
         "native/addon/cuda_binding.cpp",
         "native/addon/errors.cpp",
         "native/addon/js_args.cpp",
@@ -11,6 +12,9 @@
         "native/addon/native_buffer.cpp",
         "native/addon/queue.cpp",
         "native/addon/update_binding.cpp",
+        "native/comm/local/local_group.cpp",
+        "native/comm/local/local_registry.cpp",
+        "native/comm/ring.cpp",
         "native/core/aligned_buffer.cpp",
         "native/core/execution_queue.cpp",
         "native/core/plugin_loader.cpp",

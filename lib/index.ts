@@ -8,6 +8,6 @@ export { ExecutionQueue, defaultExecutionQueue } from './queue.js';
 export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';
-export * from './comm/rendezvous/index.js';
+export * from './comm/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';

@@ -27,7 +27,7 @@ t.test('binding.gyp and CMakeLists.txt list the same addon sources', async (t) =
 });
 
 t.test('every .cpp of the addon, core and CPU backend is built', async (t) => {
-  const onDisk = ['native/addon', 'native/core', 'native/cpu']
+  const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm', 'native/comm/local']
     .flatMap((dir) => readdirSync(`${root}/${dir}`).filter((f) => f.endsWith('.cpp')).map((f) => `${dir}/${f}`))
     .sort();
   t.same(cmakeSources(), onDisk);

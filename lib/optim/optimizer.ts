@@ -166,6 +166,30 @@ export abstract class Optimizer {
     }
   }
 
+  /**
+   * @internal One step applied in parts (the fused all-reduce's buckets): the configuration and
+   * buffers of the step, to be run with `offset`/`count` on the returned queue, then `finish` once
+   * with whether every part was applied. The optimizer counts as stepping until then.
+   */
+  beginPartialStep(inputs: StepInputs = {}): {
+    config: NativeUpdateConfig;
+    buffers: NativeUpdateBuffers;
+    queue: ExecutionQueue;
+    finish(applied: boolean, nonFiniteCount: number): StepResult;
+  } {
+    const [config, buffers] = this.prepare(inputs, 'step');
+    this.inFlight = true;
+    return {
+      config,
+      buffers,
+      queue: this.queue,
+      finish: (applied, nonFiniteCount) => {
+        this.inFlight = false;
+        return this.finish({ applied, nonFiniteCount });
+      },
+    };
+  }
+
   /** Copies of the state, for checkpoints. */
   exportState(): OptimizerState {
     this.checkUsable('exportState');

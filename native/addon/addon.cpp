@@ -5,6 +5,7 @@
 #include "../cpu/simd.h"
 #include "addon_data.h"
 #include "cuda_binding.h"
+#include "comm_local_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
 #include "queue.h"
@@ -37,6 +38,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitUpdate(env, exports);
   InitKernels(env, exports);
   InitCuda(env, exports);
+  InitCommLocal(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));
   return exports;
 }

@@ -12,6 +12,8 @@ std::string explain(sapipe_status status) {
     case SAPIPE_ERR_BUSY: return "a buffer is in use by a pending asynchronous operation; await it first";
     case SAPIPE_ERR_OUT_OF_MEMORY: return "out of memory";
     case SAPIPE_ERR_BACKEND_UNAVAILABLE: return "the backend is not available";
+    case SAPIPE_ERR_PEER_LOST: return "a peer left or died; every rank must create a new communicator";
+    case SAPIPE_ERR_TIMEOUT: return "peers did not take part within the timeout";
     default: return "internal error";
   }
 }

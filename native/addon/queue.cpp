@@ -20,14 +20,20 @@ Queue* Queue::FromValue(Napi::Env env, const Napi::Value& value) {
 Queue::Queue(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Queue>(info) {
   Napi::Env env = info.Env();
   exec_ = std::make_unique<ExecutionQueue>();
-  completions_ = Completions::New(env, "sapipe.Queue", 0, 1, this);
+  using Flag = std::shared_ptr<std::atomic<bool>>;
+  completions_ = Completions::New(
+      env, "sapipe.Queue", 0, 1, this, [](Napi::Env, Flag* flag, Queue*) {
+        (*flag)->store(true);
+        delete flag;
+      },
+      new Flag(finalized_));
   // An idle queue must not keep the process alive; Submit refs it while work is pending.
   completions_.Unref(env);
 }
 
 Queue::~Queue() {
   exec_.reset();  // finishes queued work and joins the worker
-  completions_.Release();
+  if (!finalized_->load()) completions_.Release();
 }
 
 Napi::Promise Queue::Submit(Napi::Env env, AsyncOp* op) {
@@ -37,9 +43,10 @@ Napi::Promise Queue::Submit(Napi::Env env, AsyncOp* op) {
     completions_.Ref(env);
   }
   Completions completions = completions_;
-  exec_->submit([op, completions]() mutable {
+  exec_->submit([op, completions, finalized = finalized_]() mutable {
     op->Run();
-    if (completions.NonBlockingCall(op) != napi_ok) delete op;  // only while the environment shuts down
+    // Only while the environment shuts down: nobody is left to settle the Promise.
+    if (finalized->load() || completions.NonBlockingCall(op) != napi_ok) delete op;
   });
   return promise;
 }

@@ -4,6 +4,7 @@
 
 #include <napi.h>
 
+#include <atomic>
 #include <memory>
 
 #include "../core/execution_queue.h"
@@ -41,6 +42,9 @@ class Queue : public Napi::ObjectWrap<Queue> {
   std::unique_ptr<ExecutionQueue> exec_;
   Completions completions_;
   int pending_ = 0;  // touched on the JS thread only
+  // Set when the environment tears the thread-safe function down (a terminated worker) before
+  // this wrapper is collected: it must then be neither called nor released again.
+  std::shared_ptr<std::atomic<bool>> finalized_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace sapipe::addon

@@ -10,6 +10,8 @@ extern "C" const char* sapipe_status_code(sapipe_status status) {
     case SAPIPE_ERR_BUSY: return "ERR_BUSY";
     case SAPIPE_ERR_OUT_OF_MEMORY: return "ERR_OUT_OF_MEMORY";
     case SAPIPE_ERR_BACKEND_UNAVAILABLE: return "ERR_BACKEND_UNAVAILABLE";
+    case SAPIPE_ERR_PEER_LOST: return "ERR_PEER_LOST";
+    case SAPIPE_ERR_TIMEOUT: return "ERR_TIMEOUT";
     case SAPIPE_ERR_INTERNAL: return "ERR_INTERNAL";
   }
   return "ERR_INTERNAL";

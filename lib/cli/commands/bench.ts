@@ -2,9 +2,12 @@ import { SingleBar } from 'cli-progress';
 import Table from 'cli-table3';
 import type { Command } from 'commander';
 
+import { benchAllreduce } from '../../bench/allreduce.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchKernels } from '../../bench/kernels.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
+import { InvalidArgumentError } from 'commander';
+
 import { SapipeError } from '../../errors.js';
 import { formatCount, parseCount, parsePositiveInt } from '../parse.js';
 
@@ -135,6 +138,50 @@ export function registerBenchCommand(program: Command): void {
     .option('--json', 'print JSON instead of a table')
     .option('--device <device>', 'cpu, or cuda:N for the GPU kernels of the CUDA plugin', 'cpu')
     .action((options: KernelsOptions) => runKernels(options));
+  bench
+    .command('allreduce')
+    .description('all-reduce time and bus bandwidth per size (like nccl-tests), against a single-thread memcpy of the same run, and the fused all-reduce + update')
+    .option('--backend <name>', 'communication backend (local)', 'local')
+    .option('--nproc <n>', 'ranks (worker threads)', parsePositiveInt, 2)
+    .option('--min <bytes>', 'smallest size in bytes (e.g. 1K)', parseCount, 1 << 10)
+    .option('--max <bytes>', 'largest size in bytes (e.g. 256M)', parseCount, 1 << 26)
+    .option('--reps <n>', 'measured runs per size', parsePositiveInt, 20)
+    .option('--warmup <n>', 'unmeasured runs per size', parsePositiveInt, 3)
+    .option('--fused-size <bytes>', 'ParamSet size of the fused all-reduce + update', parseCount, 1 << 26)
+    .option('--optimizers <list>', 'optimizers of the fused comparison: sgd, sgd-momentum, adam', 'sgd,sgd-momentum,adam')
+    .option('--algorithm <name>', 'direct (shared memory) or ring', 'direct')
+    .option('--json', 'print JSON')
+    .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; json?: boolean }) => {
+      if (options.backend !== 'local')
+        throw new InvalidArgumentError(`backend "${options.backend}" is not available for this benchmark yet; use --backend local`);
+      if (options.algorithm !== 'direct' && options.algorithm !== 'ring') throw new InvalidArgumentError('--algorithm must be direct or ring');
+      const optimizers = options.optimizers.split(',').filter(Boolean);
+      for (const o of optimizers)
+        if (!['sgd', 'sgd-momentum', 'adam'].includes(o)) throw new InvalidArgumentError(`unknown optimizer "${o}" in --optimizers`);
+      const r = await benchAllreduce({
+        nproc: options.nproc,
+        minBytes: options.min,
+        maxBytes: options.max,
+        reps: options.reps,
+        warmup: options.warmup,
+        fusedBytes: options.fusedSize,
+        optimizers: optimizers as ('sgd' | 'sgd-momentum' | 'adam')[],
+        algorithm: options.algorithm,
+      });
+      if (options.json) {
+        console.log(JSON.stringify(r, null, 2));
+        return;
+      }
+      console.log(`all-reduce (avg, fp32, in place), backend local (${r.algorithm}), ${r.nproc} ranks as worker threads; median of repeated runs`);
+      console.log(`single-thread memcpy of ${formatCount(r.copy.bytes)}B in the same run: ${r.copy.GBps.toFixed(2)} GB/s (bytes copied per second)`);
+      const plain = !process.stdout.isTTY;
+      const table = new Table({ head: ['size (B)', 'time (ms)', 'algbw (GB/s)', 'busbw (GB/s)', 'busbw / memcpy'], ...(plain ? { style: { head: [], border: [] } } : {}) });
+      for (const row of r.rows) table.push([formatCount(row.bytes), row.ms.toFixed(3), row.algbwGBps.toFixed(2), row.busbwGBps.toFixed(2), row.ratioToCopy.toFixed(3)]);
+      console.log(table.toString());
+      const fused = new Table({ head: ['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused all-reduce + update ms', 'ratio'], ...(plain ? { style: { head: [], border: [] } } : {}) });
+      for (const f of r.fused) fused.push([f.optimizer, formatCount(f.bytes), f.allreduceMs.toFixed(3), f.fusedMs.toFixed(3), f.ratio.toFixed(3)]);
+      if (r.fused.length) console.log(fused.toString());
+    });
   bench
     .command('step-overhead')
     .description('compare the asynchronous optimizer.step() with stepSync() on one Adam ParamSet')

@@ -17,6 +17,8 @@ typedef enum sapipe_status {
   SAPIPE_ERR_BUSY = 5,
   SAPIPE_ERR_OUT_OF_MEMORY = 6,
   SAPIPE_ERR_BACKEND_UNAVAILABLE = 7,
+  SAPIPE_ERR_PEER_LOST = 8, /* a peer of a collective left, died or broke the group */
+  SAPIPE_ERR_TIMEOUT = 9,   /* a wait for peers ran past its timeout */
   SAPIPE_ERR_INTERNAL = 99
 } sapipe_status;
 

@@ -1,0 +1,187 @@
+/**
+ * Communicator: collectives and point-to-point messages between the ranks of one group, on
+ * FlatBuffers. Every backend (`local` now; `ucx` and `nccl` later) implements the protected
+ * `run*` methods; this class validates arguments, refuses use after destroy(), and applies the
+ * optional network emulation. Collectives must be issued by every rank in the same order.
+ */
+import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { FlatBuffer } from '../tensor.js';
+import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
+
+export type ReduceOp = 'sum' | 'avg';
+
+export interface ReduceOptions {
+  /** `sum` (default) or `avg` (sum divided by the world size). */
+  op?: ReduceOp;
+}
+
+export interface AllreduceOptions extends ReduceOptions {
+  /** First element of the range to reduce (default 0): buckets of one flat gradient buffer. */
+  offset?: number;
+  /** Elements to reduce (default: from offset to the end). */
+  count?: number;
+}
+
+export interface ReduceResult {
+  /** NaN/Inf values in the result (the same on every rank): the non-finite guard for free. */
+  nonFiniteCount: number;
+}
+
+/** Names of the backends; `ucx` and `nccl` are reserved for the plugins that implement them. */
+export type CommBackendName = 'local' | 'ucx' | 'nccl';
+
+export const DEFAULT_COMM_TIMEOUT_MS = 30_000;
+
+export abstract class Communicator {
+  abstract readonly backend: CommBackendName;
+  private isDestroyed = false;
+
+  protected constructor(
+    readonly rank: number,
+    readonly size: number,
+    /** Network emulation, when configured (labelled: the delays are modelled, not measured). */
+    readonly emulation: NetworkEmulation | undefined,
+  ) {}
+
+  get destroyed(): boolean {
+    return this.isDestroyed;
+  }
+
+  /** In place: buffer = sum (or average) over ranks. Resolves with the count of non-finite results. */
+  async allreduce(buffer: FlatBuffer, options: AllreduceOptions = {}): Promise<ReduceResult> {
+    this.checkLive('allreduce');
+    checkBuffer(buffer, 'allreduce(buffer)');
+    checkOptions(options, 'allreduce(options)');
+    const offset = checkIndex(options.offset ?? 0, 'allreduce(options.offset)');
+    const count = checkIndex(options.count ?? Math.max(0, buffer.length - offset), 'allreduce(options.count)');
+    if (offset + count > buffer.length)
+      throw new SizeMismatchError(`allreduce: offset ${offset} + count ${count} exceeds the buffer's ${buffer.length} elements`);
+    const scale = this.scaleOf(options.op, 'allreduce');
+    return this.emulated('allreduce', count * 4, () => this.runAllreduce(buffer, offset, count, scale));
+  }
+
+  /** output (length m) = reduction over ranks of input's part `rank` (input length size x m). */
+  async reduceScatter(input: FlatBuffer, output: FlatBuffer, options: ReduceOptions = {}): Promise<ReduceResult> {
+    this.checkLive('reduceScatter');
+    checkBuffer(input, 'reduceScatter(input)');
+    checkBuffer(output, 'reduceScatter(output)');
+    checkOptions(options, 'reduceScatter(options)');
+    if (input.length !== output.length * this.size)
+      throw new SizeMismatchError(
+        `reduceScatter: the input has ${input.length} elements; it must have size (${this.size}) x the output's ${output.length}`,
+      );
+    checkDistinct(input, output, 'reduceScatter');
+    const scale = this.scaleOf(options.op, 'reduceScatter');
+    return this.emulated('reduceScatter', input.length * 4, () => this.runReduceScatter(input, output, scale));
+  }
+
+  /** output (length size x m) = every rank's input (length m), in rank order. */
+  async allgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
+    this.checkLive('allgather');
+    checkBuffer(input, 'allgather(input)');
+    checkBuffer(output, 'allgather(output)');
+    if (output.length !== input.length * this.size)
+      throw new SizeMismatchError(
+        `allgather: the output has ${output.length} elements; it must have size (${this.size}) x the input's ${input.length}`,
+      );
+    checkDistinct(input, output, 'allgather');
+    await this.emulated('allgather', output.length * 4, () => this.runAllgather(input, output));
+  }
+
+  /** In place: every rank's buffer becomes root's. */
+  async broadcast(buffer: FlatBuffer, root = 0): Promise<void> {
+    this.checkLive('broadcast');
+    checkBuffer(buffer, 'broadcast(buffer)');
+    this.checkPeer(root, 'broadcast(root)', true);
+    await this.emulated('broadcast', buffer.length * 4, () => this.runBroadcast(buffer, root));
+  }
+
+  /** Resolves once every rank has called barrier(). */
+  async barrier(): Promise<void> {
+    this.checkLive('barrier');
+    await this.emulated('barrier', 0, () => this.runBarrier());
+  }
+
+  /**
+   * Sends the buffer to `peer`; resolves once the peer has received it (the buffer may then be
+   * reused). Messages from one rank to another arrive in the order they were sent.
+   */
+  async send(buffer: FlatBuffer, peer: number): Promise<void> {
+    this.checkLive('send');
+    checkBuffer(buffer, 'send(buffer)');
+    this.checkPeer(peer, 'send(peer)', false);
+    await this.emulated('p2p', buffer.length * 4, () => this.runSend(buffer, peer));
+  }
+
+  /** Receives the next message from `peer` into the buffer; its length must equal the message's. */
+  async recv(buffer: FlatBuffer, peer: number): Promise<void> {
+    this.checkLive('recv');
+    checkBuffer(buffer, 'recv(buffer)');
+    this.checkPeer(peer, 'recv(peer)', false);
+    await this.runRecv(buffer, peer);
+  }
+
+  /**
+   * Leaves the group. Peers' pending and later operations fail with PeerLostError; this
+   * communicator's own with DisposedError. Idempotent.
+   */
+  destroy(): void {
+    if (this.isDestroyed) return;
+    this.isDestroyed = true;
+    this.runDestroy();
+  }
+
+  protected abstract runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult>;
+  protected abstract runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult>;
+  protected abstract runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void>;
+  protected abstract runBroadcast(buffer: FlatBuffer, root: number): Promise<void>;
+  protected abstract runBarrier(): Promise<void>;
+  protected abstract runSend(buffer: FlatBuffer, peer: number): Promise<void>;
+  protected abstract runRecv(buffer: FlatBuffer, peer: number): Promise<void>;
+  protected abstract runDestroy(): void;
+
+  /** @internal */
+  checkLive(what: string): void {
+    if (this.isDestroyed) throw new DisposedError(`Communicator.${what}: the communicator was destroyed; create a new one`);
+  }
+
+  private scaleOf(op: ReduceOp | undefined, what: string): number {
+    if (op === undefined || op === 'sum') return 1;
+    if (op === 'avg') return 1 / this.size;
+    throw new InvalidArgumentError(`${what}: op must be 'sum' or 'avg', got ${JSON.stringify(op)}`);
+  }
+
+  private checkPeer(peer: number, what: string, selfAllowed: boolean): void {
+    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || (!selfAllowed && peer === this.rank))
+      throw new InvalidArgumentError(
+        `${what} must be ${selfAllowed ? 'a rank' : 'another rank'} in [0, ${this.size}), got ${String(peer)}`,
+      );
+  }
+
+  private async emulated<T>(pattern: RingPattern, bytes: number, run: () => Promise<T>): Promise<T> {
+    if (!this.emulation) return run();
+    const start = performance.now();
+    const result = await run();
+    const remaining = emulatedMs(this.emulation, pattern, bytes, this.size) - (performance.now() - start);
+    if (remaining > 0) await new Promise((resolve) => setTimeout(resolve, remaining));
+    return result;
+  }
+}
+
+function checkBuffer(b: unknown, what: string): void {
+  if (!(b instanceof FlatBuffer)) throw new InvalidArgumentError(`${what} must be a FlatBuffer`);
+  if (b.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
+}
+
+function checkOptions(o: unknown, what: string): void {
+  if (o === null || typeof o !== 'object') throw new InvalidArgumentError(`${what} must be an object`);
+}
+
+function checkIndex(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${String(v)}`);
+  return v;
+}
+
+function checkDistinct(a: FlatBuffer, b: FlatBuffer, what: string): void {
+  if (a === b) throw new AliasingError(`${what}: the input and the output must be different buffers`);
+}

@@ -1,0 +1,42 @@
+/** The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp). */
+import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
+
+/** Collective kinds, numbered as native/comm/local/local_group.h numbers them. */
+export const CollectiveKind = {
+  barrier: 0,
+  allreduce: 1,
+  reduceScatter: 2,
+  allgather: 3,
+  broadcast: 4,
+  reduceScatterInPlace: 5,
+  allgatherInPlace: 6,
+} as const;
+
+export interface LocalCommHandle {
+  ready(queue: QueueHandle): Promise<void>;
+  collective(
+    queue: QueueHandle,
+    kind: number,
+    input: NativeBufferHandle | null,
+    inOffset: number,
+    inCount: number,
+    output: NativeBufferHandle | null,
+    outOffset: number,
+    outCount: number,
+    scale: number,
+    root: number,
+    ring: boolean,
+  ): Promise<number>;
+  send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
+  recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
+  destroy(): void;
+}
+
+export interface CommAddon {
+  LocalComm: new (group: string, size: number, rank: number, timeoutMs: number) => LocalCommHandle;
+  copySingleThread(dst: NativeBufferHandle, src: NativeBufferHandle): void;
+}
+
+export function commAddon(): CommAddon {
+  return nativeAddon() as unknown as CommAddon;
+}

@@ -1,0 +1,168 @@
+/**
+ * The `local` backend: the ranks are worker_threads (or async tasks) of one process. Collectives
+ * read and write the peers' buffers directly through shared memory, each rank reducing a disjoint
+ * slice with the SIMD sum kernel (native/comm/local), so n ranks use n cores and no data is
+ * staged. No system dependency: the embedded default.
+ *
+ * Each rank calls `LocalCommunicator.create({ group, rank, size })` with the same group name; the
+ * promise resolves once every rank has joined.
+ */
+import { randomUUID } from 'node:crypto';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
+
+import { awaitNative, callNative } from '../native.js';
+import { InvalidArgumentError } from '../errors.js';
+import { ExecutionQueue } from '../queue.js';
+import type { FlatBuffer } from '../tensor.js';
+import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
+import { checkEmulation, type NetworkEmulation } from './emulation.js';
+import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
+
+export interface LocalCommunicatorOptions {
+  /** Name shared by the ranks of one group (any string; one group per name at a time). */
+  group: string;
+  rank: number;
+  size: number;
+  /** Bound of every wait for peers, in ms (default 30 000). A peer silent for longer breaks the group. */
+  timeoutMs?: number;
+  /** Delay collectives as links of this speed would (EMULATED network; see emulation.ts). */
+  emulate?: NetworkEmulation;
+  /**
+   * `direct` (default): every rank reduces its slice of all peers' buffers in shared memory.
+   * `ring`: the transport-independent ring all-reduce over the local point-to-point channels (the
+   * algorithm network transports use; offered here to test and compare it).
+   */
+  algorithm?: 'direct' | 'ring';
+}
+
+export class LocalCommunicator extends Communicator {
+  readonly backend = 'local' as const;
+  readonly group: string;
+  private readonly handle: LocalCommHandle;
+  private readonly collectives = new ExecutionQueue();
+  // One queue per peer and direction: a send waiting for its receiver holds up nothing else.
+  private readonly sendQueues = new Map<number, ExecutionQueue>();
+  private readonly recvQueues = new Map<number, ExecutionQueue>();
+  private readonly ring: boolean;
+
+  private constructor(options: LocalCommunicatorOptions, handle: LocalCommHandle) {
+    super(options.rank, options.size, checkEmulation(options.emulate));
+    this.group = options.group;
+    this.handle = handle;
+    this.ring = options.algorithm === 'ring';
+  }
+
+  /** Joins the group; resolves once all `size` ranks have joined (or rejects with TimeoutError). */
+  static async create(options: LocalCommunicatorOptions): Promise<LocalCommunicator> {
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('LocalCommunicator.create(options) must be an object');
+    const { group, rank, size } = options;
+    if (typeof group !== 'string' || group.length === 0) throw new InvalidArgumentError('LocalCommunicator: options.group must be a non-empty string');
+    if (!Number.isInteger(size) || size < 1 || size > 4096) throw new InvalidArgumentError(`LocalCommunicator: options.size must be an integer in [1, 4096], got ${String(size)}`);
+    if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new InvalidArgumentError(`LocalCommunicator: options.rank must be an integer in [0, ${size}), got ${String(rank)}`);
+    const timeoutMs = options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`LocalCommunicator: options.timeoutMs must be a positive integer, got ${String(timeoutMs)}`);
+    if (options.algorithm !== undefined && options.algorithm !== 'direct' && options.algorithm !== 'ring')
+      throw new InvalidArgumentError(`LocalCommunicator: options.algorithm must be 'direct' or 'ring'`);
+    checkEmulation(options.emulate);
+    const addon = commAddon();
+    const handle = callNative(() => new addon.LocalComm(group, size, rank, timeoutMs));
+    const comm = new LocalCommunicator(options, handle);
+    try {
+      await awaitNative(handle.ready(comm.collectives.handle));
+    } catch (error) {
+      comm.destroy();
+      throw error;
+    }
+    return comm;
+  }
+
+  protected async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
+    const bad = await this.collective(CollectiveKind.allreduce, buffer, offset, count, null, scale, 0, this.ring);
+    return { nonFiniteCount: bad };
+  }
+  protected async runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult> {
+    return { nonFiniteCount: await this.collective(CollectiveKind.reduceScatter, input, 0, input.length, output, scale) };
+  }
+  protected async runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
+    await this.collective(CollectiveKind.allgather, input, 0, input.length, output);
+  }
+  protected async runBroadcast(buffer: FlatBuffer, root: number): Promise<void> {
+    await this.collective(CollectiveKind.broadcast, buffer, 0, buffer.length, null, 1, root);
+  }
+  protected async runBarrier(): Promise<void> {
+    await this.collective(CollectiveKind.barrier, null, 0, 0, null);
+  }
+  protected async runSend(buffer: FlatBuffer, peer: number): Promise<void> {
+    const queue = this.queueFor(this.sendQueues, peer);
+    await awaitNative(this.handle.send(queue.handle, buffer.handle, 0, buffer.length, peer));
+  }
+  protected async runRecv(buffer: FlatBuffer, peer: number): Promise<void> {
+    const queue = this.queueFor(this.recvQueues, peer);
+    await awaitNative(this.handle.recv(queue.handle, buffer.handle, 0, buffer.length, peer));
+  }
+  protected runDestroy(): void {
+    this.handle.destroy();
+  }
+
+  /**
+   * In-place shard collectives for the sharded update (@internal): `reduceScatterInPlace` leaves the
+   * reduced part `rank` of [offset, offset+count) in this rank's buffer; `allgatherInPlace` copies
+   * every rank's part to all ranks. Parts are split as native/comm/partition.h splits them.
+   */
+  async shardCollective(kind: 'reduceScatterInPlace' | 'allgatherInPlace', buffer: FlatBuffer, offset: number, count: number, scale = 1): Promise<number> {
+    this.checkLive(kind);
+    return this.collective(CollectiveKind[kind], buffer, offset, count, null, scale);
+  }
+
+  private queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {
+    let q = map.get(peer);
+    if (!q) {
+      q = new ExecutionQueue();
+      map.set(peer, q);
+    }
+    return q;
+  }
+
+  private collective(
+    kind: number,
+    input: FlatBuffer | null,
+    offset: number,
+    count: number,
+    output: FlatBuffer | null,
+    scale = 1,
+    root = 0,
+    ring = false,
+  ): Promise<number> {
+    const out = output ?? null;
+    return awaitNative(
+      callNative(() =>
+        this.handle.collective(this.collectives.handle, kind, input?.handle ?? null, offset, count, out?.handle ?? null, 0, out?.length ?? 0, scale, root, ring),
+      ),
+    );
+  }
+}
+
+/** Part `index` of `parts` of [0, n), as native/comm/partition.h computes it (16-float aligned). */
+export function partition(n: number, parts: number, index: number): [number, number] {
+  let chunk = Math.ceil(n / parts);
+  chunk = Math.ceil(chunk / 16) * 16;
+  const lo = Math.min(n, chunk * index);
+  return [lo, Math.min(n, lo + chunk)];
+}
+
+export interface LocalRankData {
+  sapipeLocal: { group: string; rank: number; size: number };
+  [key: string]: unknown;
+}
+
+/**
+ * Starts `nproc` worker threads running `file`, each with `workerData.sapipeLocal = { group, rank,
+ * size }` (pass it to LocalCommunicator.create) plus the given extra data.
+ */
+export function spawnLocalRanks(file: string | URL, nproc: number, options: { workerData?: Record<string, unknown>; group?: string; worker?: WorkerOptions } = {}): Worker[] {
+  if (!Number.isInteger(nproc) || nproc < 1) throw new InvalidArgumentError(`spawnLocalRanks: nproc must be a positive integer, got ${String(nproc)}`);
+  const group = options.group ?? `sapipe-${randomUUID()}`;
+  return Array.from({ length: nproc }, (_, rank) =>
+    new Worker(file, { ...options.worker, workerData: { ...options.workerData, sapipeLocal: { group, rank, size: nproc } } }),
+  );
+}

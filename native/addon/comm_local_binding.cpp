@@ -1,0 +1,314 @@
+// LocalComm: the JS face of one rank of a local group (native/comm/local). Collectives and
+// point-to-point operations run on an execution queue the caller passes (one per kind of traffic,
+// so that a blocked send does not hold up a collective), and settle a Promise.
+//
+// A worker thread that ends (terminate(), an uncaught error, process exit) runs its environment's
+// cleanup hooks: the hook below marks its rank lost, which fails every peer's pending and later
+// operations with ERR_PEER_LOST instead of leaving them waiting.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../comm/local/local_registry.h"
+#include "../comm/local/local_transport.h"
+#include "../comm/ring.h"
+#include "../cpu/kernel_table.h"
+#include "comm_local_binding.h"
+#include "errors.h"
+#include "native_buffer.h"
+#include "queue.h"
+
+namespace sapipe::addon {
+namespace {
+
+using comm::Deadline;
+using comm::local::CollectiveArgs;
+using comm::local::CollectiveKind;
+using comm::local::Group;
+using BufferPtr = std::shared_ptr<AlignedBuffer>;
+
+// The rank's membership; the cleanup hook holds a raw pointer to it until it runs or is removed.
+struct Membership {
+  std::shared_ptr<Group> group;
+  int rank = 0;
+  napi_env env = nullptr;
+  bool hook_registered = false;
+  bool left = false;
+
+  static void OnEnvCleanup(void* arg) {
+    auto* m = static_cast<Membership*>(arg);
+    m->hook_registered = false;
+    m->group->leave(m->rank, /*lost=*/true);
+    m->left = true;
+  }
+  void leave(bool lost) {
+    if (hook_registered) {
+      napi_remove_env_cleanup_hook(env, OnEnvCleanup, this);
+      hook_registered = false;
+    }
+    if (!left) group->leave(rank, lost);
+    left = true;
+  }
+};
+
+[[noreturn]] void throw_detail(Napi::Env env, sapipe_status status, const std::string& op, const std::string& detail) {
+  if (detail.empty()) throw_status(env, status, op);
+  throw_error(env, sapipe_status_code(status), op + ": " + detail);
+}
+
+// A buffer range [offset, offset + count) taken from JS arguments, checked against the length.
+struct Range {
+  BufferPtr buffer;
+  size_t offset = 0;
+  size_t count = 0;
+  float* data() const { return buffer ? buffer->data() + offset : nullptr; }
+};
+
+size_t arg_index(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  const Napi::Value v = info[i];
+  if (!v.IsNumber()) throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 9007199254740991.0 || static_cast<double>(static_cast<size_t>(d)) != d)
+    throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
+  return static_cast<size_t>(d);
+}
+
+Range arg_range(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  Range r;
+  r.buffer = NativeBuffer::FromValue(info.Env(), info[i], what);
+  r.offset = arg_index(info, i + 1, "offset");
+  r.count = arg_index(info, i + 2, "count");
+  if (r.offset > r.buffer->size() || r.count > r.buffer->size() - r.offset)
+    throw_error(info.Env(), "ERR_SIZE_MISMATCH",
+                std::string(what) + ": offset + count exceeds the buffer's " + std::to_string(r.buffer->size()) + " elements");
+  return r;
+}
+
+// Holds the buffers busy (dispose() refuses) from submission until the Promise settles.
+class CommOp : public AsyncOp {
+ public:
+  CommOp(Napi::Env env, std::string name, std::vector<BufferPtr> held)
+      : AsyncOp(env), name_(std::move(name)), held_(std::move(held)) {
+    for (auto& b : held_) b->acquire();
+  }
+  ~CommOp() override { release(); }
+  Napi::Value Result(Napi::Env env) override {
+    release();
+    if (status_ != SAPIPE_OK) throw Napi::Error(env, make_error(env));
+    return Value(env);
+  }
+
+ protected:
+  virtual Napi::Value Value(Napi::Env env) { return env.Undefined(); }
+  sapipe_status status_ = SAPIPE_ERR_INTERNAL;
+  std::string detail_;
+
+ private:
+  Napi::Value make_error(Napi::Env env) {
+    Napi::Error e = detail_.empty() ? make_status_error(env, status_, name_)
+                                    : Napi::Error::New(env, name_ + ": " + detail_);
+    e.Set("code", Napi::String::New(env, sapipe_status_code(status_)));
+    return e.Value();
+  }
+  void release() {
+    for (auto& b : held_) b->release();
+    held_.clear();
+  }
+  std::string name_;
+  std::vector<BufferPtr> held_;
+};
+
+class LocalComm : public Napi::ObjectWrap<LocalComm> {
+ public:
+  static void Init(Napi::Env env, Napi::Object exports) {
+    exports.Set("LocalComm", DefineClass(env, "LocalComm",
+                                         {InstanceMethod<&LocalComm::Ready>("ready"),
+                                          InstanceMethod<&LocalComm::Collective>("collective"),
+                                          InstanceMethod<&LocalComm::Send>("send"),
+                                          InstanceMethod<&LocalComm::Recv>("recv"),
+                                          InstanceMethod<&LocalComm::Destroy>("destroy")}));
+  }
+
+  explicit LocalComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LocalComm>(info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsString()) throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: the group name must be a string");
+    const std::string name = info[0].As<Napi::String>().Utf8Value();
+    const size_t size = arg_index(info, 1, "size"), rank = arg_index(info, 2, "rank");
+    const size_t timeout = arg_index(info, 3, "timeoutMs");
+    if (size < 1 || size > 4096 || rank >= size)
+      throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: size must be in [1, 4096] and rank in [0, size)");
+    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(timeout, size_t{1} << 40)));
+    auto m = std::make_shared<Membership>();
+    std::string detail;
+    sapipe_status s = comm::local::join_group(name, static_cast<int>(size), static_cast<int>(rank), &m->group, &detail);
+    if (s != SAPIPE_OK) throw_detail(env, s, "LocalComm", detail);
+    m->rank = static_cast<int>(rank);
+    m->env = env;
+    if (napi_add_env_cleanup_hook(env, Membership::OnEnvCleanup, m.get()) == napi_ok) m->hook_registered = true;
+    member_ = std::move(m);
+  }
+
+  ~LocalComm() override {
+    // Collected without destroy(): queued operations keep the group alive through their own
+    // shared_ptr; leaving here frees the peers instead of letting them time out.
+    if (member_) member_->leave(/*lost=*/true);
+  }
+
+ private:
+  Membership& live(Napi::Env env, const char* op) {
+    if (!member_ || member_->left)
+      throw_error(env, "ERR_DISPOSED", std::string(op) + ": the communicator was destroyed; create a new one");
+    return *member_;
+  }
+  Deadline deadline() const { return comm::Clock::now() + timeout_; }
+
+  Napi::Value Ready(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Queue* queue = Queue::FromValue(env, info[0]);
+    Membership& m = live(env, "ready");
+    class ReadyOp : public CommOp {
+     public:
+      ReadyOp(Napi::Env env, std::shared_ptr<Membership> m, Deadline d) : CommOp(env, "join", {}), m_(std::move(m)), d_(d) {}
+      void Run() override { status_ = m_->group->wait_ready(m_->rank, d_, &detail_); }
+     private:
+      std::shared_ptr<Membership> m_;
+      Deadline d_;
+    };
+    (void)m;
+    return queue->Submit(env, new ReadyOp(env, member_, deadline()));
+  }
+
+  // collective(queue, kind, input, inOffset, inCount, output|null, outOffset, outCount, scale, root, ring)
+  Napi::Value Collective(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Queue* queue = Queue::FromValue(env, info[0]);
+    live(env, "collective");
+    const size_t kind = arg_index(info, 1, "kind");
+    if (kind > static_cast<size_t>(CollectiveKind::kAllgatherInPlace))
+      throw_error(env, "ERR_INVALID_ARGUMENT", "collective: unknown kind");
+    CollectiveArgs args;
+    args.kind = static_cast<CollectiveKind>(kind);
+    std::vector<BufferPtr> held;
+    Range in, out;
+    if (args.kind != CollectiveKind::kBarrier) {
+      in = arg_range(info, 2, "input");
+      held.push_back(in.buffer);
+      args.input = in.data();
+      args.input_count = in.count;
+    }
+    if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
+      out = arg_range(info, 5, "output");
+      if (out.buffer == in.buffer)
+        throw_error(env, "ERR_ALIASING", "collective: the output must be a different buffer from the input");
+      held.push_back(out.buffer);
+      args.output = out.data();
+      args.output_count = out.count;
+    }
+    if (!info[8].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be a number");
+    args.scale = info[8].As<Napi::Number>().FloatValue();
+    if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be finite");
+    args.root = static_cast<int32_t>(arg_index(info, 9, "root"));
+    const bool ring = info[10].ToBoolean().Value();
+    if (ring && args.kind != CollectiveKind::kAllreduce)
+      throw_error(env, "ERR_INVALID_ARGUMENT", "collective: the ring algorithm is offered for allreduce only");
+    // No busy() check: buckets of one gradient buffer are queued back to back while earlier
+    // buckets are still reduced or updated; each operation holds its buffers against dispose().
+
+    class CollectiveOp : public CommOp {
+     public:
+      CollectiveOp(Napi::Env env, std::vector<BufferPtr> held, std::shared_ptr<Membership> m, CollectiveArgs a,
+                   Deadline d, bool ring)
+          : CommOp(env, "collective", std::move(held)), m_(std::move(m)), a_(a), d_(d), ring_(ring) {}
+      void Run() override {
+        if (!ring_) {
+          status_ = m_->group->collective(m_->rank, a_, d_, &non_finite_, &detail_);
+          return;
+        }
+        // Agree on sizes first (a barrier checks them on every rank alike), then run the ring.
+        int64_t ignored = 0;
+        CollectiveArgs probe;
+        probe.kind = CollectiveKind::kBarrier;
+        probe.input_count = a_.input_count;  // validated for equality across ranks
+        status_ = m_->group->collective(m_->rank, probe, d_, &ignored, &detail_);
+        if (status_ != SAPIPE_OK) return;
+        comm::local::LocalTransport t(m_->group, m_->rank, &detail_);
+        status_ = comm::ring_allreduce(t, a_.input, a_.input_count, a_.scale, d_, &non_finite_);
+      }
+      Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
+     private:
+      std::shared_ptr<Membership> m_;
+      CollectiveArgs a_;
+      Deadline d_;
+      bool ring_;
+      int64_t non_finite_ = 0;
+    };
+    return queue->Submit(env, new CollectiveOp(env, std::move(held), member_, args, deadline(), ring));
+  }
+
+  // send(queue, buffer, offset, count, peer) / recv(queue, buffer, offset, count, peer)
+  Napi::Value PointToPoint(const Napi::CallbackInfo& info, bool send) {
+    Napi::Env env = info.Env();
+    const char* op = send ? "send" : "recv";
+    Queue* queue = Queue::FromValue(env, info[0]);
+    Membership& m = live(env, op);
+    Range r = arg_range(info, 1, "buffer");
+    const size_t peer = arg_index(info, 4, "peer");
+    if (peer >= static_cast<size_t>(m.group->size()) || static_cast<int>(peer) == m.rank)
+      throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": peer must be another rank of the group");
+    class P2POp : public CommOp {
+     public:
+      P2POp(Napi::Env env, const char* name, Range r, std::shared_ptr<Membership> m, int peer, Deadline d, bool send)
+          : CommOp(env, name, {r.buffer}), r_(std::move(r)), m_(std::move(m)), peer_(peer), d_(d), send_(send) {}
+      void Run() override {
+        Group& g = *m_->group;
+        if (send_) {
+          std::shared_ptr<comm::local::SendSlot> slot;
+          status_ = g.post_send(m_->rank, peer_, Group::kUserChannel, r_.data(), r_.count, &slot, &detail_);
+          if (status_ == SAPIPE_OK) status_ = g.wait_send(m_->rank, peer_, Group::kUserChannel, slot, d_, &detail_);
+        } else {
+          status_ = g.recv(m_->rank, peer_, Group::kUserChannel, r_.data(), r_.count, d_, &detail_);
+        }
+      }
+     private:
+      Range r_;
+      std::shared_ptr<Membership> m_;
+      int peer_;
+      Deadline d_;
+      bool send_;
+    };
+    return queue->Submit(env, new P2POp(env, op, std::move(r), member_, static_cast<int>(peer), deadline(), send));
+  }
+  Napi::Value Send(const Napi::CallbackInfo& info) { return PointToPoint(info, true); }
+  Napi::Value Recv(const Napi::CallbackInfo& info) { return PointToPoint(info, false); }
+
+  Napi::Value Destroy(const Napi::CallbackInfo& info) {
+    if (member_) member_->leave(/*lost=*/false);
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<Membership> member_;
+  std::chrono::milliseconds timeout_{30000};
+};
+
+// dst = src on the calling thread alone: the per-core bandwidth a rank of the local backend has.
+Napi::Value CopySingleThread(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  BufferPtr dst = NativeBuffer::FromValue(env, info[0], "dst"), src = NativeBuffer::FromValue(env, info[1], "src");
+  if (dst->size() != src->size()) throw_error(env, "ERR_SIZE_MISMATCH", "copySingleThread: the buffers differ in length");
+  if (dst == src) throw_error(env, "ERR_ALIASING", "copySingleThread: dst and src must be different buffers");
+  if (dst->busy() || src->busy()) throw_error(env, "ERR_BUSY", "copySingleThread: a buffer is in use by a pending operation");
+  cpu::active_kernels().copy(dst->data(), src->data(), dst->size());
+  return env.Undefined();
+}
+
+}  // namespace
+
+void InitCommLocal(Napi::Env env, Napi::Object exports) {
+  LocalComm::Init(env, exports);
+  exports.Set("copySingleThread", Napi::Function::New(env, CopySingleThread, "copySingleThread"));
+}
+
+}  // namespace sapipe::addon

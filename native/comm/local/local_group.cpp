@@ -1,0 +1,372 @@
+#include "local_group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "../../cpu/kernel_table.h"
+#include "../partition.h"
+
+namespace sapipe::comm::local {
+namespace {
+
+// Reductions go through a scratch block that stays in L1: the sum of one block is computed once
+// (rank order 0..n-1, so every element is summed in the same order whichever rank owns it) and then
+// written to every destination, so each byte of every buffer is read once and written once.
+constexpr size_t kBlock = 4096;
+
+struct Scratch {
+  alignas(64) float data[kBlock];
+};
+
+float* scratch() {
+  thread_local Scratch s;
+  return s.data;
+}
+
+const char* kind_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kReduceScatter: return "reduceScatter";
+    case CollectiveKind::kAllgather: return "allgather";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduceScatterInPlace: return "reduceScatter (in place)";
+    case CollectiveKind::kAllgatherInPlace: return "allgather (in place)";
+  }
+  return "collective";
+}
+
+bool overlaps(const float* a, size_t na, const float* b, size_t nb) {
+  if (na == 0 || nb == 0) return false;
+  return a < b + nb && b < a + na;
+}
+
+// Every rank runs this on the same snapshot of arguments, so all reach the same verdict.
+sapipe_status validate(const std::vector<CollectiveArgs>& a, std::string* detail) {
+  const size_t n = a.size();
+  const CollectiveArgs& z = a[0];
+  for (size_t r = 1; r < n; ++r) {
+    if (a[r].kind != z.kind) {
+      *detail = std::string("rank 0 called ") + kind_name(z.kind) + " but rank " + std::to_string(r) + " called " +
+                kind_name(a[r].kind) + "; every rank must issue the same collectives in the same order";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+    if (a[r].input_count != z.input_count || a[r].output_count != z.output_count) {
+      *detail = std::string(kind_name(z.kind)) + ": rank 0 passed " + std::to_string(z.input_count) + " elements, rank " +
+                std::to_string(r) + " passed " + std::to_string(a[r].input_count) +
+                (a[r].input_count == z.input_count ? " (outputs differ: " + std::to_string(z.output_count) + " vs " +
+                                                         std::to_string(a[r].output_count) + ")"
+                                                   : "") +
+                "; every rank must pass buffers of the same length";
+      return SAPIPE_ERR_SIZE_MISMATCH;
+    }
+    if (a[r].root != z.root || a[r].scale != z.scale) {
+      *detail = std::string(kind_name(z.kind)) + ": ranks disagree on the root or the reduction (sum/avg)";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (z.kind == CollectiveKind::kReduceScatter && z.input_count != z.output_count * n) {
+    *detail = "reduceScatter: the input must have size x the output's elements";
+    return SAPIPE_ERR_SIZE_MISMATCH;
+  }
+  if (z.kind == CollectiveKind::kAllgather && z.output_count != z.input_count * n) {
+    *detail = "allgather: the output must have size x the input's elements";
+    return SAPIPE_ERR_SIZE_MISMATCH;
+  }
+  if (z.root < 0 || static_cast<size_t>(z.root) >= n) {
+    *detail = "broadcast: root out of range";
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  }
+  // Ranks read and write each other's memory: no rank's written range may overlap any buffer of
+  // another rank (possible when several ranks live on one thread and share a buffer).
+  const bool in_place = z.kind == CollectiveKind::kAllreduce || z.kind == CollectiveKind::kBroadcast ||
+                        z.kind == CollectiveKind::kReduceScatterInPlace || z.kind == CollectiveKind::kAllgatherInPlace;
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t q = 0; q < n; ++q) {
+      if (in_place) {
+        if (q != r && overlaps(a[r].input, a[r].input_count, a[q].input, a[q].input_count)) {
+          *detail = std::string(kind_name(z.kind)) + ": ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                    " passed the same memory; each rank needs its own buffer";
+          return SAPIPE_ERR_ALIASING;
+        }
+      } else if (z.kind != CollectiveKind::kBarrier &&
+                 (overlaps(a[r].output, a[r].output_count, a[q].input, a[q].input_count) ||
+                  (q != r && overlaps(a[r].output, a[r].output_count, a[q].output, a[q].output_count)))) {
+        *detail = std::string(kind_name(z.kind)) + ": an output overlaps an input or another rank's output";
+        return SAPIPE_ERR_ALIASING;
+      }
+    }
+  }
+  return SAPIPE_OK;
+}
+
+// Sums block [lo, hi) of srcs into every destination; returns the non-finite results counted once.
+int64_t reduce_range(const cpu::KernelTable& k, const std::vector<const float*>& srcs,
+                     const std::vector<float*>& dsts, size_t lo, size_t hi, float scale) {
+  int64_t bad = 0;
+  float* tmp = scratch();
+  std::vector<const float*> in(srcs.size());
+  for (size_t b = lo; b < hi; b += kBlock) {
+    const size_t len = std::min(kBlock, hi - b);
+    for (size_t i = 0; i < srcs.size(); ++i) in[i] = srcs[i] + b;
+    bad += k.sum(tmp, in.data(), in.size(), len, scale);
+    for (float* d : dsts) k.copy(d + b, tmp, len);
+  }
+  return bad;
+}
+
+int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
+  const cpu::KernelTable& k = cpu::active_kernels();
+  const int n = static_cast<int>(a.size());
+  const CollectiveArgs& me = a[static_cast<size_t>(rank)];
+  std::vector<const float*> srcs;
+  std::vector<float*> dsts;
+  switch (me.kind) {
+    case CollectiveKind::kBarrier: return 0;
+    case CollectiveKind::kAllreduce: {
+      auto [lo, hi] = partition(me.input_count, n, rank);
+      for (const auto& x : a) {
+        srcs.push_back(x.input);
+        dsts.push_back(x.input);
+      }
+      return reduce_range(k, srcs, dsts, lo, hi, me.scale);
+    }
+    case CollectiveKind::kReduceScatterInPlace: {
+      auto [lo, hi] = partition(me.input_count, n, rank);
+      for (const auto& x : a) srcs.push_back(x.input);
+      dsts.push_back(me.input);
+      return reduce_range(k, srcs, dsts, lo, hi, me.scale);
+    }
+    case CollectiveKind::kReduceScatter: {
+      const size_t m = me.output_count, base = m * static_cast<size_t>(rank);
+      for (const auto& x : a) srcs.push_back(x.input + base);
+      dsts.push_back(me.output);
+      return reduce_range(k, srcs, dsts, 0, m, me.scale);
+    }
+    case CollectiveKind::kAllgather: {
+      const size_t m = me.input_count;
+      for (int q = 0; q < n; ++q)
+        if (m) k.copy(me.output + m * static_cast<size_t>(q), a[static_cast<size_t>(q)].input, m);
+      return 0;
+    }
+    case CollectiveKind::kBroadcast: {
+      if (rank != me.root && me.input_count) k.copy(me.input, a[static_cast<size_t>(me.root)].input, me.input_count);
+      return 0;
+    }
+    case CollectiveKind::kAllgatherInPlace: {
+      // Each rank fills its own buffer from the owners' parts: it writes only its own memory and
+      // reads only parts their owners do not write.
+      for (int q = 0; q < n; ++q) {
+        if (q == rank) continue;
+        auto [lo, hi] = partition(me.input_count, n, q);
+        if (hi > lo) k.copy(me.input + lo, a[static_cast<size_t>(q)].input + lo, hi - lo);
+      }
+      return 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Group::Group(std::string name, int size)
+    : name_(std::move(name)), size_(size), ranks_(static_cast<size_t>(size)),
+      channels_(static_cast<size_t>(size) * static_cast<size_t>(size) * kChannels) {}
+
+sapipe_status Group::join(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& me = ranks_[static_cast<size_t>(rank)];
+  if (me.joined) return SAPIPE_ERR_INVALID_ARGUMENT;
+  me.joined = true;
+  cv_.notify_all();
+  return SAPIPE_OK;
+}
+
+bool Group::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_) return true;
+  bool any = false;
+  for (const RankState& r : ranks_) {
+    if (r.joined && !r.gone) return false;
+    any = any || r.joined;
+  }
+  return any;
+}
+
+sapipe_status Group::failure(int rank, std::string* detail) const {
+  if (ranks_[static_cast<size_t>(rank)].gone) {
+    *detail = "the communicator was destroyed";
+    return SAPIPE_ERR_DISPOSED;
+  }
+  if (broken_) {
+    *detail = broken_reason_;
+    return SAPIPE_ERR_PEER_LOST;
+  }
+  return SAPIPE_OK;
+}
+
+void Group::break_group(const std::string& reason) {
+  if (!broken_) {
+    broken_ = true;
+    broken_reason_ = "group \"" + name_ + "\": " + reason;
+  }
+  cv_.notify_all();
+}
+
+void Group::wait_quiet(std::unique_lock<std::mutex>& lock) {
+  cv_.wait(lock, [&] { return working_ == 0; });
+}
+
+template <class Ready>
+bool Group::wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready) {
+  // The condition is checked before the failure state: a rank whose peers all arrived must not
+  // report a peer that left right after arriving.
+  std::string ignored;
+  return cv_.wait_until(lock, deadline, [&] { return ready() || failure(rank, &ignored) != SAPIPE_OK; }) && ready();
+}
+
+sapipe_status Group::wait_ready(int rank, Deadline deadline, std::string* detail) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto all_joined = [&] {
+    for (const RankState& r : ranks_)
+      if (!r.joined) return false;
+    return true;
+  };
+  if (wait_until(lock, rank, deadline, all_joined)) return SAPIPE_OK;
+  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  std::string missing;
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    if (!ranks_[r].joined) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  *detail = "ranks " + missing + " did not join group \"" + name_ + "\" within the timeout";
+  break_group("rank " + std::to_string(rank) + " timed out waiting for ranks " + missing + " to join");
+  return SAPIPE_ERR_TIMEOUT;
+}
+
+sapipe_status Group::barrier(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, const char* what,
+                             std::string* detail) {
+  RankState& me = ranks_[static_cast<size_t>(rank)];
+  const uint64_t e = ++me.epoch;
+  cv_.notify_all();
+  auto arrived = [&] {
+    for (const RankState& r : ranks_)
+      if (r.epoch < e) return false;
+    return true;
+  };
+  if (wait_until(lock, rank, deadline, arrived)) return SAPIPE_OK;
+  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  std::string missing;
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    if (ranks_[r].epoch < e) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  *detail = std::string(what) + ": ranks " + missing + " did not take part within the timeout";
+  break_group("rank " + std::to_string(rank) + " timed out in " + what + " waiting for ranks " + missing);
+  return SAPIPE_ERR_TIMEOUT;
+}
+
+sapipe_status Group::collective(int rank, const CollectiveArgs& args, Deadline deadline, int64_t* non_finite,
+                                std::string* detail) {
+  *non_finite = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  ranks_[static_cast<size_t>(rank)].args = args;
+  const char* what = kind_name(args.kind);
+  if (sapipe_status s = barrier(lock, rank, deadline, what, detail); s != SAPIPE_OK) {
+    wait_quiet(lock);
+    return s;
+  }
+  // Peers cannot post their next collective before the departure barrier below, so this
+  // snapshot is the same on every rank.
+  std::vector<CollectiveArgs> all;
+  for (const RankState& r : ranks_) all.push_back(r.args);
+  sapipe_status verdict = validate(all, detail);
+  if (verdict == SAPIPE_OK) {
+    ++working_;
+    lock.unlock();
+    const int64_t bad = work(rank, all);
+    lock.lock();
+    ranks_[static_cast<size_t>(rank)].non_finite = bad;
+    if (--working_ == 0) cv_.notify_all();
+  }
+  if (sapipe_status s = barrier(lock, rank, deadline, what, detail); s != SAPIPE_OK) {
+    wait_quiet(lock);
+    return s;
+  }
+  if (verdict != SAPIPE_OK) return verdict;
+  // Every rank has left the work phase and none can enter the next one before this rank arrives.
+  for (const RankState& r : ranks_) *non_finite += r.non_finite;
+  return SAPIPE_OK;
+}
+
+sapipe_status Group::post_send(int rank, int peer, int tag, const float* data, size_t count, std::shared_ptr<SendSlot>* slot,
+                               std::string* detail) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  auto s = std::make_shared<SendSlot>();
+  s->data = data;
+  s->count = count;
+  channels_[channel_index(rank, peer, tag)].push_back(s);
+  *slot = s;
+  cv_.notify_all();
+  return SAPIPE_OK;
+}
+
+sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_ptr<SendSlot>& slot, Deadline deadline,
+                               std::string* detail) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (wait_until(lock, rank, deadline, [&] { return slot->done; })) {
+    if (slot->status == SAPIPE_ERR_SIZE_MISMATCH)
+      *detail = "send to rank " + std::to_string(peer) + ": the receiver expected another number of elements";
+    return slot->status;
+  }
+  // Withdraw the message, or wait for a receiver that is copying it (bounded: a copy never blocks).
+  cv_.wait(lock, [&] { return !slot->taken || slot->done; });
+  auto& channel = channels_[channel_index(rank, peer, tag)];
+  channel.erase(std::remove(channel.begin(), channel.end(), slot), channel.end());
+  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  *detail = "send to rank " + std::to_string(peer) + ": no matching recv within the timeout";
+  break_group("rank " + std::to_string(rank) + " timed out sending to rank " + std::to_string(peer));
+  return SAPIPE_ERR_TIMEOUT;
+}
+
+sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count, Deadline deadline, std::string* detail) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& channel = channels_[channel_index(peer, rank, tag)];
+  if (!wait_until(lock, rank, deadline, [&] { return !channel.empty(); })) {
+    if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+    *detail = "recv from rank " + std::to_string(peer) + ": no message within the timeout";
+    break_group("rank " + std::to_string(rank) + " timed out receiving from rank " + std::to_string(peer));
+    return SAPIPE_ERR_TIMEOUT;
+  }
+  std::shared_ptr<SendSlot> slot = channel.front();
+  channel.pop_front();
+  if (slot->count != count) {
+    slot->status = SAPIPE_ERR_SIZE_MISMATCH;
+    slot->done = true;
+    cv_.notify_all();
+    *detail = "recv from rank " + std::to_string(peer) + ": the message has " + std::to_string(slot->count) +
+              " elements, the buffer " + std::to_string(count) + "; sender and receiver must agree on the size";
+    return SAPIPE_ERR_SIZE_MISMATCH;
+  }
+  slot->taken = true;
+  lock.unlock();
+  if (count) cpu::active_kernels().copy(data, slot->data, count);
+  lock.lock();
+  slot->done = true;
+  cv_.notify_all();
+  return SAPIPE_OK;
+}
+
+void Group::leave(int rank, bool lost) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& me = ranks_[static_cast<size_t>(rank)];
+  if (me.gone) return;
+  me.gone = true;
+  bool others = false;
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    others = others || (static_cast<int>(r) != rank && !ranks_[r].gone);
+  if (others)
+    break_group("rank " + std::to_string(rank) +
+                (lost ? " was lost (its thread or process ended)" : " left (destroy() was called)"));
+  cv_.notify_all();
+}
+
+}  // namespace sapipe::comm::local
