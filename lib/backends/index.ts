@@ -3,6 +3,7 @@
  */
 import { probeCpu } from './cpu.js';
 import { probeCuda, probeNccl } from './cuda.js';
+import { probeLocal } from './local.js';
 import type { BackendProbe, BackendStatus } from './status.js';
 
 export type { BackendProbe, BackendStatus } from './status.js';
@@ -12,6 +13,7 @@ const probes: BackendProbe[] = [
   probeCpu,
   probeCuda,
   probeNccl,
+  probeLocal,
   () => ({ name: 'ucx', kind: 'comm', available: false, reason: 'the UCX plugin is not part of this build yet' }),
 ];
 
