@@ -11,3 +11,4 @@ export { nativeInfo } from './info.js';
 export * from './comm/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
+export * from './backends/index.js';
