@@ -11,4 +11,13 @@ export { nativeInfo } from './info.js';
 export * from './comm/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
-export * from './backends/index.js';
+export {
+  backendStatuses,
+  selectBackend,
+  selectCommBackend,
+  type BackendStatus,
+  type BackendSelection,
+  type ComputeBackendName,
+  type ComputeBackendPreference,
+  type CommBackendPreference,
+} from './backends/index.js';
