@@ -10,6 +10,7 @@
         "native/addon/js_args.cpp",
         "native/addon/kernels_binding.cpp",
         "native/addon/native_buffer.cpp",
+        "native/addon/nn_binding.cpp",
         "native/addon/queue.cpp",
         "native/addon/update_binding.cpp",
         "native/comm/local/local_group.cpp",
@@ -21,6 +22,7 @@
         "native/core/status.cpp",
         "native/core/thread_pool.cpp",
         "native/cpu/cpu_api.cpp",
+        "native/cpu/gemm.cpp",
         "native/cpu/kernel_table.cpp",
         "native/cpu/simd.cpp",
         "native/cpu/update_plan.cpp"

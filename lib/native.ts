@@ -77,6 +77,23 @@ export interface NativeInfo {
   alignment: number;
 }
 
+/** Arguments of the native SGEMM: C = alpha*op(A)*op(B) + beta*C on dense row-major views at element offsets. */
+export interface NativeGemmArgs {
+  transA?: boolean;
+  transB?: boolean;
+  m: number;
+  n: number;
+  k: number;
+  alpha?: number;
+  beta?: number;
+  a: NativeBufferHandle;
+  aOffset?: number;
+  b: NativeBufferHandle;
+  bOffset?: number;
+  c: NativeBufferHandle;
+  cOffset?: number;
+}
+
 export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
@@ -93,6 +110,9 @@ export interface NativeAddon {
   triad(a: NativeBufferHandle, b: NativeBufferHandle, c: NativeBufferHandle, s: number): void;
   copy(dst: NativeBufferHandle, src: NativeBufferHandle): void;
   info(): NativeInfo;
+  sgemm(args: NativeGemmArgs): void;
+  /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */
+  measureClockGhz(): number;
 }
 
 /** Numeric enums shared with the C ABI. */

@@ -8,6 +8,7 @@
 #include "comm_local_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
+#include "nn_binding.h"
 #include "queue.h"
 #include "update_binding.h"
 
@@ -37,6 +38,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   Queue::Init(env, exports);
   InitUpdate(env, exports);
   InitKernels(env, exports);
+  InitNn(env, exports);
   InitCuda(env, exports);
   InitCommLocal(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));
