@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 
 import { benchAllreduce } from '../../bench/allreduce.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
+import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
 import { InvalidArgumentError } from 'commander';
@@ -181,6 +182,42 @@ export function registerBenchCommand(program: Command): void {
       const fused = new Table({ head: ['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused all-reduce + update ms', 'ratio'], ...(plain ? { style: { head: [], border: [] } } : {}) });
       for (const f of r.fused) fused.push([f.optimizer, formatCount(f.bytes), f.allreduceMs.toFixed(3), f.fusedMs.toFixed(3), f.ratio.toFixed(3)]);
       if (r.fused.length) console.log(fused.toString());
+    });
+  bench
+    .command('gemm')
+    .description('SGEMM GFLOP/s (C = A*B, fp32) and its ratio to the modelled peak: threads x FMA units x lanes x 2 x measured clock')
+    .option('--m <n>', 'rows of A and C', parsePositiveInt, 256)
+    .option('--n <n>', 'columns of B and C', parsePositiveInt, 256)
+    .option('--k <n>', 'columns of A, rows of B', parsePositiveInt, 256)
+    .option('--trans-a', 'multiply by A^T (A stored k x m)')
+    .option('--trans-b', 'multiply by B^T (B stored n x k)')
+    .option('--threads <t>', 'worker threads (default: all cores; SAPIPE_NUM_THREADS)', parsePositiveInt)
+    .option('--reps <n>', 'measured samples (each a ~5 ms batch of products)', parsePositiveInt, 15)
+    .option('--warmup <n>', 'unmeasured samples before measuring', parsePositiveInt, 3)
+    .option('--clock-ghz <ghz>', 'core clock of the peak model (default: measured)', Number)
+    .option('--fma-units <n>', 'FMA units per core of the peak model', parsePositiveInt, 2)
+    .option('--json', 'print JSON')
+    .action((options: { m: number; n: number; k: number; transA?: boolean; transB?: boolean; threads?: number; reps: number; warmup: number; clockGhz?: number; fmaUnits: number; json?: boolean }) => {
+      applyThreads(options.threads);
+      const r = benchGemm({
+        m: options.m,
+        n: options.n,
+        k: options.k,
+        transA: options.transA ?? false,
+        transB: options.transB ?? false,
+        reps: options.reps,
+        warmup: options.warmup,
+        fmaUnits: options.fmaUnits,
+        ...(options.clockGhz !== undefined ? { clockGhz: options.clockGhz } : {}),
+      });
+      if (options.json) {
+        console.log(JSON.stringify(r, null, 2));
+        return;
+      }
+      const op = `${r.transA ? 'A^T' : 'A'}*${r.transB ? 'B^T' : 'B'}`;
+      console.log(`sgemm C = ${op}, m=${r.m} n=${r.n} k=${r.k}, ${r.threads} thread(s), simd ${r.simd}: ${r.medianMs.toFixed(4)} ms, ${r.gflops.toFixed(1)} GFLOP/s (median of ${options.reps})`);
+      console.log(`assumed peak ${r.peak.gflops.toFixed(1)} GFLOP/s = ${r.peak.formula} (clock ${r.peak.clockSource})`);
+      console.log(`ratio to peak: ${(r.ratioToPeak * 100).toFixed(1)}%`);
     });
   bench
     .command('step-overhead')
