@@ -11,6 +11,7 @@ export { nativeInfo } from './info.js';
 export * from './comm/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
+export * from './nn/index.js';
 export {
   backendStatuses,
   selectBackend,

@@ -1,0 +1,7 @@
+/** Small reference models on the native kernels, for examples, tests and benchmarks. */
+export { sgemm, type GemmOptions } from './gemm.js';
+export { Linear, type MatrixRef } from './linear.js';
+export { reluForward, reluBackward } from './relu.js';
+export { softmaxCrossEntropy } from './softmax-cross-entropy.js';
+export { MLP, type MLPOptions } from './mlp.js';
+export { kaimingUniform, biasUniform } from './init.js';

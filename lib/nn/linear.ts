@@ -1,0 +1,117 @@
+/**
+ * A fully connected layer on ParamSet tensors: weight [out, in] and bias [out], read from any flat
+ * buffer with the ParamSet's layout (the real weights, or an optimizer's predicted weights).
+ * All three matrix products go through the native SGEMM:
+ *   forward   Y  = X W^T + b     (batch x out)
+ *   backward  dW = dY^T X        (out x in)
+ *             dX = dY W          (batch x in)
+ *             db = column sums of dY
+ */
+import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { FlatBuffer, ParamSet, type TensorLayout } from '../tensor.js';
+import { sgemm } from './gemm.js';
+
+/** A matrix stored row-major from `offset` in `buffer`. */
+export interface MatrixRef {
+  buffer: FlatBuffer;
+  offset?: number;
+}
+
+export class Linear {
+  readonly inFeatures: number;
+  readonly outFeatures: number;
+  readonly weight: TensorLayout;
+  readonly bias: TensorLayout;
+
+  constructor(
+    readonly params: ParamSet,
+    weightName: string,
+    biasName: string,
+  ) {
+    this.weight = params.layout(weightName);
+    this.bias = params.layout(biasName);
+    if (this.weight.shape.length !== 2 || this.bias.shape.length !== 1 || this.bias.shape[0] !== this.weight.shape[0])
+      throw new SizeMismatchError(
+        `Linear: "${weightName}" must be [out, in] and "${biasName}" [out], got ${JSON.stringify(this.weight.shape)} and ${JSON.stringify(this.bias.shape)}`,
+      );
+    this.outFeatures = this.weight.shape[0]!;
+    this.inFeatures = this.weight.shape[1]!;
+    if (this.outFeatures === 0 || this.inFeatures === 0) throw new InvalidArgumentError('Linear: in and out features must be at least 1');
+  }
+
+  /** Y[batch, out] = X[batch, in] W^T + b, with W and b read from `weights`. */
+  forward(x: MatrixRef, batch: number, y: MatrixRef, weights: FlatBuffer = this.params.weights): void {
+    this.checkWeights(weights, 'forward');
+    sgemm({
+      transB: true,
+      m: batch,
+      n: this.outFeatures,
+      k: this.inFeatures,
+      a: x.buffer,
+      aOffset: x.offset ?? 0,
+      b: weights,
+      bOffset: this.weight.offset,
+      c: y.buffer,
+      cOffset: y.offset ?? 0,
+    });
+    const out = this.outFeatures;
+    const b = weights.array.subarray(this.bias.offset, this.bias.offset + out);
+    const ya = y.buffer.array;
+    const base = y.offset ?? 0;
+    for (let r = 0; r < batch; r++) {
+      const row = base + r * out;
+      for (let j = 0; j < out; j++) ya[row + j]! += b[j]!;
+    }
+  }
+
+  /**
+   * Gradients of this layer from dY[batch, out]: dW and db are written (not accumulated) into
+   * `grads` at the ParamSet's offsets; dX[batch, in] into `dx` unless it is undefined (first layer).
+   * `weights` must be the buffer the forward pass read.
+   */
+  backward(x: MatrixRef, dy: MatrixRef, batch: number, dx: MatrixRef | undefined, grads: FlatBuffer, weights: FlatBuffer = this.params.weights): void {
+    this.checkWeights(weights, 'backward');
+    this.checkWeights(grads, 'backward (grads)');
+    sgemm({
+      transA: true,
+      m: this.outFeatures,
+      n: this.inFeatures,
+      k: batch,
+      a: dy.buffer,
+      aOffset: dy.offset ?? 0,
+      b: x.buffer,
+      bOffset: x.offset ?? 0,
+      c: grads,
+      cOffset: this.weight.offset,
+    });
+    const out = this.outFeatures;
+    const db = grads.array.subarray(this.bias.offset, this.bias.offset + out);
+    db.fill(0);
+    const d = dy.buffer.array;
+    const base = dy.offset ?? 0;
+    for (let r = 0; r < batch; r++) {
+      const row = base + r * out;
+      for (let j = 0; j < out; j++) db[j]! += d[row + j]!;
+    }
+    if (dx)
+      sgemm({
+        m: batch,
+        n: this.inFeatures,
+        k: this.outFeatures,
+        a: dy.buffer,
+        aOffset: base,
+        b: weights,
+        bOffset: this.weight.offset,
+        c: dx.buffer,
+        cOffset: dx.offset ?? 0,
+      });
+  }
+
+  private checkWeights(buffer: FlatBuffer, what: string): void {
+    if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError(`Linear.${what}: expected a FlatBuffer with the ParamSet's layout`);
+    if (buffer.length !== this.params.length)
+      throw new SizeMismatchError(
+        `Linear.${what}: the buffer has ${buffer.length} elements but the ParamSet ${this.params.length}; pass a buffer with the ParamSet's layout`,
+      );
+  }
+}
