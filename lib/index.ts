@@ -9,6 +9,8 @@ export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';
 export * from './comm/index.js';
+export * from './dataparallel/index.js';
+export * from './data/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
 export * from './nn/index.js';

@@ -1,0 +1,95 @@
+/**
+ * The data-parallel training modes and the optimizer configuration each one needs
+ * (ALGORITHMS.md sections 2, 3 and the SAPipe data-parallel pipeline of section 5).
+ */
+import { InvalidArgumentError } from '../errors.js';
+import type { AdamOptions } from '../optim/adam.js';
+import type { CompensationOptions, GradientEstimate, PredictionOptions } from '../optim/options.js';
+import type { SGDOptions } from '../optim/sgd.js';
+
+/**
+ * - `sync`: each step waits for its own all-reduce, then updates (staleness 0; the baseline).
+ * - `pipe-sgd`: the all-reduce of step t runs while step t+1 computes; the update applies the
+ *   gradient one step late, as it is (staleness 1).
+ * - `sapipe-dc`: as pipe-sgd, the late gradient delay-compensated.
+ * - `sapipe-wp`: as pipe-sgd, and forward passes read weights predicted one update ahead with a
+ *   gradient estimate (`local`, `prev-sync`, `local-prev-sync`), optionally with compensation.
+ */
+export type DataParallelMode = 'sync' | 'pipe-sgd' | 'sapipe-dc' | 'sapipe-wp';
+export const DATA_PARALLEL_MODES: readonly DataParallelMode[] = ['sync', 'pipe-sgd', 'sapipe-dc', 'sapipe-wp'];
+
+type Excluded = 'compensation' | 'prediction' | 'queue';
+/** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. */
+export type DataParallelOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, Excluded>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, Excluded>);
+
+export interface DataParallelModeOptions {
+  mode: DataParallelMode;
+  /** Updates between the weights a gradient was computed at and the weights it is applied to: 0 for `sync`, 1 otherwise (the default per mode). */
+  staleness?: number;
+  /** Delay compensation: used by `sapipe-dc` (default `{}`: elementwise, lambda 0.2); turns on compensation in `sapipe-wp`. */
+  compensation?: CompensationOptions;
+  /** `sapipe-wp`: the gradient estimate of the shadow step. Required there. */
+  estimate?: GradientEstimate;
+  /** `sapipe-wp` with `compensation`: also compensate the estimate (default true). */
+  compensateEstimate?: boolean;
+}
+
+export interface ResolvedMode {
+  mode: DataParallelMode;
+  staleness: 0 | 1;
+  compensation: CompensationOptions | undefined;
+  prediction: PredictionOptions | undefined;
+  /** The estimate reads this rank's own newest gradient, so the trainer keeps a copy of it. */
+  needsLocalGrad: boolean;
+}
+
+const LAMBDA_MAX = 1e6;
+
+export function resolveMode(o: DataParallelModeOptions, worldSize: number): ResolvedMode {
+  const mode = o.mode;
+  if (!DATA_PARALLEL_MODES.includes(mode))
+    throw new InvalidArgumentError(`DataParallelTrainer: mode must be one of ${DATA_PARALLEL_MODES.join(', ')}, got ${JSON.stringify(mode)}`);
+  const expected = mode === 'sync' ? 0 : 1;
+  const staleness = o.staleness ?? expected;
+  if (staleness !== 0 && staleness !== 1)
+    throw new InvalidArgumentError(`DataParallelTrainer: staleness must be 0 or 1 (deeper pipelines are not supported), got ${String(staleness)}`);
+  if (staleness !== expected)
+    throw new InvalidArgumentError(
+      `DataParallelTrainer: mode '${mode}' has staleness ${expected}, not ${staleness}; use mode 'sync' for staleness 0 or a pipelined mode for staleness 1`,
+    );
+  if (o.compensation !== undefined && (mode === 'sync' || mode === 'pipe-sgd'))
+    throw new InvalidArgumentError(`DataParallelTrainer: mode '${mode}' applies no delay compensation; use 'sapipe-dc' (or 'sapipe-wp' with compensation), or drop the compensation option`);
+  if (o.compensation !== undefined) checkCompensation(o.compensation);
+  if (mode !== 'sapipe-wp' && (o.estimate !== undefined || o.compensateEstimate !== undefined))
+    throw new InvalidArgumentError(`DataParallelTrainer: estimate and compensateEstimate belong to mode 'sapipe-wp', not '${mode}'`);
+  switch (mode) {
+    case 'sync':
+    case 'pipe-sgd':
+      return { mode, staleness, compensation: undefined, prediction: undefined, needsLocalGrad: false };
+    case 'sapipe-dc':
+      return { mode, staleness, compensation: o.compensation ?? {}, prediction: undefined, needsLocalGrad: false };
+    case 'sapipe-wp': {
+      const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
+      if (o.estimate === undefined || !estimates.includes(o.estimate))
+        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' needs estimate: one of ${estimates.join(', ')}, got ${JSON.stringify(o.estimate)}`);
+      const compensateEstimate = o.compensateEstimate ?? o.compensation !== undefined;
+      if (typeof compensateEstimate !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: compensateEstimate must be a boolean');
+      if (compensateEstimate && o.compensation === undefined)
+        throw new InvalidArgumentError('DataParallelTrainer: compensateEstimate needs delay compensation; also pass compensation: {} (or { lambda })');
+      return {
+        mode,
+        staleness,
+        compensation: o.compensation,
+        prediction: { kind: 'sapipe', estimate: o.estimate, compensate: compensateEstimate, worldSize },
+        needsLocalGrad: o.estimate !== 'prev-sync',
+      };
+    }
+  }
+}
+
+function checkCompensation(c: CompensationOptions): void {
+  if (c === null || typeof c !== 'object') throw new InvalidArgumentError('DataParallelTrainer: compensation must be an object like { lambda: 0.2 }');
+  const lambda = c.lambda;
+  if (lambda !== undefined && (typeof lambda !== 'number' || !Number.isFinite(lambda) || lambda < 0 || lambda > LAMBDA_MAX))
+    throw new InvalidArgumentError(`DataParallelTrainer: compensation.lambda must be a finite number in [0, ${LAMBDA_MAX}] (0.2 is the usual choice), got ${String(lambda)}`);
+}

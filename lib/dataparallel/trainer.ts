@@ -1,0 +1,373 @@
+/**
+ * A data-parallel trainer: every rank holds the same ParamSet, computes a gradient on its own data,
+ * and the trainer averages the gradients over a Communicator and applies them with a fused
+ * optimizer step. One call per training step:
+ *
+ *     const w = trainer.forwardWeights;   // the weights this step's forward/backward reads
+ *     // ... compute the local gradient into trainer.grads ...
+ *     await trainer.step();
+ *
+ * In the staleness-1 modes (`pipe-sgd`, `sapipe-dc`, `sapipe-wp`) step() starts the all-reduce of
+ * the gradient just computed and returns without waiting for it, so it runs while the caller
+ * computes the next gradient; the next step() completes it and applies it. Two gradient buffers
+ * alternate (`trainer.grads` is the one to fill now; re-read it every step) so the caller never
+ * writes the buffer under reduction. The first step only starts its reduction; the first update
+ * comes one step later and applies that gradient to the weights it was computed at (no staleness);
+ * every later update applies a gradient one update late.
+ */
+import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
+import { Communicator, type ReduceResult } from '../comm/communicator.js';
+import { allreduceAndStep } from '../comm/fused-step.js';
+import { Adam, AdamW } from '../optim/adam.js';
+import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
+import { SGD } from '../optim/sgd.js';
+import { FlatBuffer, ParamSet } from '../tensor.js';
+import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
+
+export interface DataParallelTrainerOptions extends DataParallelModeOptions {
+  comm: Communicator;
+  /** The model's parameters; the trainer updates its weights. */
+  params: ParamSet;
+  optimizer: DataParallelOptimizerSpec;
+  /** A model whose parameter count must equal the ParamSet's (e.g. the model built on it). */
+  model?: { readonly numParams: number };
+  /** Copy rank 0's weights to every rank at creation so all replicas start equal. Default true. */
+  broadcastWeights?: boolean;
+  /** `sync`: bucket sizes of the fused all-reduce + update (see allreduceAndStep). */
+  bucketBytes?: number;
+  firstBucketBytes?: number;
+  /** `sync`: how the fused step stays all-or-nothing under NaN/Inf (see allreduceAndStep). */
+  guard?: 'prescan' | 'deferred';
+}
+
+export interface DataParallelStepResult extends StepResult {
+  /** False on a step that only started a reduction (the first pipelined step, or the first after flush()). */
+  updated: boolean;
+  /** Milliseconds this call waited for the previous step's all-reduce (pipelined modes); 0 when it was already done. */
+  waitedMs: number;
+}
+
+/** The trainer's state for a checkpoint: exact resumption, in-flight gradient included. */
+export interface DataParallelTrainerState {
+  version: 1;
+  mode: DataParallelTrainer['mode'];
+  /** step() calls so far. */
+  calls: number;
+  weights: Float32Array;
+  optimizer: OptimizerState;
+  /** The averaged gradient that was in flight (completed by exportState), to be applied by the next step(); null if none. */
+  pending: { averaged: Float32Array; nonFiniteCount: number } | null;
+}
+
+interface Pending {
+  buffer: FlatBuffer;
+  reduction: Promise<ReduceResult>;
+  result: ReduceResult | undefined;
+}
+
+export class DataParallelTrainer {
+  readonly comm: Communicator;
+  readonly params: ParamSet;
+  /** The optimizer the mode configured; change `optimizer.lr` between steps for schedules. */
+  readonly optimizer: Optimizer;
+  private readonly resolved: ResolvedMode;
+  private readonly bucketOptions: { bucketBytes?: number; firstBucketBytes?: number; guard?: 'prescan' | 'deferred' };
+  /** The second gradient buffer of the double buffer (pipelined modes). */
+  private readonly spare: FlatBuffer | undefined;
+  /** This rank's newest local gradient, copied before its reduction overwrites it. */
+  private readonly localCopy: FlatBuffer | undefined;
+  private fill: FlatBuffer;
+  private pending: Pending | undefined;
+  private calls = 0;
+  private busy = false;
+  private failure: unknown;
+  private isDisposed = false;
+
+  private constructor(options: DataParallelTrainerOptions, resolved: ResolvedMode) {
+    this.comm = options.comm;
+    this.params = options.params;
+    this.resolved = resolved;
+    this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard };
+    this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
+    this.fill = options.params.grads;
+    try {
+      if (resolved.staleness === 1) this.spare = FlatBuffer.allocate(options.params.length);
+      if (resolved.needsLocalGrad) this.localCopy = FlatBuffer.allocate(options.params.length);
+    } catch (error) {
+      this.spare?.dispose();
+      this.optimizer.dispose();
+      throw error;
+    }
+  }
+
+  /**
+   * Creates the trainer on every rank (a collective: all ranks call it with the same mode and
+   * ParamSet layout). Checks that every rank's ParamSet has the same size and, unless
+   * `broadcastWeights: false`, gives every rank rank 0's weights.
+   */
+  static async create(options: DataParallelTrainerOptions): Promise<DataParallelTrainer> {
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('DataParallelTrainer.create(options) must be an object');
+    const { comm, params } = options;
+    if (!(comm instanceof Communicator)) throw new InvalidArgumentError('DataParallelTrainer: options.comm must be a Communicator (e.g. from LocalCommunicator.create)');
+    comm.checkLive('DataParallelTrainer.create');
+    if (!(params instanceof ParamSet)) throw new InvalidArgumentError('DataParallelTrainer: options.params must be a ParamSet');
+    params.checkLive('DataParallelTrainer.create');
+    if (options.optimizer === null || typeof options.optimizer !== 'object')
+      throw new InvalidArgumentError("DataParallelTrainer: options.optimizer must be an object like { kind: 'sgd', lr: 0.1, momentum: 0.9 }");
+    if (options.model !== undefined) {
+      const n = (options.model as { numParams?: unknown } | null)?.numParams;
+      if (typeof n !== 'number') throw new InvalidArgumentError('DataParallelTrainer: options.model must have a numeric numParams');
+      if (n !== params.numParams)
+        throw new SizeMismatchError(`DataParallelTrainer: the model has ${n} parameters but the ParamSet ${params.numParams}; build the ParamSet from the model's parameter spec`);
+    }
+    const broadcast = options.broadcastWeights ?? true;
+    if (typeof broadcast !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: broadcastWeights must be a boolean');
+    const resolved = resolveMode(options, comm.size);
+    // Every rank must reduce buffers of one length; a mismatch would fail (or worse, pair wrong
+    // elements) deep inside a later step, so compare the layouts once here. Lengths travel as two
+    // 12-bit/20-bit halves, each exact in fp32.
+    const mine = FlatBuffer.from([params.length % 4096, Math.floor(params.length / 4096)]);
+    const all = FlatBuffer.allocate(2 * comm.size);
+    try {
+      await comm.allgather(mine, all);
+      const lengths = Array.from({ length: comm.size }, (_, r) => all.array[2 * r]! + 4096 * all.array[2 * r + 1]!);
+      const odd = lengths.findIndex((l) => l !== lengths[0]);
+      if (odd >= 0)
+        throw new SizeMismatchError(
+          `DataParallelTrainer: the ranks' ParamSets differ in size (rank 0: ${lengths[0]} elements, rank ${odd}: ${lengths[odd]}); every rank must build the same model`,
+        );
+    } finally {
+      mine.dispose();
+      all.dispose();
+    }
+    if (broadcast) await comm.broadcast(params.weights, 0);
+    return new DataParallelTrainer(options, resolved);
+  }
+
+  get mode(): ResolvedMode['mode'] {
+    return this.resolved.mode;
+  }
+  get staleness(): 0 | 1 {
+    return this.resolved.staleness;
+  }
+  /** step() calls so far. */
+  get stepCalls(): number {
+    return this.calls;
+  }
+  /** True while the all-reduce started by the last step() is still pending (pipelined modes). */
+  get reductionInFlight(): boolean {
+    return this.pending !== undefined && this.pending.result === undefined;
+  }
+
+  /** The buffer to write this step's local gradient into (alternates between steps in pipelined modes). */
+  get grads(): FlatBuffer {
+    this.checkUsable('grads');
+    return this.fill;
+  }
+
+  /** The view of tensor `name` in `grads`. */
+  gradView(name: string): Float32Array {
+    return this.params.view(this.grads, name);
+  }
+
+  /**
+   * The weights this step's forward (and backward) pass reads: the predicted weights in
+   * `sapipe-wp` while an update is in flight, else the real weights.
+   */
+  get forwardWeights(): FlatBuffer {
+    this.checkUsable('forwardWeights');
+    if (this.resolved.mode === 'sapipe-wp' && this.pending) return this.optimizer.forwardWeights;
+    return this.params.weights;
+  }
+
+  /** The view of tensor `name` in `forwardWeights`. */
+  forwardView(name: string): Float32Array {
+    return this.params.view(this.forwardWeights, name);
+  }
+
+  /** Averages this step's gradient over the ranks and updates the weights (see the file comment for when). */
+  async step(): Promise<DataParallelStepResult> {
+    this.enter('step');
+    try {
+      if (this.resolved.staleness === 0) {
+        const r = await allreduceAndStep(this.comm, this.optimizer, this.bucketOptions);
+        this.calls += 1;
+        return { applied: r.applied, nonFiniteCount: r.nonFiniteCount, step: r.step, updated: true, waitedMs: 0 };
+      }
+      const fresh = this.fill;
+      if (this.localCopy) this.localCopy.array.set(fresh.array);
+      const previous = this.pending;
+      const start = performance.now();
+      const done = previous ? await this.complete(previous) : undefined;
+      const waitedMs = performance.now() - start;
+      // Start this step's reduction before updating, so the update overlaps it too.
+      this.pending = this.startReduction(fresh);
+      this.fill = previous ? previous.buffer : this.spare!;
+      this.calls += 1;
+      if (!previous || !done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs };
+      const r = await this.apply(previous.buffer, done);
+      return { ...r, updated: true, waitedMs };
+    } catch (error) {
+      this.failure = error;
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Completes and applies the gradient in flight, leaving the pipeline empty (e.g. at the end of
+   * training, so no averaged gradient is lost). The next step() starts the pipeline again as the
+   * first one did: it only starts a reduction, and the update after it is not compensated.
+   * Resolves with the update's result, or null if nothing was in flight.
+   */
+  async flush(): Promise<StepResult | null> {
+    this.enter('flush');
+    try {
+      const previous = this.pending;
+      if (!previous) return null;
+      const done = await this.complete(previous);
+      this.pending = undefined;
+      const r = await this.apply(previous.buffer, done);
+      // The next update applies a gradient computed at the current weights: nothing to compensate.
+      const backup = this.optimizer.stateBuffer('backup');
+      if (backup) backup.array.set(this.params.weights.array);
+      return r;
+    } catch (error) {
+      this.failure = error;
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * A checkpoint of this rank: weights, optimizer state and the averaged gradient in flight (this
+   * waits for its all-reduce, which every rank has already issued, so no new collective starts).
+   * Resuming with importState() continues exactly as if training had not stopped.
+   */
+  async exportState(): Promise<DataParallelTrainerState> {
+    this.enter('exportState');
+    try {
+      const previous = this.pending;
+      const done = previous ? await this.complete(previous) : undefined;
+      return {
+        version: 1,
+        mode: this.mode,
+        calls: this.calls,
+        weights: this.params.weights.array.slice(),
+        optimizer: this.optimizer.exportState(),
+        pending: previous && done ? { averaged: previous.buffer.array.slice(), nonFiniteCount: done.nonFiniteCount } : null,
+      };
+    } catch (error) {
+      this.failure = error;
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** Restores exportState()'s checkpoint into a trainer of the same mode and layout with nothing in flight. */
+  importState(state: DataParallelTrainerState): void {
+    this.checkUsable('importState');
+    if (this.busy) throw new BusyError('DataParallelTrainer.importState: a step() is in flight; await it first');
+    if (this.pending) throw new BusyError('DataParallelTrainer.importState: this trainer has a gradient in flight; import into a fresh trainer (or flush() first)');
+    if (state === null || typeof state !== 'object' || state.version !== 1)
+      throw new InvalidArgumentError('DataParallelTrainer.importState: not a state from exportState() (version 1)');
+    if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode '${String(state.mode)}', this trainer is '${this.mode}'`);
+    if (!Number.isInteger(state.calls) || state.calls < 0) throw new InvalidArgumentError('DataParallelTrainer.importState: calls must be a non-negative integer');
+    if (!(state.weights instanceof Float32Array) || state.weights.length !== this.params.length)
+      throw new SizeMismatchError(`DataParallelTrainer.importState: weights must be a Float32Array of ${this.params.length} elements`);
+    const p = state.pending;
+    if (p !== null) {
+      if (typeof p !== 'object' || !(p.averaged instanceof Float32Array) || p.averaged.length !== this.params.length)
+        throw new SizeMismatchError(`DataParallelTrainer.importState: pending.averaged must be a Float32Array of ${this.params.length} elements`);
+      if (this.resolved.staleness === 0) throw new InvalidArgumentError('DataParallelTrainer.importState: a sync trainer has no gradient in flight');
+    }
+    const weights = this.params.weights.array.slice();
+    this.params.weights.array.set(state.weights);
+    try {
+      this.optimizer.importState(state.optimizer);
+    } catch (error) {
+      this.params.weights.array.set(weights);
+      throw error;
+    }
+    this.calls = state.calls;
+    if (p) {
+      // The restored gradient takes the spare buffer; the caller fills the other one next.
+      const buffer = this.spare!;
+      buffer.array.set(p.averaged);
+      const result = { nonFiniteCount: p.nonFiniteCount };
+      this.pending = { buffer, reduction: Promise.resolve(result), result };
+      this.fill = this.params.grads;
+    }
+  }
+
+  /** Waits for any reduction in flight, then frees the trainer's buffers and optimizer state. */
+  async dispose(): Promise<void> {
+    if (this.isDisposed) return;
+    if (this.busy) throw new BusyError('DataParallelTrainer.dispose: a step() is in flight; await it first');
+    const pending = this.pending;
+    this.isDisposed = true;
+    if (pending) await pending.reduction.catch(() => undefined);
+    this.pending = undefined;
+    this.optimizer.dispose();
+    this.spare?.dispose();
+    this.localCopy?.dispose();
+  }
+
+  private startReduction(buffer: FlatBuffer): Pending {
+    const pending: Pending = { buffer, reduction: this.comm.allreduce(buffer, { op: 'avg' }), result: undefined };
+    // Record completion as it happens (reductionInFlight), and keep a failure from being reported
+    // as unhandled before the next step() awaits it.
+    pending.reduction.then(
+      (r) => (pending.result = r),
+      () => undefined,
+    );
+    return pending;
+  }
+
+  private async complete(p: Pending): Promise<ReduceResult> {
+    const r = p.result ?? (await p.reduction);
+    p.result = r;
+    return r;
+  }
+
+  private async apply(averaged: FlatBuffer, reduced: ReduceResult): Promise<StepResult> {
+    const local = this.localCopy;
+    return this.optimizer.step({
+      grad: averaged,
+      ...(local ? { localGrad: local } : {}),
+      // The reduction counted non-finite results as it wrote them; the local copy is unchecked.
+      gradChecked: reduced.nonFiniteCount === 0 && !local,
+    });
+  }
+
+  private enter(what: string): void {
+    this.checkUsable(what);
+    if (this.busy) throw new BusyError(`DataParallelTrainer.${what}: the previous call is still running; await it first`);
+    // A failed collective leaves the ranks out of step; continuing would pair the wrong gradients.
+    if (this.failure !== undefined) {
+      if (this.failure instanceof SapipeError) throw this.failure;
+      throw new InternalError(`DataParallelTrainer.${what}: an earlier step failed (${String(this.failure)}); create a new communicator and trainer`, { cause: this.failure });
+    }
+    this.busy = true;
+  }
+
+  private checkUsable(what: string): void {
+    if (this.isDisposed) throw new DisposedError(`DataParallelTrainer.${what}: the trainer was disposed; create a new one`);
+    this.params.checkLive(`${what} (trainer)`);
+  }
+}
+
+function buildOptimizer(params: ParamSet, spec: DataParallelOptimizerSpec, mode: ResolvedMode): Optimizer {
+  const { kind, ...rest } = spec;
+  const extra = {
+    ...(mode.compensation ? { compensation: mode.compensation } : {}),
+    ...(mode.prediction ? { prediction: mode.prediction } : {}),
+  };
+  if (kind === 'sgd') return new SGD(params, { ...rest, ...extra });
+  if (kind === 'adam') return new Adam(params, { ...rest, ...extra });
+  if (kind === 'adamw') return new AdamW(params, { ...rest, ...extra });
+  throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${JSON.stringify(kind)}`);
+}
