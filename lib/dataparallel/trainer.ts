@@ -17,6 +17,7 @@
  */
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
+import { countNonFinite } from '../ops.js';
 import { allreduceAndStep } from '../comm/fused-step.js';
 import { Adam, AdamW } from '../optim/adam.js';
 import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
@@ -335,11 +336,16 @@ export class DataParallelTrainer {
 
   private async apply(averaged: FlatBuffer, reduced: ReduceResult): Promise<StepResult> {
     const local = this.localCopy;
+    // Whether a step is skipped must be decided alike on every rank, or the replicas diverge. The
+    // averaged gradient is the same everywhere, but a NaN/Inf in this rank's own newest gradient
+    // would make only this rank's guard skip. Such a gradient poisons the next average anyway (that
+    // step is then skipped on every rank), so here the prediction falls back to the averaged gradient.
+    if (local && reduced.nonFiniteCount === 0 && countNonFinite(local) > 0) local.array.set(averaged.array);
     return this.optimizer.step({
       grad: averaged,
       ...(local ? { localGrad: local } : {}),
-      // The reduction counted non-finite results as it wrote them; the local copy is unchecked.
-      gradChecked: reduced.nonFiniteCount === 0 && !local,
+      // The reduction counted non-finite results as it wrote them, and the local copy is now finite.
+      gradChecked: reduced.nonFiniteCount === 0,
     });
   }
 

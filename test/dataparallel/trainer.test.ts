@@ -201,6 +201,21 @@ t.test('pipelined modes overlap the all-reduce of step t with the computation of
   t.ok(pipeMs < 0.85 * syncMs, `${steps} pipelined steps took ${pipeMs.toFixed(0)} ms, sync ${syncMs.toFixed(0)} ms`);
 });
 
+t.test('a NaN in one rank\'s gradient skips the same update on every rank, and the replicas stay equal', async (t) => {
+  for (const config of [CASES[1]![1], CASES[6]![1], CASES[8]![1]]) {
+    const results = await runScenario({ kind: 'trace', config, steps: STEPS, nanAt: { rank: 1, step: 2 } });
+    const name = `${config.mode} ${config.estimate ?? ''}`;
+    for (const m of results) t.notOk(m.error, `${name} ran`);
+    // Step 2's gradient is applied at step 3: skipped there, applied everywhere else.
+    for (const m of results) t.same(m.updated, [false, true, true, false, true, true], `${name}: only the update applying the NaN gradient is skipped`);
+    const w0 = (results[0]!.weights as number[][]).flat();
+    t.ok(w0.every(Number.isFinite), `${name}: the weights stay finite`);
+    for (let r = 1; r < N; r++) t.same((results[r]!.weights as number[][]).flat(), w0, `${name}: rank ${r} has rank 0's weights after every step`);
+    const f = results.map((m) => (m.forward as number[][]).flat());
+    t.ok(f.every((x) => x.every(Number.isFinite)), `${name}: forward weights stay finite on every rank`);
+  }
+});
+
 t.test("ranks whose ParamSets differ are ERR_SIZE_MISMATCH on every rank", async (t) => {
   const results = await runScenario({ kind: 'mismatch', config: { mode: 'pipe-sgd', optimizer: sgd }, steps: 0 });
   for (const m of results) t.equal(m.code, 'ERR_SIZE_MISMATCH', String(m.message));
