@@ -35,7 +35,7 @@ export function mnistPackageDir(packageDir?: string): string {
   try {
     return dirname(createRequire(import.meta.url).resolve('mnist/package.json'));
   } catch (error) {
-    throw new BackendUnavailableError(`loadMnist: the optional 'mnist' package is not installed; ${INSTALL_HINT}`, { cause: error });
+    throw new BackendUnavailableError(`loadMnist: the 'mnist' package (a devDependency of sapipe, needed for the demo) is not installed; ${INSTALL_HINT}`, { cause: error });
   }
 }
 
