@@ -1,17 +1,5 @@
 /** Seeded initialisation, so a model built twice with the same seed has the same weights on every platform. */
 
-/** A small seeded PRNG (mulberry32): uniform in [0, 1). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * Kaiming (He) uniform for a layer followed by ReLU: U(-sqrt(6 / fanIn), sqrt(6 / fanIn)) keeps the
  * activations' second moment roughly constant from layer to layer.

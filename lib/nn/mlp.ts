@@ -11,7 +11,8 @@
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
-import { biasUniform, kaimingUniform, seededRandom } from './init.js';
+import { seededRandom } from '../data/seeded-random.js';
+import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
 import { reluBackward, reluForward } from './relu.js';
 import { softmaxCrossEntropy } from './softmax-cross-entropy.js';

@@ -1,14 +1,5 @@
-/** A small seeded PRNG (mulberry32) so every test run sees the same data. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The package's seeded PRNG (mulberry32), so every test run sees the same data. */
+export { seededRandom as rng } from '../../lib/data/seeded-random.js';
 
 /** Approximately standard-normal values (sum of uniforms) scaled by `scale`. */
 export function fillNormal(out: Float32Array, next: () => number, scale = 1): Float32Array {
