@@ -5,6 +5,7 @@
 import { Command } from 'commander';
 
 import { registerBenchCommand } from './commands/bench.js';
+import { registerDemoCommand } from './commands/demo.js';
 import { registerInfoCommand } from './commands/info.js';
 import { registerScheduleCommand } from './commands/schedule.js';
 import { registerTuneCommand } from './commands/tune.js';
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   registerBenchCommand(program);
   registerScheduleCommand(program);
   registerTuneCommand(program);
+  registerDemoCommand(program);
   return program;
 }
 

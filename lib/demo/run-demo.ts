@@ -1,0 +1,139 @@
+/**
+ * The driver of `sapipe demo`: loads MNIST once into shared memory, then for each mode in turn
+ * spawns the worker ranks (compiled worker.js, as the all-reduce benchmark does), collects the
+ * per-epoch test accuracy from rank 0 and every rank's timings, and summarises them per mode.
+ * Modes run one after another so they never compete for the cores.
+ */
+import { InvalidArgumentError } from '../errors.js';
+import { spawnLocalRanks } from '../comm/local.js';
+import { loadMnist } from '../data/mnist.js';
+import { trainTestSplit, type Dataset } from '../data/dataset.js';
+import type { DataParallelMode } from '../dataparallel/mode.js';
+import { checkDemoConfig, DEMO_LAYERS, DEMO_WP_ESTIMATE, type DemoConfig } from './config.js';
+// Types only: importing worker.ts for real would run a rank in this thread.
+import type { DemoWorkerData, DemoWorkerMessage } from './worker.js';
+
+export interface DemoModeResult {
+  mode: DataParallelMode;
+  /** Test accuracy after each epoch (index 0: epoch 1). */
+  epochAccuracy: number[];
+  finalAccuracy: number;
+  /** Training wall time: the slowest rank's, evaluation excluded. */
+  wallMs: number;
+  /** Training samples processed per second over all workers. */
+  samplesPerSec: number;
+  /** Wall time of sync divided by this mode's (undefined when sync did not run). */
+  speedup: number | undefined;
+  /** Sum over steps of the time step() waited for communication, per worker, averaged over workers. */
+  exposedCommMs: number;
+  /** Per step, averaged over workers: time waiting for communication and the rest (compute, update). */
+  stepMs: { compute: number; comm: number };
+  steps: number;
+}
+
+export interface DemoResult {
+  config: DemoConfig & { layers: readonly number[]; trainSamples: number; testSamples: number; wpEstimate: string };
+  modes: DemoModeResult[];
+}
+
+export interface DemoProgress {
+  mode: DataParallelMode;
+  epoch: number;
+  epochs: number;
+  accuracy: number;
+}
+
+function shared(d: Dataset): { inputs: Float32Array; labels: Uint8Array } {
+  const inputs = new Float32Array(new SharedArrayBuffer(d.inputs.byteLength));
+  inputs.set(d.inputs);
+  const labels = new Uint8Array(new SharedArrayBuffer(d.labels.byteLength));
+  labels.set(d.labels);
+  return { inputs, labels };
+}
+
+async function runMode(
+  mode: DataParallelMode,
+  config: DemoConfig,
+  train: { inputs: Float32Array; labels: Uint8Array },
+  test: { inputs: Float32Array; labels: Uint8Array },
+  onProgress: (p: DemoProgress) => void,
+): Promise<Omit<DemoModeResult, 'speedup'>> {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  const workerData: Omit<DemoWorkerData, 'sapipeLocal'> = {
+    mode,
+    epochs: config.epochs,
+    batch: config.batch,
+    lr: config.lr,
+    momentum: config.momentum,
+    seed: config.seed,
+    emulate: config.emulate,
+    trainInputs: train.inputs,
+    trainLabels: train.labels,
+    testInputs: test.inputs,
+    testLabels: test.labels,
+  };
+  const workers = spawnLocalRanks(new URL(`./worker.${ext}`, import.meta.url), config.workers, { workerData: workerData as unknown as Record<string, unknown> });
+  const epochAccuracy: number[] = [];
+  try {
+    const done = await new Promise<Extract<DemoWorkerMessage, { kind: 'done' }>[]>((resolve, reject) => {
+      const results: Extract<DemoWorkerMessage, { kind: 'done' }>[] = [];
+      workers.forEach((w, rank) => {
+        w.on('error', reject);
+        w.on('exit', (code) => {
+          if (!results.some((r) => r.rank === rank)) reject(new Error(`demo worker ${rank} (${mode}) exited with code ${code} before finishing`));
+        });
+        w.on('message', (m: DemoWorkerMessage) => {
+          if (m.kind === 'error') reject(new Error(`demo worker ${m.rank} (${mode}): ${m.error}`));
+          else if (m.kind === 'epoch') {
+            epochAccuracy.push(m.accuracy);
+            onProgress({ mode, epoch: m.epoch, epochs: config.epochs, accuracy: m.accuracy });
+          } else {
+            results.push(m);
+            if (results.length === config.workers) resolve(results);
+          }
+        });
+      });
+    });
+    const wallMs = Math.max(...done.map((d) => d.trainMs));
+    const steps = done[0]!.steps;
+    const exposedCommMs = done.reduce((a, d) => a + d.commMs, 0) / done.length;
+    const samples = done.reduce((a, d) => a + d.samples, 0);
+    const meanTrainMs = done.reduce((a, d) => a + d.trainMs, 0) / done.length;
+    return {
+      mode,
+      epochAccuracy,
+      finalAccuracy: epochAccuracy[epochAccuracy.length - 1] ?? 0,
+      wallMs,
+      samplesPerSec: samples / (wallMs / 1000),
+      exposedCommMs,
+      stepMs: { comm: exposedCommMs / steps, compute: Math.max(0, meanTrainMs - exposedCommMs) / steps },
+      steps,
+    };
+  } finally {
+    await Promise.all(workers.map((w) => w.terminate()));
+  }
+}
+
+export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) => void = () => {}): Promise<DemoResult> {
+  checkDemoConfig(config);
+  // Each worker is one thread; a multi-threaded GEMM per worker would oversubscribe the cores.
+  process.env.SAPIPE_NUM_THREADS ??= '1';
+  const { train: fullTrain, test: testSet } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: config.seed });
+  const trainSamples = Math.min(config.trainSamples ?? fullTrain.count, fullTrain.count);
+  const train = shared({
+    ...fullTrain,
+    inputs: fullTrain.inputs.subarray(0, trainSamples * fullTrain.features),
+    labels: fullTrain.labels.subarray(0, trainSamples),
+    count: trainSamples,
+  });
+  if (Math.floor(trainSamples / config.workers) < 1)
+    throw new InvalidArgumentError(`--train-samples ${trainSamples} leaves no sample for each of ${config.workers} workers`);
+  const test = shared(testSet);
+  const modes: Omit<DemoModeResult, 'speedup'>[] = [];
+  for (const mode of config.modes) modes.push(await runMode(mode, config, train, test, onProgress));
+  const sync = modes.find((m) => m.mode === 'sync');
+  return {
+    config: { ...config, layers: DEMO_LAYERS, trainSamples, testSamples: testSet.count, wpEstimate: DEMO_WP_ESTIMATE },
+    modes: modes.map((m) => ({ ...m, speedup: sync ? sync.wallMs / m.wallMs : undefined })),
+  };
+}

@@ -1,0 +1,91 @@
+/**
+ * `sapipe demo` as a user runs it (a real `node bin/sapipe.js` process on the built dist/): a
+ * short two-mode run must train to a useful accuracy, report its rows as JSON and write the HTML
+ * report; bad options must fail with a message.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import t from 'tap';
+
+const run = promisify(execFile);
+const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
+const sapipe = (...args: string[]) => run(process.execPath, [bin, ...args], { maxBuffer: 1 << 22, timeout: 120_000 });
+
+interface DemoJson {
+  config: { workers: number; epochs: number; trainSamples: number; modes: string[] };
+  modes: { mode: string; epochAccuracy: number[]; finalAccuracy: number; wallMs: number; samplesPerSec: number; speedup?: number; exposedCommMs: number; steps: number }[];
+  report: string;
+}
+
+// One epoch on 4000 samples with 2 workers: sync reaches about 0.86 here; 0.8 leaves room for
+// platform differences while still failing if the gradients were not averaged or applied.
+const SYNC_FLOOR = 0.8;
+
+t.test('demo --json: two modes train, report rows and write the HTML report', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const report = join(dir, 'report.html');
+  const { stdout } = await sapipe('demo', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-dc', '--train-samples', '4000', '--json', '--report', report);
+  const result = JSON.parse(stdout) as DemoJson;
+  t.equal(result.config.workers, 2);
+  t.equal(result.config.trainSamples, 4000);
+  t.same(result.modes.map((m) => m.mode), ['sync', 'sapipe-dc']);
+  const [sync, dc] = result.modes;
+  t.ok(sync!.finalAccuracy > SYNC_FLOOR, `sync accuracy ${sync!.finalAccuracy} > ${SYNC_FLOOR}`);
+  t.ok(dc!.finalAccuracy > 0.5, `sapipe-dc learns too (${dc!.finalAccuracy})`);
+  for (const m of result.modes) {
+    t.equal(m.epochAccuracy.length, 1, `${m.mode}: one accuracy per epoch`);
+    t.equal(m.finalAccuracy, m.epochAccuracy[0]);
+    // 4000 samples / 2 workers / batch 32 = 62 steps per worker.
+    t.equal(m.steps, 62, `${m.mode}: steps`);
+    t.ok(m.wallMs > 0 && m.samplesPerSec > 0, `${m.mode}: timed`);
+    t.ok(m.exposedCommMs >= 0 && m.exposedCommMs <= m.wallMs, `${m.mode}: exposed communication within the wall time`);
+  }
+  t.equal(sync!.speedup, 1);
+  t.ok(Math.abs(dc!.speedup! - sync!.wallMs / dc!.wallMs) < 1e-9, 'speedup is sync wall time over the mode wall time');
+  t.equal(result.report, report);
+  const html = readFileSync(report, 'utf8');
+  t.match(html, /^<!doctype html>/);
+  for (const id of ['configuration', 'results', 'accuracy', 'step-time']) t.match(html, new RegExp(`id="${id}"`), `section ${id}`);
+  t.match(html, /<svg class="accuracy"/);
+  t.equal((html.match(/<rect class="compute"/g) ?? []).length, 2, 'a compute bar per mode');
+  t.equal((html.match(/<rect class="comm"/g) ?? []).length, 2, 'an exposed-communication bar per mode');
+  t.match(html, /sapipe-dc/);
+  t.notMatch(html, /<script|<link|src="http/, 'self-contained: no scripts or external assets');
+});
+
+t.test('demo with --gbps labels the emulated network in the report', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const report = join(dir, 'r.html');
+  const { stdout } = await sapipe('demo', '--workers', '2', '--epochs', '1', '--modes', 'pipe-sgd', '--train-samples', '640', '--gbps', '5', '--report', report);
+  t.match(stdout, /emulated network 5 Gbit\/s/);
+  t.match(stdout, /pipe-sgd/);
+  t.match(readFileSync(report, 'utf8'), /emulated network: 5 Gbit\/s/);
+});
+
+t.test('bad options are rejected with a message and a non-zero exit', async (t) => {
+  const failure = async (...args: string[]): Promise<{ code?: number; stderr?: string }> => {
+    try {
+      await sapipe('demo', ...args);
+    } catch (error) {
+      return error as { code?: number; stderr?: string };
+    }
+    throw new Error(`sapipe demo ${args.join(' ')} succeeded`);
+  };
+  const cases: [string[], RegExp][] = [
+    [['--modes', 'sync,turbo'], /unknown mode "turbo"/],
+    [['--workers', '0'], /--workers must be an integer/],
+    [['--lr', '-0.1'], /--lr must be a positive number/],
+    [['--latency-us', '5'], /--latency-us needs --gbps/],
+  ];
+  for (const [args, message] of cases) {
+    const e = await failure(...args);
+    t.not(e.code, 0, args.join(' '));
+    t.match(e.stderr, message, args.join(' '));
+  }
+});
