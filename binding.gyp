@@ -31,7 +31,7 @@
         "<!(node -p \"require('node-addon-api').include_dir\")",
         "native/include"
       ],
-      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"],

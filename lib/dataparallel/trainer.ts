@@ -203,7 +203,9 @@ export class DataParallelTrainer {
       const waitedMs = performance.now() - start;
       // Start this step's reduction before updating, so the update overlaps it too.
       this.pending = this.startReduction(fresh);
-      this.fill = previous ? previous.buffer : this.spare!;
+      // The caller fills the buffer that is not being reduced. With nothing in flight before (the
+      // first step, or the first after flush()), that is whichever of the two `fresh` is not.
+      this.fill = previous ? previous.buffer : fresh === this.spare ? this.params.grads : this.spare!;
       this.calls += 1;
       if (!previous || !done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs };
       const r = await this.apply(previous.buffer, done);

@@ -56,17 +56,26 @@ void Queue::Settle(Napi::Env env, Napi::Function, Queue* queue, AsyncOp* op) {
     delete op;
     return;
   }
-  Napi::HandleScope scope(env);
+  // While a worker thread's environment is torn down (Worker.terminate()), JS can no longer run:
+  // building the result or settling the Promise throws, and an exception leaving this callback
+  // would abort the whole process. Nobody waits for the Promise then; the op is still released.
   try {
-    Napi::Value value = op->Result(env);
-    op->deferred().Resolve(value);
-  } catch (const Napi::Error& error) {
-    op->deferred().Reject(error.Value());
+    Napi::HandleScope scope(env);
+    try {
+      Napi::Value value = op->Result(env);
+      op->deferred().Resolve(value);
+    } catch (const Napi::Error& error) {
+      op->deferred().Reject(error.Value());
+    }
+  } catch (...) {
   }
   delete op;
   if (--queue->pending_ == 0) {
-    queue->completions_.Unref(env);
-    queue->Unref();
+    try {
+      queue->completions_.Unref(env);
+      queue->Unref();
+    } catch (...) {
+    }
   }
 }
 
