@@ -1,7 +1,7 @@
 /**
  * One rank of `sapipe bench allreduce` (a worker thread). Rank 0 reports: per size the median time
- * of an all-reduce started after a barrier; the fused all-reduce + update against the all-reduce
- * alone on one ParamSet, interleaved; and a single-thread memcpy of the largest size.
+ * of an all-reduce started after a barrier; the fused all-reduce + update (replicated and sharded)
+ * against the all-reduce alone on one ParamSet, interleaved; and a single-thread memcpy of the largest size.
  */
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -47,13 +47,14 @@ async function main(): Promise<void> {
     buf.dispose();
     if (rank === 0) parentPort!.postMessage({ progress: bytes });
   }
-  const fused: { optimizer: string; allreduceMs: number; fusedMs: number }[] = [];
+  const fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[] = [];
   for (const kind of data.optimizers) {
     const params = new ParamSet({ w: [Math.floor(data.fusedBytes / 4)] });
     fillDistinct(params.weights.array, 7, -1, 1);
     const opt: Optimizer = kind === 'adam' ? new Adam(params, { lr: 1e-3 }) : new SGD(params, { lr: 1e-3, momentum: kind === 'sgd-momentum' ? 0.9 : 0 });
     const a: number[] = [];
     const f: number[] = [];
+    const sh: number[] = [];
     for (let i = 0; i < data.warmup + Math.max(3, Math.ceil(data.reps / 3)); i++) {
       fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
       await comm.barrier();
@@ -64,12 +65,17 @@ async function main(): Promise<void> {
       start = performance.now();
       await allreduceAndStep(comm, opt);
       const tf = performance.now() - start;
+      await comm.barrier();
+      start = performance.now();
+      await allreduceAndStep(comm, opt, { update: 'sharded' });
+      const ts = performance.now() - start;
       if (i >= data.warmup) {
         a.push(ta);
         f.push(tf);
+        sh.push(ts);
       }
     }
-    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f) });
+    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh) });
     opt.dispose();
     params.dispose();
   }

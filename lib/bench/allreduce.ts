@@ -27,7 +27,8 @@ export interface AllreduceBenchResult {
   algorithm: 'direct' | 'ring';
   rows: { bytes: number; ms: number; algbwGBps: number; busbwGBps: number; ratioToCopy: number }[];
   copy: { bytes: number; ms: number; GBps: number };
-  fused: { optimizer: string; bytes: number; allreduceMs: number; fusedMs: number; ratio: number }[];
+  /** ratio: replicated fused step / all-reduce; shardedRatio: sharded fused step / all-reduce. */
+  fused: { optimizer: string; bytes: number; allreduceMs: number; fusedMs: number; ratio: number; shardedMs: number; shardedRatio: number }[];
 }
 
 export function allreduceSizes(min: number, max: number): number[] {
@@ -52,7 +53,7 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
   };
   const workers = spawnLocalRanks(new URL(`./allreduce-worker.${ext}`, import.meta.url), o.nproc, { workerData });
   try {
-    const report = await new Promise<{ rows: { bytes: number; ms: number }[]; fused: { optimizer: string; allreduceMs: number; fusedMs: number }[]; copy: { bytes: number; ms: number } }>((resolve, reject) => {
+    const report = await new Promise<{ rows: { bytes: number; ms: number }[]; fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[]; copy: { bytes: number; ms: number } }>((resolve, reject) => {
       workers.forEach((w, rank) => {
         w.on('error', reject);
         w.on('message', (m: { error?: string; rows?: unknown }) => {
@@ -73,7 +74,7 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
         const busbw = n > 1 ? (algbw * 2 * (n - 1)) / n : algbw;
         return { ...r, algbwGBps: algbw, busbwGBps: busbw, ratioToCopy: busbw / copyGBps };
       }),
-      fused: report.fused.map((f) => ({ ...f, bytes: o.fusedBytes, ratio: f.fusedMs / f.allreduceMs })),
+      fused: report.fused.map((f) => ({ ...f, bytes: o.fusedBytes, ratio: f.fusedMs / f.allreduceMs, shardedRatio: f.shardedMs / f.allreduceMs })),
     };
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));

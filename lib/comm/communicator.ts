@@ -4,7 +4,8 @@
  * `run*` methods; this class validates arguments, refuses use after destroy(), and applies the
  * optional network emulation. Collectives must be issued by every rank in the same order.
  */
-import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { AliasingError, BackendUnavailableError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
 import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
 
@@ -139,6 +140,32 @@ export abstract class Communicator {
   protected abstract runSend(buffer: FlatBuffer, peer: number): Promise<void>;
   protected abstract runRecv(buffer: FlatBuffer, peer: number): Promise<void>;
   protected abstract runDestroy(): void;
+
+  /**
+   * @internal The sharded mode's fused step (see fused-step.ts): each rank averages its part
+   * partition(count, size, rank) of every rank's gradient over buffers' [offset, offset + count),
+   * updates its own weights and state there, and every rank receives every part's new weights (and
+   * predicted weights). Resolves with the non-finite sums seen. Emulated as one all-reduce.
+   */
+  async shardedUpdate(config: NativeUpdateConfig, buffers: NativeUpdateBuffers, count: number, scale: number): Promise<number> {
+    this.checkLive('shardedUpdate');
+    return this.emulated('allreduce', count * 4, () => this.runShardedUpdate(config, buffers, scale));
+  }
+
+  /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
+  async allgatherShards(buffer: FlatBuffer): Promise<void> {
+    this.checkLive('allgatherShards');
+    checkBuffer(buffer, 'allgatherShards(buffer)');
+    await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
+  }
+
+  /** Backends that offer the sharded update override these two. */
+  protected runShardedUpdate(_config: NativeUpdateConfig, _buffers: NativeUpdateBuffers, _scale: number): Promise<number> {
+    return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
+  }
+  protected runAllgatherShards(_buffer: FlatBuffer): Promise<void> {
+    return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
+  }
 
   /** @internal */
   checkLive(what: string): void {

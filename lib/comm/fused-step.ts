@@ -23,6 +23,17 @@
  *
  * Either way the reduced gradient is exact and the same on every rank, so every rank's update is
  * the reference update applied to the all-reduced average.
+ *
+ * `update: 'sharded'` (ZeRO-1 style): rank r owns part partition(length, size, r) of the ParamSet.
+ * It reduces only that part of the gradient, updates only that part of its weights and optimizer
+ * state, and the new weights (and predicted weights) of every part reach every rank. On the local
+ * backend this is one pass per cache-sized block (reduce into L1, update, copy to the peers), so the
+ * reduced gradient is never written to memory and each rank updates 1/size of the model. The guard
+ * is the prescan. Exact (every rank's weights equal the replicated update's, bit for bit) for every
+ * optimizer, delay compensation, linear prediction and the shadow step with the `prev-sync`
+ * estimate; the `local` and `local-prev-sync` estimates need each rank's own gradient over the
+ * whole model and are refused. The optimizer state is sharded: on each rank only its own part is
+ * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
 import { InvalidArgumentError } from '../errors.js';
 import { awaitNative, nativeAddon } from '../native.js';
@@ -43,12 +54,16 @@ export interface FusedStepOptions {
   guard?: 'prescan' | 'deferred';
   /** This rank's local gradient (a copy: the all-reduce overwrites the ParamSet's grads), for the `local` estimates. */
   localGrad?: FlatBuffer;
+  /** `replicated` (default): every rank updates the whole ParamSet. `sharded`: see above. */
+  update?: 'replicated' | 'sharded';
 }
 
 export interface FusedStepResult extends StepResult {
   /** Buckets the gradient was reduced in. */
   buckets: number;
   guard: 'prescan' | 'deferred';
+  /** `sharded` when the sharded pass ran; `replicated` otherwise (also when a sharded step fell back). */
+  update: 'replicated' | 'sharded';
 }
 
 /** [offset, count] of each bucket over `length` floats; every boundary on a cache line. */
@@ -84,24 +99,39 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   const inputs = options.localGrad ? { localGrad: options.localGrad } : {};
   const addon = nativeAddon();
 
-  if (guard === 'prescan') {
-    const norm = FlatBuffer.allocate(ALIGN_ELEMENTS);
-    let safe: boolean;
-    try {
-      const squared = addon.squaredNorm(grads.handle);
-      const local = Math.sqrt(squared);
-      // [0]: non-finite inputs; [1]: ranks whose inputs could overflow the sum. Summed over ranks.
-      norm.array[0] = Number.isFinite(local) ? 0 : addon.countNonFinite(grads.handle);
-      norm.array[1] = Number.isFinite(local) && local * comm.size >= FLT_MAX / 2 ? 1 : 0;
-      await comm.allreduce(norm);
-      if (norm.array[0]! > 0) {
-        const step = optimizer.beginPartialStep(inputs);
-        return { ...step.finish(false, norm.array[0]!), buckets: 0, guard };
-      }
-      safe = norm.array[1] === 0;
-    } finally {
-      norm.dispose();
+  const update = options.update ?? 'replicated';
+  if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${String(update)}`);
+  if (update === 'sharded') {
+    const p = optimizer.prediction;
+    if (p?.kind === 'shadow' && p.estimate !== 'prev-sync')
+      throw new InvalidArgumentError(
+        `allreduceAndStep: the '${p.estimate}' estimate needs each rank's own gradient over the whole model, so it cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'`,
+      );
+    const verdict = await prescan(comm, grads);
+    if (verdict.nonFinite > 0) {
+      const step = optimizer.beginPartialStep({});
+      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: 'prescan', update };
     }
+    if (verdict.safe) {
+      const step = optimizer.beginPartialStep({});
+      try {
+        await comm.shardedUpdate({ ...step.config, gradChecked: true }, step.buffers, params.length, 1 / comm.size);
+      } catch (error) {
+        step.finish(false, 0);
+        throw error;
+      }
+      return { ...step.finish(true, 0), buckets: 1, guard: 'prescan', update };
+    }
+    // A sum could overflow: the replicated deferred path below finds out exactly. It updates every
+    // part on every rank, so each rank first needs the whole state (every rank reaches this verdict).
+    await gatherShardedState(comm, optimizer);
+  } else if (guard === 'prescan') {
+    const verdict = await prescan(comm, grads);
+    if (verdict.nonFinite > 0) {
+      const step = optimizer.beginPartialStep(inputs);
+      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
+    }
+    const safe = verdict.safe;
     if (safe) {
       const step = optimizer.beginPartialStep(inputs);
       const updates: Promise<unknown>[] = [];
@@ -121,7 +151,7 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
         step.finish(false, 0);
         throw failure ?? (bad as PromiseRejectedResult).reason;
       }
-      return { ...step.finish(true, 0), buckets: ranges.length, guard };
+      return { ...step.finish(true, 0), buckets: ranges.length, guard, update };
     }
   }
   // deferred: reduce every bucket (pipelined on the communicator's queue), then one update.
@@ -129,12 +159,47 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   const results = await Promise.all(reductions);
   const nonFinite = results.reduce((a, r) => a + r.nonFiniteCount, 0);
   const step = optimizer.beginPartialStep(inputs);
-  if (nonFinite > 0) return { ...step.finish(false, nonFinite), buckets: ranges.length, guard: 'deferred' };
+  if (nonFinite > 0) return { ...step.finish(false, nonFinite), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   try {
     const r = await awaitNative(addon.updateAsync(step.queue.handle, { ...step.config, gradChecked: true }, step.buffers));
-    return { ...step.finish(r.applied, r.nonFiniteCount), buckets: ranges.length, guard: 'deferred' };
+    return { ...step.finish(r.applied, r.nonFiniteCount), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   } catch (error) {
     step.finish(false, 0);
     throw error;
+  }
+}
+
+/**
+ * The prescan guard's verdict: one tiny all-reduce of [non-finite inputs, ranks whose inputs
+ * could overflow the sum]. `safe`: every reduced element will be finite.
+ */
+async function prescan(comm: Communicator, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
+  const addon = nativeAddon();
+  const norm = FlatBuffer.allocate(ALIGN_ELEMENTS);
+  try {
+    const local = Math.sqrt(addon.squaredNorm(grads.handle));
+    // A non-finite norm means a NaN/Inf element, or finite elements so large that their squares
+    // overflowed: only the count tells which, and the latter is an overflow risk, not a skip.
+    const nonFinite = Number.isFinite(local) ? 0 : addon.countNonFinite(grads.handle);
+    norm.array[0] = nonFinite;
+    norm.array[1] = nonFinite === 0 && !(local * comm.size < FLT_MAX / 2) ? 1 : 0;
+    await comm.allreduce(norm);
+    return { nonFinite: norm.array[0]!, safe: norm.array[1] === 0 };
+  } finally {
+    norm.dispose();
+  }
+}
+
+/**
+ * After sharded steps each rank's optimizer state is current on its own part only; this copies
+ * every part to every rank (one all-gather per state buffer), so exportState() or a replicated
+ * step sees the whole state. Every rank must call it.
+ */
+export async function gatherShardedState(comm: Communicator, optimizer: Optimizer): Promise<void> {
+  comm.checkLive('gatherShardedState');
+  optimizer.params.checkLive('gatherShardedState');
+  for (const name of ['momentum', 'secondMoment', 'backup'] as const) {
+    const buffer = optimizer.stateBuffer(name);
+    if (buffer) await comm.allgatherShards(buffer);
   }
 }

@@ -2,5 +2,5 @@
 export { Communicator, DEFAULT_COMM_TIMEOUT_MS, type AllreduceOptions, type CommBackendName, type ReduceOp, type ReduceOptions, type ReduceResult } from './communicator.js';
 export { LocalCommunicator, spawnLocalRanks, partition, type LocalCommunicatorOptions, type LocalRankData } from './local.js';
 export { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
-export { allreduceAndStep, bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
+export { allreduceAndStep, gatherShardedState, bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
 export * from './rendezvous/index.js';

@@ -1,5 +1,5 @@
 /** The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp). */
-import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
+import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
 
 /** Collective kinds, numbered as native/comm/local/local_group.h numbers them. */
 export const CollectiveKind = {
@@ -27,6 +27,8 @@ export interface LocalCommHandle {
     root: number,
     ring: boolean,
   ): Promise<number>;
+  /** The sharded fused step (kReduceUpdate in native/comm/local/local_group.h); resolves with non-finite sums seen. */
+  reduceUpdate(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number>;
   send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
   recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
   destroy(): void;

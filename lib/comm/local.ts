@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
-import { awaitNative, callNative } from '../native.js';
+import { awaitNative, callNative, type NativeUpdateBuffers, type NativeUpdateConfig } from '../native.js';
 import { InvalidArgumentError } from '../errors.js';
 import { ExecutionQueue } from '../queue.js';
 import type { FlatBuffer } from '../tensor.js';
@@ -112,6 +112,14 @@ export class LocalCommunicator extends Communicator {
   async shardCollective(kind: 'reduceScatterInPlace' | 'allgatherInPlace', buffer: FlatBuffer, offset: number, count: number, scale = 1): Promise<number> {
     this.checkLive(kind);
     return this.collective(CollectiveKind[kind], buffer, offset, count, null, scale);
+  }
+
+  /** One native pass: ReduceUpdateJob in native/comm/local/local_group.h. */
+  protected override runShardedUpdate(config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number> {
+    return awaitNative(callNative(() => this.handle.reduceUpdate(this.collectives.handle, config, buffers, scale)));
+  }
+  protected override async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
+    await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
   }
 
   private queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {

@@ -41,15 +41,7 @@ sapipe_update_config parse_update_config(const Napi::Object& c) {
   return cfg;
 }
 
-namespace {
-
-struct ParsedUpdate {
-  sapipe_update_config config{};
-  sapipe_update_buffers buffers{};
-  std::vector<std::shared_ptr<AlignedBuffer>> held;  // keeps memory alive while queued
-};
-
-ParsedUpdate parse(Napi::Env env, const Napi::Value& config, const Napi::Value& buffers) {
+ParsedUpdate parse_update(Napi::Env env, const Napi::Value& config, const Napi::Value& buffers) {
   ParsedUpdate out;
   out.config = parse_update_config(expect_object(env, config, "config"));
   Napi::Object b = expect_object(env, buffers, "buffers");
@@ -83,6 +75,8 @@ ParsedUpdate parse(Napi::Env env, const Napi::Value& config, const Napi::Value& 
   return out;
 }
 
+namespace {
+
 Napi::Value result_object(Napi::Env env, const sapipe_update_result& r) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("applied", Napi::Boolean::New(env, r.applied != 0));
@@ -115,7 +109,7 @@ class UpdateOp : public AsyncOp {
 
 Napi::Value Update(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  ParsedUpdate parsed = parse(env, info[0], info[1]);
+  ParsedUpdate parsed = parse_update(env, info[0], info[1]);
   for (auto& b : parsed.held)
     if (b->busy()) throw_error(env, "ERR_BUSY", "update: a buffer is in use by a pending asynchronous step; await it first");
   sapipe_update_result result{};
@@ -127,7 +121,7 @@ Napi::Value Update(const Napi::CallbackInfo& info) {
 Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Queue* queue = Queue::FromValue(env, info[0]);
-  ParsedUpdate parsed = parse(env, info[1], info[2]);
+  ParsedUpdate parsed = parse_update(env, info[1], info[2]);
   return queue->Submit(env, new UpdateOp(env, std::move(parsed)));
 }
 

@@ -4,41 +4,13 @@
  * after destroy(), a rank terminated mid-collective, and the fused all-reduce + update against the
  * reference update of the all-reduced average.
  */
-import type { Worker } from 'node:worker_threads';
 import t from 'tap';
 
-import { DisposedError, emulatedMs, FlatBuffer, InvalidArgumentError, LocalCommunicator, PeerLostError, SizeMismatchError, spawnLocalRanks, TimeoutError } from '../../lib/index.js';
+import { DisposedError, emulatedMs, FlatBuffer, InvalidArgumentError, LocalCommunicator, PeerLostError, SizeMismatchError, TimeoutError } from '../../lib/index.js';
+import { runRanks, type RankMessage } from '../helpers/local-ranks.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
 
-const FIXTURE = new URL('../fixtures/comm/rank.ts', import.meta.url);
-
-type Msg = Record<string, unknown>;
-
-/** Runs a scenario on n ranks; resolves with every rank's messages once each posts `done` or an error. */
-function runRanks(n: number, workerData: Record<string, unknown>, onMessage?: (rank: number, msg: Msg, workers: Worker[]) => void): Promise<Msg[][]> {
-  const workers = spawnLocalRanks(FIXTURE, n, { workerData });
-  const out: Msg[][] = workers.map(() => []);
-  return Promise.all(
-    workers.map(
-      (w, rank) =>
-        new Promise<void>((resolve) => {
-          w.on('message', (msg: Msg) => {
-            out[rank]!.push(msg);
-            onMessage?.(rank, msg, workers);
-            if (msg.done || msg.error) resolve();
-          });
-          w.on('exit', () => resolve());
-          w.on('error', (e) => {
-            out[rank]!.push({ error: String(e) });
-            resolve();
-          });
-        }),
-    ),
-  ).then(async () => {
-    await Promise.all(workers.map((w) => w.terminate()));
-    return out;
-  });
-}
+type Msg = RankMessage;
 
 const fill = (len: number, r: number, salt: number): number[] => Array.from({ length: len }, (_, i) => ((i * 7 + r * 13 + salt) % 101) - 50);
 

@@ -32,6 +32,7 @@ const char* kind_name(CollectiveKind k) {
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kReduceScatterInPlace: return "reduceScatter (in place)";
     case CollectiveKind::kAllgatherInPlace: return "allgather (in place)";
+    case CollectiveKind::kReduceUpdate: return "sharded all-reduce + update";
   }
   return "collective";
 }
@@ -39,6 +40,54 @@ const char* kind_name(CollectiveKind k) {
 bool overlaps(const float* a, size_t na, const float* b, size_t nb) {
   if (na == 0 || nb == 0) return false;
   return a < b + nb && b < a + na;
+}
+
+// Ranks write each other's weights and predicted weights: every rank must have the buffers the
+// others write into, and they must not overlap any peer's (possible with several ranks on one
+// thread). The update itself must be the same on every rank, or replicas would drift apart.
+sapipe_status validate_reduce_update(const std::vector<CollectiveArgs>& a, std::string* detail) {
+  const size_t n = a.size();
+  for (size_t r = 0; r < n; ++r) {
+    if (a[r].job == nullptr) {
+      *detail = "sharded all-reduce + update: rank " + std::to_string(r) + " passed no update";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+  }
+  const ReduceUpdateJob& z = *a[0].job;
+  for (size_t r = 1; r < n; ++r) {
+    const ReduceUpdateJob& j = *a[r].job;
+    const sapipe_update_config &c = j.config, &c0 = z.config;
+    if (c.optimizer != c0.optimizer || c.lr != c0.lr || c.weight_decay != c0.weight_decay || c.momentum != c0.momentum ||
+        c.beta1 != c0.beta1 || c.beta2 != c0.beta2 || c.eps != c0.eps || c.step != c0.step ||
+        c.grad_scale != c0.grad_scale || c.compensation != c0.compensation || c.prediction != c0.prediction ||
+        c.estimate != c0.estimate) {
+      *detail = "sharded all-reduce + update: rank " + std::to_string(r) +
+                " configured another update than rank 0 (optimizer, hyper-parameters, step, compensation or "
+                "prediction); every rank must step the same optimizer";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+    if ((j.buffers.predicted == nullptr) != (z.buffers.predicted == nullptr)) {
+      *detail = "sharded all-reduce + update: ranks disagree on whether predicted weights are written";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const sapipe_update_buffers& b = a[r].job->buffers;
+    for (size_t q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const sapipe_update_buffers& p = a[q].job->buffers;
+      const float* written[2] = {b.weights + b.offset, b.predicted ? b.predicted + b.offset : nullptr};
+      const float* peer[2] = {p.weights + p.offset, p.predicted ? p.predicted + p.offset : nullptr};
+      for (const float* w : written)
+        for (const float* x : peer)
+          if (w && x && overlaps(w, b.count, x, p.count)) {
+            *detail = "sharded all-reduce + update: ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                      " passed the same weights; each rank needs its own ParamSet";
+            return SAPIPE_ERR_ALIASING;
+          }
+    }
+  }
+  return SAPIPE_OK;
 }
 
 // Every rank runs this on the same snapshot of arguments, so all reach the same verdict.
@@ -72,6 +121,9 @@ sapipe_status validate(const std::vector<CollectiveArgs>& a, std::string* detail
   if (z.kind == CollectiveKind::kAllgather && z.output_count != z.input_count * n) {
     *detail = "allgather: the output must have size x the input's elements";
     return SAPIPE_ERR_SIZE_MISMATCH;
+  }
+  if (z.kind == CollectiveKind::kReduceUpdate) {
+    if (sapipe_status s = validate_reduce_update(a, detail); s != SAPIPE_OK) return s;
   }
   if (z.root < 0 || static_cast<size_t>(z.root) >= n) {
     *detail = "broadcast: root out of range";
@@ -111,6 +163,40 @@ int64_t reduce_range(const cpu::KernelTable& k, const std::vector<const float*>&
     for (size_t i = 0; i < srcs.size(); ++i) in[i] = srcs[i] + b;
     bad += k.sum(tmp, in.data(), in.size(), len, scale);
     for (float* d : dsts) k.copy(d + b, tmp, len);
+  }
+  return bad;
+}
+
+float* advanced(float* p, size_t by) { return p ? p + by : nullptr; }
+const float* advanced(const float* p, size_t by) { return p ? p + by : nullptr; }
+
+// kReduceUpdate (see ReduceUpdateJob). The sum is the all-reduce's (same kernel, same rank
+// order), so the update equals all-reduce-then-update bit for bit.
+int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<CollectiveArgs>& a) {
+  const int n = static_cast<int>(a.size());
+  const CollectiveArgs& me = a[static_cast<size_t>(rank)];
+  const ReduceUpdateJob& job = *me.job;
+  const sapipe_update_buffers& own = job.buffers;
+  auto [lo, hi] = partition(me.input_count, n, rank);
+  float* tmp = scratch();
+  std::vector<const float*> in(a.size());
+  int64_t bad = 0;
+  for (size_t b = lo; b < hi; b += kBlock) {
+    const size_t len = std::min(kBlock, hi - b);
+    for (size_t i = 0; i < a.size(); ++i) in[i] = a[i].input + b;
+    bad += k.sum(tmp, in.data(), in.size(), len, me.scale);
+    const size_t s = own.offset + b;
+    cpu::UpdatePointers p{own.weights + s,         tmp,
+                          advanced(own.momentum, s), advanced(own.second_moment, s),
+                          advanced(own.backup, s),   advanced(own.predicted, s),
+                          advanced(own.local_grad, s), advanced(own.prev_local_grad, s)};
+    k.fused_update(job.plan, p, len);
+    for (int q = 0; q < n; ++q) {
+      if (q == rank) continue;
+      const sapipe_update_buffers& peer = a[static_cast<size_t>(q)].job->buffers;
+      k.copy(peer.weights + peer.offset + b, own.weights + s, len);
+      if (own.predicted) k.copy(peer.predicted + peer.offset + b, own.predicted + s, len);
+    }
   }
   return bad;
 }
@@ -163,6 +249,7 @@ int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
       }
       return 0;
     }
+    case CollectiveKind::kReduceUpdate: return reduce_update(k, rank, a);
   }
   return 0;
 }
