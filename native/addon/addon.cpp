@@ -1,6 +1,14 @@
 // Module entry: registers the classes and functions lib/native.ts loads.
 #include <napi.h>
 
+#include <mutex>
+
+#if defined(_WIN32)
+#include <windows.h>
+#else
+#include <dlfcn.h>
+#endif
+
 #include "../core/thread_pool.h"
 #include "../cpu/simd.h"
 #include "addon_data.h"
@@ -28,11 +36,32 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// Native threads of this library outlive any one environment: the global thread pool is never
+// destroyed, and an execution queue's worker may finish an operation after its environment's
+// cleanup. Node.js unloads an addon when the last environment that loaded it goes away (the last
+// worker thread ends while the main thread never loaded it), which would unmap code those threads
+// are running. Pin the library for the life of the process instead.
+void PinLibrary() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if defined(_WIN32)
+    HMODULE self = nullptr;
+    GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
+                       reinterpret_cast<LPCWSTR>(&PinLibrary), &self);
+#else
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&PinLibrary), &info) != 0 && info.dli_fname != nullptr)
+      (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);  // never closed
+#endif
+  });
+}
+
 }  // namespace
 }  // namespace sapipe::addon
 
 static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   using namespace sapipe::addon;
+  PinLibrary();
   env.SetInstanceData(new AddonData());
   NativeBuffer::Init(env, exports);
   Queue::Init(env, exports);

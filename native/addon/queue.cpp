@@ -1,9 +1,36 @@
 #include "queue.h"
 
+#include <mutex>
+#include <utility>
+
 #include "addon_data.h"
 #include "errors.h"
 
 namespace sapipe::addon {
+
+struct Queue::State {
+  using Completions = Napi::TypedThreadSafeFunction<State, AsyncOp, &Queue::Settle>;
+
+  std::mutex mutex;
+  Completions completions;
+  // Cleared (under the mutex) by the environment's cleanup hook, by the thread-safe function's
+  // finalizer and by ~Queue: from then on the thread-safe function is never called again. In
+  // Node.js 20 the environment deletes a thread-safe function at teardown whatever threads still
+  // hold it, so an unlocked check followed by a call is a use-after-free.
+  bool open = true;
+  bool finalized = false;  // the thread-safe function is gone: never release it
+  Queue* queue = nullptr;  // read on the JS thread only; null once the wrapper is destroyed
+
+  // On the worker thread: hands op to the JS thread. False when nobody will settle it any more.
+  bool Post(AsyncOp* op) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return open && completions.NonBlockingCall(op) == napi_ok;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mutex);
+    open = false;
+  }
+};
 
 void Queue::Init(Napi::Env env, Napi::Object exports) {
   Napi::Function ctor = DefineClass(env, "Queue", {InstanceAccessor<&Queue::GetPending>("pending")});
@@ -19,60 +46,101 @@ Queue* Queue::FromValue(Napi::Env env, const Napi::Value& value) {
 
 Queue::Queue(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Queue>(info) {
   Napi::Env env = info.Env();
-  exec_ = std::make_unique<ExecutionQueue>();
-  using Flag = std::shared_ptr<std::atomic<bool>>;
-  completions_ = Completions::New(
-      env, "sapipe.Queue", 0, 1, this, [](Napi::Env, Flag* flag, Queue*) {
-        (*flag)->store(true);
-        delete flag;
+  state_ = std::make_shared<State>();
+  state_->queue = this;
+  using Holder = std::shared_ptr<State>;
+  // The thread-safe function keeps State alive until its finalizer; it calls Settle with a null
+  // env for completions still queued after that, and Settle then leaves State alone.
+  state_->completions = State::Completions::New(
+      env, "sapipe.Queue", 0, 1, state_.get(),
+      [](Napi::Env, Holder* holder, State*) {
+        {
+          std::lock_guard<std::mutex> lock((*holder)->mutex);
+          (*holder)->open = false;
+          (*holder)->finalized = true;
+        }
+        delete holder;
       },
-      new Flag(finalized_));
+      new Holder(state_));
   // An idle queue must not keep the process alive; Submit refs it while work is pending.
-  completions_.Unref(env);
+  state_->completions.Unref(env);
+  exec_ = std::make_unique<ExecutionQueue>();
+  env_ = env;
+  hook_registered_ = napi_add_env_cleanup_hook(env, &Queue::OnEnvCleanup, this) == napi_ok;
+}
+
+// The environment is being torn down (a terminated worker, or its thread's exit): JS will not run
+// again, so nothing may be settled; the wrapper itself is destroyed later, when the environment
+// finalizes what it still holds.
+void Queue::OnEnvCleanup(void* arg) {
+  auto* queue = static_cast<Queue*>(arg);
+  queue->hook_registered_ = false;
+  queue->Shutdown();
+}
+
+void Queue::Shutdown() {
+  state_->Close();
+  if (exec_) exec_->shutdown();  // the operations not started are destroyed here, unsettled
 }
 
 Queue::~Queue() {
-  exec_.reset();  // finishes queued work and joins the worker
-  if (!finalized_->load()) completions_.Release();
+  if (hook_registered_) {
+    napi_remove_env_cleanup_hook(env_, &Queue::OnEnvCleanup, this);
+    hook_registered_ = false;
+  }
+  // Collected with nothing pending (Submit holds a reference), or finalized at teardown after
+  // the cleanup hook: either way no completion is wanted any more.
+  Shutdown();
+  exec_.reset();  // joins the worker once the operation in progress, if any, has finished
+  state_->queue = nullptr;
+  bool release;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    release = !state_->finalized;
+  }
+  if (release) state_->completions.Release();
 }
 
 Napi::Promise Queue::Submit(Napi::Env env, AsyncOp* op) {
+  // Owned by the task until handed to the JS thread: a task dropped at teardown (or after
+  // Post fails) destroys its operation, on whichever thread drops it.
+  auto slot = std::make_shared<std::unique_ptr<AsyncOp>>(op);
   Napi::Promise promise = op->deferred().Promise();
   if (pending_++ == 0) {
     Ref();  // the wrapper must outlive its pending operations
-    completions_.Ref(env);
+    state_->completions.Ref(env);
   }
-  Completions completions = completions_;
-  exec_->submit([op, completions, finalized = finalized_]() mutable {
-    op->Run();
-    // Only while the environment shuts down: nobody is left to settle the Promise.
-    if (finalized->load() || completions.NonBlockingCall(op) != napi_ok) delete op;
+  exec_->submit([slot, state = state_] {
+    (*slot)->Run();
+    AsyncOp* raw = slot->release();
+    if (!state->Post(raw)) slot->reset(raw);
   });
   return promise;
 }
 
-void Queue::Settle(Napi::Env env, Napi::Function, Queue* queue, AsyncOp* op) {
-  if (env == nullptr) {
-    delete op;
-    return;
-  }
+void Queue::Settle(Napi::Env env, Napi::Function, State* state, AsyncOp* op) {
+  std::unique_ptr<AsyncOp> owned(op);
+  // Null env: the thread-safe function is being deleted (after its finalizer); `state` may be
+  // gone already. The operation is only destroyed.
+  if (env == nullptr) return;
   // While a worker thread's environment is torn down (Worker.terminate()), JS can no longer run:
   // building the result or settling the Promise throws, and an exception leaving this callback
   // would abort the whole process. Nobody waits for the Promise then; the op is still released.
   try {
     Napi::HandleScope scope(env);
     try {
-      Napi::Value value = op->Result(env);
-      op->deferred().Resolve(value);
+      Napi::Value value = owned->Result(env);
+      owned->deferred().Resolve(value);
     } catch (const Napi::Error& error) {
-      op->deferred().Reject(error.Value());
+      owned->deferred().Reject(error.Value());
     }
   } catch (...) {
   }
-  delete op;
-  if (--queue->pending_ == 0) {
+  owned.reset();
+  Queue* queue = state->queue;
+  if (queue != nullptr && --queue->pending_ == 0) {
     try {
-      queue->completions_.Unref(env);
+      state->completions.Unref(env);
       queue->Unref();
     } catch (...) {
     }

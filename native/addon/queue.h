@@ -1,10 +1,16 @@
 // Queue: the JS face of an ExecutionQueue. Each submitted AsyncOp runs on the queue's native
 // worker thread, in submission order, and settles its Promise on the JS thread.
+//
+// Teardown (a worker thread terminated, or its environment exiting, with work in flight): the
+// environment's cleanup hook closes the completion channel and drops the operations not started
+// yet; the one in progress finishes on the worker thread and is destroyed there, unsettled
+// (nobody can await it any more). Nothing on the worker thread touches a JS value, the Queue
+// wrapper or a thread-safe function that may already be gone: it reaches the JS thread only
+// through State, which is shared (std::shared_ptr) and checked under a mutex.
 #pragma once
 
 #include <napi.h>
 
-#include <atomic>
 #include <memory>
 
 #include "../core/execution_queue.h"
@@ -14,6 +20,8 @@ namespace sapipe::addon {
 class AsyncOp {
  public:
   explicit AsyncOp(Napi::Env env) : deferred_(Napi::Promise::Deferred::New(env)) {}
+  // May run on the queue's worker thread or while the environment is torn down: it must not
+  // touch JS values (the Deferred holds no reference that needs releasing).
   virtual ~AsyncOp() = default;
   virtual void Run() = 0;                         // on the queue's worker thread
   virtual Napi::Value Result(Napi::Env env) = 0;  // on the JS thread; may throw Napi::Error
@@ -34,17 +42,21 @@ class Queue : public Napi::ObjectWrap<Queue> {
   Napi::Promise Submit(Napi::Env env, AsyncOp* op);
 
  private:
-  static void Settle(Napi::Env env, Napi::Function, Queue* queue, AsyncOp* op);
-  using Completions = Napi::TypedThreadSafeFunction<Queue, AsyncOp, &Queue::Settle>;
+  // The completion channel: the thread-safe function and whether it may still be called. Owned
+  // jointly by the wrapper, every queued task and the thread-safe function (whose context it is).
+  struct State;
+
+  static void Settle(Napi::Env env, Napi::Function, State* state, AsyncOp* op);
+  static void OnEnvCleanup(void* arg);
+  void Shutdown();  // on the JS thread: no more completions; drops the work not started
 
   Napi::Value GetPending(const Napi::CallbackInfo& info);
 
+  std::shared_ptr<State> state_;
   std::unique_ptr<ExecutionQueue> exec_;
-  Completions completions_;
   int pending_ = 0;  // touched on the JS thread only
-  // Set when the environment tears the thread-safe function down (a terminated worker) before
-  // this wrapper is collected: it must then be neither called nor released again.
-  std::shared_ptr<std::atomic<bool>> finalized_ = std::make_shared<std::atomic<bool>>(false);
+  napi_env env_ = nullptr;
+  bool hook_registered_ = false;
 };
 
 }  // namespace sapipe::addon

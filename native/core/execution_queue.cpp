@@ -12,15 +12,31 @@ ExecutionQueue::~ExecutionQueue() {
     stopping_ = true;
   }
   cv_.notify_one();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 void ExecutionQueue::submit(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(std::move(task));
+    if (!shut_down_) {
+      tasks_.push_back(std::move(task));
+      task = nullptr;
+    }
   }
   cv_.notify_one();
+  // Shut down: `task` still holds the callable; it is destroyed here, outside the lock.
+}
+
+void ExecutionQueue::shutdown() {
+  std::deque<std::function<void()>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shut_down_ = true;
+    stopping_ = true;
+    dropped.swap(tasks_);
+  }
+  cv_.notify_one();
+  dropped.clear();  // outside the lock: a task's destructor may do real work
 }
 
 void ExecutionQueue::run() {
