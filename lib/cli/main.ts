@@ -8,6 +8,7 @@ import { registerBenchCommand } from './commands/bench.js';
 import { registerDemoCommand } from './commands/demo.js';
 import { registerInfoCommand } from './commands/info.js';
 import { registerScheduleCommand } from './commands/schedule.js';
+import { registerSimulateCommand } from './commands/simulate.js';
 import { registerTuneCommand } from './commands/tune.js';
 import { registerLaunchCommand } from './commands/launch.js';
 import { packageVersion } from '../version.js';
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   registerScheduleCommand(program);
   registerTuneCommand(program);
   registerDemoCommand(program);
+  registerSimulateCommand(program);
   return program;
 }
 
