@@ -18,6 +18,14 @@ import type { SGDOptions } from '../optim/sgd.js';
 export type DataParallelMode = 'sync' | 'pipe-sgd' | 'sapipe-dc' | 'sapipe-wp';
 export const DATA_PARALLEL_MODES: readonly DataParallelMode[] = ['sync', 'pipe-sgd', 'sapipe-dc', 'sapipe-wp'];
 
+/**
+ * The estimate `sapipe-wp` uses when none is given, chosen by the accuracy experiment recorded in
+ * bench/RESULTS.md ("Staleness-1 accuracy on MNIST").
+ */
+export const DEFAULT_WP_ESTIMATE: GradientEstimate = 'prev-sync';
+/** The delay-compensation strength `sapipe-dc` uses when none is given (same experiment). */
+export const DEFAULT_DC_LAMBDA = 0.2;
+
 type Excluded = 'compensation' | 'prediction' | 'queue';
 /** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. */
 export type DataParallelOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, Excluded>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, Excluded>);
@@ -26,9 +34,9 @@ export interface DataParallelModeOptions {
   mode: DataParallelMode;
   /** Updates between the weights a gradient was computed at and the weights it is applied to: 0 for `sync`, 1 otherwise (the default per mode). */
   staleness?: number;
-  /** Delay compensation: used by `sapipe-dc` (default `{}`: elementwise, lambda 0.2); turns on compensation in `sapipe-wp`. */
+  /** Delay compensation: used by `sapipe-dc` (default: elementwise, lambda {@link DEFAULT_DC_LAMBDA}); turns on compensation in `sapipe-wp`. */
   compensation?: CompensationOptions;
-  /** `sapipe-wp`: the gradient estimate of the shadow step. Required there. */
+  /** `sapipe-wp`: the gradient estimate of the shadow step. Default {@link DEFAULT_WP_ESTIMATE}. */
   estimate?: GradientEstimate;
   /** `sapipe-wp` with `compensation`: also compensate the estimate (default true). */
   compensateEstimate?: boolean;
@@ -67,11 +75,12 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
     case 'pipe-sgd':
       return { mode, staleness, compensation: undefined, prediction: undefined, needsLocalGrad: false };
     case 'sapipe-dc':
-      return { mode, staleness, compensation: o.compensation ?? {}, prediction: undefined, needsLocalGrad: false };
+      return { mode, staleness, compensation: withDefaultLambda(o.compensation ?? {}), prediction: undefined, needsLocalGrad: false };
     case 'sapipe-wp': {
       const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
-      if (o.estimate === undefined || !estimates.includes(o.estimate))
-        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' needs estimate: one of ${estimates.join(', ')}, got ${JSON.stringify(o.estimate)}`);
+      const estimate = o.estimate ?? DEFAULT_WP_ESTIMATE;
+      if (!estimates.includes(estimate))
+        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' takes estimate: one of ${estimates.join(', ')} (default ${DEFAULT_WP_ESTIMATE}), got ${JSON.stringify(o.estimate)}`);
       const compensateEstimate = o.compensateEstimate ?? o.compensation !== undefined;
       if (typeof compensateEstimate !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: compensateEstimate must be a boolean');
       if (compensateEstimate && o.compensation === undefined)
@@ -79,12 +88,18 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
       return {
         mode,
         staleness,
-        compensation: o.compensation,
-        prediction: { kind: 'sapipe', estimate: o.estimate, compensate: compensateEstimate, worldSize },
-        needsLocalGrad: o.estimate !== 'prev-sync',
+        compensation: o.compensation && withDefaultLambda(o.compensation),
+        prediction: { kind: 'sapipe', estimate, compensate: compensateEstimate, worldSize },
+        needsLocalGrad: estimate !== 'prev-sync',
       };
     }
   }
+}
+
+// The data-parallel default may differ from the optimizer's own (lib/optim/options.ts), which
+// serves pipeline stages too; an explicit lambda always wins.
+function withDefaultLambda(c: CompensationOptions): CompensationOptions {
+  return c.lambda === undefined ? { ...c, lambda: DEFAULT_DC_LAMBDA } : c;
 }
 
 function checkCompensation(c: CompensationOptions): void {

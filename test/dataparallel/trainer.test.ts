@@ -235,7 +235,6 @@ t.test('bad configurations and misuse are rejected with typed errors', async (t)
   await t.rejects(make({ mode: 'sapipe-dc', compensation: { lambda: Number.NaN } }), InvalidArgumentError, 'NaN lambda');
   await t.rejects(make({ mode: 'sapipe-dc', compensation: { lambda: 1e9 } }), InvalidArgumentError, 'huge lambda');
   await t.rejects(make({ compensation: {} }), InvalidArgumentError, 'compensation in pipe-sgd');
-  await t.rejects(make({ mode: 'sapipe-wp' }), InvalidArgumentError, 'sapipe-wp without an estimate');
   await t.rejects(make({ mode: 'sapipe-wp', estimate: 'psychic' }), InvalidArgumentError, 'unknown estimate');
   await t.rejects(make({ mode: 'sapipe-wp', estimate: 'local', compensateEstimate: true }), InvalidArgumentError, 'compensateEstimate without compensation');
   await t.rejects(make({ estimate: 'local' }), InvalidArgumentError, 'an estimate outside sapipe-wp');
