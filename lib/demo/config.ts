@@ -4,12 +4,29 @@
  * workers can trust every field.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { DATA_PARALLEL_MODES, type DataParallelMode } from '../dataparallel/mode.js';
+import { DATA_PARALLEL_MODES, DEFAULT_WP_ESTIMATE, type DataParallelMode } from '../dataparallel/mode.js';
 import type { NetworkEmulation } from '../comm/emulation.js';
+import type { GradientEstimate } from '../optim/options.js';
+
+/**
+ * One trained configuration: a mode and, for `sapipe-wp`, its gradient estimate and whether the
+ * late gradient and the estimate are delay-compensated. Written `sapipe-wp:local+dc` on the
+ * command line; `label` is that spelling, used in tables and reports.
+ */
+export interface DemoVariant {
+  label: string;
+  mode: DataParallelMode;
+  /** `sapipe-wp` only. */
+  estimate: GradientEstimate | undefined;
+  /** `sapipe-wp` only: add delay compensation (of the late gradient and of the estimate). */
+  compensate: boolean;
+}
+
+export const WP_ESTIMATES: readonly GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
 
 export interface DemoConfig {
   workers: number;
-  modes: DataParallelMode[];
+  modes: DemoVariant[];
   epochs: number;
   /** Samples per worker per step. */
   batch: number;
@@ -19,12 +36,14 @@ export interface DemoConfig {
   /** Use at most this many training samples (after the seeded split); undefined: all. */
   trainSamples: number | undefined;
   emulate: NetworkEmulation | undefined;
+  /** Delay-compensation strength for `sapipe-dc` and `sapipe-wp:...+dc`; undefined: the trainer's default. */
+  lambda: number | undefined;
 }
 
 /** The defaults keep the four-mode run on 2 cores under two minutes while sync clears 90%. */
 export const DEMO_DEFAULTS = {
   workers: 4,
-  modes: [...DATA_PARALLEL_MODES] as DataParallelMode[],
+  modes: DATA_PARALLEL_MODES.join(','),
   epochs: 8,
   batch: 32,
   lr: 0.05,
@@ -35,18 +54,31 @@ export const DEMO_DEFAULTS = {
 /** The model: MNIST's 784 pixels, one hidden layer of 128, 10 classes. */
 export const DEMO_LAYERS: readonly number[] = [784, 128, 10];
 
-/** sapipe-wp needs a gradient estimate; the demo uses the one combining local and last synced gradients. */
-export const DEMO_WP_ESTIMATE = 'local-prev-sync' as const;
+/** Parses one `--modes` entry: a mode, and for `sapipe-wp` an optional `:estimate` and `+dc`. */
+export function parseVariant(text: string): DemoVariant {
+  const m = /^([a-z-]+)(?::([a-z-]+))?(\+dc)?$/.exec(text);
+  const mode = m?.[1];
+  if (!m || !(DATA_PARALLEL_MODES as readonly string[]).includes(mode!))
+    throw new InvalidArgumentError(
+      `--modes: unknown mode "${text}"; choose from ${DATA_PARALLEL_MODES.join(', ')} (sapipe-wp also as sapipe-wp:<${WP_ESTIMATES.join('|')}>[+dc])`,
+    );
+  if (mode !== 'sapipe-wp' && (m[2] !== undefined || m[3] !== undefined))
+    throw new InvalidArgumentError(`--modes: "${text}": only sapipe-wp takes an estimate (:local) or +dc`);
+  if (mode !== 'sapipe-wp') return { label: text, mode: mode as DataParallelMode, estimate: undefined, compensate: false };
+  const estimate = m[2] ?? DEFAULT_WP_ESTIMATE;
+  if (!(WP_ESTIMATES as readonly string[]).includes(estimate))
+    throw new InvalidArgumentError(`--modes: "${text}": unknown estimate "${estimate}"; choose from ${WP_ESTIMATES.join(', ')}`);
+  return { label: text, mode: 'sapipe-wp', estimate: estimate as GradientEstimate, compensate: m[3] !== undefined };
+}
 
-/** Parses `sync,sapipe-dc`, rejecting unknown or repeated modes. */
-export function parseModes(list: string): DataParallelMode[] {
+/** Parses `sync,sapipe-dc,sapipe-wp:local+dc`, rejecting unknown or repeated entries. */
+export function parseModes(list: string): DemoVariant[] {
   const names = list.split(',').map((s) => s.trim()).filter(Boolean);
   if (names.length === 0) throw new InvalidArgumentError(`--modes: give at least one of ${DATA_PARALLEL_MODES.join(', ')}`);
-  for (const n of names)
-    if (!(DATA_PARALLEL_MODES as readonly string[]).includes(n))
-      throw new InvalidArgumentError(`--modes: unknown mode "${n}"; choose from ${DATA_PARALLEL_MODES.join(', ')}`);
-  if (new Set(names).size !== names.length) throw new InvalidArgumentError(`--modes: each mode at most once, got "${list}"`);
-  return names as DataParallelMode[];
+  const variants = names.map(parseVariant);
+  const key = (v: DemoVariant): string => `${v.mode}:${v.estimate ?? ''}:${v.compensate}`;
+  if (new Set(variants.map(key)).size !== variants.length) throw new InvalidArgumentError(`--modes: each mode at most once, got "${list}"`);
+  return variants;
 }
 
 export function checkDemoConfig(c: DemoConfig): DemoConfig {
@@ -61,8 +93,14 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
   if (!Number.isFinite(c.lr) || c.lr <= 0) throw new InvalidArgumentError(`--lr must be a positive number, got ${String(c.lr)}`);
   if (!Number.isFinite(c.momentum) || c.momentum < 0 || c.momentum >= 1)
     throw new InvalidArgumentError(`--momentum must be a number in [0, 1), got ${String(c.momentum)}`);
-  if (c.modes.length === 0) throw new InvalidArgumentError('--modes: give at least one mode');
-  for (const m of c.modes) if (!DATA_PARALLEL_MODES.includes(m)) throw new InvalidArgumentError(`--modes: unknown mode "${String(m)}"`);
+  if (!Array.isArray(c.modes) || c.modes.length === 0) throw new InvalidArgumentError('--modes: give at least one mode');
+  for (const m of c.modes) {
+    if (m === null || typeof m !== 'object' || !DATA_PARALLEL_MODES.includes(m.mode)) throw new InvalidArgumentError(`--modes: unknown mode "${String(m?.mode)}"`);
+    if (m.mode === 'sapipe-wp' ? m.estimate === undefined || !WP_ESTIMATES.includes(m.estimate) : m.estimate !== undefined || m.compensate)
+      throw new InvalidArgumentError(`--modes: "${m.label}": only sapipe-wp has an estimate (one of ${WP_ESTIMATES.join(', ')}) and +dc`);
+  }
+  if (c.lambda !== undefined && (!Number.isFinite(c.lambda) || c.lambda < 0 || c.lambda > 1e6))
+    throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${String(c.lambda)}`);
   if (c.emulate !== undefined) {
     const { gbps, latencyUs } = c.emulate;
     if (!Number.isFinite(gbps) || gbps <= 0) throw new InvalidArgumentError(`--gbps must be a positive number, got ${String(gbps)}`);

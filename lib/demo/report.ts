@@ -69,7 +69,8 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
     ['epochs', String(c.epochs)],
     ['batch per worker', String(c.batch)],
     ['learning rate', String(c.lr)],
-    ['modes', c.modes.join(', ') + (c.modes.includes('sapipe-wp') ? ` (sapipe-wp estimate ${c.wpEstimate})` : '')],
+    ...(c.lambda === undefined ? [] : [['delay-compensation lambda', String(c.lambda)] as [string, string]]),
+    ['modes', c.modes.map((m) => (m.mode === 'sapipe-wp' && m.label === 'sapipe-wp' ? `sapipe-wp (estimate ${m.estimate})` : m.label)).join(', ')],
     ['communication', network],
   ];
   const rows = result.modes

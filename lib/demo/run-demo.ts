@@ -8,13 +8,14 @@ import { InvalidArgumentError } from '../errors.js';
 import { spawnLocalRanks } from '../comm/local.js';
 import { loadMnist } from '../data/mnist.js';
 import { trainTestSplit, type Dataset } from '../data/dataset.js';
-import type { DataParallelMode } from '../dataparallel/mode.js';
-import { checkDemoConfig, DEMO_LAYERS, DEMO_WP_ESTIMATE, type DemoConfig } from './config.js';
+import { checkDemoConfig, DEMO_LAYERS, type DemoConfig, type DemoVariant } from './config.js';
 // Types only: importing worker.ts for real would run a rank in this thread.
 import type { DemoWorkerData, DemoWorkerMessage } from './worker.js';
 
 export interface DemoModeResult {
-  mode: DataParallelMode;
+  /** The variant's label: the mode, or e.g. `sapipe-wp:local+dc`. */
+  mode: string;
+  variant: DemoVariant;
   /** Test accuracy after each epoch (index 0: epoch 1). */
   epochAccuracy: number[];
   finalAccuracy: number;
@@ -28,16 +29,22 @@ export interface DemoModeResult {
   exposedCommMs: number;
   /** Per step, averaged over workers: time waiting for communication and the rest (compute, update). */
   stepMs: { compute: number; comm: number };
+  /**
+   * Steady-state step time: the time in the step loop per step, averaged over workers, without the
+   * end-of-epoch flush (which exposes one whole all-reduce per epoch) and without evaluation.
+   */
+  loopStepMs: number;
   steps: number;
 }
 
 export interface DemoResult {
-  config: DemoConfig & { layers: readonly number[]; trainSamples: number; testSamples: number; wpEstimate: string };
+  config: DemoConfig & { layers: readonly number[]; trainSamples: number; testSamples: number };
   modes: DemoModeResult[];
 }
 
 export interface DemoProgress {
-  mode: DataParallelMode;
+  /** The variant's label. */
+  mode: string;
   epoch: number;
   epochs: number;
   accuracy: number;
@@ -52,15 +59,17 @@ function shared(d: Dataset): { inputs: Float32Array; labels: Uint8Array } {
 }
 
 async function runMode(
-  mode: DataParallelMode,
+  variant: DemoVariant,
   config: DemoConfig,
   train: { inputs: Float32Array; labels: Uint8Array },
   test: { inputs: Float32Array; labels: Uint8Array },
   onProgress: (p: DemoProgress) => void,
 ): Promise<Omit<DemoModeResult, 'speedup'>> {
   const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  const mode = variant.label;
   const workerData: Omit<DemoWorkerData, 'sapipeLocal'> = {
-    mode,
+    variant,
+    lambda: config.lambda,
     epochs: config.epochs,
     batch: config.batch,
     lr: config.lr,
@@ -101,12 +110,14 @@ async function runMode(
     const meanTrainMs = done.reduce((a, d) => a + d.trainMs, 0) / done.length;
     return {
       mode,
+      variant,
       epochAccuracy,
       finalAccuracy: epochAccuracy[epochAccuracy.length - 1] ?? 0,
       wallMs,
       samplesPerSec: samples / (wallMs / 1000),
       exposedCommMs,
       stepMs: { comm: exposedCommMs / steps, compute: Math.max(0, meanTrainMs - exposedCommMs) / steps },
+      loopStepMs: done.reduce((a, d) => a + d.loopMs, 0) / done.length / steps,
       steps,
     };
   } finally {
@@ -130,10 +141,10 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
     throw new InvalidArgumentError(`--train-samples ${trainSamples} leaves no sample for each of ${config.workers} workers`);
   const test = shared(testSet);
   const modes: Omit<DemoModeResult, 'speedup'>[] = [];
-  for (const mode of config.modes) modes.push(await runMode(mode, config, train, test, onProgress));
-  const sync = modes.find((m) => m.mode === 'sync');
+  for (const variant of config.modes) modes.push(await runMode(variant, config, train, test, onProgress));
+  const sync = modes.find((m) => m.variant.mode === 'sync');
   return {
-    config: { ...config, layers: DEMO_LAYERS, trainSamples, testSamples: testSet.count, wpEstimate: DEMO_WP_ESTIMATE },
+    config: { ...config, layers: DEMO_LAYERS, trainSamples, testSamples: testSet.count },
     modes: modes.map((m) => ({ ...m, speedup: sync ? sync.wallMs / m.wallMs : undefined })),
   };
 }

@@ -11,13 +11,13 @@ import { LocalCommunicator, type LocalRankData } from '../comm/local.js';
 import type { NetworkEmulation } from '../comm/emulation.js';
 import { shuffledIndices } from '../data/seeded-random.js';
 import { DataParallelTrainer } from '../dataparallel/trainer.js';
-import type { DataParallelMode } from '../dataparallel/mode.js';
 import { MLP } from '../nn/mlp.js';
 import { FlatBuffer } from '../tensor.js';
-import { DEMO_LAYERS, DEMO_WP_ESTIMATE } from './config.js';
+import { DEMO_LAYERS, type DemoVariant } from './config.js';
 
 export interface DemoWorkerData extends LocalRankData {
-  mode: DataParallelMode;
+  variant: DemoVariant;
+  lambda: number | undefined;
   epochs: number;
   batch: number;
   lr: number;
@@ -33,7 +33,7 @@ export interface DemoWorkerData extends LocalRankData {
 
 export type DemoWorkerMessage =
   | { kind: 'epoch'; epoch: number; accuracy: number }
-  | { kind: 'done'; rank: number; trainMs: number; steps: number; commMs: number; samples: number }
+  | { kind: 'done'; rank: number; trainMs: number; loopMs: number; steps: number; commMs: number; samples: number }
   | { kind: 'error'; rank: number; error: string };
 
 const data = workerData as DemoWorkerData;
@@ -44,11 +44,14 @@ async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
   const model = new MLP(DEMO_LAYERS, { seed: data.seed });
+  const { variant, lambda } = data;
+  const compensated = variant.mode === 'sapipe-dc' || variant.compensate;
   const trainer = await DataParallelTrainer.create({
     comm,
     params: model.params,
-    mode: data.mode,
-    ...(data.mode === 'sapipe-wp' ? { estimate: DEMO_WP_ESTIMATE } : {}),
+    mode: variant.mode,
+    ...(variant.estimate ? { estimate: variant.estimate } : {}),
+    ...(compensated ? { compensation: lambda === undefined ? {} : { lambda } } : {}),
     optimizer: { kind: 'sgd', lr: data.lr, momentum: data.momentum },
   });
   const trainCount = data.trainLabels.length;
@@ -59,6 +62,7 @@ async function main(): Promise<void> {
   const x = FlatBuffer.allocate(batch * FEATURES);
   const labels = new Uint8Array(batch);
   let trainMs = 0;
+  let loopMs = 0;
   let commMs = 0;
   let steps = 0;
   for (let epoch = 0; epoch < data.epochs; epoch++) {
@@ -79,6 +83,7 @@ async function main(): Promise<void> {
       commMs += trainer.staleness === 0 ? performance.now() - t0 : r.waitedMs;
       steps += 1;
     }
+    loopMs += performance.now() - start;
     const t0 = performance.now();
     // Apply the gradient in flight so the epoch's accuracy reflects every step taken.
     await trainer.flush();
@@ -94,7 +99,7 @@ async function main(): Promise<void> {
   await trainer.dispose();
   model.dispose();
   comm.destroy();
-  parentPort!.postMessage({ kind: 'done', rank, trainMs, steps, commMs, samples: steps * batch } satisfies DemoWorkerMessage);
+  parentPort!.postMessage({ kind: 'done', rank, trainMs, loopMs, steps, commMs, samples: steps * batch } satisfies DemoWorkerMessage);
 }
 
 main().catch((e: unknown) => parentPort!.postMessage({ kind: 'error', rank, error: e instanceof Error ? e.message : String(e) } satisfies DemoWorkerMessage));

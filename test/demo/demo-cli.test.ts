@@ -11,6 +11,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
+import { parseModes } from '../../lib/demo/config.js';
+import { parseDataParallelProfile } from '../../lib/simulate/dataparallel.js';
+
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
 const sapipe = (...args: string[]) => run(process.execPath, [bin, ...args], { maxBuffer: 1 << 22, timeout: 120_000 });
@@ -68,6 +71,49 @@ t.test('demo with --gbps labels the emulated network in the report', async (t) =
   t.match(readFileSync(report, 'utf8'), /emulated network: 5 Gbit\/s/);
 });
 
+t.test('--modes variants: sapipe-wp estimates and +dc', (t) => {
+  t.same(parseModes('sync, sapipe-wp,sapipe-wp:local+dc,sapipe-wp:local-prev-sync'), [
+    { label: 'sync', mode: 'sync', estimate: undefined, compensate: false },
+    { label: 'sapipe-wp', mode: 'sapipe-wp', estimate: 'prev-sync', compensate: false },
+    { label: 'sapipe-wp:local+dc', mode: 'sapipe-wp', estimate: 'local', compensate: true },
+    { label: 'sapipe-wp:local-prev-sync', mode: 'sapipe-wp', estimate: 'local-prev-sync', compensate: false },
+  ]);
+  t.same(parseModes('sapipe-wp+dc')[0], { label: 'sapipe-wp+dc', mode: 'sapipe-wp', estimate: 'prev-sync', compensate: true }, 'the default estimate with +dc');
+  const bad: [string, RegExp][] = [
+    ['sync:local', /only sapipe-wp takes an estimate/],
+    ['sapipe-dc+dc', /only sapipe-wp takes/],
+    ['sapipe-wp:psychic', /unknown estimate "psychic"/],
+    ['sapipe-wp:local,sapipe-wp:local', /at most once/],
+    ['sapipe-wp,sapipe-wp:prev-sync', /at most once/],
+    ['SYNC', /unknown mode/],
+    [',', /at least one/],
+  ];
+  for (const [list, message] of bad) t.throws(() => parseModes(list), { code: 'ERR_INVALID_ARGUMENT', message }, list);
+  t.end();
+});
+
+t.test('a sapipe-wp variant with --lambda, and --profile-out feeding simulate', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const profile = join(dir, 'profile.json');
+  const { stdout } = await sapipe(
+    'demo', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-wp:local+dc', '--lambda', '0.5', '--train-samples', '640',
+    '--profile-out', profile, '--json', '--report', join(dir, 'r.html'),
+  );
+  const result = JSON.parse(stdout) as DemoJson & { config: { lambda: number }; modes: { variant: { estimate?: string; compensate: boolean }; loopStepMs: number }[] };
+  t.equal(result.config.lambda, 0.5);
+  t.same(result.modes.map((m) => m.mode), ['sync', 'sapipe-wp:local+dc']);
+  t.same(result.modes[1]!.variant, { label: 'sapipe-wp:local+dc', mode: 'sapipe-wp', estimate: 'local', compensate: true });
+  for (const m of result.modes) t.ok(m.loopStepMs > 0 && m.loopStepMs * m.steps <= m.wallMs, `${m.mode}: steady-state step time within the wall time`);
+  const p = parseDataParallelProfile(readFileSync(profile, 'utf8'));
+  t.equal(p.params, 784 * 128 + 128 + 128 * 10 + 10, 'the MLP\'s parameter count');
+  t.equal(p.samplesPerStep, 32);
+  t.ok(p.computeMs > 0, `computeMs ${p.computeMs}`);
+  t.match(p.source, /sapipe demo: MLP 784-128-10 on MNIST, mode sync, 2 workers/);
+  const sim = await run(process.execPath, [bin, 'simulate', 'dataparallel', '--profile', profile, '--gbps', '1', '--workers', '2,16']);
+  t.match(sim.stdout, /MODELLED projection: compute [\d.]+ ms per step per worker, 32 samples per step per worker, gradient 0\.407 MB/);
+});
+
 t.test('bad options are rejected with a message and a non-zero exit', async (t) => {
   const failure = async (...args: string[]): Promise<{ code?: number; stderr?: string }> => {
     try {
@@ -82,6 +128,8 @@ t.test('bad options are rejected with a message and a non-zero exit', async (t) 
     [['--workers', '0'], /--workers must be an integer/],
     [['--lr', '-0.1'], /--lr must be a positive number/],
     [['--latency-us', '5'], /--latency-us needs --gbps/],
+    [['--lambda', '-1'], /--lambda must be a number in \[0, 1e6\]/],
+    [['--modes', 'sapipe-wp:psychic'], /unknown estimate "psychic"/],
   ];
   for (const [args, message] of cases) {
     const e = await failure(...args);

@@ -3,6 +3,7 @@
  * compares accuracy, speed and exposed communication, in a table and an HTML report.
  */
 import { writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 
 import { MultiBar } from 'cli-progress';
@@ -10,9 +11,11 @@ import Table from 'cli-table3';
 import type { Command } from 'commander';
 
 import { InvalidArgumentError } from '../../errors.js';
+import { DEFAULT_WP_ESTIMATE } from '../../dataparallel/mode.js';
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
 import { renderDemoReport } from '../../demo/report.js';
 import { runDemo, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
+import type { DataParallelProfile } from '../../simulate/dataparallel.js';
 
 interface DemoCliOptions {
   workers: string;
@@ -25,6 +28,8 @@ interface DemoCliOptions {
   trainSamples?: string;
   gbps?: string;
   latencyUs?: string;
+  lambda?: string;
+  profileOut?: string;
   report: string;
   json?: boolean;
 }
@@ -50,13 +55,35 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
     seed: num(o.seed, '--seed'),
     trainSamples: o.trainSamples === undefined ? undefined : num(o.trainSamples, '--train-samples'),
     emulate: o.gbps === undefined ? undefined : { gbps: num(o.gbps, '--gbps'), latencyUs: latencyUs ?? 0 },
+    lambda: o.lambda === undefined ? undefined : num(o.lambda, '--lambda'),
   });
+}
+
+/**
+ * The profile `sapipe simulate dataparallel --profile` reads, from this run: the per-step time
+ * outside communication of the sync run (else the first mode). With more workers than cores the
+ * workers took turns on the cores, so the time is scaled by cores/workers to estimate one worker
+ * on a core of its own.
+ */
+export function demoProfile(result: DemoResult, cores = availableParallelism()): DataParallelProfile {
+  const m = result.modes.find((r) => r.variant.mode === 'sync') ?? result.modes[0]!;
+  const c = result.config;
+  const share = Math.min(1, cores / c.workers);
+  return {
+    computeMs: m.stepMs.compute * share,
+    params: c.layers.slice(1).reduce((a, out, i) => a + (c.layers[i]! + 1) * out, 0),
+    samplesPerStep: c.batch,
+    source:
+      `sapipe demo: MLP ${c.layers.join('-')} on MNIST, mode ${m.mode}, ${c.workers} workers on ${cores} cores, ` +
+      `measured ${m.stepMs.compute.toFixed(3)} ms per step outside communication` +
+      (share < 1 ? `, scaled by ${cores}/${c.workers} for one worker per core` : ''),
+  };
 }
 
 function progress(enabled: boolean, config: DemoConfig): { update: (p: DemoProgress) => void; stop: () => void } {
   if (!enabled || !process.stderr.isTTY) return { update: () => {}, stop: () => {} };
   const bars = new MultiBar({ format: '{mode} {bar} epoch {value}/{total}  test accuracy {accuracy}', stream: process.stderr, hideCursor: true });
-  const byMode = new Map(config.modes.map((m) => [m, bars.create(config.epochs, 0, { mode: m.padEnd(10), accuracy: '-' })]));
+  const byMode = new Map(config.modes.map((m) => [m.label, bars.create(config.epochs, 0, { mode: m.label.padEnd(10), accuracy: '-' })]));
   return {
     update: (p) => byMode.get(p.mode)?.update(p.epoch, { accuracy: `${(p.accuracy * 100).toFixed(2)}%` }),
     stop: () => bars.stop(),
@@ -68,7 +95,7 @@ function printTable(result: DemoResult): void {
   const network = c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
   console.log(
     `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
-      `${c.epochs} epoch(s), lr ${c.lr}, seed ${c.seed}, communication: ${network}`,
+      `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}, seed ${c.seed}, communication: ${network}`,
   );
   const table = new Table({
     head: ['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s'],
@@ -97,7 +124,11 @@ export function registerDemoCommand(program: Command): void {
     .command('demo')
     .description('Train an MLP on MNIST with local data-parallel workers in each mode and compare accuracy, speed and exposed communication')
     .option('--workers <n>', 'local workers (threads)', String(DEMO_DEFAULTS.workers))
-    .option('--modes <list>', 'comma-separated modes: sync, pipe-sgd, sapipe-dc, sapipe-wp', DEMO_DEFAULTS.modes.join(','))
+    .option(
+      '--modes <list>',
+      `comma-separated modes: sync, pipe-sgd, sapipe-dc, sapipe-wp (estimate ${DEFAULT_WP_ESTIMATE}); sapipe-wp:<local|prev-sync|local-prev-sync>[+dc] picks the estimate and adds delay compensation`,
+      DEMO_DEFAULTS.modes,
+    )
     .option('--epochs <n>', 'passes over the training set', String(DEMO_DEFAULTS.epochs))
     .option('--batch <n>', 'samples per worker per step', String(DEMO_DEFAULTS.batch))
     .option('--lr <x>', 'SGD learning rate', String(DEMO_DEFAULTS.lr))
@@ -106,6 +137,8 @@ export function registerDemoCommand(program: Command): void {
     .option('--train-samples <n>', 'use at most this many training samples (quick runs)')
     .option('--gbps <x>', 'emulate a network of this many Gbit/s (collectives are delayed accordingly)')
     .option('--latency-us <x>', 'emulated per-message latency in microseconds (with --gbps)')
+    .option('--lambda <x>', 'delay-compensation strength of sapipe-dc and sapipe-wp:...+dc (default: the trainer\'s)')
+    .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')
     .action(async (options: DemoCliOptions) => {
@@ -119,6 +152,7 @@ export function registerDemoCommand(program: Command): void {
       }
       const reportPath = resolve(options.report);
       writeFileSync(reportPath, renderDemoReport(result));
+      if (options.profileOut !== undefined) writeFileSync(resolve(options.profileOut), JSON.stringify(demoProfile(result), null, 2) + '\n');
       if (options.json) console.log(JSON.stringify({ ...result, report: reportPath }, null, 2));
       else {
         printTable(result);
