@@ -101,7 +101,7 @@ function fmt(x: number, digits: number): string {
 export function renderProjection(p: DataParallelProjection, tty = false): string {
   const src = p.profile.source ? ` (${p.profile.source})` : '';
   const lines = [
-    `MODELLED projection: compute ${p.profile.computeMs} ms per step per worker, ${p.profile.samplesPerStep} samples per step per worker, ` +
+    `MODELLED projection: compute ${Number(p.profile.computeMs.toPrecision(4))} ms per step per worker, ${p.profile.samplesPerStep} samples per step per worker, ` +
       `gradient ${(p.gradientBytes / 1e6).toFixed(3)} MB, links ${p.network.gbps} Gbit/s, ${p.network.latencyUs} us latency${src}`,
   ];
   const table = new Table({
