@@ -67,6 +67,9 @@ t.test('demo with --gbps labels the emulated network in the report', async (t) =
   const report = join(dir, 'r.html');
   const { stdout } = await sapipe('demo', '--workers', '2', '--epochs', '1', '--modes', 'pipe-sgd', '--train-samples', '640', '--gbps', '5', '--report', report);
   t.match(stdout, /emulated network 5 Gbit\/s/);
+  // 101 770 fp32 parameters, 2 workers, 5 Gbit/s: 2*1/2 * 407 080 B * 8 / 5e9 s = 0.65 ms.
+  t.match(stdout, /Modelled ring all-reduce of the gradient on the emulated network: 0\.65 ms per step/);
+  t.match(stdout, /step ms/);
   t.match(stdout, /pipe-sgd/);
   t.match(readFileSync(report, 'utf8'), /emulated network: 5 Gbit\/s/);
 });

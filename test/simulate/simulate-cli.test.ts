@@ -39,6 +39,10 @@ t.test('a sweep over worker counts prints a table labelled as a model', async (t
   };
   t.same(row(2).slice(0, 8), ['2', '4.000', '0.40', '14.000', '10.000', '4571', '6400', '1.40x']);
   t.same(row(8).slice(0, 8), ['8', '7.000', '0.70', '17.000', '10.000', '15059', '25600', '1.70x']);
+  t.match(stdout, /SAPipe hides the whole all-reduce behind compute at 2, 8 workers/);
+  t.notMatch(stdout, /the network sets the pace/);
+  const bound = await sapipe('--workers', '1,2,16', '--gbps', '1', '--compute-ms', '2', '--model-mb', '1');
+  t.match(bound.stdout, /at 2, 16 workers the network sets the pace/, 'network-bound rows are named');
 });
 
 t.test('--json, and a profile file with a flag overriding it', async (t) => {

@@ -10,6 +10,7 @@ import { MultiBar } from 'cli-progress';
 import Table from 'cli-table3';
 import type { Command } from 'commander';
 
+import { emulatedMs } from '../../comm/emulation.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { DEFAULT_WP_ESTIMATE } from '../../dataparallel/mode.js';
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
@@ -71,13 +72,18 @@ export function demoProfile(result: DemoResult, cores = availableParallelism()):
   const share = Math.min(1, cores / c.workers);
   return {
     computeMs: m.stepMs.compute * share,
-    params: c.layers.slice(1).reduce((a, out, i) => a + (c.layers[i]! + 1) * out, 0),
+    params: demoParams(c.layers),
     samplesPerStep: c.batch,
     source:
       `sapipe demo: MLP ${c.layers.join('-')} on MNIST, mode ${m.mode}, ${c.workers} workers on ${cores} cores, ` +
       `measured ${m.stepMs.compute.toFixed(3)} ms per step outside communication` +
       (share < 1 ? `, scaled by ${cores}/${c.workers} for one worker per core` : ''),
   };
+}
+
+/** Parameters of the demo's MLP: weights and biases of each layer. */
+function demoParams(layers: readonly number[]): number {
+  return layers.slice(1).reduce((a, out, i) => a + (layers[i]! + 1) * out, 0);
 }
 
 function progress(enabled: boolean, config: DemoConfig): { update: (p: DemoProgress) => void; stop: () => void } {
@@ -98,7 +104,7 @@ function printTable(result: DemoResult): void {
       `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}, seed ${c.seed}, communication: ${network}`,
   );
   const table = new Table({
-    head: ['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s'],
+    head: ['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms'],
     ...(!process.stdout.isTTY ? { style: { head: [], border: [] } } : {}),
   });
   for (const m of result.modes)
@@ -109,10 +115,19 @@ function printTable(result: DemoResult): void {
       m.samplesPerSec.toFixed(0),
       m.speedup === undefined ? '-' : `${m.speedup.toFixed(2)}x`,
       (m.exposedCommMs / 1000).toFixed(2),
+      m.loopStepMs.toFixed(2),
     ]);
   console.log(table.toString());
+  if (c.emulate) {
+    const m = emulatedMs(c.emulate, 'allreduce', 4 * demoParams(c.layers), c.workers);
+    console.log(
+      `Modelled ring all-reduce of the gradient on the emulated network: ${m.toFixed(2)} ms per step. ` +
+        'A fully overlapped staleness-1 mode steps in about max(its compute, that); sync pays the sum.',
+    );
+  }
   console.log(
     'Exposed comm: time step() waited for communication, summed over steps, per worker, averaged. ' +
+      'Step ms: steady-state time per step (the end-of-epoch flush and evaluation excluded). ' +
       (c.emulate
         ? 'With an emulated network the pipelined modes hide the all-reduce behind the next step.'
         : 'With local shared-memory communication on few cores there is little communication to hide, so the staleness-1 modes need not be faster; try --gbps 1 (emulated network) to see the overlap.'),

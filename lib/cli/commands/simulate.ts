@@ -122,8 +122,22 @@ export function renderProjection(p: DataParallelProjection, tty = false): string
       `${r.speedup.toFixed(2)}x`,
       `${(r.syncScalingEfficiency * 100).toFixed(0)}% / ${(r.sapipeScalingEfficiency * 100).toFixed(0)}%`,
     ]);
-  lines.push(table.toString(), MODEL_NOTE);
+  lines.push(table.toString(), verdict(p), MODEL_NOTE);
   return lines.join('\n');
+}
+
+/** One line saying where SAPipe hides the all-reduce completely and where the network sets the pace. */
+export function verdict(p: DataParallelProjection): string {
+  const hidden = p.rows.filter((r) => r.workers > 1 && r.commComputeRatio <= 1).map((r) => r.workers);
+  const bound = p.rows.filter((r) => r.commComputeRatio > 1).map((r) => r.workers);
+  const parts: string[] = [];
+  if (hidden.length > 0) parts.push(`SAPipe hides the whole all-reduce behind compute at ${hidden.join(', ')} workers (comm/compute <= 1)`);
+  if (bound.length > 0)
+    parts.push(
+      `at ${bound.join(', ')} workers the network sets the pace (comm/compute > 1): SAPipe still saves the compute time per step, ` +
+        'but a faster network, a larger batch per worker or gradient compression would help more',
+    );
+  return parts.length > 0 ? `${parts.join('; ')}.` : 'One worker: nothing to communicate.';
 }
 
 export function registerSimulateCommand(program: Command): void {
