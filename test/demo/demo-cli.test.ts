@@ -11,7 +11,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
+import { demoProfile } from '../../lib/cli/commands/demo.js';
 import { parseModes } from '../../lib/demo/config.js';
+import type { DemoResult } from '../../lib/demo/run-demo.js';
 import { parseDataParallelProfile } from '../../lib/simulate/dataparallel.js';
 
 const run = promisify(execFile);
@@ -115,6 +117,40 @@ t.test('a sapipe-wp variant with --lambda, and --profile-out feeding simulate', 
   t.match(p.source, /sapipe demo: MLP 784-128-10 on MNIST, mode sync, 2 workers/);
   const sim = await run(process.execPath, [bin, 'simulate', 'dataparallel', '--profile', profile, '--gbps', '1', '--workers', '2,16']);
   t.match(sim.stdout, /MODELLED projection: compute [\d.]+ ms per step per worker, 32 samples per step per worker, gradient 0\.407 MB/);
+});
+
+t.test('demoProfile: the sync run\'s compute time, scaled when workers shared the cores', (t) => {
+  const mode = (label: 'sync' | 'pipe-sgd', compute: number): DemoResult['modes'][number] => ({
+    mode: label,
+    variant: { label, mode: label, estimate: undefined, compensate: false },
+    epochAccuracy: [0.9],
+    finalAccuracy: 0.9,
+    wallMs: 1000,
+    samplesPerSec: 1,
+    speedup: 1,
+    exposedCommMs: 0,
+    stepMs: { compute, comm: 1 },
+    loopStepMs: compute + 1,
+    steps: 10,
+  });
+  const result = (workers: number, modes: DemoResult['modes']): DemoResult => ({
+    config: {
+      workers, modes: modes.map((m) => m.variant), epochs: 1, batch: 16, lr: 0.1, momentum: 0.9, seed: 1, trainSamples: 100,
+      emulate: undefined, lambda: undefined, layers: [4, 3, 2], testSamples: 10,
+    },
+    modes,
+  });
+  // (4+1)*3 + (3+1)*2 = 23 parameters.
+  t.same(demoProfile(result(8, [mode('pipe-sgd', 9), mode('sync', 6)]), 2), {
+    computeMs: 1.5,
+    params: 23,
+    samplesPerStep: 16,
+    source: 'sapipe demo: MLP 4-3-2 on MNIST, mode sync, 8 workers on 2 cores, measured 6.000 ms per step outside communication, scaled by 2/8 for one worker per core',
+  });
+  const alone = demoProfile(result(2, [mode('pipe-sgd', 9)]), 4);
+  t.equal(alone.computeMs, 9, 'no sync run: the first mode, unscaled with a core per worker');
+  t.notMatch(alone.source, /scaled/);
+  t.end();
 });
 
 t.test('bad options are rejected with a message and a non-zero exit', async (t) => {
