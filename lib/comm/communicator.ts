@@ -1,6 +1,6 @@
 /**
  * Communicator: collectives and point-to-point messages between the ranks of one group, on
- * FlatBuffers. Every backend (`local` now; `ucx` and `nccl` later) implements the protected
+ * FlatBuffers. Every backend (`local`, `ucx`; `nccl` later) implements the protected
  * `run*` methods; this class validates arguments, refuses use after destroy(), and applies the
  * optional network emulation. Collectives must be issued by every rank in the same order.
  */
@@ -27,7 +27,7 @@ export interface ReduceResult {
   nonFiniteCount: number;
 }
 
-/** Names of the backends; `ucx` and `nccl` are reserved for the plugins that implement them. */
+/** Names of the backends; `nccl` is reserved for the plugin that will implement it. */
 export type CommBackendName = 'local' | 'ucx' | 'nccl';
 
 export const DEFAULT_COMM_TIMEOUT_MS = 30_000;
