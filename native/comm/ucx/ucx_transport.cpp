@@ -435,6 +435,25 @@ void plugin_destroy(sapipe_comm_transport* t) {
       ucp_request_free(request);
     }
     t->endpoints.clear();
+    // Messages that arrived and were never received (from a peer that died mid-collective) are
+    // taken and dropped, so that UCX does not warn about each one as the worker goes.
+    const int64_t drain_until = now_ms() + 100;
+    std::vector<uint8_t> sink;
+    ucp_tag_recv_info_t info{};
+    while (!t->poisoned && now_ms() < drain_until) {
+      ucp_tag_message_h message = ucp_tag_probe_nb(t->worker, 0, 0, 1, &info);
+      if (message == nullptr) break;
+      sink.resize(info.length ? info.length : 1);
+      ucp_request_param_t p = plain_param();
+      ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(t->worker, sink.data(), info.length, message, &p);
+      if (UCS_PTR_IS_ERR(sp) || sp == nullptr) continue;
+      while (ucp_request_check_status(sp) == UCS_INPROGRESS && now_ms() < drain_until) ucp_worker_progress(t->worker);
+      if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+        t->poisoned = true;  // a transfer from a dead peer that never ends: stop touching the worker
+        break;
+      }
+      ucp_request_free(sp);
+    }
   }
   release(t);
 }
