@@ -196,8 +196,9 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   await t.rejects(comm.allreduce(b, { offset: 2, count: 5 }), SizeMismatchError);
   await t.rejects(comm.allreduce(b, { offset: -1 }), InvalidArgumentError);
   await t.rejects(comm.reduceScatter(b, FlatBuffer.allocate(2)), SizeMismatchError);
-  await t.rejects(comm.allgather(b, b), SizeMismatchError);
-  await t.rejects(comm.allgather(b, FlatBuffer.allocate(3)).then(() => comm.reduceScatter(b, b)), AliasingError);
+  await t.rejects(comm.allgather(b, FlatBuffer.allocate(5)), SizeMismatchError);
+  await t.rejects(comm.allgather(b, b), AliasingError);
+  await t.rejects(comm.reduceScatter(b, b), AliasingError);
   await t.rejects(comm.broadcast(b, 1), InvalidArgumentError);
   await t.rejects(comm.send(b, 0), InvalidArgumentError);
   await t.rejects(comm.recv(b, 5), InvalidArgumentError);
