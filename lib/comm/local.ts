@@ -12,11 +12,11 @@ import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 import { awaitNative, callNative } from '../native.js';
 import { InvalidArgumentError } from '../errors.js';
-import { ExecutionQueue } from '../queue.js';
 import type { FlatBuffer } from '../tensor.js';
-import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
+import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
+import { QueuedCommunicator } from './queued.js';
 
 export interface LocalCommunicatorOptions {
   /** Name shared by the ranks of one group (any string; one group per name at a time). */
@@ -35,14 +35,10 @@ export interface LocalCommunicatorOptions {
   algorithm?: 'direct' | 'ring';
 }
 
-export class LocalCommunicator extends Communicator {
+export class LocalCommunicator extends QueuedCommunicator {
   readonly backend = 'local' as const;
   readonly group: string;
-  private readonly handle: LocalCommHandle;
-  private readonly collectives = new ExecutionQueue();
-  // One queue per peer and direction: a send waiting for its receiver holds up nothing else.
-  private readonly sendQueues = new Map<number, ExecutionQueue>();
-  private readonly recvQueues = new Map<number, ExecutionQueue>();
+  protected readonly handle: LocalCommHandle;
   private readonly ring: boolean;
 
   private constructor(options: LocalCommunicatorOptions, handle: LocalCommHandle) {
@@ -76,29 +72,9 @@ export class LocalCommunicator extends Communicator {
     return comm;
   }
 
-  protected async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
+  protected override async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
     const bad = await this.collective(CollectiveKind.allreduce, buffer, offset, count, null, scale, 0, this.ring);
     return { nonFiniteCount: bad };
-  }
-  protected async runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult> {
-    return { nonFiniteCount: await this.collective(CollectiveKind.reduceScatter, input, 0, input.length, output, scale) };
-  }
-  protected async runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
-    await this.collective(CollectiveKind.allgather, input, 0, input.length, output);
-  }
-  protected async runBroadcast(buffer: FlatBuffer, root: number): Promise<void> {
-    await this.collective(CollectiveKind.broadcast, buffer, 0, buffer.length, null, 1, root);
-  }
-  protected async runBarrier(): Promise<void> {
-    await this.collective(CollectiveKind.barrier, null, 0, 0, null);
-  }
-  protected async runSend(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.sendQueues, peer);
-    await awaitNative(this.handle.send(queue.handle, buffer.handle, 0, buffer.length, peer));
-  }
-  protected async runRecv(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.recvQueues, peer);
-    await awaitNative(this.handle.recv(queue.handle, buffer.handle, 0, buffer.length, peer));
   }
   protected runDestroy(): void {
     this.handle.destroy();
@@ -114,16 +90,7 @@ export class LocalCommunicator extends Communicator {
     return this.collective(CollectiveKind[kind], buffer, offset, count, null, scale);
   }
 
-  private queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {
-    let q = map.get(peer);
-    if (!q) {
-      q = new ExecutionQueue();
-      map.set(peer, q);
-    }
-    return q;
-  }
-
-  private collective(
+  protected collective(
     kind: number,
     input: FlatBuffer | null,
     offset: number,

@@ -1,28 +1,15 @@
 /** The addon's UcxComm class and ucxStatus(), typed (see native/addon/comm_ucx_binding.cpp). */
-import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
+import { nativeAddon, type QueueHandle } from '../native.js';
+import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 
-export interface UcxCommHandle {
+export interface UcxCommHandle extends QueuedCommHandle {
   /** This rank's UCP worker address, to publish through the rendezvous store. */
   address(): Buffer;
   /** Connects to every rank (addresses in rank order, this rank's included). */
   connect(queue: QueueHandle, addresses: Buffer[]): Promise<void>;
-  collective(
-    queue: QueueHandle,
-    kind: number,
-    input: NativeBufferHandle | null,
-    inOffset: number,
-    inCount: number,
-    output: NativeBufferHandle | null,
-    outOffset: number,
-    outCount: number,
-    scale: number,
-    root: number,
-  ): Promise<number>;
-  send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
-  recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
+  collective(...call: CollectiveCall): Promise<number>;
   /** The liveness signal: peer's operations fail with ERR_PEER_LOST (after a short grace period). */
   peerLost(peer: number, reason: string): void;
-  destroy(): void;
 }
 
 export interface UcxPluginStatus {

@@ -15,12 +15,12 @@
  */
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative } from '../native.js';
-import { ExecutionQueue } from '../queue.js';
 import type { FlatBuffer } from '../tensor.js';
-import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
+import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { LivenessMesh } from './liveness.js';
 import { CollectiveKind } from './local-native.js';
+import { QueuedCommunicator } from './queued.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
 import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
@@ -65,19 +65,15 @@ function chunkBytesOf(option: unknown): number {
   return Number(env);
 }
 
-export class UcxCommunicator extends Communicator {
+export class UcxCommunicator extends QueuedCommunicator {
   readonly backend = 'ucx' as const;
-  private readonly collectives = new ExecutionQueue();
-  // One queue per peer and direction: a send waiting for its receiver holds up nothing else.
-  private readonly sendQueues = new Map<number, ExecutionQueue>();
-  private readonly recvQueues = new Map<number, ExecutionQueue>();
   private mesh: LivenessMesh | undefined;
 
   private constructor(
     rank: number,
     size: number,
     emulation: NetworkEmulation | undefined,
-    private readonly handle: UcxCommHandle,
+    protected readonly handle: UcxCommHandle,
     private readonly ownedStore: Rendezvous | undefined,
   ) {
     super(rank, size, emulation);
@@ -138,29 +134,6 @@ export class UcxCommunicator extends Communicator {
     return comm;
   }
 
-  protected async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
-    return { nonFiniteCount: await this.collective(CollectiveKind.allreduce, buffer, offset, count, null, scale) };
-  }
-  protected async runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult> {
-    return { nonFiniteCount: await this.collective(CollectiveKind.reduceScatter, input, 0, input.length, output, scale) };
-  }
-  protected async runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
-    await this.collective(CollectiveKind.allgather, input, 0, input.length, output);
-  }
-  protected async runBroadcast(buffer: FlatBuffer, root: number): Promise<void> {
-    await this.collective(CollectiveKind.broadcast, buffer, 0, buffer.length, null, 1, root);
-  }
-  protected async runBarrier(): Promise<void> {
-    await this.collective(CollectiveKind.barrier, null, 0, 0, null);
-  }
-  protected async runSend(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.sendQueues, peer);
-    await awaitNative(callNative(() => this.handle.send(queue.handle, buffer.handle, 0, buffer.length, peer)));
-  }
-  protected async runRecv(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.recvQueues, peer);
-    await awaitNative(callNative(() => this.handle.recv(queue.handle, buffer.handle, 0, buffer.length, peer)));
-  }
   protected runDestroy(): void {
     this.handle.destroy();
     this.mesh?.close();
@@ -168,16 +141,7 @@ export class UcxCommunicator extends Communicator {
     void this.ownedStore?.close().catch(() => {});
   }
 
-  private queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {
-    let q = map.get(peer);
-    if (!q) {
-      q = new ExecutionQueue();
-      map.set(peer, q);
-    }
-    return q;
-  }
-
-  private collective(kind: number, input: FlatBuffer | null, offset: number, count: number, output: FlatBuffer | null, scale = 1, root = 0): Promise<number> {
+  protected collective(kind: number, input: FlatBuffer | null, offset: number, count: number, output: FlatBuffer | null, scale = 1, root = 0): Promise<number> {
     return awaitNative(
       callNative(() => this.handle.collective(this.collectives.handle, kind, input?.handle ?? null, offset, count, output?.handle ?? null, 0, output?.length ?? 0, scale, root)),
     );

@@ -70,10 +70,8 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     if (!info[0].IsString()) throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: the group name must be a string");
     const std::string name = info[0].As<Napi::String>().Utf8Value();
     const size_t size = arg_index(info, 1, "size"), rank = arg_index(info, 2, "rank");
-    const size_t timeout = arg_index(info, 3, "timeoutMs");
-    if (size < 1 || size > 4096 || rank >= size)
-      throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: size must be in [1, 4096] and rank in [0, size)");
-    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(timeout, size_t{1} << 40)));
+    check_rank(env, "LocalComm", size, rank);
+    timeout_ = arg_timeout(info, 3);
     auto m = std::make_shared<Membership>();
     std::string detail;
     sapipe_status s = comm::local::join_group(name, static_cast<int>(size), static_cast<int>(rank), &m->group, &detail);
@@ -125,24 +123,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     CollectiveArgs args;
     args.kind = static_cast<CollectiveKind>(kind);
     std::vector<BufferPtr> held;
-    Range in, out;
-    if (args.kind != CollectiveKind::kBarrier) {
-      in = arg_range(info, 2, "input");
-      held.push_back(in.buffer);
-      args.input = in.data();
-      args.input_count = in.count;
-    }
-    if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
-      out = arg_range(info, 5, "output");
-      if (out.buffer == in.buffer)
-        throw_error(env, "ERR_ALIASING", "collective: the output must be a different buffer from the input");
-      held.push_back(out.buffer);
-      args.output = out.data();
-      args.output_count = out.count;
-    }
-    if (!info[8].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be a number");
-    args.scale = info[8].As<Napi::Number>().FloatValue();
-    if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be finite");
+    arg_collective(info, args, held);
     args.root = static_cast<int32_t>(arg_index(info, 9, "root"));
     const bool ring = info[10].ToBoolean().Value();
     if (ring && args.kind != CollectiveKind::kAllreduce)

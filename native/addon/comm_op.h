@@ -5,10 +5,14 @@
 
 #include <napi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../comm/local/local_group.h"
 #include "errors.h"
 #include "native_buffer.h"
 #include "queue.h"
@@ -48,6 +52,43 @@ inline Range arg_range(const Napi::CallbackInfo& info, size_t i, const char* wha
     throw_error(info.Env(), "ERR_SIZE_MISMATCH",
                 std::string(what) + ": offset + count exceeds the buffer's " + std::to_string(r.buffer->size()) + " elements");
   return r;
+}
+
+// A group's size and a rank's place in it, checked: size in [1, 4096], rank in [0, size).
+inline void check_rank(Napi::Env env, const char* what, size_t size, size_t rank) {
+  if (size < 1 || size > 4096 || rank >= size)
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + ": size must be in [1, 4096] and rank in [0, size)");
+}
+
+// A timeout in ms taken from JS, capped so that now + timeout cannot overflow.
+inline std::chrono::milliseconds arg_timeout(const Napi::CallbackInfo& info, size_t i) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(arg_index(info, i, "timeoutMs"), size_t{1} << 40)));
+}
+
+// The buffers and scale of collective(queue, kind, input, inOffset, inCount, output|null,
+// outOffset, outCount, scale, ...), into args (whose kind is set), each buffer added to `held`.
+// Kinds are numbered as native/comm/local/local_group.h numbers them, for every backend.
+inline void arg_collective(const Napi::CallbackInfo& info, comm::local::CollectiveArgs& args, std::vector<BufferPtr>& held) {
+  using comm::local::CollectiveKind;
+  Napi::Env env = info.Env();
+  Range in, out;
+  if (args.kind != CollectiveKind::kBarrier) {
+    in = arg_range(info, 2, "input");
+    held.push_back(in.buffer);
+    args.input = in.data();
+    args.input_count = in.count;
+  }
+  if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
+    out = arg_range(info, 5, "output");
+    if (out.buffer == in.buffer)
+      throw_error(env, "ERR_ALIASING", "collective: the output must be a different buffer from the input");
+    held.push_back(out.buffer);
+    args.output = out.data();
+    args.output_count = out.count;
+  }
+  if (!info[8].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be a number");
+  args.scale = info[8].As<Napi::Number>().FloatValue();
+  if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be finite");
 }
 
 // Holds the buffers busy (dispose() refuses) from submission until the Promise settles.

@@ -27,6 +27,7 @@ namespace sapipe::addon {
 namespace {
 
 using comm::Deadline;
+using comm::local::CollectiveArgs;
 using comm::local::CollectiveKind;
 
 const sapipe_comm_plugin_v1* plugin_or_null(std::string* reason) {
@@ -60,16 +61,6 @@ struct Link {
     broken = s;
     broken_detail = "an earlier collective failed, so the ranks are out of step: " + detail;
   }
-};
-
-struct CollectiveArgs {
-  CollectiveKind kind = CollectiveKind::kBarrier;
-  float* input = nullptr;
-  size_t input_count = 0;
-  float* output = nullptr;
-  size_t output_count = 0;
-  float scale = 1.0f;
-  int32_t root = 0;
 };
 
 // What every rank must agree on before a collective moves data; 8 floats on the wire.
@@ -153,10 +144,9 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
   explicit UcxComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxComm>(info) {
     Napi::Env env = info.Env();
     const size_t rank = arg_index(info, 0, "rank"), size = arg_index(info, 1, "size");
-    const size_t timeout = arg_index(info, 2, "timeoutMs"), chunk = arg_index(info, 3, "chunkElements");
-    if (size < 1 || size > 4096 || rank >= size)
-      throw_error(env, "ERR_INVALID_ARGUMENT", "UcxComm: size must be in [1, 4096] and rank in [0, size)");
-    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(timeout, size_t{1} << 40)));
+    check_rank(env, "UcxComm", size, rank);
+    timeout_ = arg_timeout(info, 2);
+    const size_t chunk = arg_index(info, 3, "chunkElements");
     std::string reason;
     const sapipe_comm_plugin_v1* plugin = plugin_or_null(&reason);
     if (plugin == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", "the ucx backend is unavailable: " + reason);
@@ -239,27 +229,13 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     CollectiveArgs args;
     args.kind = static_cast<CollectiveKind>(kind);
     std::vector<BufferPtr> held;
-    Range in, out;
-    if (args.kind != CollectiveKind::kBarrier) {
-      in = arg_range(info, 2, "input");
-      held.push_back(in.buffer);
-      args.input = in.data();
-      args.input_count = in.count;
-    }
+    arg_collective(info, args, held);
     if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
-      out = arg_range(info, 5, "output");
-      if (out.buffer == in.buffer) throw_error(env, "ERR_ALIASING", "collective: the output must be a different buffer from the input");
       const bool rs = args.kind == CollectiveKind::kReduceScatter;
-      const size_t whole = rs ? in.count : out.count, part = rs ? out.count : in.count;
+      const size_t whole = rs ? args.input_count : args.output_count, part = rs ? args.output_count : args.input_count;
       if (whole != part * static_cast<size_t>(l.size))
         throw_error(env, "ERR_SIZE_MISMATCH", "collective: the larger buffer must hold size x the smaller one's elements");
-      held.push_back(out.buffer);
-      args.output = out.data();
-      args.output_count = out.count;
     }
-    if (!info[8].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be a number");
-    args.scale = info[8].As<Napi::Number>().FloatValue();
-    if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be finite");
     const size_t root = arg_index(info, 9, "root");
     if (root >= static_cast<size_t>(l.size)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: root must be a rank of the group");
     args.root = static_cast<int32_t>(root);

@@ -19,7 +19,7 @@ import { selectCommBackend } from '../../lib/backends/index.js';
 import { createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError, UcxCommunicator, AliasingError } from '../../lib/index.js';
 import { launch } from '../../lib/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
-import { ReferenceOptimizer } from '../reference/optimizer.js';
+import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('../fixtures/comm/ucx-rank.ts', import.meta.url));
@@ -87,8 +87,6 @@ t.test('sapipe info reports ucx, and why not when the plugin is missing', async 
   }
 });
 
-const fill = (i: number, r: number, salt: number): number => ((i * 7 + r * 13 + salt) % 101) - 50;
-
 t.test('every collective, point-to-point ordering, mismatches, the fused step and destroy on 1-4 ranks', needsUcx, async (t) => {
   const sizes = '0,1,17,1001,1000003';
   for (const n of [1, 2, 3, 4]) {
@@ -135,33 +133,12 @@ interface FusedOut {
 function checkFused(t: Test, n: number, rank: number, fused: Record<string, FusedOut> | undefined): void {
   t.ok(fused, `world ${n} rank ${rank}: the fused step ran`);
   if (!fused) return;
-  const spec = { a: 185, b: 1000, c: 3 };
-  const offsets = { a: 0, b: 192, c: 1200 };
-  const length = 1216;
-  const padded = (i: number): boolean => !Object.entries(spec).some(([k, s]) => i >= offsets[k as keyof typeof offsets] && i < offsets[k as keyof typeof offsets] + s);
+  const ref = fusedReference(n);
   for (const guard of ['prescan', 'deferred']) {
-    const ref = new ReferenceOptimizer(
-      { optimizer: 'sgd', lr: 0.01, weightDecay: 0, momentum: 0.9, dampening: 0, nesterov: false, beta1: 0.9, beta2: 0.999, eps: 1e-8, gradScale: 1, compensation: { kind: 'elementwise', lambda: 0.2, eps: 1e-7 }, prediction: { kind: 'shadow', estimate: 'prev-sync', compensate: false, n: 1, localScale: 1 } },
-      new Float32Array(length).map((_, i) => Math.sin(i)),
-    );
-    for (let step = 0; step < 2; step++) {
-      const avg = new Float32Array(length);
-      for (let i = 0; i < length; i++) {
-        let s = 0;
-        for (let r = 0; r < n; r++) s = Math.fround(s + Math.fround(Math.cos(i * (r + 1) + step) * (i % 16 < 15 ? 1 : 0)));
-        avg[i] = Math.fround(s * Math.fround(1 / n));
-      }
-      ref.step(avg);
-    }
     const got = fused[guard]!;
     t.same(got.results.map((r) => r.applied), [true, true, false], `${guard}: the step with a NaN on rank 1 is skipped on every rank`);
-    let worst = 0;
-    let worstPred = 0;
-    for (let i = 0; i < length; i++) {
-      if (padded(i)) continue;
-      worst = Math.max(worst, Math.abs(got.weights[i]! - ref.w[i]!) / (1e-6 + 1e-5 * Math.abs(ref.w[i]!)));
-      worstPred = Math.max(worstPred, Math.abs(got.predicted[i]! - ref.predicted[i]!) / (1e-6 + 1e-5 * Math.abs(ref.predicted[i]!)));
-    }
+    const worst = worstRatio(got.weights, ref.w);
+    const worstPred = worstRatio(got.predicted, ref.predicted);
     t.ok(worst <= 1, `world ${n} ${guard} rank ${rank}: weights within 1e-5 relative (+1e-6 absolute) of the reference (worst ${worst.toFixed(3)})`);
     t.ok(worstPred <= 1, `world ${n} ${guard} rank ${rank}: predicted weights too (worst ${worstPred.toFixed(3)})`);
   }
