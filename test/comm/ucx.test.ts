@@ -16,7 +16,7 @@ import t, { type Test } from 'tap';
 
 import { ucxStatus } from '../../lib/backends/ucx.js';
 import { selectCommBackend } from '../../lib/backends/index.js';
-import { createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError, UcxCommunicator, AliasingError } from '../../lib/index.js';
+import { createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError, TimeoutError, UcxCommunicator, AliasingError } from '../../lib/index.js';
 import { launch } from '../../lib/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
@@ -186,6 +186,10 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   comm.destroy();
   comm.destroy();
   await t.rejects(comm.allreduce(b), DisposedError);
+  // A rank whose peers never come: create() gives up at the timeout.
+  const lonely = await createRendezvous({ rank: 0, worldSize: 2, port: 0 });
+  await t.rejects(UcxCommunicator.create({ store: lonely, timeoutMs: 300 }), TimeoutError);
+  await lonely.close();
   await t.rejects(comm.barrier(), DisposedError);
   await t.rejects(comm.recv(b, 0), DisposedError);
   await store.close();
