@@ -5,8 +5,8 @@ import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 export interface UcxCommHandle extends QueuedCommHandle {
   /** This rank's UCP worker address, to publish through the rendezvous store. */
   address(): Buffer;
-  /** Connects to every rank (addresses in rank order, this rank's included). */
-  connect(queue: QueueHandle, addresses: Buffer[]): Promise<void>;
+  /** Connects to every rank (addresses in rank order, this rank's included); `remote[r]`: rank r is on another machine. */
+  connect(queue: QueueHandle, addresses: Buffer[], remote: boolean[]): Promise<void>;
   collective(...call: CollectiveCall): Promise<number>;
   /** The liveness signal: peer's operations fail with ERR_PEER_LOST (after a short grace period). */
   peerLost(peer: number, reason: string): void;

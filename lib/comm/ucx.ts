@@ -8,11 +8,14 @@
  * store (rank 0 serves it, at MASTER_ADDR:MASTER_PORT), reads every other rank's, and connects.
  * Each pair of ranks also keeps a TCP connection open (./liveness.ts): a rank that dies, even by
  * SIGKILL, closes it, and every pending and later operation of its peers rejects with
- * PeerLostError instead of waiting for the timeout.
+ * PeerLostError instead of waiting for the timeout. (UCX watches peers on other machines too; on
+ * one machine only the mesh does, so that UCX can use shared memory: see include/sapipe/comm.h.)
  *
  * Each rank calls `UcxCommunicator.create()` (rank and size from the environment `sapipe launch`,
  * torchrun, mpirun or Slurm set) or `UcxCommunicator.create({ store })` with an open rendezvous.
  */
+import { hostname } from 'node:os';
+
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative } from '../native.js';
 import type { FlatBuffer } from '../tensor.js';
@@ -55,6 +58,12 @@ function positiveInteger(value: unknown, what: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
     throw new InvalidArgumentError(`UcxCommunicator: ${what} must be an integer of at least ${min}, got ${String(value)}`);
   return value;
+}
+
+function u16(n: number): Buffer {
+  const b = Buffer.alloc(2);
+  b.writeUInt16LE(n);
+  return b;
 }
 
 function chunkBytesOf(option: unknown): number {
@@ -123,10 +132,20 @@ export class UcxCommunicator extends QueuedCommunicator {
       const masterAddr = env?.addr ?? process.env.MASTER_ADDR;
       if (size > 1)
         comm.mesh = await LivenessMesh.join(store, prefix, rank, size, masterAddr, timeoutMs, (peer, reason) => handle.peerLost(peer, reason));
-      await store.set(`${prefix}/address/${rank}`, handle.address(), { timeoutMs });
+      // The address, after the machine's name: peers on this machine are watched by the liveness
+      // mesh alone, so that UCX may use shared memory between them (see include/sapipe/comm.h).
+      const host = Buffer.from(hostname());
+      const mine = Buffer.concat([u16(host.length), host, handle.address()]);
+      await store.set(`${prefix}/address/${rank}`, mine, { timeoutMs });
       const addresses: Buffer[] = [];
-      for (let peer = 0; peer < size; peer++) addresses.push(peer === rank ? handle.address() : await store.get(`${prefix}/address/${peer}`, { timeoutMs }));
-      await awaitNative(handle.connect(comm.collectives.handle, addresses));
+      const remote: boolean[] = [];
+      for (let peer = 0; peer < size; peer++) {
+        const entry = peer === rank ? mine : await store.get(`${prefix}/address/${peer}`, { timeoutMs });
+        const hostBytes = entry.readUInt16LE(0);
+        remote.push(!entry.subarray(2, 2 + hostBytes).equals(host));
+        addresses.push(entry.subarray(2 + hostBytes));
+      }
+      await awaitNative(handle.connect(comm.collectives.handle, addresses, remote));
     } catch (error) {
       comm.destroy();
       throw error;

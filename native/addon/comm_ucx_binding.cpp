@@ -182,25 +182,29 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     return Napi::Buffer<uint8_t>::Copy(info.Env(), static_cast<const uint8_t*>(address), bytes);
   }
 
-  // connect(queue, addresses: Buffer[]) -> Promise<void>
+  // connect(queue, addresses: Buffer[], remote: boolean[]) -> Promise<void>; remote[r]: rank r is
+  // on another machine (UCX then watches it for failure; see comm.h).
   Napi::Value Connect(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
     Link& l = live(env, "connect");
-    if (!info[1].IsArray() || info[1].As<Napi::Array>().Length() != static_cast<uint32_t>(l.size))
-      throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses must be an array of one Buffer per rank");
-    Napi::Array list = info[1].As<Napi::Array>();
+    const uint32_t n = static_cast<uint32_t>(l.size);
+    if (!info[1].IsArray() || info[1].As<Napi::Array>().Length() != n || !info[2].IsArray() || info[2].As<Napi::Array>().Length() != n)
+      throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses and remote must be arrays of one entry per rank");
+    Napi::Array list = info[1].As<Napi::Array>(), remote = info[2].As<Napi::Array>();
     std::vector<std::vector<uint8_t>> addresses;
-    for (uint32_t r = 0; r < list.Length(); ++r) {
+    std::vector<int32_t> detect;
+    for (uint32_t r = 0; r < n; ++r) {
       Napi::Value v = list.Get(r);
       if (!v.IsBuffer()) throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses must be Buffers");
       auto b = v.As<Napi::Buffer<uint8_t>>();
       addresses.emplace_back(b.Data(), b.Data() + b.Length());
+      detect.push_back(remote.Get(r).ToBoolean().Value() ? 1 : 0);
     }
     class ConnectOp : public CommOp {
      public:
-      ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, Deadline d)
-          : CommOp(env, "connect", {}), l_(std::move(l)), a_(std::move(a)), d_(d) {}
+      ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, std::vector<int32_t> detect, Deadline d)
+          : CommOp(env, "connect", {}), l_(std::move(l)), a_(std::move(a)), detect_(std::move(detect)), d_(d) {}
       void Run() override {
         std::vector<const void*> pointers;
         std::vector<size_t> lengths;
@@ -208,15 +212,16 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
           pointers.push_back(a.data());
           lengths.push_back(a.size());
         }
-        status_ = l_->plugin->connect(l_->transport, pointers.data(), lengths.data(), comm::deadline_ms(d_));
+        status_ = l_->plugin->connect(l_->transport, pointers.data(), lengths.data(), detect_.data(), comm::deadline_ms(d_));
         if (status_ != SAPIPE_OK) detail_ = l_->plugin->last_error();
       }
      private:
       std::shared_ptr<Link> l_;
       std::vector<std::vector<uint8_t>> a_;
+      std::vector<int32_t> detect_;
       Deadline d_;
     };
-    return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), deadline()));
+    return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), std::move(detect), deadline()));
   }
 
   // collective(queue, kind, input, inOffset, inCount, output|null, outOffset, outCount, scale, root) -> Promise<nonFinite>

@@ -14,14 +14,17 @@
 // of the wrong length is consumed into scratch space and reported, never written to the caller's
 // buffer (so a mismatch cannot write past it).
 //
-// Lost peers: endpoints are created with UCP_ERR_HANDLING_MODE_PEER, so transports that notice a
-// dead peer (TCP, RDMA) report it through the error callback; shared memory may not, so the caller
-// also reports lost peers from its own liveness signal (peer_lost()). Either way, messages the peer
-// sent before leaving get a short grace period to arrive before operations fail.
+// Lost peers: endpoints to other machines are created with UCP_ERR_HANDLING_MODE_PEER, so that
+// TCP and RDMA report a dead peer through the error callback. UCX 1.13's shared-memory transports
+// do not offer that mode (asking for it moves the bytes to TCP loopback, 2-3x slower), so endpoints
+// on one machine use no error handling and rely on the caller's liveness signal (peer_lost()).
+// Either way, messages the peer sent before leaving get a short grace period to arrive before
+// operations fail.
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -129,30 +132,44 @@ sapipe_status blocked(sapipe_comm_transport* t, int32_t peer, int32_t channel) {
   return SAPIPE_OK;
 }
 
+// How long a waiter spins on a quiet worker before it sleeps: SAPIPE_UCX_SPIN_US, default 1 ms.
+int64_t spin_micros() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("SAPIPE_UCX_SPIN_US");
+    return v && *v ? std::strtoll(v, nullptr, 10) : 1000;
+  }();
+  return us;
+}
+
 // Progresses until done() (called under the mutex) returns true, the deadline passes, or blocked()
 // says the operation cannot complete. Spins briefly, then backs off to short sleeps so that idle
 // waiters (a receive from a quiet peer) leave the cores to the ranks that work.
 template <class Done>
 sapipe_status progress_until(sapipe_comm_transport* t, int32_t peer, int32_t channel, int64_t deadline_ms, const char* what,
                              Done done) {
-  unsigned idle = 0;
+  Clock::time_point last_event = Clock::now();
   for (;;) {
+    unsigned events = 0;
     {
       std::lock_guard<std::mutex> lock(t->mutex);
-      unsigned events = 0;
       if (!t->poisoned)
         while (events < 64 && ucp_worker_progress(t->worker) != 0) ++events;
       if (done()) return SAPIPE_OK;
       if (sapipe_status s = blocked(t, peer, channel); s != SAPIPE_OK) return s;
-      idle = events ? 0 : idle + 1;
     }
+    const Clock::time_point now = Clock::now();
+    if (events) last_event = now;
     if (now_ms() >= deadline_ms)
       return fail(SAPIPE_ERR_TIMEOUT, std::string(what) + (peer >= 0 ? " rank " + std::to_string(peer) : std::string()) +
                                           ": no progress before the timeout");
-    if (idle < 2000)
+    // Spin while messages are flowing (a short wait costs no wake-up latency); once the worker
+    // has been quiet for a while, sleep, so that a waiting rank leaves its core to the ranks that
+    // work (ranks often share cores with each other and with the training itself).
+    const auto quiet = now - last_event;
+    if (quiet < std::chrono::microseconds(spin_micros()))
       std::this_thread::yield();
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(idle < 20000 ? 20 : 200));
+      std::this_thread::sleep_for(std::chrono::microseconds(quiet < std::chrono::milliseconds(10) ? 20 : 200));
   }
 }
 
@@ -251,8 +268,10 @@ sapipe_status plugin_isend(sapipe_comm_transport* t, int32_t peer, int32_t chann
 sapipe_status plugin_wait_send(sapipe_comm_transport* t, sapipe_comm_request* request, int64_t deadline_ms);
 sapipe_status plugin_recv(sapipe_comm_transport* t, int32_t peer, int32_t channel, void* data, size_t bytes, int64_t deadline_ms);
 
-sapipe_status plugin_connect(sapipe_comm_transport* t, const void* const* addresses, const size_t* lengths, int64_t deadline_ms) {
-  if (t == nullptr || addresses == nullptr || lengths == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "connect: null argument");
+sapipe_status plugin_connect(sapipe_comm_transport* t, const void* const* addresses, const size_t* lengths,
+                             const int32_t* detect_failure, int64_t deadline_ms) {
+  if (t == nullptr || addresses == nullptr || lengths == nullptr || detect_failure == nullptr)
+    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "connect: null argument");
   {
     std::lock_guard<std::mutex> lock(t->mutex);
     if (!t->endpoints.empty()) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "connect: already connected");
@@ -264,7 +283,7 @@ sapipe_status plugin_connect(sapipe_comm_transport* t, const void* const* addres
       std::memset(&ep, 0, sizeof ep);
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = static_cast<const ucp_address_t*>(addresses[r]);
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_mode = detect_failure[r] ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       ep.err_handler.cb = on_endpoint_error;
       ep.err_handler.arg = &t->error_contexts[static_cast<size_t>(r)];
       ucs_status_t st = ucp_ep_create(t->worker, &ep, &t->endpoints[static_cast<size_t>(r)]);

@@ -56,9 +56,13 @@ typedef struct sapipe_comm_plugin_v1 {
   sapipe_status (*create)(int32_t rank, int32_t size, sapipe_comm_transport** out);
   /* This rank's address, valid until destroy(). */
   sapipe_status (*local_address)(sapipe_comm_transport* t, const void** address, size_t* bytes);
-  /* Connects to every rank: addresses[r] (lengths[r] bytes) is rank r's local_address(). */
+  /* Connects to every rank: addresses[r] (lengths[r] bytes) is rank r's local_address(). With
+   * detect_failure[r] set, the transport itself watches rank r for failure (for UCX:
+   * UCP_ERR_HANDLING_MODE_PEER, which UCX 1.13 offers over TCP and RDMA but not over shared
+   * memory, so asking for it between ranks of one machine sends their bytes over TCP); ranks of
+   * the same machine pass 0 and rely on the caller's liveness signal (peer_lost()). */
   sapipe_status (*connect)(sapipe_comm_transport* t, const void* const* addresses, const size_t* lengths,
-                           int64_t deadline_ms);
+                           const int32_t* detect_failure, int64_t deadline_ms);
 
   /* Starts sending bytes to peer; data must stay valid until wait_send returns. With synchronous
    * set, the send completes only once the peer has received the message. */
