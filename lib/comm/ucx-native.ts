@@ -26,5 +26,9 @@ export interface UcxAddon {
 }
 
 export function ucxAddon(): UcxAddon {
+  // UCX reads its log level when the plugin loads it. Its warnings as a group ends after a peer
+  // died (unmatched messages and requests of the dead peer, one line each) say nothing the
+  // PeerLostError does not, so only errors are shown unless the user chose a level.
+  process.env.UCX_LOG_LEVEL ??= 'error';
   return nativeAddon() as unknown as UcxAddon;
 }

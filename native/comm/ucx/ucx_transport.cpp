@@ -173,12 +173,34 @@ sapipe_status progress_until(sapipe_comm_transport* t, int32_t peer, int32_t cha
   }
 }
 
-// Cancels a request that will not be waited for and frees it; poisons the worker if it does not
-// finish within a short bound (it might still touch its buffer). Under the mutex.
-void abandon(sapipe_comm_transport* t, void* request) {
+// Closes the endpoint to a lost peer at once: UCX then fails the requests still queued on it
+// (with no error handling on the endpoint, a send to a dead peer would otherwise stay pending
+// forever, holding its buffer). Under the mutex.
+void drop_endpoint(sapipe_comm_transport* t, int32_t peer) {
+  ucp_ep_h& ep = t->endpoints[static_cast<size_t>(peer)];
+  if (ep == nullptr) return;
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t sp = ucp_ep_close_nbx(ep, &p);
+  ep = nullptr;
+  if (sp == nullptr || UCS_PTR_IS_ERR(sp)) return;
+  const int64_t until = now_ms() + 200;
+  while (ucp_request_check_status(sp) == UCS_INPROGRESS && now_ms() < until) ucp_worker_progress(t->worker);
+  ucp_request_free(sp);
+}
+
+// Gives up on a request that will not be waited for (its operation failed or timed out) and frees
+// it. Its peer's endpoint is closed first when the peer is lost, which fails the request; a
+// receive is cancelled. If it still does not finish within a short bound it might yet touch its
+// buffer, which its owner is about to release: the worker is then never progressed again. Under
+// the mutex.
+void abandon(sapipe_comm_transport* t, void* request, int32_t peer) {
   if (request == nullptr) return;
   if (!t->poisoned) {
-    ucp_request_cancel(t->worker, request);
+    if (peer >= 0 && t->peers[static_cast<size_t>(peer)].lost) drop_endpoint(t, peer);
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(t->worker, request);
     const int64_t until = now_ms() + 200;
     while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ms() < until) ucp_worker_progress(t->worker);
     if (ucp_request_check_status(request) == UCS_INPROGRESS) {
@@ -336,6 +358,10 @@ sapipe_status plugin_isend(sapipe_comm_transport* t, int32_t peer, int32_t chann
   const uint64_t tag = make_tag(channel, t->rank, t->send_sequence[t->index(peer, channel)]++);
   ucp_request_param_t p = plain_param();
   ucp_ep_h ep = t->endpoints[static_cast<size_t>(peer)];
+  if (ep == nullptr) {
+    delete req;
+    return fail(SAPIPE_ERR_PEER_LOST, "rank " + std::to_string(peer) + " is gone (" + t->peers[static_cast<size_t>(peer)].reason + ")");
+  }
   const void* buffer = bytes ? data : &empty;
   ucs_status_ptr_t sp = synchronous ? ucp_tag_send_sync_nbx(ep, buffer, bytes, tag, &p) : ucp_tag_send_nbx(ep, buffer, bytes, tag, &p);
   if (UCS_PTR_IS_ERR(sp)) {
@@ -365,7 +391,7 @@ sapipe_status plugin_wait_send(sapipe_comm_transport* t, sapipe_comm_request* re
       s = fail(SAPIPE_ERR_PEER_LOST, "sending to rank " + std::to_string(req->peer) + " failed: " + ucs_status_string(completed));
     }
   }
-  if (req->ucx != nullptr) abandon(t, req->ucx);
+  if (req->ucx != nullptr) abandon(t, req->ucx, req->peer);
   delete req;
   return s;
 }
@@ -407,7 +433,7 @@ sapipe_status plugin_recv(sapipe_comm_transport* t, int32_t peer, int32_t channe
   });
   std::lock_guard<std::mutex> lock(t->mutex);
   if (s != SAPIPE_OK) {
-    abandon(t, request);
+    abandon(t, request, peer);
     return s;
   }
   if (request != nullptr) ucp_request_free(request);
