@@ -25,10 +25,26 @@ export interface UcxAddon {
   ucxStatus(): UcxPluginStatus;
 }
 
+/**
+ * UCX settings for a Node.js process, applied before the plugin (and so UCX) is loaded, where the
+ * user has not chosen otherwise:
+ * - UCX installs its own SIGSEGV/SIGBUS handlers by default, which take over V8's (WebAssembly
+ *   bounds checks raise SIGSEGV on purpose): leave signals to Node.
+ * - UCX patches malloc and mmap in the running process to track memory for its registration
+ *   cache; other threads of Node call them while the code is being patched. Without the hooks
+ *   UCX registers memory per transfer (RDMA) or needs no registration at all (shared memory, TCP).
+ * - Its warnings as a group ends after a peer died (unmatched messages and requests of the dead
+ *   peer, one line each) say nothing the PeerLostError does not: only errors are shown.
+ */
+const UCX_DEFAULTS: Record<string, string> = {
+  UCX_ERROR_SIGNALS: '',
+  UCX_MEM_MALLOC_HOOKS: 'no',
+  UCX_MEM_MMAP_HOOK_MODE: 'none',
+  UCX_MEM_EVENTS: 'no',
+  UCX_LOG_LEVEL: 'error',
+};
+
 export function ucxAddon(): UcxAddon {
-  // UCX reads its log level when the plugin loads it. Its warnings as a group ends after a peer
-  // died (unmatched messages and requests of the dead peer, one line each) say nothing the
-  // PeerLostError does not, so only errors are shown unless the user chose a level.
-  process.env.UCX_LOG_LEVEL ??= 'error';
+  for (const [name, value] of Object.entries(UCX_DEFAULTS)) if (process.env[name] === undefined) process.env[name] = value;
   return nativeAddon() as unknown as UcxAddon;
 }
