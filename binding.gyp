@@ -5,6 +5,7 @@
       "sources": [
         "native/addon/addon.cpp",
         "native/addon/comm_local_binding.cpp",
+        "native/addon/comm_ucx_binding.cpp",
         "native/addon/cuda_binding.cpp",
         "native/addon/errors.cpp",
         "native/addon/js_args.cpp",

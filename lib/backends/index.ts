@@ -4,6 +4,7 @@
 import { probeCpu } from './cpu.js';
 import { probeCuda, probeNccl } from './cuda.js';
 import { probeLocal } from './local.js';
+import { probeUcx } from './ucx.js';
 import type { BackendProbe, BackendStatus } from './status.js';
 
 export type { BackendProbe, BackendStatus } from './status.js';
@@ -14,7 +15,7 @@ const probes: BackendProbe[] = [
   probeCuda,
   probeNccl,
   probeLocal,
-  () => ({ name: 'ucx', kind: 'comm', available: false, reason: 'the UCX plugin is not part of this build yet' }),
+  probeUcx,
 ];
 
 /** Probes every backend; never throws. */

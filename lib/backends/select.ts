@@ -30,7 +30,7 @@ const INSTALL_HINTS: Record<ComputeBackendName | CommBackendName, string> = {
   cuda:
     'it needs an NVIDIA GPU, its driver (libcuda.so.1, a driver recent enough for the CUDA toolkit the plugin was built with) and the CUDA plugin, built by `npm run build:native` where a CUDA toolkit is installed',
   local: 'the in-process transport is part of the addon: make the addon load (see the cpu backend)',
-  ucx: 'install UCX (libucp.so.0, e.g. `apt-get install libucx0` or ucx from your distribution) and build the UCX plugin with `npm run build:native`',
+  ucx: 'install UCX (libucp.so.0: `apt-get install libucx-dev` on Debian/Ubuntu, or UCX from your distribution) and build the UCX plugin with `npm run build:native`; ranks are processes started by `sapipe launch` (or torchrun, mpirun, Slurm)',
 };
 
 /** How to make `name` available, in one sentence. */

@@ -1,16 +1,25 @@
 /**
- * `sapipe bench allreduce`: all-reduce time per size on N local ranks (worker threads), as
+ * `sapipe bench allreduce`: all-reduce time per size on N ranks (worker threads of the local
+ * backend, or processes of the ucx backend started as `sapipe launch` starts them), as
  * nccl-tests reports it: algbw = bytes / time, busbw = algbw x 2(n-1)/n (the bytes each rank's
  * links must carry in a ring, so busbw is comparable across world sizes). The limit it is compared
- * with is a single-thread memcpy measured in the same run (bytes copied per second): a rank of the
- * local backend is one thread. Also the fused all-reduce + update of one ParamSet against the
+ * with is a single-thread memcpy measured in the same run (bytes copied per second): a rank is one
+ * thread (the ucx backend's ranks each drive their transfers and reductions from one thread too). Also the fused all-reduce + update of one ParamSet against the
  * all-reduce alone.
  */
-import { InvalidArgumentError } from '../errors.js';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { spawnLocalRanks } from '../comm/local.js';
+import { launch } from '../launch/launch.js';
+import type { AllreduceMeasureOptions, AllreduceRankReport } from './allreduce-measure.js';
+import { REPORT_PREFIX } from './allreduce-ucx-rank.js';
 import type { AllreduceWorkerData } from './allreduce-worker.js';
 
 export interface AllreduceBenchOptions {
+  /** `local` (worker threads, default) or `ucx` (processes). */
+  backend?: 'local' | 'ucx';
   nproc: number;
   minBytes: number;
   maxBytes: number;
@@ -22,7 +31,7 @@ export interface AllreduceBenchOptions {
 }
 
 export interface AllreduceBenchResult {
-  backend: 'local';
+  backend: 'local' | 'ucx';
   nproc: number;
   algorithm: 'direct' | 'ring';
   rows: { bytes: number; ms: number; algbwGBps: number; busbwGBps: number; ratioToCopy: number }[];
@@ -41,42 +50,74 @@ export function allreduceSizes(min: number, max: number): number[] {
 
 export async function benchAllreduce(o: AllreduceBenchOptions): Promise<AllreduceBenchResult> {
   if (!Number.isInteger(o.nproc) || o.nproc < 1) throw new InvalidArgumentError('--nproc must be a positive integer');
+  const backend = o.backend ?? 'local';
+  if (backend !== 'local' && backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got ${String(backend)}`);
   const sizes = allreduceSizes(o.minBytes, o.maxBytes);
-  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
-  const workerData: Omit<AllreduceWorkerData, 'sapipeLocal'> = {
-    sizes,
-    reps: o.reps,
-    warmup: o.warmup,
-    fusedBytes: o.fusedBytes,
-    optimizers: o.optimizers,
-    algorithm: o.algorithm,
+  const measure: AllreduceMeasureOptions = { sizes, reps: o.reps, warmup: o.warmup, fusedBytes: o.fusedBytes, optimizers: o.optimizers };
+  const report = backend === 'ucx' ? await runUcxRanks(o.nproc, measure) : await runLocalRanks(o.nproc, measure, o.algorithm);
+  const n = o.nproc;
+  const copy = report.copy!;
+  const copyGBps = copy.bytes / (copy.ms * 1e6);
+  return {
+    backend,
+    nproc: n,
+    algorithm: backend === 'ucx' ? 'ring' : o.algorithm,
+    copy: { ...copy, GBps: copyGBps },
+    rows: report.rows.map((r) => {
+      const algbw = r.bytes / (r.ms * 1e6);
+      const busbw = n > 1 ? (algbw * 2 * (n - 1)) / n : algbw;
+      return { ...r, algbwGBps: algbw, busbwGBps: busbw, ratioToCopy: busbw / copyGBps };
+    }),
+    fused: report.fused.map((f) => ({ ...f, bytes: o.fusedBytes, ratio: f.fusedMs / f.allreduceMs, shardedRatio: f.shardedMs / f.allreduceMs })),
   };
-  const workers = spawnLocalRanks(new URL(`./allreduce-worker.${ext}`, import.meta.url), o.nproc, { workerData });
+}
+
+async function runLocalRanks(nproc: number, measure: AllreduceMeasureOptions, algorithm: 'direct' | 'ring'): Promise<AllreduceRankReport> {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  const workerData: Omit<AllreduceWorkerData, 'sapipeLocal'> = { ...measure, algorithm };
+  const workers = spawnLocalRanks(new URL(`./allreduce-worker.${ext}`, import.meta.url), nproc, { workerData });
   try {
-    const report = await new Promise<{ rows: { bytes: number; ms: number }[]; fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[]; copy: { bytes: number; ms: number } }>((resolve, reject) => {
+    return await new Promise<AllreduceRankReport>((resolve, reject) => {
       workers.forEach((w, rank) => {
         w.on('error', reject);
         w.on('message', (m: { error?: string; rows?: unknown }) => {
           if (m.error) reject(new Error(`rank ${rank}: ${m.error}`));
-          else if (rank === 0 && m.rows) resolve(m as never);
+          else if (rank === 0 && m.rows) resolve(m as AllreduceRankReport);
         });
       });
     });
-    const n = o.nproc;
-    const copyGBps = report.copy.bytes / (report.copy.ms * 1e6);
-    return {
-      backend: 'local',
-      nproc: n,
-      algorithm: o.algorithm,
-      copy: { ...report.copy, GBps: copyGBps },
-      rows: report.rows.map((r) => {
-        const algbw = r.bytes / (r.ms * 1e6);
-        const busbw = n > 1 ? (algbw * 2 * (n - 1)) / n : algbw;
-        return { ...r, algbwGBps: algbw, busbwGBps: busbw, ratioToCopy: busbw / copyGBps };
-      }),
-      fused: report.fused.map((f) => ({ ...f, bytes: o.fusedBytes, ratio: f.fusedMs / f.allreduceMs, shardedRatio: f.shardedMs / f.allreduceMs })),
-    };
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));
   }
+}
+
+/** The ucx ranks are processes, started on this machine as `sapipe launch` starts them; rank 0 prints the report. */
+async function runUcxRanks(nproc: number, measure: AllreduceMeasureOptions): Promise<AllreduceRankReport> {
+  const { ucxStatus } = await import('../backends/ucx.js');
+  const status = ucxStatus();
+  if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);
+  const fromSource = import.meta.url.endsWith('.ts');
+  let stdout = '';
+  let stderr = '';
+  const collect = (append: (s: string) => void): Writable =>
+    new Writable({
+      write(chunk: Buffer, _encoding, callback): void {
+        append(chunk.toString());
+        callback();
+      },
+    });
+  const result = await launch({
+    script: fileURLToPath(new URL(`./allreduce-ucx-rank.${fromSource ? 'ts' : 'js'}`, import.meta.url)),
+    args: [JSON.stringify(measure)],
+    nproc,
+    // From source, the ranks need the TypeScript loader this process runs under.
+    nodeArgs: fromSource ? process.execArgv : [],
+    stdout: collect((s) => (stdout += s)),
+    stderr: collect((s) => (stderr += s)),
+    forwardSignals: true,
+  });
+  const line = stdout.split('\n').find((l) => l.startsWith(`[0] ${REPORT_PREFIX}`));
+  if (result.exitCode !== 0 || line === undefined)
+    throw new Error(`the ucx ranks failed (${result.message ?? `exit code ${result.exitCode}`}): ${stderr.trim().split('\n').slice(-5).join(' | ')}`);
+  return JSON.parse(line.slice(`[0] ${REPORT_PREFIX}`.length)) as AllreduceRankReport;
 }

@@ -1,15 +1,29 @@
 /**
  * Communicator: collectives and point-to-point messages between the ranks of one group, on
- * FlatBuffers. Every backend (`local` now; `ucx` and `nccl` later) implements the protected
+ * FlatBuffers. Every backend (`local`, `ucx`; `nccl` later) implements the protected
  * `run*` methods; this class validates arguments, refuses use after destroy(), and applies the
  * optional network emulation. Collectives must be issued by every rank in the same order.
  */
 import { AliasingError, BackendUnavailableError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
+import type { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
 
 export type ReduceOp = 'sum' | 'avg';
+
+/** @internal One optimizer step of the sharded update (fused-step.ts), as a backend runs it. */
+export interface ShardedStep {
+  /** The step's configuration (gradChecked set) and buffers over the whole ParamSet. */
+  config: NativeUpdateConfig;
+  buffers: NativeUpdateBuffers;
+  /** The optimizer's queue, for backends that run the update as a separate operation. */
+  queue: ExecutionQueue;
+  grads: FlatBuffer;
+  weights: FlatBuffer;
+  /** The predicted weights, when the optimizer writes them: gathered like the weights. */
+  predicted: FlatBuffer | undefined;
+}
 
 export interface ReduceOptions {
   /** `sum` (default) or `avg` (sum divided by the world size). */
@@ -28,7 +42,7 @@ export interface ReduceResult {
   nonFiniteCount: number;
 }
 
-/** Names of the backends; `ucx` and `nccl` are reserved for the plugins that implement them. */
+/** Names of the backends; `nccl` is reserved for the plugin that will implement it. */
 export type CommBackendName = 'local' | 'ucx' | 'nccl';
 
 export const DEFAULT_COMM_TIMEOUT_MS = 30_000;
@@ -147,9 +161,9 @@ export abstract class Communicator {
    * updates its own weights and state there, and every rank receives every part's new weights (and
    * predicted weights). Resolves with the non-finite sums seen. Emulated as one all-reduce.
    */
-  async shardedUpdate(config: NativeUpdateConfig, buffers: NativeUpdateBuffers, count: number, scale: number): Promise<number> {
+  async shardedUpdate(step: ShardedStep, scale: number): Promise<number> {
     this.checkLive('shardedUpdate');
-    return this.emulated('allreduce', count * 4, () => this.runShardedUpdate(config, buffers, scale));
+    return this.emulated('allreduce', step.grads.length * 4, () => this.runShardedUpdate(step, scale));
   }
 
   /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
@@ -160,7 +174,7 @@ export abstract class Communicator {
   }
 
   /** Backends that offer the sharded update override these two. */
-  protected runShardedUpdate(_config: NativeUpdateConfig, _buffers: NativeUpdateBuffers, _scale: number): Promise<number> {
+  protected runShardedUpdate(_step: ShardedStep, _scale: number): Promise<number> {
     return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
   }
   protected runAllgatherShards(_buffer: FlatBuffer): Promise<void> {

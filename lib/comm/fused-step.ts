@@ -115,7 +115,11 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
     if (verdict.safe) {
       const step = optimizer.beginPartialStep({});
       try {
-        await comm.shardedUpdate({ ...step.config, gradChecked: true }, step.buffers, params.length, 1 / comm.size);
+        const predicted = optimizer.stateBuffer('predicted');
+        await comm.shardedUpdate(
+          { config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted },
+          1 / comm.size,
+        );
       } catch (error) {
         step.finish(false, 0);
         throw error;

@@ -1,5 +1,6 @@
 /** The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp). */
 import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
+import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 
 /** Collective kinds, numbered as native/comm/local/local_group.h numbers them. */
 export const CollectiveKind = {
@@ -12,26 +13,12 @@ export const CollectiveKind = {
   allgatherInPlace: 6,
 } as const;
 
-export interface LocalCommHandle {
+export interface LocalCommHandle extends QueuedCommHandle {
   ready(queue: QueueHandle): Promise<void>;
-  collective(
-    queue: QueueHandle,
-    kind: number,
-    input: NativeBufferHandle | null,
-    inOffset: number,
-    inCount: number,
-    output: NativeBufferHandle | null,
-    outOffset: number,
-    outCount: number,
-    scale: number,
-    root: number,
-    ring: boolean,
-  ): Promise<number>;
+  /** The collective, run by the ring algorithm over the local channels when `ring` is set. */
+  collective(...call: [...CollectiveCall, ring: boolean]): Promise<number>;
   /** The sharded fused step (kReduceUpdate in native/comm/local/local_group.h); resolves with non-finite sums seen. */
   reduceUpdate(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number>;
-  send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
-  recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
-  destroy(): void;
 }
 
 export interface CommAddon {

@@ -10,13 +10,15 @@
 import { randomUUID } from 'node:crypto';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
-import { awaitNative, callNative, type NativeUpdateBuffers, type NativeUpdateConfig } from '../native.js';
+import { awaitNative, callNative } from '../native.js';
 import { InvalidArgumentError } from '../errors.js';
-import { ExecutionQueue } from '../queue.js';
 import type { FlatBuffer } from '../tensor.js';
-import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
+import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedStep } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
+import { QueuedCommunicator } from './queued.js';
+
+export { partition } from './partition.js';
 
 export interface LocalCommunicatorOptions {
   /** Name shared by the ranks of one group (any string; one group per name at a time). */
@@ -35,14 +37,10 @@ export interface LocalCommunicatorOptions {
   algorithm?: 'direct' | 'ring';
 }
 
-export class LocalCommunicator extends Communicator {
+export class LocalCommunicator extends QueuedCommunicator {
   readonly backend = 'local' as const;
   readonly group: string;
-  private readonly handle: LocalCommHandle;
-  private readonly collectives = new ExecutionQueue();
-  // One queue per peer and direction: a send waiting for its receiver holds up nothing else.
-  private readonly sendQueues = new Map<number, ExecutionQueue>();
-  private readonly recvQueues = new Map<number, ExecutionQueue>();
+  protected readonly handle: LocalCommHandle;
   private readonly ring: boolean;
 
   private constructor(options: LocalCommunicatorOptions, handle: LocalCommHandle) {
@@ -76,29 +74,9 @@ export class LocalCommunicator extends Communicator {
     return comm;
   }
 
-  protected async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
+  protected override async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
     const bad = await this.collective(CollectiveKind.allreduce, buffer, offset, count, null, scale, 0, this.ring);
     return { nonFiniteCount: bad };
-  }
-  protected async runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult> {
-    return { nonFiniteCount: await this.collective(CollectiveKind.reduceScatter, input, 0, input.length, output, scale) };
-  }
-  protected async runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
-    await this.collective(CollectiveKind.allgather, input, 0, input.length, output);
-  }
-  protected async runBroadcast(buffer: FlatBuffer, root: number): Promise<void> {
-    await this.collective(CollectiveKind.broadcast, buffer, 0, buffer.length, null, 1, root);
-  }
-  protected async runBarrier(): Promise<void> {
-    await this.collective(CollectiveKind.barrier, null, 0, 0, null);
-  }
-  protected async runSend(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.sendQueues, peer);
-    await awaitNative(this.handle.send(queue.handle, buffer.handle, 0, buffer.length, peer));
-  }
-  protected async runRecv(buffer: FlatBuffer, peer: number): Promise<void> {
-    const queue = this.queueFor(this.recvQueues, peer);
-    await awaitNative(this.handle.recv(queue.handle, buffer.handle, 0, buffer.length, peer));
   }
   protected runDestroy(): void {
     this.handle.destroy();
@@ -115,23 +93,11 @@ export class LocalCommunicator extends Communicator {
   }
 
   /** One native pass: ReduceUpdateJob in native/comm/local/local_group.h. */
-  protected override runShardedUpdate(config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number> {
-    return awaitNative(callNative(() => this.handle.reduceUpdate(this.collectives.handle, config, buffers, scale)));
-  }
-  protected override async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
-    await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
+  protected override runShardedUpdate(step: ShardedStep, scale: number): Promise<number> {
+    return awaitNative(callNative(() => this.handle.reduceUpdate(this.collectives.handle, step.config, step.buffers, scale)));
   }
 
-  private queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {
-    let q = map.get(peer);
-    if (!q) {
-      q = new ExecutionQueue();
-      map.set(peer, q);
-    }
-    return q;
-  }
-
-  private collective(
+  protected collective(
     kind: number,
     input: FlatBuffer | null,
     offset: number,
@@ -150,13 +116,6 @@ export class LocalCommunicator extends Communicator {
   }
 }
 
-/** Part `index` of `parts` of [0, n), as native/comm/partition.h computes it (16-float aligned). */
-export function partition(n: number, parts: number, index: number): [number, number] {
-  let chunk = Math.ceil(n / parts);
-  chunk = Math.ceil(chunk / 16) * 16;
-  const lo = Math.min(n, chunk * index);
-  return [lo, Math.min(n, lo + chunk)];
-}
 
 export interface LocalRankData {
   sapipeLocal: { group: string; rank: number; size: number };

@@ -14,6 +14,7 @@
 #include "addon_data.h"
 #include "cuda_binding.h"
 #include "comm_local_binding.h"
+#include "comm_ucx_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
 #include "nn_binding.h"
@@ -70,6 +71,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitNn(env, exports);
   InitCuda(env, exports);
   InitCommLocal(env, exports);
+  InitCommUcx(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));
   return exports;
 }

@@ -18,6 +18,7 @@
 #include "../cpu/kernel_table.h"
 #include "../cpu/update_plan.h"
 #include "comm_local_binding.h"
+#include "comm_op.h"
 #include "errors.h"
 #include "native_buffer.h"
 #include "queue.h"
@@ -30,7 +31,6 @@ using comm::Deadline;
 using comm::local::CollectiveArgs;
 using comm::local::CollectiveKind;
 using comm::local::Group;
-using BufferPtr = std::shared_ptr<AlignedBuffer>;
 
 // The rank's membership; the cleanup hook holds a raw pointer to it until it runs or is removed.
 struct Membership {
@@ -56,73 +56,6 @@ struct Membership {
   }
 };
 
-[[noreturn]] void throw_detail(Napi::Env env, sapipe_status status, const std::string& op, const std::string& detail) {
-  if (detail.empty()) throw_status(env, status, op);
-  throw_error(env, sapipe_status_code(status), op + ": " + detail);
-}
-
-// A buffer range [offset, offset + count) taken from JS arguments, checked against the length.
-struct Range {
-  BufferPtr buffer;
-  size_t offset = 0;
-  size_t count = 0;
-  float* data() const { return buffer ? buffer->data() + offset : nullptr; }
-};
-
-size_t arg_index(const Napi::CallbackInfo& info, size_t i, const char* what) {
-  const Napi::Value v = info[i];
-  if (!v.IsNumber()) throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a number");
-  double d = v.As<Napi::Number>().DoubleValue();
-  if (!(d >= 0) || d > 9007199254740991.0 || static_cast<double>(static_cast<size_t>(d)) != d)
-    throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
-  return static_cast<size_t>(d);
-}
-
-Range arg_range(const Napi::CallbackInfo& info, size_t i, const char* what) {
-  Range r;
-  r.buffer = NativeBuffer::FromValue(info.Env(), info[i], what);
-  r.offset = arg_index(info, i + 1, "offset");
-  r.count = arg_index(info, i + 2, "count");
-  if (r.offset > r.buffer->size() || r.count > r.buffer->size() - r.offset)
-    throw_error(info.Env(), "ERR_SIZE_MISMATCH",
-                std::string(what) + ": offset + count exceeds the buffer's " + std::to_string(r.buffer->size()) + " elements");
-  return r;
-}
-
-// Holds the buffers busy (dispose() refuses) from submission until the Promise settles.
-class CommOp : public AsyncOp {
- public:
-  CommOp(Napi::Env env, std::string name, std::vector<BufferPtr> held)
-      : AsyncOp(env), name_(std::move(name)), held_(std::move(held)) {
-    for (auto& b : held_) b->acquire();
-  }
-  ~CommOp() override { release(); }
-  Napi::Value Result(Napi::Env env) override {
-    release();
-    if (status_ != SAPIPE_OK) throw Napi::Error(env, make_error(env));
-    return Value(env);
-  }
-
- protected:
-  virtual Napi::Value Value(Napi::Env env) { return env.Undefined(); }
-  sapipe_status status_ = SAPIPE_ERR_INTERNAL;
-  std::string detail_;
-
- private:
-  Napi::Value make_error(Napi::Env env) {
-    Napi::Error e = detail_.empty() ? make_status_error(env, status_, name_)
-                                    : Napi::Error::New(env, name_ + ": " + detail_);
-    e.Set("code", Napi::String::New(env, sapipe_status_code(status_)));
-    return e.Value();
-  }
-  void release() {
-    for (auto& b : held_) b->release();
-    held_.clear();
-  }
-  std::string name_;
-  std::vector<BufferPtr> held_;
-};
-
 class LocalComm : public Napi::ObjectWrap<LocalComm> {
  public:
   static void Init(Napi::Env env, Napi::Object exports) {
@@ -140,10 +73,8 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     if (!info[0].IsString()) throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: the group name must be a string");
     const std::string name = info[0].As<Napi::String>().Utf8Value();
     const size_t size = arg_index(info, 1, "size"), rank = arg_index(info, 2, "rank");
-    const size_t timeout = arg_index(info, 3, "timeoutMs");
-    if (size < 1 || size > 4096 || rank >= size)
-      throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: size must be in [1, 4096] and rank in [0, size)");
-    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(timeout, size_t{1} << 40)));
+    check_rank(env, "LocalComm", size, rank);
+    timeout_ = arg_timeout(info, 3);
     auto m = std::make_shared<Membership>();
     std::string detail;
     sapipe_status s = comm::local::join_group(name, static_cast<int>(size), static_cast<int>(rank), &m->group, &detail);
@@ -195,24 +126,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     CollectiveArgs args;
     args.kind = static_cast<CollectiveKind>(kind);
     std::vector<BufferPtr> held;
-    Range in, out;
-    if (args.kind != CollectiveKind::kBarrier) {
-      in = arg_range(info, 2, "input");
-      held.push_back(in.buffer);
-      args.input = in.data();
-      args.input_count = in.count;
-    }
-    if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
-      out = arg_range(info, 5, "output");
-      if (out.buffer == in.buffer)
-        throw_error(env, "ERR_ALIASING", "collective: the output must be a different buffer from the input");
-      held.push_back(out.buffer);
-      args.output = out.data();
-      args.output_count = out.count;
-    }
-    if (!info[8].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be a number");
-    args.scale = info[8].As<Napi::Number>().FloatValue();
-    if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: scale must be finite");
+    arg_collective(info, args, held);
     args.root = static_cast<int32_t>(arg_index(info, 9, "root"));
     const bool ring = info[10].ToBoolean().Value();
     if (ring && args.kind != CollectiveKind::kAllreduce)

@@ -20,4 +20,12 @@ sapipe_status ring_reduce_scatter(Transport& t, float* data, size_t count, float
 // In place: every rank's own part partition(count, n, r) is copied to every other rank.
 sapipe_status ring_allgather(Transport& t, float* data, size_t count, Deadline deadline);
 
+// The same over parts of `block` elements each (part i = [i*block, (i+1)*block) of n*block), the
+// layout of Communicator.reduceScatter's input and allgather's output.
+sapipe_status ring_reduce_scatter_blocks(Transport& t, float* data, size_t block, float scale, Deadline deadline,
+                                         int64_t* non_finite);
+sapipe_status ring_allgather_blocks(Transport& t, float* data, size_t block, Deadline deadline);
+// In place: every rank's data[0, count) becomes root's, pipelined in chunks along the ring.
+sapipe_status ring_broadcast(Transport& t, float* data, size_t count, int root, Deadline deadline);
+
 }  // namespace sapipe::comm

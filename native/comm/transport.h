@@ -24,6 +24,9 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Elements per message when the ring algorithms split a part into chunks that pipeline (chunk k
+  // is reduced while chunk k+1 is in flight); 0 sends each part as one message.
+  virtual size_t chunk_count() const { return 0; }
   // Non-blocking send; `data` must stay valid until wait_send returns for the handle.
   virtual sapipe_status isend(int peer, const float* data, size_t count, std::unique_ptr<SendHandle>* handle) = 0;
   virtual sapipe_status wait_send(SendHandle& handle, Deadline deadline) = 0;

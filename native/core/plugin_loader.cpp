@@ -74,18 +74,40 @@ PluginLoad load_plugin(const std::string& path, const char* name, uint32_t abi_v
   return out;
 }
 
-PluginLoad load_cuda_plugin_uncached() {
-  const char* override_path = std::getenv("SAPIPE_CUDA_PLUGIN");
+// The plugin file named by the environment variable `override_var` when set, else `file` beside
+// the addon; `missing_hint` is added when the default file does not exist (not built).
+static PluginLoad load_plugin_from_env(const char* override_var, const char* file, const char* name, uint32_t abi_version,
+                                       size_t min_table_size, const char* missing_hint) {
+  const char* override_path = std::getenv(override_var);
   std::string path;
   if (override_path != nullptr && *override_path != '\0') {
     path = override_path;
   } else {
     const std::string dir = module_directory();
-    path = (dir.empty() ? std::string(".") : dir) + "/sapipe_cuda.so";
+    path = (dir.empty() ? std::string(".") : dir) + "/" + file;
   }
-  PluginLoad load = load_plugin(path, "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, sizeof(sapipe_cuda_plugin_v1));
-  if (load.table == nullptr && !file_exists(path) && override_path == nullptr)
-    load.reason += " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)";
+  PluginLoad load = load_plugin(path, name, abi_version, min_table_size);
+  if (load.table == nullptr && !file_exists(path) && override_path == nullptr) load.reason += missing_hint;
+  return load;
+}
+
+PluginLoad load_cuda_plugin_uncached() {
+  return load_plugin_from_env("SAPIPE_CUDA_PLUGIN", "sapipe_cuda.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION,
+                              sizeof(sapipe_cuda_plugin_v1),
+                              " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)");
+}
+
+PluginLoad load_ucx_plugin_uncached() {
+  return load_plugin_from_env("SAPIPE_UCX_PLUGIN", "sapipe_ucx.so", "ucx", SAPIPE_COMM_TRANSPORT_ABI_VERSION,
+                              sizeof(sapipe_comm_plugin_v1),
+                              " (this build has no UCX plugin: it is built by `npm run build:native` when UCX is found, "
+                              "e.g. after `apt-get install libucx-dev`)");
+}
+
+const PluginLoad& ucx_plugin() {
+  static std::once_flag once;
+  static PluginLoad load;
+  std::call_once(once, [] { load = load_ucx_plugin_uncached(); });
   return load;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sapipe/comm.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe {
@@ -32,5 +33,10 @@ PluginLoad load_plugin(const std::string& path, const char* name, uint32_t abi_v
 const PluginLoad& cuda_plugin();
 // The same search, not cached: for tests that point SAPIPE_CUDA_PLUGIN at different files.
 PluginLoad load_cuda_plugin_uncached();
+
+// The UCX transport plugin (sapipe/comm.h): SAPIPE_UCX_PLUGIN when set, else sapipe_ucx.so beside
+// the addon. When it exists but libucp.so.0 does not, dlopen fails and the reason says so.
+const PluginLoad& ucx_plugin();
+PluginLoad load_ucx_plugin_uncached();
 
 }  // namespace sapipe

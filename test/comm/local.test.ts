@@ -7,8 +7,8 @@
 import t from 'tap';
 
 import { DisposedError, emulatedMs, FlatBuffer, InvalidArgumentError, LocalCommunicator, PeerLostError, SizeMismatchError, TimeoutError } from '../../lib/index.js';
+import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
 import { runRanks, type RankMessage } from '../helpers/local-ranks.js';
-import { ReferenceOptimizer } from '../reference/optimizer.js';
 
 type Msg = RankMessage;
 
@@ -139,24 +139,7 @@ t.test('the fused all-reduce + update equals all-reduce then the reference updat
   for (const guard of ['prescan', 'deferred'] as const) {
     const n = 3;
     const results = await runRanks(n, { scenario: 'fused', guard, nanRank: 1 });
-    const spec = { a: 185, b: 1000, c: 3 };
-    const offsets = { a: 0, b: 192, c: 1200 };
-    const length = 1216;
-    const w0 = new Float32Array(length).map((_, i) => Math.sin(i));
-    const ref = new ReferenceOptimizer(
-      { optimizer: 'sgd', lr: 0.01, weightDecay: 0, momentum: 0.9, dampening: 0, nesterov: false, beta1: 0.9, beta2: 0.999, eps: 1e-8, gradScale: 1, compensation: { kind: 'elementwise', lambda: 0.2, eps: 1e-7 }, prediction: { kind: 'shadow', estimate: 'prev-sync', compensate: false, n: 1, localScale: 1 } },
-      w0,
-    );
-    const padded = (i: number): boolean => !Object.entries(spec).some(([k, s]) => i >= offsets[k as keyof typeof offsets] && i < offsets[k as keyof typeof offsets] + s);
-    for (let step = 0; step < 2; step++) {
-      const avg = new Float32Array(length);
-      for (let i = 0; i < length; i++) {
-        let s = 0;
-        for (let r = 0; r < n; r++) s = Math.fround(s + Math.fround(Math.cos(i * (r + 1) + step) * (i % 16 < 15 ? 1 : 0)));
-        avg[i] = Math.fround(s * Math.fround(1 / n));
-      }
-      ref.step(avg);
-    }
+    const ref = fusedReference(n);
     for (let rank = 0; rank < n; rank++) {
       const m = results[rank]!.find((x) => 'results' in x);
       t.ok(m, `${guard} rank ${rank}: ${JSON.stringify(results[rank]!.find((x) => x.error))}`);
@@ -164,16 +147,9 @@ t.test('the fused all-reduce + update equals all-reduce then the reference updat
       const res = m.results as { applied: boolean; nonFiniteCount: number }[];
       t.same(res.map((r) => r.applied), [true, true, false], `${guard}: the step with a NaN on rank 1 is skipped on every rank`);
       t.ok(res[2]!.nonFiniteCount > 0);
-      const w = m.weights as number[];
-      let worst = 0;
-      for (let i = 0; i < length; i++) {
-        if (padded(i)) continue;
-        worst = Math.max(worst, Math.abs(w[i]! - ref.w[i]!) / (1e-6 + 1e-5 * Math.abs(ref.w[i]!)));
-      }
+      const worst = worstRatio(m.weights as number[], ref.w);
       t.ok(worst <= 1, `${guard} rank ${rank}: weights within 1e-5 relative (+1e-6 absolute) of the reference (worst ratio ${worst.toFixed(3)})`);
-      const pred = m.predicted as number[];
-      let worstPred = 0;
-      for (let i = 0; i < length; i++) if (!padded(i)) worstPred = Math.max(worstPred, Math.abs(pred[i]! - ref.predicted[i]!) / (1e-6 + 1e-5 * Math.abs(ref.predicted[i]!)));
+      const worstPred = worstRatio(m.predicted as number[], ref.predicted);
       t.ok(worstPred <= 1, `${guard} rank ${rank}: predicted weights match too (worst ratio ${worstPred.toFixed(3)})`);
     }
   }

@@ -142,8 +142,8 @@ export function registerBenchCommand(program: Command): void {
   bench
     .command('allreduce')
     .description('all-reduce time and bus bandwidth per size (like nccl-tests), against a single-thread memcpy of the same run, and the fused all-reduce + update')
-    .option('--backend <name>', 'communication backend (local)', 'local')
-    .option('--nproc <n>', 'ranks (worker threads)', parsePositiveInt, 2)
+    .option('--backend <name>', 'communication backend: local (worker threads) or ucx (processes)', 'local')
+    .option('--nproc <n>', 'ranks', parsePositiveInt, 2)
     .option('--min <bytes>', 'smallest size in bytes (e.g. 1K)', parseCount, 1 << 10)
     .option('--max <bytes>', 'largest size in bytes (e.g. 256M)', parseCount, 1 << 26)
     .option('--reps <n>', 'measured runs per size', parsePositiveInt, 20)
@@ -153,13 +153,13 @@ export function registerBenchCommand(program: Command): void {
     .option('--algorithm <name>', 'direct (shared memory) or ring', 'direct')
     .option('--json', 'print JSON')
     .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; json?: boolean }) => {
-      if (options.backend !== 'local')
-        throw new InvalidArgumentError(`backend "${options.backend}" is not available for this benchmark yet; use --backend local`);
+      if (options.backend !== 'local' && options.backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got "${options.backend}"`);
       if (options.algorithm !== 'direct' && options.algorithm !== 'ring') throw new InvalidArgumentError('--algorithm must be direct or ring');
       const optimizers = options.optimizers.split(',').filter(Boolean);
       for (const o of optimizers)
         if (!['sgd', 'sgd-momentum', 'adam'].includes(o)) throw new InvalidArgumentError(`unknown optimizer "${o}" in --optimizers`);
       const r = await benchAllreduce({
+        backend: options.backend,
         nproc: options.nproc,
         minBytes: options.min,
         maxBytes: options.max,
@@ -173,7 +173,8 @@ export function registerBenchCommand(program: Command): void {
         console.log(JSON.stringify(r, null, 2));
         return;
       }
-      console.log(`all-reduce (avg, fp32, in place), backend local (${r.algorithm}), ${r.nproc} ranks as worker threads; median of repeated runs`);
+      const ranks = r.backend === 'ucx' ? 'processes' : 'worker threads';
+      console.log(`all-reduce (avg, fp32, in place), backend ${r.backend} (${r.algorithm}), ${r.nproc} ranks as ${ranks}; median of repeated runs`);
       console.log(`single-thread memcpy of ${formatCount(r.copy.bytes)}B in the same run: ${r.copy.GBps.toFixed(2)} GB/s (bytes copied per second)`);
       const plain = !process.stdout.isTTY;
       const table = new Table({ head: ['size (B)', 'time (ms)', 'algbw (GB/s)', 'busbw (GB/s)', 'busbw / memcpy'], ...(plain ? { style: { head: [], border: [] } } : {}) });

@@ -1,18 +1,31 @@
-/* C ABI of communication transports. A transport moves bytes between the ranks of one group; the
- * collective algorithms (native/comm/ring.*) are written once against it, in the main addon.
- * The UCX plugin (native/comm/ucx, a dlopen'ed shared library) exports
- * `sapipe_comm_transport_open_v1` and fills a sapipe_comm_transport; the `local` backend needs no
- * transport (its ranks share memory and reduce peers' buffers directly).
+/* C ABI of communication transport plugins. A transport moves bytes between the ranks of one
+ * group; the collective algorithms (native/comm/ring.*) are written once against it, in the main
+ * addon. The UCX plugin (native/comm/ucx, sapipe_ucx.so, a dlopen'ed shared library) exports
+ * sapipe_plugin_entry (sapipe/plugin.h) and returns a sapipe_comm_plugin_v1 named "ucx"; the
+ * `local` backend needs no plugin (its ranks share memory and reduce peers' buffers directly).
  *
- * Every call returns a status and never throws. Every wait is bounded by deadline_ms, an absolute
- * CLOCK_MONOTONIC time in milliseconds: a transport returns SAPIPE_ERR_TIMEOUT when it passes, and
- * SAPIPE_ERR_PEER_LOST when the peer's endpoint closed or failed. */
+ * Connecting a group takes two calls around an exchange that the caller does: create() makes this
+ * rank's endpoint (for UCX: a UCP worker) and local_address() returns its opaque address; the
+ * caller swaps the addresses of all ranks (sapipe does it in TypeScript through the rendezvous
+ * store, MASTER_ADDR/MASTER_PORT) and passes them all to connect(). Keeping the exchange outside
+ * the plugin leaves the plugin free of any knowledge of the store or of JS.
+ *
+ * Messages travel on channels (user point-to-point, collective) that never mix: a receive on one
+ * channel never takes a message sent on the other. Between one pair of ranks, messages on one
+ * channel arrive in the order they were sent.
+ *
+ * Every call returns a status and never throws; last_error() describes the latest failure of the
+ * calling thread. Every wait is bounded by deadline_ms, an absolute CLOCK_MONOTONIC time in
+ * milliseconds: a transport returns SAPIPE_ERR_TIMEOUT when it passes, SAPIPE_ERR_PEER_LOST when
+ * the peer's endpoint failed or the peer was reported lost (peer_lost()), and SAPIPE_ERR_DISPOSED
+ * once shutdown() was called. The calls may come from several threads at once. */
 #ifndef SAPIPE_COMM_H
 #define SAPIPE_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sapipe/plugin.h"
 #include "sapipe/status.h"
 
 #ifdef __cplusplus
@@ -21,32 +34,57 @@ extern "C" {
 
 #define SAPIPE_COMM_TRANSPORT_ABI_VERSION 1
 
-/* An outstanding non-blocking send, owned by the transport until waited for. */
+/* One rank's transport, owned by the plugin. */
+typedef struct sapipe_comm_transport sapipe_comm_transport;
+/* An outstanding non-blocking send, owned by the transport until wait_send returns. */
 typedef struct sapipe_comm_request sapipe_comm_request;
 
-typedef struct sapipe_comm_transport {
-  uint32_t abi_version; /* SAPIPE_COMM_TRANSPORT_ABI_VERSION */
-  void* self;
-  int32_t rank;
-  int32_t size;
-  /* Starts sending bytes to peer; data must stay valid until wait_send returns. Messages between
-   * one pair of ranks arrive in the order they were sent. */
-  sapipe_status (*isend)(void* self, int32_t peer, const void* data, size_t bytes, sapipe_comm_request** request);
-  sapipe_status (*wait_send)(void* self, sapipe_comm_request* request, int64_t deadline_ms);
-  /* Receives the next message from peer into data; a message of another length is
-   * SAPIPE_ERR_SIZE_MISMATCH (the message is consumed, nothing is written). */
-  sapipe_status (*recv)(void* self, int32_t peer, void* data, size_t bytes, int64_t deadline_ms);
-  /* Closes the endpoints; pending and later operations of peers fail with SAPIPE_ERR_PEER_LOST. */
-  void (*destroy)(void* self);
-} sapipe_comm_transport;
+typedef enum sapipe_comm_channel {
+  SAPIPE_COMM_CHANNEL_USER = 0,       /* Communicator.send / recv */
+  SAPIPE_COMM_CHANNEL_COLLECTIVE = 1  /* the ring algorithms and the collectives' size checks */
+} sapipe_comm_channel;
 
-/* Entry point of a transport plugin. `address_exchange` is called by the plugin to swap opaque
- * endpoint addresses with every rank (the addon implements it over the rendezvous store). */
-typedef sapipe_status (*sapipe_comm_address_exchange_fn)(void* context, const void* mine, size_t bytes,
-                                                         void* all /* size * bytes */, int64_t deadline_ms);
-typedef sapipe_status (*sapipe_comm_transport_open_v1_fn)(int32_t rank, int32_t size,
-                                                          sapipe_comm_address_exchange_fn exchange,
-                                                          void* exchange_context, sapipe_comm_transport* out);
+typedef struct sapipe_comm_plugin_v1 {
+  sapipe_plugin_header header; /* abi_version SAPIPE_COMM_TRANSPORT_ABI_VERSION, name "ucx" */
+
+  /* The library underneath, e.g. "UCX 1.13.1". */
+  const char* (*library_version)(void);
+  /* Details of the calling thread's latest failure. */
+  const char* (*last_error)(void);
+
+  /* Makes this rank's endpoint; *out is released with destroy(). */
+  sapipe_status (*create)(int32_t rank, int32_t size, sapipe_comm_transport** out);
+  /* This rank's address, valid until destroy(). */
+  sapipe_status (*local_address)(sapipe_comm_transport* t, const void** address, size_t* bytes);
+  /* Connects to every rank: addresses[r] (lengths[r] bytes) is rank r's local_address(). With
+   * detect_failure[r] set, the transport itself watches rank r for failure (for UCX:
+   * UCP_ERR_HANDLING_MODE_PEER, which UCX 1.13 offers over TCP and RDMA but not over shared
+   * memory, so asking for it between ranks of one machine sends their bytes over TCP); ranks of
+   * the same machine pass 0 and rely on the caller's liveness signal (peer_lost()). */
+  sapipe_status (*connect)(sapipe_comm_transport* t, const void* const* addresses, const size_t* lengths,
+                           const int32_t* detect_failure, int64_t deadline_ms);
+
+  /* Starts sending bytes to peer; data must stay valid until wait_send returns. With synchronous
+   * set, the send completes only once the peer has received the message. */
+  sapipe_status (*isend)(sapipe_comm_transport* t, int32_t peer, int32_t channel, int32_t synchronous,
+                         const void* data, size_t bytes, sapipe_comm_request** request);
+  /* Waits for a send and releases its request (also when it fails or times out: the send is then
+   * cancelled, and data is no longer read once this returns). */
+  sapipe_status (*wait_send)(sapipe_comm_transport* t, sapipe_comm_request* request, int64_t deadline_ms);
+  /* Receives the next message from peer on channel into data. A message of another length is
+   * SAPIPE_ERR_SIZE_MISMATCH: it is consumed and nothing is written to data. */
+  sapipe_status (*recv)(sapipe_comm_transport* t, int32_t peer, int32_t channel, void* data, size_t bytes,
+                        int64_t deadline_ms);
+
+  /* Reports that peer is gone (a liveness signal the caller watches, e.g. a closed socket): its
+   * pending and later operations fail with SAPIPE_ERR_PEER_LOST, once messages it sent before
+   * leaving have had a short grace period to arrive. */
+  void (*peer_lost)(sapipe_comm_transport* t, int32_t peer, const char* reason);
+  /* This rank leaves: pending and later operations fail with SAPIPE_ERR_DISPOSED. */
+  void (*shutdown)(sapipe_comm_transport* t);
+  /* Closes the endpoints and frees t; no call on t may be running or follow. */
+  void (*destroy)(sapipe_comm_transport* t);
+} sapipe_comm_plugin_v1;
 
 #ifdef __cplusplus
 }

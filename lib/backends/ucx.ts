@@ -1,0 +1,30 @@
+import { ucxAddon, type UcxPluginStatus } from '../comm/ucx-native.js';
+import { nativeUnavailableReason } from '../native.js';
+import type { BackendStatus } from './status.js';
+
+/** The UCX plugin's state; never throws. */
+export function ucxStatus(): UcxPluginStatus {
+  const reason = nativeUnavailableReason();
+  if (reason !== undefined) return { available: false, reason };
+  try {
+    return ucxAddon().ucxStatus();
+  } catch (error) {
+    return { available: false, reason: `probing UCX failed: ${(error as Error).message}` };
+  }
+}
+
+/**
+ * The ucx communication backend: the plugin sapipe_ucx.so beside the addon (or SAPIPE_UCX_PLUGIN)
+ * and the UCX library it links (libucp.so.0). Unavailable with the reason and the fix when either
+ * is missing.
+ */
+export function probeUcx(): BackendStatus {
+  const s = ucxStatus();
+  const details: Record<string, string> = {};
+  if (s.pluginPath) details.plugin = s.pluginPath;
+  if (s.library) details.library = s.library;
+  if (s.available) return { name: 'ucx', kind: 'comm', available: true, details: { ...details, ranks: 'processes (sapipe launch, torchrun, mpirun, Slurm)' } };
+  let reason = s.reason ?? 'unknown';
+  if (/libuc[pts]\.so/.test(reason)) reason += ' (the UCX library is not installed: `apt-get install libucx0`, or UCX from your distribution)';
+  return { name: 'ucx', kind: 'comm', available: false, reason, ...(Object.keys(details).length ? { details } : {}) };
+}

@@ -1,0 +1,104 @@
+/**
+ * The measurements of `sapipe bench allreduce`, run by every rank of any backend (a worker thread
+ * of the local backend, a process of the ucx backend). Rank 0's report: per size the median time
+ * of an all-reduce started after a barrier; the fused all-reduce + update, replicated and sharded,
+ * against the all-reduce alone on one ParamSet, interleaved; and a single-thread memcpy of the largest size.
+ */
+import { performance } from 'node:perf_hooks';
+
+import type { Communicator } from '../comm/communicator.js';
+import { allreduceAndStep } from '../comm/fused-step.js';
+import { commAddon } from '../comm/local-native.js';
+import { Adam } from '../optim/adam.js';
+import { SGD } from '../optim/sgd.js';
+import type { Optimizer } from '../optim/optimizer.js';
+import { FlatBuffer, ParamSet } from '../tensor.js';
+import { fillDistinct } from './kernels.js';
+import { median } from './timing.js';
+
+export interface AllreduceMeasureOptions {
+  sizes: number[];
+  reps: number;
+  warmup: number;
+  fusedBytes: number;
+  optimizers: ('sgd' | 'sgd-momentum' | 'adam')[];
+}
+
+export interface AllreduceRankReport {
+  rows: { bytes: number; ms: number }[];
+  fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[];
+  /** Rank 0 only. */
+  copy?: { bytes: number; ms: number };
+}
+
+/** Runs every measurement on `comm`; `onSize` is told of each size done. The communicator stays open. */
+export async function measureAllreduce(comm: Communicator, data: AllreduceMeasureOptions, onSize: (bytes: number) => void = () => {}): Promise<AllreduceRankReport> {
+  const { rank } = comm;
+  const rows: { bytes: number; ms: number }[] = [];
+  for (const bytes of data.sizes) {
+    const buf = FlatBuffer.allocate(Math.floor(bytes / 4));
+    fillDistinct(buf.array, rank + 1, -1, 1);
+    const times: number[] = [];
+    const reps = bytes >= 1 << 26 ? Math.max(3, Math.ceil(data.reps / 3)) : data.reps;
+    for (let i = 0; i < data.warmup + reps; i++) {
+      await comm.barrier();
+      const start = performance.now();
+      await comm.allreduce(buf, { op: 'avg' });
+      if (i >= data.warmup) times.push(performance.now() - start);
+    }
+    rows.push({ bytes, ms: median(times) });
+    buf.dispose();
+    onSize(bytes);
+  }
+  const fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[] = [];
+  for (const kind of data.optimizers) {
+    const params = new ParamSet({ w: [Math.floor(data.fusedBytes / 4)] });
+    fillDistinct(params.weights.array, 7, -1, 1);
+    const opt: Optimizer = kind === 'adam' ? new Adam(params, { lr: 1e-3 }) : new SGD(params, { lr: 1e-3, momentum: kind === 'sgd-momentum' ? 0.9 : 0 });
+    const a: number[] = [];
+    const f: number[] = [];
+    const sh: number[] = [];
+    for (let i = 0; i < data.warmup + Math.max(3, Math.ceil(data.reps / 3)); i++) {
+      fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
+      await comm.barrier();
+      let start = performance.now();
+      await comm.allreduce(params.grads, { op: 'avg' });
+      const ta = performance.now() - start;
+      await comm.barrier();
+      start = performance.now();
+      await allreduceAndStep(comm, opt);
+      const tf = performance.now() - start;
+      await comm.barrier();
+      start = performance.now();
+      await allreduceAndStep(comm, opt, { update: 'sharded' });
+      const ts = performance.now() - start;
+      if (i >= data.warmup) {
+        a.push(ta);
+        f.push(tf);
+        sh.push(ts);
+      }
+    }
+    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh) });
+    opt.dispose();
+    params.dispose();
+  }
+  await comm.barrier();
+  let copy: { bytes: number; ms: number } | undefined;
+  if (rank === 0) {
+    const bytes = Math.max(...data.sizes, 1 << 20);
+    const src = FlatBuffer.allocate(Math.floor(bytes / 4));
+    const dst = FlatBuffer.allocate(src.length);
+    fillDistinct(src.array, 3, -1, 1);
+    fillDistinct(dst.array, 4, -1, 1);
+    const times: number[] = [];
+    for (let i = 0; i < data.warmup + data.reps; i++) {
+      const start = performance.now();
+      commAddon().copySingleThread(dst.handle, src.handle);
+      if (i >= data.warmup) times.push(performance.now() - start);
+    }
+    copy = { bytes, ms: median(times) };
+  }
+  await comm.barrier();
+  return copy ? { rows, fused, copy } : { rows, fused };
+}
+

@@ -1,0 +1,27 @@
+/**
+ * One rank of `sapipe bench allreduce --backend ucx` (a process started by `sapipe launch`, so the
+ * rendezvous comes from the environment). argv[2]: the measurement options as JSON. Rank 0 prints
+ * its report as one line after REPORT_PREFIX.
+ */
+import { UcxCommunicator } from '../comm/ucx.js';
+import { measureAllreduce, type AllreduceMeasureOptions } from './allreduce-measure.js';
+
+export const REPORT_PREFIX = 'SAPIPE_BENCH_REPORT ';
+
+async function main(): Promise<void> {
+  const data = JSON.parse(process.argv[2] ?? '{}') as AllreduceMeasureOptions;
+  const comm = await UcxCommunicator.create();
+  const report = await measureAllreduce(comm, data);
+  comm.destroy();
+  if (comm.rank === 0) process.stdout.write(`${REPORT_PREFIX}${JSON.stringify(report)}\n`);
+}
+
+// Run only as a script, so that the driver can import REPORT_PREFIX.
+if (process.env.RANK !== undefined && process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].split('/').pop() ?? '\0'))
+  main().then(
+    () => process.exit(0),
+    (e: unknown) => {
+      process.stderr.write(`${String((e as { code?: string }).code ?? '')} ${String(e)}\n`);
+      process.exit(1);
+    },
+  );

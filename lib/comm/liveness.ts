@@ -1,0 +1,142 @@
+/**
+ * A liveness mesh: one TCP connection between every pair of ranks, carrying nothing. When a rank's
+ * process ends, however it ends (SIGKILL included), its kernel closes its sockets and every peer
+ * sees the close at once. UCX's shared-memory transports do not notice a dead peer, so the ucx
+ * backend reports lost peers from here. Each rank listens on a port it publishes through the
+ * rendezvous store with a random secret; a rank connects to every lower rank and introduces itself
+ * with that secret and its rank, so a stray connection is never taken for a peer.
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { networkInterfaces } from 'node:os';
+
+import { PeerLostError, TimeoutError } from '../errors.js';
+import type { Rendezvous } from './rendezvous/rendezvous.js';
+
+const HELLO_BYTES = 16 + 4;
+
+/** The address peers reach this rank's listener on: loopback for one machine, else SAPIPE_LIVENESS_ADDR or the first external IPv4. */
+function advertisedHost(masterAddr: string | undefined): string {
+  if (process.env.SAPIPE_LIVENESS_ADDR) return process.env.SAPIPE_LIVENESS_ADDR;
+  if (masterAddr === undefined || masterAddr === 'localhost' || masterAddr.startsWith('127.') || masterAddr === '::1') return '127.0.0.1';
+  for (const list of Object.values(networkInterfaces()))
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  return '127.0.0.1';
+}
+
+export class LivenessMesh {
+  private readonly sockets = new Map<number, Socket>();
+  private closed = false;
+
+  private constructor(
+    private readonly server: Server,
+    private readonly onLost: (peer: number, reason: string) => void,
+  ) {}
+
+  /**
+   * Joins the mesh under `prefix` in the store; resolves once this rank is connected to every
+   * peer. `onLost` is called once per peer whose connection closes before {@link close}.
+   */
+  static async join(store: Rendezvous, prefix: string, rank: number, size: number, masterAddr: string | undefined, timeoutMs: number, onLost: (peer: number, reason: string) => void): Promise<LivenessMesh> {
+    const secret = randomBytes(16);
+    const host = advertisedHost(masterAddr);
+    const server = createServer();
+    const mesh = new LivenessMesh(server, onLost);
+    let settleAccepted: (() => void) | undefined;
+    const accepted = new Promise<void>((resolve) => (settleAccepted = resolve));
+    const expectAccepted = size - 1 - rank;
+    if (expectAccepted === 0) settleAccepted!();
+    server.on('connection', (socket) => {
+      let hello = Buffer.alloc(0);
+      socket.on('error', () => {});
+      const onData = (chunk: Buffer): void => {
+        hello = Buffer.concat([hello, chunk]);
+        if (hello.length < HELLO_BYTES) return;
+        socket.off('data', onData);
+        const peer = hello.readUInt32LE(16);
+        if (!hello.subarray(0, 16).equals(secret) || peer <= rank || peer >= size || mesh.sockets.has(peer)) {
+          socket.destroy();
+          return;
+        }
+        mesh.adopt(peer, socket);
+        if (mesh.acceptedCount(rank) === expectAccepted) settleAccepted!();
+      };
+      socket.on('data', onData);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, host === '127.0.0.1' ? '127.0.0.1' : '0.0.0.0', () => resolve());
+    });
+    server.unref();
+    const port = (server.address() as { port: number }).port;
+    try {
+      await store.set(`${prefix}/live/${rank}`, JSON.stringify({ host, port, secret: secret.toString('hex') }), { timeoutMs });
+      for (let peer = 0; peer < rank; peer++) {
+        const info = JSON.parse(await store.getString(`${prefix}/live/${peer}`, { timeoutMs })) as { host: string; port: number; secret: string };
+        const socket = await openSocket(info.host, info.port, timeoutMs);
+        const hello = Buffer.alloc(HELLO_BYTES);
+        Buffer.from(info.secret, 'hex').copy(hello, 0);
+        hello.writeUInt32LE(rank, 16);
+        socket.write(hello);
+        mesh.adopt(peer, socket);
+      }
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        accepted,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new TimeoutError(`liveness mesh: ranks above ${rank} did not all connect within ${timeoutMs} ms`)), timeoutMs);
+        }),
+      ]).finally(() => clearTimeout(timer));
+    } catch (error) {
+      mesh.close();
+      throw error;
+    }
+    return mesh;
+  }
+
+  private acceptedCount(rank: number): number {
+    let n = 0;
+    for (const peer of this.sockets.keys()) if (peer > rank) n++;
+    return n;
+  }
+
+  private adopt(peer: number, socket: Socket): void {
+    this.sockets.set(peer, socket);
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true, 1000);
+    socket.on('error', () => {});
+    // Anything a peer sends after the hello is ignored; only the close matters.
+    socket.on('data', () => {});
+    socket.once('close', () => {
+      if (!this.closed) this.onLost(peer, `rank ${peer}'s liveness connection closed: its process exited, was killed, or destroyed its communicator`);
+    });
+    // An idle mesh must not keep the process alive.
+    socket.unref();
+  }
+
+  /** Leaves the mesh: peers see this rank's connections close. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const socket of this.sockets.values()) socket.destroy();
+    this.server.close();
+  }
+}
+
+function openSocket(host: string, port: number, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host, port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new TimeoutError(`liveness mesh: could not connect to ${host}:${port} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      resolve(socket);
+    });
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(new PeerLostError(`liveness mesh: connecting to ${host}:${port} failed: ${error.message}`));
+    });
+  });
+}

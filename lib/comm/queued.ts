@@ -1,0 +1,96 @@
+/**
+ * What the native backends share: a handle whose collectives run on one execution queue and whose
+ * point-to-point operations run on one queue per peer and direction (a send waiting for its
+ * receiver holds up nothing else), with collective kinds numbered as native/comm/local/local_group.h
+ * numbers them.
+ */
+import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
+import { ExecutionQueue } from '../queue.js';
+import type { FlatBuffer } from '../tensor.js';
+import { Communicator, type ReduceResult, type ShardedStep } from './communicator.js';
+import { partition } from './partition.js';
+import { CollectiveKind } from './local-native.js';
+
+/** collective(queue, kind, input, inOffset, inCount, output, outOffset, outCount, scale, root) of a native handle. */
+export type CollectiveCall = [
+  queue: QueueHandle,
+  kind: number,
+  input: NativeBufferHandle | null,
+  inOffset: number,
+  inCount: number,
+  output: NativeBufferHandle | null,
+  outOffset: number,
+  outCount: number,
+  scale: number,
+  root: number,
+];
+
+/** The native side of a queued backend (LocalComm, UcxComm). */
+export interface QueuedCommHandle {
+  send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
+  recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
+  destroy(): void;
+}
+
+export abstract class QueuedCommunicator extends Communicator {
+  /** @internal */
+  protected readonly collectives = new ExecutionQueue();
+  private readonly sendQueues = new Map<number, ExecutionQueue>();
+  private readonly recvQueues = new Map<number, ExecutionQueue>();
+  protected abstract readonly handle: QueuedCommHandle;
+
+  /** Submits collective `kind` to the collectives' queue; resolves with its non-finite count. */
+  protected abstract collective(kind: number, input: FlatBuffer | null, offset: number, count: number, output: FlatBuffer | null, scale?: number, root?: number): Promise<number>;
+
+  protected async runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
+    return { nonFiniteCount: await this.collective(CollectiveKind.allreduce, buffer, offset, count, null, scale) };
+  }
+  protected async runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult> {
+    return { nonFiniteCount: await this.collective(CollectiveKind.reduceScatter, input, 0, input.length, output, scale) };
+  }
+  protected async runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
+    await this.collective(CollectiveKind.allgather, input, 0, input.length, output);
+  }
+  protected async runBroadcast(buffer: FlatBuffer, root: number): Promise<void> {
+    await this.collective(CollectiveKind.broadcast, buffer, 0, buffer.length, null, 1, root);
+  }
+  protected async runBarrier(): Promise<void> {
+    await this.collective(CollectiveKind.barrier, null, 0, 0, null);
+  }
+  protected async runSend(buffer: FlatBuffer, peer: number): Promise<void> {
+    const queue = queueFor(this.sendQueues, peer);
+    await awaitNative(callNative(() => this.handle.send(queue.handle, buffer.handle, 0, buffer.length, peer)));
+  }
+  protected async runRecv(buffer: FlatBuffer, peer: number): Promise<void> {
+    const queue = queueFor(this.recvQueues, peer);
+    await awaitNative(callNative(() => this.handle.recv(queue.handle, buffer.handle, 0, buffer.length, peer)));
+  }
+
+  /**
+   * The sharded update from in-place shard collectives: the ring reduce-scatter leaves this rank's
+   * part of the gradient reduced (the other parts hold partial sums afterwards), the optimizer
+   * updates that part, and the ring all-gather sends every part's weights (and predicted weights)
+   * to every rank. The sums are the ring all-reduce's, so the result equals the replicated update.
+   */
+  protected override async runShardedUpdate(step: ShardedStep, scale: number): Promise<number> {
+    const n = step.grads.length;
+    const bad = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, 0, n, null, scale);
+    const [lo, hi] = partition(n, this.size, this.rank);
+    if (hi > lo) await awaitNative(nativeAddon().updateAsync(step.queue.handle, step.config, { ...step.buffers, offset: lo, count: hi - lo }));
+    await this.collective(CollectiveKind.allgatherInPlace, step.weights, 0, n, null);
+    if (step.predicted) await this.collective(CollectiveKind.allgatherInPlace, step.predicted, 0, n, null);
+    return bad;
+  }
+  protected override async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
+    await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
+  }
+}
+
+function queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {
+  let q = map.get(peer);
+  if (!q) {
+    q = new ExecutionQueue();
+    map.set(peer, q);
+  }
+  return q;
+}

@@ -1,0 +1,50 @@
+/** The addon's UcxComm class and ucxStatus(), typed (see native/addon/comm_ucx_binding.cpp). */
+import { nativeAddon, type QueueHandle } from '../native.js';
+import type { CollectiveCall, QueuedCommHandle } from './queued.js';
+
+export interface UcxCommHandle extends QueuedCommHandle {
+  /** This rank's UCP worker address, to publish through the rendezvous store. */
+  address(): Buffer;
+  /** Connects to every rank (addresses in rank order, this rank's included); `remote[r]`: rank r is on another machine. */
+  connect(queue: QueueHandle, addresses: Buffer[], remote: boolean[]): Promise<void>;
+  collective(...call: CollectiveCall): Promise<number>;
+  /** The liveness signal: peer's operations fail with ERR_PEER_LOST (after a short grace period). */
+  peerLost(peer: number, reason: string): void;
+}
+
+export interface UcxPluginStatus {
+  available: boolean;
+  reason?: string;
+  pluginPath?: string;
+  /** e.g. `UCX 1.13.1`. */
+  library?: string;
+}
+
+export interface UcxAddon {
+  UcxComm: new (rank: number, size: number, timeoutMs: number, chunkElements: number) => UcxCommHandle;
+  ucxStatus(): UcxPluginStatus;
+}
+
+/**
+ * UCX settings for a Node.js process, applied before the plugin (and so UCX) is loaded, where the
+ * user has not chosen otherwise:
+ * - UCX installs its own SIGSEGV/SIGBUS handlers by default, which take over V8's (WebAssembly
+ *   bounds checks raise SIGSEGV on purpose): leave signals to Node.
+ * - UCX patches malloc and mmap in the running process to track memory for its registration
+ *   cache; other threads of Node call them while the code is being patched. Without the hooks
+ *   UCX registers memory per transfer (RDMA) or needs no registration at all (shared memory, TCP).
+ * - Its warnings as a group ends after a peer died (unmatched messages and requests of the dead
+ *   peer, one line each) say nothing the PeerLostError does not: only errors are shown.
+ */
+const UCX_DEFAULTS: Record<string, string> = {
+  UCX_ERROR_SIGNALS: '',
+  UCX_MEM_MALLOC_HOOKS: 'no',
+  UCX_MEM_MMAP_HOOK_MODE: 'none',
+  UCX_MEM_EVENTS: 'no',
+  UCX_LOG_LEVEL: 'error',
+};
+
+export function ucxAddon(): UcxAddon {
+  for (const [name, value] of Object.entries(UCX_DEFAULTS)) if (process.env[name] === undefined) process.env[name] = value;
+  return nativeAddon() as unknown as UcxAddon;
+}

@@ -1,0 +1,168 @@
+/**
+ * The `ucx` backend: ranks are processes, on one machine or many, and UCX moves the bytes over
+ * whatever it finds (shared memory, TCP, RDMA; `UCX_TLS` narrows the choice). The transport is the
+ * plugin sapipe_ucx.so, opened on first use; collectives are the chunked, pipelined ring
+ * reduce-scatter + all-gather of native/comm/ring.cpp with the SIMD sum kernel.
+ *
+ * Start-up: each rank creates its UCP worker, publishes the worker's address in the rendezvous
+ * store (rank 0 serves it, at MASTER_ADDR:MASTER_PORT), reads every other rank's, and connects.
+ * Each pair of ranks also keeps a TCP connection open (./liveness.ts): a rank that dies, even by
+ * SIGKILL, closes it, and every pending and later operation of its peers rejects with
+ * PeerLostError instead of waiting for the timeout. (UCX watches peers on other machines too; on
+ * one machine only the mesh does, so that UCX can use shared memory: see include/sapipe/comm.h.)
+ *
+ * Each rank calls `UcxCommunicator.create()` (rank and size from the environment `sapipe launch`,
+ * torchrun, mpirun or Slurm set) or `UcxCommunicator.create({ store })` with an open rendezvous.
+ */
+import { hostname } from 'node:os';
+
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { awaitNative, callNative } from '../native.js';
+import type { FlatBuffer } from '../tensor.js';
+import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
+import { checkEmulation, type NetworkEmulation } from './emulation.js';
+import { LivenessMesh } from './liveness.js';
+import { CollectiveKind } from './local-native.js';
+import { QueuedCommunicator } from './queued.js';
+import { fromEnv } from './rendezvous/env.js';
+import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
+import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
+
+/** Bytes per message of the ring's pipeline: large enough for UCX's zero-copy protocols, small enough to stay in cache while reduced. */
+export const DEFAULT_UCX_CHUNK_BYTES = 512 * 1024;
+
+export interface UcxCommunicatorOptions {
+  /** This rank (default: from the environment, or the store's rank). */
+  rank?: number;
+  /** Ranks in the group (default: from the environment, or the store's world size). */
+  size?: number;
+  /**
+   * An open rendezvous to swap addresses through (it stays open; close it after destroy()).
+   * Default: one joined from the environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, ...),
+   * owned by the communicator and closed by destroy().
+   */
+  store?: Rendezvous;
+  /** Bound of every wait for peers, in ms (default 30 000). */
+  timeoutMs?: number;
+  /** Delay collectives as links of this speed would (EMULATED network; see emulation.ts). */
+  emulate?: NetworkEmulation;
+  /** Bytes per pipelined message of the ring (default SAPIPE_UCX_CHUNK_BYTES, else 512 KiB). */
+  chunkBytes?: number;
+}
+
+// Communicators created on one store, in this process: the ranks create theirs in the same order,
+// so the count names a fresh key space for each.
+const generations = new WeakMap<Rendezvous, number>();
+
+function positiveInteger(value: unknown, what: string, min = 1): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
+    throw new InvalidArgumentError(`UcxCommunicator: ${what} must be an integer of at least ${min}, got ${String(value)}`);
+  return value;
+}
+
+function u16(n: number): Buffer {
+  const b = Buffer.alloc(2);
+  b.writeUInt16LE(n);
+  return b;
+}
+
+function chunkBytesOf(option: unknown): number {
+  if (option !== undefined) return positiveInteger(option, 'options.chunkBytes', 64);
+  const env = process.env.SAPIPE_UCX_CHUNK_BYTES;
+  if (env === undefined || env === '') return DEFAULT_UCX_CHUNK_BYTES;
+  if (!/^\d+$/.test(env) || Number(env) < 64) throw new InvalidArgumentError(`SAPIPE_UCX_CHUNK_BYTES must be a byte count of at least 64, got '${env}'`);
+  return Number(env);
+}
+
+export class UcxCommunicator extends QueuedCommunicator {
+  readonly backend = 'ucx' as const;
+  private mesh: LivenessMesh | undefined;
+
+  private constructor(
+    rank: number,
+    size: number,
+    emulation: NetworkEmulation | undefined,
+    protected readonly handle: UcxCommHandle,
+    private readonly ownedStore: Rendezvous | undefined,
+  ) {
+    super(rank, size, emulation);
+  }
+
+  /** Joins the group; resolves once every rank is connected (or rejects: TimeoutError, PeerLostError, BackendUnavailableError). */
+  static async create(options: UcxCommunicatorOptions = {}): Promise<UcxCommunicator> {
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('UcxCommunicator.create(options) must be an object');
+    const timeoutMs = positiveInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'options.timeoutMs');
+    const emulation = checkEmulation(options.emulate);
+    const chunkBytes = chunkBytesOf(options.chunkBytes);
+    if (options.store !== undefined && !(options.store instanceof Rendezvous))
+      throw new InvalidArgumentError('UcxCommunicator: options.store must be a Rendezvous (from createRendezvous)');
+    const env = options.store === undefined ? fromEnv() : undefined;
+    const rank = options.rank ?? options.store?.rank ?? env!.rank;
+    const size = options.size ?? options.store?.worldSize ?? env!.worldSize;
+    positiveInteger(size, 'options.size');
+    if (size > 4096) throw new InvalidArgumentError(`UcxCommunicator: options.size must be at most 4096, got ${size}`);
+    positiveInteger(rank, 'options.rank', 0);
+    if (rank >= size) throw new InvalidArgumentError(`UcxCommunicator: options.rank must be in [0, ${size}), got ${rank}`);
+    const source = options.store ?? env!;
+    if (source.rank !== rank || source.worldSize !== size)
+      throw new InvalidArgumentError(`UcxCommunicator: rank ${rank} of ${size} disagrees with the rendezvous (rank ${source.rank} of ${source.worldSize})`);
+
+    // Loading the plugin first: a machine without UCX fails here, before touching the store.
+    const addon = ucxAddon();
+    const status = callNative(() => addon.ucxStatus());
+    if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);
+    const handle = callNative(() => new addon.UcxComm(rank, size, timeoutMs, Math.floor(chunkBytes / 4)));
+
+    let store = options.store;
+    let owned: Rendezvous | undefined;
+    try {
+      if (store === undefined) {
+        owned = await createRendezvous({ ...env!, timeoutMs });
+        store = owned;
+      }
+    } catch (error) {
+      handle.destroy();
+      throw error;
+    }
+    const comm = new UcxCommunicator(rank, size, emulation, handle, owned);
+    try {
+      const generation = generations.get(store) ?? 0;
+      generations.set(store, generation + 1);
+      const prefix = `sapipe/ucx/${generation}`;
+      const masterAddr = env?.addr ?? process.env.MASTER_ADDR;
+      if (size > 1)
+        comm.mesh = await LivenessMesh.join(store, prefix, rank, size, masterAddr, timeoutMs, (peer, reason) => handle.peerLost(peer, reason));
+      // The address, after the machine's name: peers on this machine are watched by the liveness
+      // mesh alone, so that UCX may use shared memory between them (see include/sapipe/comm.h).
+      const host = Buffer.from(hostname());
+      const mine = Buffer.concat([u16(host.length), host, handle.address()]);
+      await store.set(`${prefix}/address/${rank}`, mine, { timeoutMs });
+      const addresses: Buffer[] = [];
+      const remote: boolean[] = [];
+      for (let peer = 0; peer < size; peer++) {
+        const entry = peer === rank ? mine : await store.get(`${prefix}/address/${peer}`, { timeoutMs });
+        const hostBytes = entry.readUInt16LE(0);
+        remote.push(!entry.subarray(2, 2 + hostBytes).equals(host));
+        addresses.push(entry.subarray(2 + hostBytes));
+      }
+      await awaitNative(handle.connect(comm.collectives.handle, addresses, remote));
+    } catch (error) {
+      comm.destroy();
+      throw error;
+    }
+    return comm;
+  }
+
+  protected runDestroy(): void {
+    this.handle.destroy();
+    this.mesh?.close();
+    // The owned store: rank 0 serves it, and waits (bounded) for the others to disconnect first.
+    void this.ownedStore?.close().catch(() => {});
+  }
+
+  protected collective(kind: number, input: FlatBuffer | null, offset: number, count: number, output: FlatBuffer | null, scale = 1, root = 0): Promise<number> {
+    return awaitNative(
+      callNative(() => this.handle.collective(this.collectives.handle, kind, input?.handle ?? null, offset, count, output?.handle ?? null, 0, output?.length ?? 0, scale, root)),
+    );
+  }
+}

@@ -1,0 +1,378 @@
+// UcxComm: the JS face of one rank over the UCX transport plugin (sapipe_ucx.so, opened on first
+// use so that the addon loads where UCX is absent). The rank's worker address is handed to JS,
+// which swaps addresses through the rendezvous store and passes them all to connect().
+//
+// Collectives run on one execution queue and point-to-point operations on others (one per peer
+// and direction), all sharing the plugin's worker (the plugin serialises access to it). Every
+// collective first swaps a small header (kind, sizes, root) around the ring, so that ranks that
+// disagree all fail alike with ERR_SIZE_MISMATCH before any data moves; a collective that fails
+// after that (a lost peer, a timeout) leaves the ranks out of step, so later collectives fail at
+// once with the same error.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "../comm/local/local_group.h"
+#include "../comm/plugin_transport.h"
+#include "../comm/ring.h"
+#include "../core/plugin_loader.h"
+#include "comm_op.h"
+#include "comm_ucx_binding.h"
+
+namespace sapipe::addon {
+namespace {
+
+using comm::Deadline;
+using comm::local::CollectiveArgs;
+using comm::local::CollectiveKind;
+
+const sapipe_comm_plugin_v1* plugin_or_null(std::string* reason) {
+  const PluginLoad& load = ucx_plugin();
+  if (load.table == nullptr) {
+    *reason = load.reason;
+    return nullptr;
+  }
+  return reinterpret_cast<const sapipe_comm_plugin_v1*>(load.table);
+}
+
+// One rank's transport, shared by the UcxComm and its queued operations; the last owner closes it.
+struct Link {
+  const sapipe_comm_plugin_v1* plugin = nullptr;
+  sapipe_comm_transport* transport = nullptr;
+  int rank = 0, size = 1;
+  size_t chunk_count = 0;
+  std::mutex mutex;
+  sapipe_status broken = SAPIPE_OK;  // why collectives can no longer run (ranks out of step)
+  std::string broken_detail;
+
+  ~Link() {
+    if (transport != nullptr) plugin->destroy(transport);
+  }
+  comm::PluginTransport over(int channel, std::string* detail) {
+    return comm::PluginTransport(plugin, transport, rank, size, channel, chunk_count, detail);
+  }
+  void break_collectives(sapipe_status s, const std::string& detail) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (broken != SAPIPE_OK) return;
+    broken = s;
+    broken_detail = "an earlier collective failed, so the ranks are out of step: " + detail;
+  }
+};
+
+// What every rank must agree on before a collective moves data; 8 floats on the wire.
+struct Header {
+  uint64_t kind, input_count, output_count, root;
+};
+constexpr size_t kHeaderFloats = sizeof(Header) / sizeof(float);
+
+sapipe_status agree(comm::Transport& t, const CollectiveArgs& a, Deadline deadline, std::string* detail, bool* clean) {
+  *clean = false;
+  const int n = t.size();
+  std::vector<float> all(static_cast<size_t>(n) * kHeaderFloats);
+  const Header mine{static_cast<uint64_t>(a.kind), a.input_count, a.output_count, static_cast<uint64_t>(a.root)};
+  std::memcpy(all.data() + static_cast<size_t>(t.rank()) * kHeaderFloats, &mine, sizeof mine);
+  if (sapipe_status s = comm::ring_allgather_blocks(t, all.data(), kHeaderFloats, deadline); s != SAPIPE_OK) return s;
+  *clean = true;
+  for (int r = 0; r < n; ++r) {
+    Header h;
+    std::memcpy(&h, all.data() + static_cast<size_t>(r) * kHeaderFloats, sizeof h);
+    const std::string who = "rank " + std::to_string(r);
+    if (h.kind != mine.kind) {
+      *detail = who + " called another collective at this point; every rank must issue the same collectives in the same order";
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+    if (h.root != mine.root) {
+      *detail = who + " passed root " + std::to_string(h.root) + " where this rank passed " + std::to_string(mine.root);
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+    }
+    if (h.input_count != mine.input_count || h.output_count != mine.output_count) {
+      *detail = who + " passed " + std::to_string(h.input_count) + " elements where this rank passed " +
+                std::to_string(mine.input_count) + "; every rank must pass the same sizes";
+      return SAPIPE_ERR_SIZE_MISMATCH;
+    }
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status run_collective(comm::Transport& t, const CollectiveArgs& a, Deadline d, int64_t* non_finite) {
+  const int n = t.size(), r = t.rank();
+  *non_finite = 0;
+  switch (a.kind) {
+    case CollectiveKind::kBarrier:
+      return SAPIPE_OK;  // the header swap was the barrier: every rank has sent its header
+    case CollectiveKind::kAllreduce:
+      return comm::ring_allreduce(t, a.input, a.input_count, a.scale, d, non_finite);
+    case CollectiveKind::kReduceScatter: {
+      // The ring reduces in place and leaves partial sums in the other parts: work on a copy so
+      // the caller's input stays as it was.
+      const size_t m = a.output_count;
+      std::vector<float> work(a.input, a.input + a.input_count);
+      sapipe_status s = comm::ring_reduce_scatter_blocks(t, work.data(), m, a.scale, d, non_finite);
+      if (s == SAPIPE_OK && m > 0) std::memcpy(a.output, work.data() + static_cast<size_t>(r) * m, m * sizeof(float));
+      return s;
+    }
+    case CollectiveKind::kAllgather: {
+      const size_t m = a.input_count;
+      if (m > 0) std::memcpy(a.output + static_cast<size_t>(r) * m, a.input, m * sizeof(float));
+      return n == 1 ? SAPIPE_OK : comm::ring_allgather_blocks(t, a.output, m, d);
+    }
+    case CollectiveKind::kBroadcast:
+      return comm::ring_broadcast(t, a.input, a.input_count, a.root, d);
+    case CollectiveKind::kReduceScatterInPlace:
+      return comm::ring_reduce_scatter(t, a.input, a.input_count, a.scale, d, non_finite);
+    case CollectiveKind::kAllgatherInPlace:
+      return comm::ring_allgather(t, a.input, a.input_count, d);
+    default:
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+  }
+}
+
+class UcxComm : public Napi::ObjectWrap<UcxComm> {
+ public:
+  static void Init(Napi::Env env, Napi::Object exports) {
+    exports.Set("UcxComm", DefineClass(env, "UcxComm",
+                                       {InstanceMethod<&UcxComm::Address>("address"),
+                                        InstanceMethod<&UcxComm::Connect>("connect"),
+                                        InstanceMethod<&UcxComm::Collective>("collective"),
+                                        InstanceMethod<&UcxComm::Send>("send"),
+                                        InstanceMethod<&UcxComm::Recv>("recv"),
+                                        InstanceMethod<&UcxComm::PeerLost>("peerLost"),
+                                        InstanceMethod<&UcxComm::Destroy>("destroy")}));
+  }
+
+  // new UcxComm(rank, size, timeoutMs, chunkElements)
+  explicit UcxComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxComm>(info) {
+    Napi::Env env = info.Env();
+    const size_t rank = arg_index(info, 0, "rank"), size = arg_index(info, 1, "size");
+    check_rank(env, "UcxComm", size, rank);
+    timeout_ = arg_timeout(info, 2);
+    const size_t chunk = arg_index(info, 3, "chunkElements");
+    std::string reason;
+    const sapipe_comm_plugin_v1* plugin = plugin_or_null(&reason);
+    if (plugin == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", "the ucx backend is unavailable: " + reason);
+    auto link = std::make_shared<Link>();
+    link->plugin = plugin;
+    link->rank = static_cast<int>(rank);
+    link->size = static_cast<int>(size);
+    link->chunk_count = chunk;
+    sapipe_status s = plugin->create(static_cast<int32_t>(rank), static_cast<int32_t>(size), &link->transport);
+    if (s != SAPIPE_OK) throw_detail(env, s, "UcxComm", plugin->last_error());
+    link_ = std::move(link);
+  }
+
+  ~UcxComm() override {
+    // Collected without destroy(): queued operations keep the transport alive through their own
+    // reference; shutting down makes them finish now instead of waiting for their timeouts.
+    if (link_) link_->plugin->shutdown(link_->transport);
+  }
+
+ private:
+  Link& live(Napi::Env env, const char* op) {
+    if (!link_) throw_error(env, "ERR_DISPOSED", std::string(op) + ": the communicator was destroyed; create a new one");
+    return *link_;
+  }
+  Deadline deadline() const { return comm::Clock::now() + timeout_; }
+
+  Napi::Value Address(const Napi::CallbackInfo& info) {
+    Link& l = live(info.Env(), "address");
+    const void* address = nullptr;
+    size_t bytes = 0;
+    sapipe_status s = l.plugin->local_address(l.transport, &address, &bytes);
+    if (s != SAPIPE_OK) throw_detail(info.Env(), s, "address", l.plugin->last_error());
+    return Napi::Buffer<uint8_t>::Copy(info.Env(), static_cast<const uint8_t*>(address), bytes);
+  }
+
+  // connect(queue, addresses: Buffer[], remote: boolean[]) -> Promise<void>; remote[r]: rank r is
+  // on another machine (UCX then watches it for failure; see comm.h).
+  Napi::Value Connect(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Queue* queue = Queue::FromValue(env, info[0]);
+    Link& l = live(env, "connect");
+    const uint32_t n = static_cast<uint32_t>(l.size);
+    if (!info[1].IsArray() || info[1].As<Napi::Array>().Length() != n || !info[2].IsArray() || info[2].As<Napi::Array>().Length() != n)
+      throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses and remote must be arrays of one entry per rank");
+    Napi::Array list = info[1].As<Napi::Array>(), remote = info[2].As<Napi::Array>();
+    std::vector<std::vector<uint8_t>> addresses;
+    std::vector<int32_t> detect;
+    for (uint32_t r = 0; r < n; ++r) {
+      Napi::Value v = list.Get(r);
+      if (!v.IsBuffer()) throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses must be Buffers");
+      auto b = v.As<Napi::Buffer<uint8_t>>();
+      addresses.emplace_back(b.Data(), b.Data() + b.Length());
+      detect.push_back(remote.Get(r).ToBoolean().Value() ? 1 : 0);
+    }
+    class ConnectOp : public CommOp {
+     public:
+      ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, std::vector<int32_t> detect, Deadline d)
+          : CommOp(env, "connect", {}), l_(std::move(l)), a_(std::move(a)), detect_(std::move(detect)), d_(d) {}
+      void Run() override {
+        std::vector<const void*> pointers;
+        std::vector<size_t> lengths;
+        for (auto& a : a_) {
+          pointers.push_back(a.data());
+          lengths.push_back(a.size());
+        }
+        status_ = l_->plugin->connect(l_->transport, pointers.data(), lengths.data(), detect_.data(), comm::deadline_ms(d_));
+        if (status_ != SAPIPE_OK) detail_ = l_->plugin->last_error();
+      }
+     private:
+      std::shared_ptr<Link> l_;
+      std::vector<std::vector<uint8_t>> a_;
+      std::vector<int32_t> detect_;
+      Deadline d_;
+    };
+    return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), std::move(detect), deadline()));
+  }
+
+  // collective(queue, kind, input, inOffset, inCount, output|null, outOffset, outCount, scale, root) -> Promise<nonFinite>
+  Napi::Value Collective(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Queue* queue = Queue::FromValue(env, info[0]);
+    Link& l = live(env, "collective");
+    const size_t kind = arg_index(info, 1, "kind");
+    // Every kind but the local backend's fused kReduceUpdate (the ucx backend composes the sharded
+    // update from the in-place shard collectives instead).
+    if (kind > static_cast<size_t>(CollectiveKind::kAllgatherInPlace)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: unknown kind");
+    CollectiveArgs args;
+    args.kind = static_cast<CollectiveKind>(kind);
+    std::vector<BufferPtr> held;
+    arg_collective(info, args, held);
+    if (args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllgather) {
+      const bool rs = args.kind == CollectiveKind::kReduceScatter;
+      const size_t whole = rs ? args.input_count : args.output_count, part = rs ? args.output_count : args.input_count;
+      if (whole != part * static_cast<size_t>(l.size))
+        throw_error(env, "ERR_SIZE_MISMATCH", "collective: the larger buffer must hold size x the smaller one's elements");
+    }
+    const size_t root = arg_index(info, 9, "root");
+    if (root >= static_cast<size_t>(l.size)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: root must be a rank of the group");
+    args.root = static_cast<int32_t>(root);
+
+    class CollectiveOp : public CommOp {
+     public:
+      CollectiveOp(Napi::Env env, std::vector<BufferPtr> held, std::shared_ptr<Link> l, CollectiveArgs a, Deadline d)
+          : CommOp(env, "collective", std::move(held)), l_(std::move(l)), a_(a), d_(d) {}
+      void Run() override {
+        {
+          std::lock_guard<std::mutex> lock(l_->mutex);
+          if (l_->broken != SAPIPE_OK) {
+            status_ = l_->broken;
+            detail_ = l_->broken_detail;
+            return;
+          }
+        }
+        try {
+          comm::PluginTransport t = l_->over(SAPIPE_COMM_CHANNEL_COLLECTIVE, &detail_);
+          if (t.size() > 1) {
+            bool clean = false;
+            status_ = agree(t, a_, d_, &detail_, &clean);
+            if (status_ != SAPIPE_OK) {
+              // A disagreement is seen alike by every rank and leaves nothing in flight.
+              if (!clean) l_->break_collectives(status_, detail_);
+              return;
+            }
+          }
+          status_ = run_collective(t, a_, d_, &non_finite_);
+        } catch (const std::bad_alloc&) {
+          status_ = SAPIPE_ERR_OUT_OF_MEMORY;
+          detail_ = "out of memory for the collective's working copy";
+        }
+        if (status_ != SAPIPE_OK) l_->break_collectives(status_, detail_);
+      }
+      Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
+     private:
+      std::shared_ptr<Link> l_;
+      CollectiveArgs a_;
+      Deadline d_;
+      int64_t non_finite_ = 0;
+    };
+    return queue->Submit(env, new CollectiveOp(env, std::move(held), link_, args, deadline()));
+  }
+
+  // send(queue, buffer, offset, count, peer) / recv(queue, buffer, offset, count, peer)
+  Napi::Value PointToPoint(const Napi::CallbackInfo& info, bool send) {
+    Napi::Env env = info.Env();
+    const char* op = send ? "send" : "recv";
+    Queue* queue = Queue::FromValue(env, info[0]);
+    Link& l = live(env, op);
+    Range r = arg_range(info, 1, "buffer");
+    const size_t peer = arg_index(info, 4, "peer");
+    if (peer >= static_cast<size_t>(l.size) || static_cast<int>(peer) == l.rank)
+      throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": peer must be another rank of the group");
+    class P2POp : public CommOp {
+     public:
+      P2POp(Napi::Env env, const char* name, Range r, std::shared_ptr<Link> l, int peer, Deadline d, bool send)
+          : CommOp(env, name, {r.buffer}), r_(std::move(r)), l_(std::move(l)), peer_(peer), d_(d), send_(send) {}
+      void Run() override {
+        const sapipe_comm_plugin_v1* p = l_->plugin;
+        const size_t bytes = r_.count * sizeof(float);
+        if (send_) {
+          // Synchronous: the send completes once the peer has taken the message (the buffer may
+          // then be reused, and the peer has really received it, as Communicator.send promises).
+          sapipe_comm_request* request = nullptr;
+          status_ = p->isend(l_->transport, peer_, SAPIPE_COMM_CHANNEL_USER, 1, r_.data(), bytes, &request);
+          if (status_ == SAPIPE_OK) status_ = p->wait_send(l_->transport, request, comm::deadline_ms(d_));
+        } else {
+          status_ = p->recv(l_->transport, peer_, SAPIPE_COMM_CHANNEL_USER, r_.data(), bytes, comm::deadline_ms(d_));
+        }
+        if (status_ != SAPIPE_OK) detail_ = p->last_error();
+      }
+     private:
+      Range r_;
+      std::shared_ptr<Link> l_;
+      int peer_;
+      Deadline d_;
+      bool send_;
+    };
+    return queue->Submit(env, new P2POp(env, op, std::move(r), link_, static_cast<int>(peer), deadline(), send));
+  }
+  Napi::Value Send(const Napi::CallbackInfo& info) { return PointToPoint(info, true); }
+  Napi::Value Recv(const Napi::CallbackInfo& info) { return PointToPoint(info, false); }
+
+  // peerLost(peer, reason): the liveness signal the TypeScript side watches (a closed socket).
+  Napi::Value PeerLost(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const size_t peer = arg_index(info, 0, "peer");
+    const std::string reason = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string("reported lost");
+    if (link_ && peer < static_cast<size_t>(link_->size)) link_->plugin->peer_lost(link_->transport, static_cast<int32_t>(peer), reason.c_str());
+    return env.Undefined();
+  }
+
+  Napi::Value Destroy(const Napi::CallbackInfo& info) {
+    if (link_) {
+      link_->plugin->shutdown(link_->transport);
+      link_.reset();  // the last queued operation to finish closes the endpoints
+    }
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<Link> link_;
+  std::chrono::milliseconds timeout_{30000};
+};
+
+// {available, reason?, pluginPath, library?}; never throws.
+Napi::Value UcxStatus(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  std::string reason;
+  const sapipe_comm_plugin_v1* plugin = plugin_or_null(&reason);
+  out.Set("pluginPath", ucx_plugin().path);
+  out.Set("available", plugin != nullptr);
+  if (plugin == nullptr)
+    out.Set("reason", reason);
+  else
+    out.Set("library", plugin->library_version());
+  return out;
+}
+
+}  // namespace
+
+void InitCommUcx(Napi::Env env, Napi::Object exports) {
+  UcxComm::Init(env, exports);
+  exports.Set("ucxStatus", Napi::Function::New(env, UcxStatus, "ucxStatus"));
+}
+
+}  // namespace sapipe::addon

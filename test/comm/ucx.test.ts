@@ -1,0 +1,196 @@
+/**
+ * The ucx backend with real processes started by `sapipe launch` (test/fixtures/comm/ucx-rank.ts):
+ * every collective against a plain JS computation for sizes 0, 1, odd and large on 1-4 ranks,
+ * point-to-point ordering (and user messages never taken by a collective), size mismatches, use
+ * after destroy(), the fused all-reduce + update against the reference update, a rank killed with
+ * SIGKILL mid-collective, bad input, and `sapipe info` when the plugin is missing.
+ *
+ * Needs the UCX plugin (build/Release/sapipe_ucx.so, built by `npm run build:native` where
+ * libucx-dev is installed). In CI (CI set) a missing plugin fails the run; elsewhere the tests
+ * say why they cannot run.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Writable } from 'node:stream';
+import t, { type Test } from 'tap';
+
+import { ucxStatus } from '../../lib/backends/ucx.js';
+import { selectCommBackend } from '../../lib/backends/index.js';
+import { createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError, TimeoutError, UcxCommunicator, AliasingError } from '../../lib/index.js';
+import { launch } from '../../lib/launch/index.js';
+import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
+import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const FIXTURE = fileURLToPath(new URL('../fixtures/comm/ucx-rank.ts', import.meta.url));
+
+type Result = Record<string, unknown>;
+
+/** Runs the fixture on n ranks; returns the launch result and every rank's RESULT messages. */
+async function runRanks(n: number, args: string[], env: Record<string, string> = {}): Promise<{ exitCode: number; message?: string; results: Result[][]; stderr: string }> {
+  let out = '';
+  let err = '';
+  const sink = (append: (s: string) => void): Writable =>
+    new Writable({
+      write(chunk: Buffer, _encoding, callback): void {
+        append(chunk.toString());
+        callback();
+      },
+    });
+  const result = await launch({
+    script: FIXTURE,
+    args,
+    nproc: n,
+    nodeArgs: typescriptNodeArgs(),
+    cwd: repoRoot,
+    env: { ...process.env, ...typescriptEnv, ...env },
+    forwardSignals: false,
+    stdout: sink((s) => (out += s)),
+    stderr: sink((s) => (err += s)),
+  });
+  const results: Result[][] = Array.from({ length: n }, () => []);
+  for (const line of out.split('\n')) {
+    const m = /^\[(\d+)\] RESULT (.*)$/.exec(line);
+    if (m) results[Number(m[1])]!.push(JSON.parse(m[2]!) as Result);
+  }
+  return { exitCode: result.exitCode, ...(result.message ? { message: result.message } : {}), results, stderr: err };
+}
+
+const status = ucxStatus();
+if (!status.available) {
+  if (process.env.CI) t.fail(`the ucx plugin is not available in CI, so the ucx backend is untested: ${status.reason ?? 'unknown'}`);
+  else t.comment(`ucx tests cannot run here: ${status.reason ?? 'unknown'}`);
+}
+const needsUcx = status.available ? {} : { skip: `the ucx plugin is unavailable: ${status.reason ?? 'unknown'}` };
+
+t.test('sapipe info reports ucx, and why not when the plugin is missing', async (t) => {
+  const info = (env: Record<string, string>): Promise<{ name: string; available: boolean; reason?: string }> =>
+    new Promise((resolve, reject) => {
+      execFile(process.execPath, [`${root}/bin/sapipe.js`, 'info', '--json'], { env: { ...process.env, ...env } }, (error, stdout) => {
+        if (error) return reject(error);
+        const backends = (JSON.parse(stdout) as { backends: { name: string; available: boolean; reason?: string }[] }).backends;
+        resolve(backends.find((b) => b.name === 'ucx')!);
+      });
+    });
+  const missing = `${root}/no/such/dir/sapipe_ucx.so`;
+  const gone = await info({ SAPIPE_UCX_PLUGIN: missing });
+  t.equal(gone.available, false);
+  t.match(gone.reason, `the ucx plugin was not found: looked for ${missing}`);
+  const wrong = await info({ SAPIPE_UCX_PLUGIN: `${root}/build/Release/test-fakes/plugin_other_abi.so` });
+  t.equal(wrong.available, false, 'a file that is not the ucx plugin is refused');
+  t.ok(wrong.reason && wrong.reason.length > 0, `with a reason: ${wrong.reason}`);
+  if (status.available) {
+    t.equal((await info({})).available, true, 'the built plugin is reported available');
+    t.equal(selectCommBackend('ucx').name, 'ucx');
+  } else {
+    t.throws(() => selectCommBackend('ucx'), { code: 'ERR_BACKEND_UNAVAILABLE', message: /apt-get install libucx-dev/ });
+  }
+});
+
+t.test('every collective, point-to-point ordering, mismatches, the fused step and destroy on 1-4 ranks', needsUcx, async (t) => {
+  const sizes = '0,1,17,1001,1000003';
+  for (const n of [1, 2, 3, 4]) {
+    // Small chunks on 3 ranks: the pipelined path with many chunks per part.
+    const env: Record<string, string> = n === 3 ? { SAPIPE_UCX_CHUNK_BYTES: '4096' } : {};
+    const run = await runRanks(n, ['all', sizes], env);
+    t.equal(run.exitCode, 0, `world ${n}: ${run.message ?? ''} ${run.exitCode ? run.stderr.slice(-2000) : ''}`);
+    for (let rank = 0; rank < n; rank++) {
+      const msgs = run.results[rank]!;
+      const collectives = msgs.filter((m) => 'len' in m);
+      t.equal(collectives.length, 5, `world ${n} rank ${rank}: every size ran`);
+      for (const m of collectives) {
+        const checks = m.checks as Record<string, { bad: number } | number>;
+        for (const [name, c] of Object.entries(checks))
+          if (typeof c === 'number') t.equal(c, 0, `world ${n} len ${String(m.len)} ${name}`);
+          else t.equal(c.bad, 0, `world ${n} rank ${rank} len ${String(m.len)}: ${name} ${JSON.stringify(c)}`);
+      }
+      t.same(msgs.find((m) => 'afterDestroy' in m)?.afterDestroy, 'ERR_DISPOSED', `world ${n} rank ${rank}: use after destroy()`);
+      if (n < 2) continue;
+      if (rank > 0) {
+        const p2p = msgs.find((m) => 'p2p' in m);
+        t.same(p2p?.p2p, p2p?.expected, `world ${n} rank ${rank}: messages in order and intact`);
+        t.equal(p2p?.collective, n, 'a collective in between took no user message');
+      }
+      const mm = msgs.find((m) => 'mismatch' in m);
+      t.same(mm?.mismatch, ['ERR_SIZE_MISMATCH'], `world ${n} rank ${rank}: mismatched all-reduce sizes fail on every rank`);
+      t.equal(mm?.after, (n * (n - 1)) / 2, 'and the group still works');
+      if (rank === 1) {
+        t.equal(mm?.p2p, 'ERR_SIZE_MISMATCH', 'a receive of another length is refused');
+        t.same(mm?.next, [7, 8], 'and the next message arrives intact');
+      }
+      checkFused(t, n, rank, msgs.find((m) => 'fused' in m)?.fused as Record<string, FusedOut> | undefined);
+    }
+  }
+});
+
+interface FusedOut {
+  results: { applied: boolean; nonFiniteCount: number }[];
+  weights: number[];
+  predicted: number[];
+}
+
+/** The fixture's fused steps against the reference update of the all-reduced average (as test/comm/local.test.ts). */
+function checkFused(t: Test, n: number, rank: number, fused: Record<string, FusedOut> | undefined): void {
+  t.ok(fused, `world ${n} rank ${rank}: the fused step ran`);
+  if (!fused) return;
+  const ref = fusedReference(n);
+  for (const guard of ['prescan', 'deferred']) {
+    const got = fused[guard]!;
+    t.same(got.results.map((r) => r.applied), [true, true, false], `${guard}: the step with a NaN on rank 1 is skipped on every rank`);
+    const worst = worstRatio(got.weights, ref.w);
+    const worstPred = worstRatio(got.predicted, ref.predicted);
+    t.ok(worst <= 1, `world ${n} ${guard} rank ${rank}: weights within 1e-5 relative (+1e-6 absolute) of the reference (worst ${worst.toFixed(3)})`);
+    t.ok(worstPred <= 1, `world ${n} ${guard} rank ${rank}: predicted weights too (worst ${worstPred.toFixed(3)})`);
+  }
+}
+
+t.test('a rank killed with SIGKILL mid-collective: every later operation of the others is ERR_PEER_LOST, quickly', needsUcx, async (t) => {
+  const run = await runRanks(3, ['die'], { SAPIPE_TEST_UCX_TIMEOUT_MS: '15000' });
+  t.not(run.exitCode, 0, `sapipe launch exits non-zero (${run.message ?? ''})`);
+  t.equal(run.exitCode, 128 + 9, 'with the killed rank\'s signal');
+  for (const rank of [0, 2]) {
+    const r = run.results[rank]!.find((m) => 'die' in m);
+    t.same(r?.die, Array(5).fill('ERR_PEER_LOST'), `rank ${rank}: the pending all-reduce, later collectives and point-to-point all fail (${run.stderr.slice(-4000)})`);
+    t.ok((r?.ms as number) < 5000, `rank ${rank}: within ${String(r?.ms)} ms, well before the 15 s timeout`);
+  }
+});
+
+t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPOSED', needsUcx, async (t) => {
+  await t.rejects(UcxCommunicator.create({ rank: 0, size: 1, timeoutMs: 0, store: undefined }), InvalidArgumentError);
+  await t.rejects(UcxCommunicator.create(null as never), InvalidArgumentError);
+  await t.rejects(UcxCommunicator.create({ store: {} as never }), InvalidArgumentError);
+  await t.rejects(UcxCommunicator.create({ chunkBytes: 3, store: undefined, rank: 0, size: 1 }), InvalidArgumentError);
+  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0 });
+  await t.rejects(UcxCommunicator.create({ store, rank: 1, size: 2 }), InvalidArgumentError);
+  const comm = await UcxCommunicator.create({ store, timeoutMs: 5000 });
+  t.equal(comm.backend, 'ucx');
+  const b = FlatBuffer.from([1, 2, 3]);
+  t.same((await comm.allreduce(b, { op: 'avg' })).nonFiniteCount, 0);
+  t.same(Array.from(b.array), [1, 2, 3]);
+  b.array[1] = NaN;
+  t.equal((await comm.allreduce(b)).nonFiniteCount, 1);
+  await t.rejects(comm.allreduce(b, { op: 'max' as 'sum' }), InvalidArgumentError);
+  await t.rejects(comm.allreduce(b, { offset: 2, count: 5 }), SizeMismatchError);
+  await t.rejects(comm.allreduce(b, { offset: -1 }), InvalidArgumentError);
+  await t.rejects(comm.reduceScatter(b, FlatBuffer.allocate(2)), SizeMismatchError);
+  await t.rejects(comm.allgather(b, FlatBuffer.allocate(5)), SizeMismatchError);
+  await t.rejects(comm.allgather(b, b), AliasingError);
+  await t.rejects(comm.reduceScatter(b, b), AliasingError);
+  await t.rejects(comm.broadcast(b, 1), InvalidArgumentError);
+  await t.rejects(comm.send(b, 0), InvalidArgumentError);
+  await t.rejects(comm.recv(b, 5), InvalidArgumentError);
+  await t.rejects(comm.allreduce({} as FlatBuffer), InvalidArgumentError);
+  const disposed = FlatBuffer.allocate(4);
+  disposed.dispose();
+  await t.rejects(comm.allreduce(disposed), DisposedError);
+  comm.destroy();
+  comm.destroy();
+  await t.rejects(comm.allreduce(b), DisposedError);
+  // A rank whose peers never come: create() gives up at the timeout.
+  const lonely = await createRendezvous({ rank: 0, worldSize: 2, port: 0 });
+  await t.rejects(UcxCommunicator.create({ store: lonely, timeoutMs: 300 }), TimeoutError);
+  await lonely.close();
+  await t.rejects(comm.barrier(), DisposedError);
+  await t.rejects(comm.recv(b, 0), DisposedError);
+  await store.close();
+});
