@@ -1,0 +1,223 @@
+#include "cuda_buffer.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "addon_data.h"
+#include "cuda_binding.h"
+#include "errors.h"
+#include "js_args.h"
+#include "update_binding.h"
+
+namespace sapipe::addon {
+namespace {
+
+bool whole_in(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi && std::floor(x) == x; }
+
+size_t index_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber() || !whole_in(v.As<Napi::Number>().DoubleValue(), 0, 9007199254740991.0))
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
+  return static_cast<size_t>(v.As<Napi::Number>().DoubleValue());
+}
+
+Napi::Float32Array float32_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a Float32Array");
+  return v.As<Napi::Float32Array>();
+}
+
+void check_status(Napi::Env env, const sapipe_cuda_plugin_v1* cuda, sapipe_status s, const char* what) {
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), std::string(what) + ": " + cuda->last_error());
+}
+
+}  // namespace
+
+DeviceAllocation::~DeviceAllocation() {
+  // cudaFree finds the device from the address (unified addressing): no device switch needed.
+  if (data != nullptr && cuda != nullptr) cuda->free_device(data);
+}
+
+void CudaBuffer::Init(Napi::Env env, Napi::Object exports) {
+  Napi::Function ctor = DefineClass(env, "CudaBuffer",
+                                    {InstanceAccessor<&CudaBuffer::GetLength>("length"),
+                                     InstanceAccessor<&CudaBuffer::GetDevice>("device"),
+                                     InstanceAccessor<&CudaBuffer::GetDisposed>("disposed"),
+                                     InstanceMethod<&CudaBuffer::CopyFromHost>("copyFromHost"),
+                                     InstanceMethod<&CudaBuffer::CopyToHost>("copyToHost"),
+                                     InstanceMethod<&CudaBuffer::CopyFromDevice>("copyFromDevice"),
+                                     InstanceMethod<&CudaBuffer::Dispose>("dispose")});
+  AddonData::Get(env).cuda_buffer_ctor = Napi::Persistent(ctor);
+  exports.Set("CudaBuffer", ctor);
+}
+
+std::shared_ptr<DeviceAllocation> CudaBuffer::FromValue(Napi::Env env, const Napi::Value& value, const char* what) {
+  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(AddonData::Get(env).cuda_buffer_ctor.Value()))
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a CudaBuffer");
+  CudaBuffer* self = Napi::ObjectWrap<CudaBuffer>::Unwrap(value.As<Napi::Object>());
+  if (!self->memory_) throw_error(env, "ERR_DISPOSED", std::string(what) + " was disposed; allocate a new buffer");
+  return self->memory_;
+}
+
+// new CudaBuffer(device, length): `length` zero-filled floats on cuda:device.
+CudaBuffer::CudaBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CudaBuffer>(info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !whole_in(info[0].As<Napi::Number>().DoubleValue(), 0, 1023))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "CudaBuffer(device, length): device must be an integer in [0, 1023]");
+  if (!info[1].IsNumber() || !whole_in(info[1].As<Napi::Number>().DoubleValue(), 0, 4294967295.0))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "CudaBuffer(device, length): length must be an integer in [0, 2^32 - 1]");
+  device_ = static_cast<int32_t>(info[0].As<Napi::Number>().DoubleValue());
+  length_ = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, device_);
+  auto memory = std::make_shared<DeviceAllocation>();
+  memory->cuda = cuda;
+  memory->device = device_;
+  memory->length = length_;
+  void* ptr = nullptr;
+  check_status(env, cuda, cuda->malloc_device(&ptr, length_ * sizeof(float)), "CudaBuffer");
+  memory->data = static_cast<float*>(ptr);
+  // Zero-filled like host buffers (a ParamSet's padding must start at zero). A staging copy
+  // through the legacy stream is slow but rare: allocation is not on a training loop's path.
+  if (length_ > 0) {
+    std::vector<float> zeros(length_, 0.0f);
+    check_status(env, cuda, cuda->copy_to_device(memory->data, zeros.data(), length_ * sizeof(float), nullptr), "CudaBuffer");
+    check_status(env, cuda, cuda->stream_synchronize(nullptr), "CudaBuffer");
+  }
+  memory_ = std::move(memory);
+}
+
+DeviceAllocation& CudaBuffer::live(Napi::Env env, const char* what) {
+  if (!memory_) throw_error(env, "ERR_DISPOSED", std::string("CudaBuffer.") + what + ": the buffer was disposed");
+  if (memory_->users.load() != 0)
+    throw_error(env, "ERR_BUSY", std::string("CudaBuffer.") + what + ": a queued operation still uses the buffer; await it first");
+  if (memory_->cuda->set_device(device_) != SAPIPE_OK)
+    throw_error(env, "ERR_BACKEND_UNAVAILABLE", "cuda:" + std::to_string(device_) + " is unavailable: " + memory_->cuda->last_error());
+  return *memory_;
+}
+
+Napi::Value CudaBuffer::GetLength(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(length_)); }
+Napi::Value CudaBuffer::GetDevice(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
+Napi::Value CudaBuffer::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !memory_); }
+
+// copyFromHost(src: Float32Array, offset): device [offset, offset + src.length) = src.
+Napi::Value CudaBuffer::CopyFromHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DeviceAllocation& m = live(env, "copyFromHost");
+  Napi::Float32Array src = float32_arg(env, info[0], "copyFromHost(src)");
+  const size_t offset = index_arg(env, info[1], "copyFromHost(offset)");
+  if (offset > m.length || src.ElementLength() > m.length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "copyFromHost: " + std::to_string(src.ElementLength()) + " floats at offset " +
+                                              std::to_string(offset) + " exceed the buffer's " + std::to_string(m.length));
+  if (src.ElementLength() == 0) return env.Undefined();
+  check_status(env, m.cuda, m.cuda->copy_to_device(m.data + offset, src.Data(), src.ElementLength() * sizeof(float), nullptr), "copyFromHost");
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyFromHost");
+  return env.Undefined();
+}
+
+// copyToHost(dst: Float32Array, offset): dst = device [offset, offset + dst.length).
+Napi::Value CudaBuffer::CopyToHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DeviceAllocation& m = live(env, "copyToHost");
+  Napi::Float32Array dst = float32_arg(env, info[0], "copyToHost(dst)");
+  const size_t offset = index_arg(env, info[1], "copyToHost(offset)");
+  if (offset > m.length || dst.ElementLength() > m.length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "copyToHost: " + std::to_string(dst.ElementLength()) + " floats at offset " +
+                                              std::to_string(offset) + " exceed the buffer's " + std::to_string(m.length));
+  if (dst.ElementLength() == 0) return env.Undefined();
+  check_status(env, m.cuda, m.cuda->copy_to_host(dst.Data(), m.data + offset, dst.ElementLength() * sizeof(float), nullptr), "copyToHost");
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyToHost");
+  return env.Undefined();
+}
+
+// copyFromDevice(src: CudaBuffer, srcOffset, dstOffset, count), both on this buffer's device.
+Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DeviceAllocation& m = live(env, "copyFromDevice");
+  std::shared_ptr<DeviceAllocation> src = FromValue(env, info[0], "copyFromDevice(src)");
+  const size_t from = index_arg(env, info[1], "copyFromDevice(srcOffset)");
+  const size_t to = index_arg(env, info[2], "copyFromDevice(dstOffset)");
+  const size_t count = index_arg(env, info[3], "copyFromDevice(count)");
+  if (src->device != m.device) throw_error(env, "ERR_INVALID_ARGUMENT", "copyFromDevice: the buffers are on different devices");
+  if (src->users.load() != 0) throw_error(env, "ERR_BUSY", "copyFromDevice: a queued operation still uses the source; await it first");
+  if (from > src->length || count > src->length - from || to > m.length || count > m.length - to)
+    throw_error(env, "ERR_SIZE_MISMATCH", "copyFromDevice: the range exceeds a buffer");
+  if (count == 0) return env.Undefined();
+  if (src.get() == &m) throw_error(env, "ERR_ALIASING", "copyFromDevice: the source and destination are the same buffer");
+  check_status(env, m.cuda, m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), nullptr), "copyFromDevice");
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyFromDevice");
+  return env.Undefined();
+}
+
+Napi::Value CudaBuffer::Dispose(const Napi::CallbackInfo& info) {
+  if (memory_ && memory_->users.load() != 0)
+    throw_error(info.Env(), "ERR_BUSY", "CudaBuffer.dispose: a queued operation still uses the buffer; await it first");
+  memory_.reset();
+  return info.Env().Undefined();
+}
+
+namespace {
+
+// cudaUpdate(config, buffers): the fused update on CudaBuffers (the keys of NativeUpdateBuffers),
+// run to completion on the weights' device; returns { applied, nonFiniteCount }.
+Napi::Value CudaUpdate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const sapipe_update_config config = parse_update_config(expect_object(env, info[0], "config"));
+  Napi::Object b = expect_object(env, info[1], "buffers");
+  std::shared_ptr<DeviceAllocation> weights = CudaBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
+  std::vector<std::shared_ptr<DeviceAllocation>> held{weights};
+  auto optional = [&](const char* key) -> float* {
+    Napi::Value v = b.Get(key);
+    if (v.IsUndefined() || v.IsNull()) return nullptr;
+    auto m = CudaBuffer::FromValue(env, v, (std::string("buffers.") + key).c_str());
+    if (m->length != weights->length)
+      throw_error(env, "ERR_SIZE_MISMATCH", std::string("buffers.") + key + " has " + std::to_string(m->length) +
+                                                " elements but buffers.weights has " + std::to_string(weights->length));
+    if (m->device != weights->device)
+      throw_error(env, "ERR_INVALID_ARGUMENT", std::string("buffers.") + key + " is on another device than buffers.weights");
+    if (m->users.load() != 0) throw_error(env, "ERR_BUSY", std::string("buffers.") + key + " is in use by a queued operation");
+    held.push_back(m);
+    return m->data;
+  };
+  sapipe_update_buffers buffers{};
+  buffers.weights = weights->data;
+  buffers.grad = optional("grad");
+  if (buffers.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
+  buffers.momentum = optional("momentum");
+  buffers.second_moment = optional("secondMoment");
+  buffers.backup = optional("backup");
+  buffers.predicted = optional("predicted");
+  buffers.local_grad = optional("localGrad");
+  buffers.prev_local_grad = optional("prevLocalGrad");
+  const size_t length = weights->length;
+  buffers.offset = get_index(b, "offset", 0);
+  buffers.count = get_index(b, "count", length - std::min(length, buffers.offset));
+  if (buffers.offset > length || buffers.count > length - buffers.offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, weights->device);
+  sapipe_update_result result{};
+  check_status(env, cuda, cuda->update(&config, &buffers, nullptr, &result, nullptr), "cudaUpdate");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("applied", Napi::Boolean::New(env, result.applied != 0));
+  o.Set("nonFiniteCount", Napi::Number::New(env, static_cast<double>(result.non_finite_count)));
+  return o;
+}
+
+// cudaDeviceCheck(device): throws ERR_BACKEND_UNAVAILABLE with the reason unless cuda:device can
+// take device buffers; the NcclCommunicator's and DeviceBuffer's early check.
+Napi::Value CudaDeviceCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !whole_in(info[0].As<Napi::Number>().DoubleValue(), 0, 1023))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "cudaDeviceCheck(device): device must be an integer in [0, 1023]");
+  require_device_table(env, static_cast<int32_t>(info[0].As<Napi::Number>().DoubleValue()));
+  return env.Undefined();
+}
+
+}  // namespace
+
+void InitCudaBuffer(Napi::Env env, Napi::Object exports) {
+  CudaBuffer::Init(env, exports);
+  exports.Set("cudaUpdate", Napi::Function::New(env, CudaUpdate, "cudaUpdate"));
+  exports.Set("cudaDeviceCheck", Napi::Function::New(env, CudaDeviceCheck, "cudaDeviceCheck"));
+}
+
+}  // namespace sapipe::addon
