@@ -202,6 +202,29 @@ Napi::Value CudaUpdate(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// cudaCountNonFinite(buffer, offset, count): NaN/Inf elements of the range, counted on the device
+// (a device word allocated per call: the call is not on a step's hot path).
+Napi::Value CudaCountNonFinite(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<DeviceAllocation> m = CudaBuffer::FromValue(env, info[0], "cudaCountNonFinite(buffer)");
+  const size_t offset = index_arg(env, info[1], "cudaCountNonFinite(offset)");
+  const size_t count = index_arg(env, info[2], "cudaCountNonFinite(count)");
+  if (offset > m->length || count > m->length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "cudaCountNonFinite: the range exceeds the buffer");
+  if (m->users.load() != 0) throw_error(env, "ERR_BUSY", "cudaCountNonFinite: a queued operation still uses the buffer");
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, m->device);
+  void* word = nullptr;
+  check_status(env, cuda, cuda->malloc_device(&word, sizeof(int64_t)), "cudaCountNonFinite");
+  int64_t bad = 0;
+  sapipe_status s = cuda->count_non_finite(m->data + offset, count, static_cast<int64_t*>(word), nullptr);
+  if (s == SAPIPE_OK) s = cuda->copy_to_host(&bad, word, sizeof bad, nullptr);
+  if (s == SAPIPE_OK) s = cuda->stream_synchronize(nullptr);
+  const std::string why = s == SAPIPE_OK ? "" : cuda->last_error();
+  cuda->free_device(word);
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), "cudaCountNonFinite: " + why);
+  return Napi::Number::New(env, static_cast<double>(bad));
+}
+
 // cudaDeviceCheck(device): throws ERR_BACKEND_UNAVAILABLE with the reason unless cuda:device can
 // take device buffers; the NcclCommunicator's and DeviceBuffer's early check.
 Napi::Value CudaDeviceCheck(const Napi::CallbackInfo& info) {
@@ -217,6 +240,7 @@ Napi::Value CudaDeviceCheck(const Napi::CallbackInfo& info) {
 void InitCudaBuffer(Napi::Env env, Napi::Object exports) {
   CudaBuffer::Init(env, exports);
   exports.Set("cudaUpdate", Napi::Function::New(env, CudaUpdate, "cudaUpdate"));
+  exports.Set("cudaCountNonFinite", Napi::Function::New(env, CudaCountNonFinite, "cudaCountNonFinite"));
   exports.Set("cudaDeviceCheck", Napi::Function::New(env, CudaDeviceCheck, "cudaDeviceCheck"));
 }
 

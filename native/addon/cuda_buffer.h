@@ -52,7 +52,8 @@ class CudaBuffer : public Napi::ObjectWrap<CudaBuffer> {
   int32_t device_ = 0;
 };
 
-// CudaBuffer, cudaUpdate(config, buffers), cudaDeviceCheck(device).
+// CudaBuffer, cudaUpdate(config, buffers), cudaCountNonFinite(buffer, offset, count),
+// cudaDeviceCheck(device).
 void InitCudaBuffer(Napi::Env env, Napi::Object exports);
 
 }  // namespace sapipe::addon

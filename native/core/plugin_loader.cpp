@@ -83,7 +83,9 @@ PluginLoad load_cuda_plugin_uncached() {
     const std::string dir = module_directory();
     path = (dir.empty() ? std::string(".") : dir) + "/sapipe_cuda.so";
   }
-  PluginLoad load = load_plugin(path, "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, sizeof(sapipe_cuda_plugin_v1));
+  // A plugin built before the entries appended to v1 still serves the base table; its users check
+  // table_size before using the appended entries.
+  PluginLoad load = load_plugin(path, "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE);
   if (load.table == nullptr && !file_exists(path) && override_path == nullptr)
     load.reason += " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)";
   return load;
