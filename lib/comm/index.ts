@@ -1,6 +1,7 @@
-/** Communication: the Communicator API, the local backend, the fused all-reduce + update, and the rendezvous store. */
-export { Communicator, DEFAULT_COMM_TIMEOUT_MS, type AllreduceOptions, type CommBackendName, type ReduceOp, type ReduceOptions, type ReduceResult } from './communicator.js';
+/** Communication: the Communicator API, the local and nccl backends, the fused all-reduce + update, and the rendezvous store. */
+export { Communicator, DEFAULT_COMM_TIMEOUT_MS, type CommBuffer, type AllreduceOptions, type CommBackendName, type ReduceOp, type ReduceOptions, type ReduceResult } from './communicator.js';
 export { LocalCommunicator, spawnLocalRanks, partition, type LocalCommunicatorOptions, type LocalRankData } from './local.js';
+export { NcclCommunicator, type NcclCommunicatorOptions, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 export { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
 export { allreduceAndStep, gatherShardedState, bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
 export * from './rendezvous/index.js';
