@@ -69,7 +69,10 @@ export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, br
 /** One rank's NCCL communicator (native/addon/nccl_comm_binding.cpp). */
 export interface NcclCommHandle {
   init(queue: QueueHandle, id: Uint8Array): Promise<void>;
-  /** arg: 0 sum / 1 avg for reductions, the root for broadcast, the peer for send and recv. */
+  /**
+   * arg: 0 sum / 1 avg for reductions, the root for broadcast, the peer for send and recv.
+   * Resolves with the non-finite count of a reduction's result (0 for the other kinds).
+   */
   collective(
     queue: QueueHandle,
     kind: number,
@@ -79,7 +82,7 @@ export interface NcclCommHandle {
     b: CudaBufferHandle | null,
     bOffset: number,
     arg: number,
-  ): Promise<void>;
+  ): Promise<number>;
   fusedUpdate(
     queue: QueueHandle,
     config: NativeUpdateConfig,
@@ -101,8 +104,6 @@ export interface CudaAddon {
   cudaUpdate(config: NativeUpdateConfig, buffers: CudaUpdateBuffers): NativeUpdateResult;
   /** Non-finite elements of [offset, offset + count). */
   cudaCountNonFinite(buffer: CudaBufferHandle, offset: number, count: number): number;
-  /** Throws ERR_BACKEND_UNAVAILABLE with the reason unless cuda:device can hold device buffers. */
-  cudaDeviceCheck(device: number): void;
   NcclComm: new (device: number, size: number, rank: number, timeoutMs: number) => NcclCommHandle;
   ncclUniqueId(): Uint8Array;
 }

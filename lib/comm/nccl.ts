@@ -164,16 +164,14 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
 
   protected async runAllreduce(buffer: DeviceBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
     this.checkDevice(buffer, 'allreduce(buffer)');
-    await this.collective(NcclCollective.allreduce, buffer, offset, count, null, 0, scale === 1 ? SUM : AVG);
-    // NCCL does not count while reducing: one extra read of the result, on the device.
-    return { nonFiniteCount: buffer.countNonFinite(offset, count) };
+    // NCCL does not count while reducing: the native op reads the result once more on the device.
+    return { nonFiniteCount: await this.collective(NcclCollective.allreduce, buffer, offset, count, null, 0, scale === 1 ? SUM : AVG) };
   }
   protected async runReduceScatter(input: DeviceBuffer, output: DeviceBuffer, scale: number): Promise<ReduceResult> {
     this.checkDevice(input, 'reduceScatter(input)');
     this.checkDevice(output, 'reduceScatter(output)');
-    await this.collective(NcclCollective.reduceScatter, input, 0, output.length, output, 0, scale === 1 ? SUM : AVG);
-    // Each rank holds its own part: the count is this part's (the host backends count the same).
-    return { nonFiniteCount: output.countNonFinite() };
+    // The count is of this rank's part, as the host backends count it.
+    return { nonFiniteCount: await this.collective(NcclCollective.reduceScatter, input, 0, output.length, output, 0, scale === 1 ? SUM : AVG) };
   }
   protected async runAllgather(input: DeviceBuffer, output: DeviceBuffer): Promise<void> {
     this.checkDevice(input, 'allgather(input)');
@@ -266,9 +264,10 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     if (buffer.device !== this.device) throw new InvalidArgumentError(`${what} is on ${buffer.device}, the communicator on ${this.device}`);
   }
 
-  private async collective(kind: number, a: DeviceBuffer, aOffset: number, count: number, b: DeviceBuffer | null, bOffset: number, arg: number): Promise<void> {
+  /** Resolves with the non-finite count of a reduction's result (0 for the other kinds). */
+  private async collective(kind: number, a: DeviceBuffer, aOffset: number, count: number, b: DeviceBuffer | null, bOffset: number, arg: number): Promise<number> {
     if (this.destroyed) throw new DisposedError('NcclCommunicator: the communicator was destroyed; create a new one');
-    await awaitNative(callNative(() => this.handle.collective(this.queue.handle, kind, a.handle, aOffset, count, b?.handle ?? null, bOffset, arg)));
+    return awaitNative(callNative(() => this.handle.collective(this.queue.handle, kind, a.handle, aOffset, count, b?.handle ?? null, bOffset, arg)));
   }
 
   private async fused(

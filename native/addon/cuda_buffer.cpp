@@ -155,6 +155,45 @@ Napi::Value CudaBuffer::Dispose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+DeviceUpdate parse_device_update(Napi::Env env, const Napi::Value& value, int32_t device, bool refuse_busy) {
+  DeviceUpdate out;
+  Napi::Object b = expect_object(env, value, "buffers");
+  std::shared_ptr<DeviceAllocation> weights = CudaBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
+  const int32_t on = device < 0 ? weights->device : device;
+  auto take = [&](const std::shared_ptr<DeviceAllocation>& m, const std::string& what) {
+    if (m->device != on)
+      throw_error(env, "ERR_INVALID_ARGUMENT", what + " is on cuda:" + std::to_string(m->device) + ", not cuda:" + std::to_string(on));
+    if (m->length != weights->length)
+      throw_error(env, "ERR_SIZE_MISMATCH", what + " has " + std::to_string(m->length) + " elements but buffers.weights has " +
+                                                std::to_string(weights->length));
+    if (refuse_busy && m->users.load() != 0) throw_error(env, "ERR_BUSY", what + " is in use by a queued operation; await it first");
+    out.held.push_back(m);
+    return m->data;
+  };
+  auto optional = [&](const char* key) -> float* {
+    Napi::Value v = b.Get(key);
+    if (v.IsUndefined() || v.IsNull()) return nullptr;
+    const std::string what = std::string("buffers.") + key;
+    return take(CudaBuffer::FromValue(env, v, what.c_str()), what);
+  };
+  sapipe_update_buffers& u = out.buffers;
+  u.weights = take(weights, "buffers.weights");
+  u.grad = optional("grad");
+  if (u.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
+  u.momentum = optional("momentum");
+  u.second_moment = optional("secondMoment");
+  u.backup = optional("backup");
+  u.predicted = optional("predicted");
+  u.local_grad = optional("localGrad");
+  u.prev_local_grad = optional("prevLocalGrad");
+  const size_t length = weights->length;
+  u.offset = get_index(b, "offset", 0);
+  u.count = get_index(b, "count", length - std::min(length, u.offset));
+  if (u.offset > length || u.count > length - u.offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  return out;
+}
+
 namespace {
 
 // cudaUpdate(config, buffers): the fused update on CudaBuffers (the keys of NativeUpdateBuffers),
@@ -162,38 +201,10 @@ namespace {
 Napi::Value CudaUpdate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const sapipe_update_config config = parse_update_config(expect_object(env, info[0], "config"));
-  Napi::Object b = expect_object(env, info[1], "buffers");
-  std::shared_ptr<DeviceAllocation> weights = CudaBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
-  std::vector<std::shared_ptr<DeviceAllocation>> held{weights};
-  auto optional = [&](const char* key) -> float* {
-    Napi::Value v = b.Get(key);
-    if (v.IsUndefined() || v.IsNull()) return nullptr;
-    auto m = CudaBuffer::FromValue(env, v, (std::string("buffers.") + key).c_str());
-    if (m->length != weights->length)
-      throw_error(env, "ERR_SIZE_MISMATCH", std::string("buffers.") + key + " has " + std::to_string(m->length) +
-                                                " elements but buffers.weights has " + std::to_string(weights->length));
-    if (m->device != weights->device)
-      throw_error(env, "ERR_INVALID_ARGUMENT", std::string("buffers.") + key + " is on another device than buffers.weights");
-    if (m->users.load() != 0) throw_error(env, "ERR_BUSY", std::string("buffers.") + key + " is in use by a queued operation");
-    held.push_back(m);
-    return m->data;
-  };
-  sapipe_update_buffers buffers{};
-  buffers.weights = weights->data;
-  buffers.grad = optional("grad");
-  if (buffers.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
-  buffers.momentum = optional("momentum");
-  buffers.second_moment = optional("secondMoment");
-  buffers.backup = optional("backup");
-  buffers.predicted = optional("predicted");
-  buffers.local_grad = optional("localGrad");
-  buffers.prev_local_grad = optional("prevLocalGrad");
-  const size_t length = weights->length;
-  buffers.offset = get_index(b, "offset", 0);
-  buffers.count = get_index(b, "count", length - std::min(length, buffers.offset));
-  if (buffers.offset > length || buffers.count > length - buffers.offset)
-    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
-  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, weights->device);
+  // Run now, on the legacy stream: no queued collective may be using the memory.
+  const DeviceUpdate update = parse_device_update(env, info[1], -1, true);
+  const sapipe_update_buffers& buffers = update.buffers;
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, update.held.front()->device);
   sapipe_update_result result{};
   check_status(env, cuda, cuda->update(&config, &buffers, nullptr, &result, nullptr), "cudaUpdate");
   Napi::Object o = Napi::Object::New(env);
@@ -225,23 +236,12 @@ Napi::Value CudaCountNonFinite(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(bad));
 }
 
-// cudaDeviceCheck(device): throws ERR_BACKEND_UNAVAILABLE with the reason unless cuda:device can
-// take device buffers; the NcclCommunicator's and DeviceBuffer's early check.
-Napi::Value CudaDeviceCheck(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsNumber() || !whole_in(info[0].As<Napi::Number>().DoubleValue(), 0, 1023))
-    throw_error(env, "ERR_INVALID_ARGUMENT", "cudaDeviceCheck(device): device must be an integer in [0, 1023]");
-  require_device_table(env, static_cast<int32_t>(info[0].As<Napi::Number>().DoubleValue()));
-  return env.Undefined();
-}
-
 }  // namespace
 
 void InitCudaBuffer(Napi::Env env, Napi::Object exports) {
   CudaBuffer::Init(env, exports);
   exports.Set("cudaUpdate", Napi::Function::New(env, CudaUpdate, "cudaUpdate"));
   exports.Set("cudaCountNonFinite", Napi::Function::New(env, CudaCountNonFinite, "cudaCountNonFinite"));
-  exports.Set("cudaDeviceCheck", Napi::Function::New(env, CudaDeviceCheck, "cudaDeviceCheck"));
 }
 
 }  // namespace sapipe::addon

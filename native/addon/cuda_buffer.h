@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "sapipe/plugin.h"
 
@@ -52,8 +53,16 @@ class CudaBuffer : public Napi::ObjectWrap<CudaBuffer> {
   int32_t device_ = 0;
 };
 
-// CudaBuffer, cudaUpdate(config, buffers), cudaCountNonFinite(buffer, offset, count),
-// cudaDeviceCheck(device).
+// A fused update's buffers from their JS form (the keys of NativeUpdateBuffers, CudaBuffers for
+// values), all on `device` (-1: the weights' device) and of the weights' length, with the memory
+// held. refuse_busy: ERR_BUSY for memory a queued operation uses (for work run at once).
+struct DeviceUpdate {
+  sapipe_update_buffers buffers{};
+  std::vector<std::shared_ptr<DeviceAllocation>> held;  // the weights first
+};
+DeviceUpdate parse_device_update(Napi::Env env, const Napi::Value& buffers, int32_t device, bool refuse_busy);
+
+// CudaBuffer, cudaUpdate(config, buffers), cudaCountNonFinite(buffer, offset, count).
 void InitCudaBuffer(Napi::Env env, Napi::Object exports);
 
 }  // namespace sapipe::addon

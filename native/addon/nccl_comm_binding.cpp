@@ -44,6 +44,7 @@ struct NcclState {
   int64_t timeout_ms = 0;
   void* comm_stream = nullptr;
   void* compute_stream = nullptr;
+  int64_t* count_word = nullptr;  // device: the non-finite count of a reduction's result
   std::atomic<bool> destroy_requested{false};
   std::atomic<int> in_flight{0};  // queued operations (changed on the JS thread only)
   std::mutex mutex;               // guards comm and broken
@@ -62,6 +63,10 @@ struct NcclState {
         cuda->stream_destroy(*s);
         *s = nullptr;
       }
+    if (count_word != nullptr) {
+      cuda->free_device(count_word);
+      count_word = nullptr;
+    }
     if (broken.empty()) broken = why;
   }
   ~NcclState() {
@@ -183,9 +188,12 @@ class InitOp : public NcclOp {
     if (cuda->set_device(st_->device) != SAPIPE_OK) return failed(SAPIPE_ERR_BACKEND_UNAVAILABLE, cuda->last_error());
     void* comm_stream = nullptr;
     void* compute_stream = nullptr;
-    if (cuda->stream_create(&comm_stream) != SAPIPE_OK || cuda->stream_create(&compute_stream) != SAPIPE_OK) {
+    void* word = nullptr;
+    if (cuda->stream_create(&comm_stream) != SAPIPE_OK || cuda->stream_create(&compute_stream) != SAPIPE_OK ||
+        cuda->malloc_device(&word, sizeof(int64_t)) != SAPIPE_OK) {
       Outcome out = failed(SAPIPE_ERR_INTERNAL, cuda->last_error());
       if (comm_stream) cuda->stream_destroy(comm_stream);
+      if (compute_stream) cuda->stream_destroy(compute_stream);
       return out;
     }
     // Blocks until every rank has joined: the caller made sure they are all alive (a store
@@ -195,6 +203,7 @@ class InitOp : public NcclOp {
     std::lock_guard<std::mutex> lock(st_->mutex);
     st_->comm_stream = comm_stream;
     st_->compute_stream = compute_stream;
+    st_->count_word = static_cast<int64_t*>(word);
     if (s != SAPIPE_OK) {
       Outcome out = failed(s, std::string("ncclCommInitRank: ") + cuda->last_error());
       st_->release_locked(out.message);
@@ -217,6 +226,10 @@ struct CollectiveArgs {
   size_t count = 0;
   int32_t arg = 0;  // op, root or peer
 };
+
+// Reductions resolve with the non-finite count of their result (as the host backends do, which
+// count while reducing); NCCL does not count, so a count kernel follows on the same stream.
+bool counts_result(int kind) { return kind == kAllReduce || kind == kReduceScatter; }
 
 class CollectiveOp : public NcclOp {
  public:
@@ -242,11 +255,24 @@ class CollectiveOp : public NcclOp {
       default: return failed(SAPIPE_ERR_INVALID_ARGUMENT, "unknown collective");
     }
     if (status != SAPIPE_OK) return failed(status, std::string(what) + ": " + c->last_error());
-    return wait_for(*st_, comm, {s}, deadline_, what);
+    if (counts_result(x.kind)) {
+      float* result = x.kind == kAllReduce ? x.a : x.b;
+      if (c->count_non_finite(result, x.count, st_->count_word, s) != SAPIPE_OK)
+        return failed(SAPIPE_ERR_INTERNAL, std::string(what) + ": " + c->last_error());
+    }
+    if (Outcome w = wait_for(*st_, comm, {s}, deadline_, what); w.status != SAPIPE_OK) return w;
+    if (counts_result(x.kind)) {
+      // The stream is idle: this copy and synchronize return at once.
+      if (c->copy_to_host(&non_finite_, st_->count_word, sizeof non_finite_, s) != SAPIPE_OK || c->stream_synchronize(s) != SAPIPE_OK)
+        return failed(SAPIPE_ERR_INTERNAL, std::string(what) + ": " + c->last_error());
+    }
+    return {};
   }
+  Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
 
  private:
   CollectiveArgs args_;
+  int64_t non_finite_ = 0;
 };
 
 class FusedOp : public NcclOp {
@@ -348,8 +374,11 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
                                                 std::to_string(count) + " exceeds the buffer's " + std::to_string(m.length));
   }
 
-  // collective(queue, kind, a, aOffset, count, b | null, bOffset, arg) -> Promise<void>. count is
-  // a's elements for every kind but reduceScatter (b's) and allgather (a's, b holding size x count).
+  // collective(queue, kind, a, aOffset, count, b | null, bOffset, arg) -> Promise<number> (the
+  // non-finite count of a reduction's result, else 0). count is a's elements for every kind but
+  // reduceScatter (b's) and allgather (a's, b holding size x count). Buffers used by queued
+  // operations may be passed again: the queue runs them in order (only host copies and dispose
+  // must wait).
   Napi::Value Collective(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
@@ -371,8 +400,6 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     } else {
       check_range(env, *a, a_offset, x.count, "collective(a)");
     }
-    for (auto& m : held)
-      if (m->users.load() != 0) throw_error(env, "ERR_BUSY", "collective: a buffer is in use by a queued operation; await it first");
     x.a = a->data + a_offset;
     return queue->Submit(env, new CollectiveOp(env, st_, std::move(held), x));
   }
@@ -382,31 +409,10 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
     const sapipe_update_config config = parse_update_config(expect_object(env, info[1], "config"));
-    Napi::Object b = expect_object(env, info[2], "buffers");
-    auto weights = on_device(env, b.Get("weights"), "buffers.weights");
-    std::vector<std::shared_ptr<DeviceAllocation>> held{weights};
-    auto optional = [&](const char* key) -> float* {
-      Napi::Value v = b.Get(key);
-      if (v.IsUndefined() || v.IsNull()) return nullptr;
-      auto m = on_device(env, v, (std::string("buffers.") + key).c_str());
-      if (m->length != weights->length)
-        throw_error(env, "ERR_SIZE_MISMATCH", std::string("buffers.") + key + " has " + std::to_string(m->length) +
-                                                  " elements but buffers.weights has " + std::to_string(weights->length));
-      held.push_back(m);
-      return m->data;
-    };
-    sapipe_update_buffers buffers{};
-    buffers.weights = weights->data;
-    buffers.grad = optional("grad");
-    if (buffers.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
-    buffers.momentum = optional("momentum");
-    buffers.second_moment = optional("secondMoment");
-    buffers.backup = optional("backup");
-    buffers.predicted = optional("predicted");
-    buffers.local_grad = optional("localGrad");
-    buffers.prev_local_grad = optional("prevLocalGrad");
-    buffers.offset = 0;
-    buffers.count = weights->length;
+    // Queued behind earlier operations on the same queue, which may use the same buffers.
+    DeviceUpdate update = parse_device_update(env, info[2], st_->device, false);
+    update.buffers.offset = 0;  // the whole set: the buckets (or parts) split it
+    update.buffers.count = update.held.front()->length;
     if (!info[3].IsArray()) throw_error(env, "ERR_INVALID_ARGUMENT", "fusedUpdate(bucketCounts) must be an array");
     Napi::Array counts = info[3].As<Napi::Array>();
     std::vector<size_t> buckets;
@@ -414,9 +420,7 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
       buckets.push_back(static_cast<size_t>(number_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
     const bool sharded = info[4].ToBoolean().Value();
     const bool recheck = info[5].ToBoolean().Value();
-    for (auto& m : held)
-      if (m->users.load() != 0) throw_error(env, "ERR_BUSY", "fusedUpdate: a buffer is in use by a queued operation; await it first");
-    return queue->Submit(env, new FusedOp(env, st_, std::move(held), config, buffers, std::move(buckets), sharded, recheck));
+    return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), config, update.buffers, std::move(buckets), sharded, recheck));
   }
 
   // destroy(): aborts now when idle; otherwise the operation in flight aborts it (its promise then

@@ -76,6 +76,16 @@ sapipe_status checked_update(const sapipe_update_config* config, const sapipe_up
   return SAPIPE_OK;
 }
 
+// The checks of both fused entries; then the communicator, with its device current.
+sapipe_status prepare_fused(void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
+                            void* comm_stream, void* compute_stream, const char* what, NcclCommunicator** out) {
+  if (sapipe_status s = checked_update(config, buffers, what); s != SAPIPE_OK) return s;
+  // The overlap needs two streams; the legacy stream would serialise them.
+  if (comm_stream == nullptr || compute_stream == nullptr || comm_stream == compute_stream)
+    return invalid(std::string(what) + ": two distinct created streams are needed (communication, compute)");
+  return use(comm, out, what);
+}
+
 sapipe_status ensure_events(NcclCommunicator& c, size_t count) {
   while (c.reduced.size() < count) {
     cudaEvent_t e = nullptr;
@@ -244,10 +254,8 @@ sapipe_status c_nccl_fused_update(void* comm, const sapipe_update_config* config
                                   void* compute_stream) {
   return guarded("ncclFusedUpdate", [&] {
     NcclCommunicator* c = nullptr;
-    if (sapipe_status s = checked_update(config, buffers, "ncclFusedUpdate"); s != SAPIPE_OK) return s;
-    if (comm_stream == nullptr || compute_stream == nullptr || comm_stream == compute_stream)
-      return invalid("ncclFusedUpdate: two distinct created streams are needed (communication, compute)");
-    if (sapipe_status s = use(comm, &c, "ncclFusedUpdate"); s != SAPIPE_OK) return s;
+    if (sapipe_status s = prepare_fused(comm, config, buffers, comm_stream, compute_stream, "ncclFusedUpdate", &c); s != SAPIPE_OK)
+      return s;
     c->last_was_recheck = false;
     if (sharded) return enqueue_sharded_update(run_of(*c, comm_stream, compute_stream), *config, *buffers);
     if (bucket_counts == nullptr || num_buckets == 0) return invalid("ncclFusedUpdate: at least one bucket is needed");
@@ -268,10 +276,9 @@ sapipe_status c_nccl_fused_update_recheck(void* comm, const sapipe_update_config
                                           void* compute_stream) {
   return guarded("ncclFusedUpdateRecheck", [&] {
     NcclCommunicator* c = nullptr;
-    if (sapipe_status s = checked_update(config, buffers, "ncclFusedUpdateRecheck"); s != SAPIPE_OK) return s;
-    if (comm_stream == nullptr || compute_stream == nullptr || comm_stream == compute_stream)
-      return invalid("ncclFusedUpdateRecheck: two distinct created streams are needed (communication, compute)");
-    if (sapipe_status s = use(comm, &c, "ncclFusedUpdateRecheck"); s != SAPIPE_OK) return s;
+    if (sapipe_status s = prepare_fused(comm, config, buffers, comm_stream, compute_stream, "ncclFusedUpdateRecheck", &c);
+        s != SAPIPE_OK)
+      return s;
     c->last_was_recheck = true;
     return enqueue_update_recheck(run_of(*c, comm_stream, compute_stream), *config, *buffers, sharded != 0);
   });
