@@ -100,32 +100,26 @@ Napi::Value CudaBuffer::GetDevice(const Napi::CallbackInfo& info) { return Napi:
 Napi::Value CudaBuffer::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !memory_); }
 
 // copyFromHost(src: Float32Array, offset): device [offset, offset + src.length) = src.
-Napi::Value CudaBuffer::CopyFromHost(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  DeviceAllocation& m = live(env, "copyFromHost");
-  Napi::Float32Array src = float32_arg(env, info[0], "copyFromHost(src)");
-  const size_t offset = index_arg(env, info[1], "copyFromHost(offset)");
-  if (offset > m.length || src.ElementLength() > m.length - offset)
-    throw_error(env, "ERR_SIZE_MISMATCH", "copyFromHost: " + std::to_string(src.ElementLength()) + " floats at offset " +
-                                              std::to_string(offset) + " exceed the buffer's " + std::to_string(m.length));
-  if (src.ElementLength() == 0) return env.Undefined();
-  check_status(env, m.cuda, m.cuda->copy_to_device(m.data + offset, src.Data(), src.ElementLength() * sizeof(float), nullptr), "copyFromHost");
-  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyFromHost");
-  return env.Undefined();
-}
-
+Napi::Value CudaBuffer::CopyFromHost(const Napi::CallbackInfo& info) { return CopyHost(info, true); }
 // copyToHost(dst: Float32Array, offset): dst = device [offset, offset + dst.length).
-Napi::Value CudaBuffer::CopyToHost(const Napi::CallbackInfo& info) {
+Napi::Value CudaBuffer::CopyToHost(const Napi::CallbackInfo& info) { return CopyHost(info, false); }
+
+Napi::Value CudaBuffer::CopyHost(const Napi::CallbackInfo& info, bool to_device) {
   Napi::Env env = info.Env();
-  DeviceAllocation& m = live(env, "copyToHost");
-  Napi::Float32Array dst = float32_arg(env, info[0], "copyToHost(dst)");
-  const size_t offset = index_arg(env, info[1], "copyToHost(offset)");
-  if (offset > m.length || dst.ElementLength() > m.length - offset)
-    throw_error(env, "ERR_SIZE_MISMATCH", "copyToHost: " + std::to_string(dst.ElementLength()) + " floats at offset " +
-                                              std::to_string(offset) + " exceed the buffer's " + std::to_string(m.length));
-  if (dst.ElementLength() == 0) return env.Undefined();
-  check_status(env, m.cuda, m.cuda->copy_to_host(dst.Data(), m.data + offset, dst.ElementLength() * sizeof(float), nullptr), "copyToHost");
-  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyToHost");
+  const std::string what = to_device ? "copyFromHost" : "copyToHost";
+  DeviceAllocation& m = live(env, what.c_str());
+  Napi::Float32Array host = float32_arg(env, info[0], (what + (to_device ? "(src)" : "(dst)")).c_str());
+  const size_t offset = index_arg(env, info[1], (what + "(offset)").c_str());
+  const size_t n = host.ElementLength();
+  if (offset > m.length || n > m.length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", what + ": " + std::to_string(n) + " floats at offset " + std::to_string(offset) +
+                                              " exceed the buffer's " + std::to_string(m.length));
+  if (n == 0) return env.Undefined();
+  check_status(env, m.cuda,
+               to_device ? m.cuda->copy_to_device(m.data + offset, host.Data(), n * sizeof(float), nullptr)
+                         : m.cuda->copy_to_host(host.Data(), m.data + offset, n * sizeof(float), nullptr),
+               what.c_str());
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), what.c_str());
   return env.Undefined();
 }
 

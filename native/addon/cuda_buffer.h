@@ -44,6 +44,7 @@ class CudaBuffer : public Napi::ObjectWrap<CudaBuffer> {
   Napi::Value GetDisposed(const Napi::CallbackInfo& info);
   Napi::Value CopyFromHost(const Napi::CallbackInfo& info);
   Napi::Value CopyToHost(const Napi::CallbackInfo& info);
+  Napi::Value CopyHost(const Napi::CallbackInfo& info, bool to_device);
   Napi::Value CopyFromDevice(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   DeviceAllocation& live(Napi::Env env, const char* what);
