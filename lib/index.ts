@@ -5,6 +5,7 @@
 export * from './errors.js';
 export { FlatBuffer, ParamSet, Tensor, ALIGN_ELEMENTS, type Shape, type ParamSpec, type TensorLayout } from './tensor.js';
 export { ExecutionQueue, defaultExecutionQueue } from './queue.js';
+export { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice, type DeviceOptions, type DeviceParamSetOptions } from './device.js';
 export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';

@@ -5,7 +5,7 @@
  * with the reason (no plugin built / no driver libcuda.so.1 / no device).
  */
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { callNative, nativeAddon, nativeUnavailableReason, type NativeUpdateConfig } from '../native.js';
+import { callNative, nativeAddon, nativeUnavailableReason, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import type { BackendStatus } from './status.js';
 
 export interface CudaDeviceInfo {
@@ -34,11 +34,78 @@ export interface NcclStatus {
   path?: string;
 }
 
+/** fp32 memory on one CUDA device (native/addon/cuda_buffer.h). Copies are synchronous. */
+export interface CudaBufferHandle {
+  readonly length: number;
+  readonly device: number;
+  readonly disposed: boolean;
+  copyFromHost(src: Float32Array, offset: number): void;
+  copyToHost(dst: Float32Array, offset: number): void;
+  copyFromDevice(src: CudaBufferHandle, srcOffset: number, dstOffset: number, count: number): void;
+  dispose(): void;
+}
+
+/** NativeUpdateBuffers with device buffers. */
+export interface CudaUpdateBuffers {
+  weights: CudaBufferHandle;
+  grad: CudaBufferHandle;
+  momentum?: CudaBufferHandle | undefined;
+  secondMoment?: CudaBufferHandle | undefined;
+  backup?: CudaBufferHandle | undefined;
+  predicted?: CudaBufferHandle | undefined;
+  localGrad?: CudaBufferHandle | undefined;
+  prevLocalGrad?: CudaBufferHandle | undefined;
+}
+
+/** What a fused NCCL step did (sapipe_nccl_step_result). */
+export interface NcclStepResult extends NativeUpdateResult {
+  /** Skipped only because a sum of the inputs could overflow: the recheck finishes the step. */
+  overflowRisk: boolean;
+}
+
+/** Collective kinds, numbered as native/addon/nccl_comm_binding.cpp numbers them. */
+export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, broadcast: 3, send: 4, recv: 5 } as const;
+
+/** One rank's NCCL communicator (native/addon/nccl_comm_binding.cpp). */
+export interface NcclCommHandle {
+  init(queue: QueueHandle, id: Uint8Array): Promise<void>;
+  /**
+   * arg: 0 sum / 1 avg for reductions, the root for broadcast, the peer for send and recv.
+   * Resolves with the non-finite count of a reduction's result (0 for the other kinds).
+   */
+  collective(
+    queue: QueueHandle,
+    kind: number,
+    a: CudaBufferHandle,
+    aOffset: number,
+    count: number,
+    b: CudaBufferHandle | null,
+    bOffset: number,
+    arg: number,
+  ): Promise<number>;
+  fusedUpdate(
+    queue: QueueHandle,
+    config: NativeUpdateConfig,
+    buffers: CudaUpdateBuffers,
+    bucketCounts: number[],
+    sharded: boolean,
+    recheck: boolean,
+  ): Promise<NcclStepResult>;
+  destroy(): void;
+}
+
 /** What the native side of the CUDA backend needs from the addon. */
 export interface CudaAddon {
   cudaStatus(): CudaStatus;
   ncclStatus(): NcclStatus;
   cudaBenchUpdate(device: number, config: NativeUpdateConfig, elements: number, reps: number, warmup: number): CudaBenchTiming;
+  CudaBuffer: new (device: number, length: number) => CudaBufferHandle;
+  /** The fused update on device buffers, run to completion. */
+  cudaUpdate(config: NativeUpdateConfig, buffers: CudaUpdateBuffers): NativeUpdateResult;
+  /** Non-finite elements of [offset, offset + count). */
+  cudaCountNonFinite(buffer: CudaBufferHandle, offset: number, count: number): number;
+  NcclComm: new (device: number, size: number, rank: number, timeoutMs: number) => NcclCommHandle;
+  ncclUniqueId(): Uint8Array;
 }
 
 export interface CudaBenchTiming {
@@ -48,7 +115,8 @@ export interface CudaBenchTiming {
   bytesPerElement: number;
 }
 
-function cudaAddon(): CudaAddon {
+/** @internal The addon's CUDA entries, typed. */
+export function cudaAddon(): CudaAddon {
   return nativeAddon() as unknown as CudaAddon;
 }
 
@@ -92,12 +160,13 @@ export function probeNccl(): BackendStatus {
       s = { available: false, reason: `probing NCCL failed: ${(error as Error).message}` };
     }
   }
-  return {
-    name: 'nccl',
-    kind: 'comm',
-    available: s.available,
-    ...(s.available ? { details: { version: s.version ?? 0, library: s.path ?? '' } } : { reason: s.reason ?? 'unknown' }),
-  };
+  if (!s.available) return { name: 'nccl', kind: 'comm', available: false, reason: s.reason ?? 'unknown' };
+  const details = { version: s.version ?? 0, library: s.path ?? '' };
+  // The nccl backend moves device buffers: NCCL alone, without a usable GPU, is not enough.
+  const cuda = cudaStatus();
+  if (!cuda.available)
+    return { name: 'nccl', kind: 'comm', available: false, reason: `NCCL ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
+  return { name: 'nccl', kind: 'comm', available: true, details };
 }
 
 /** Parses `cpu` or `cuda:N` (`cuda` alone is `cuda:0`). */

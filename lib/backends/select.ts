@@ -8,7 +8,7 @@ import { backendStatuses } from './index.js';
 import type { BackendStatus } from './status.js';
 
 export const COMPUTE_BACKENDS = ['cpu', 'cuda'] as const;
-export const COMM_BACKENDS = ['local', 'ucx'] as const;
+export const COMM_BACKENDS = ['local', 'ucx', 'nccl'] as const;
 
 export type ComputeBackendName = (typeof COMPUTE_BACKENDS)[number];
 export type CommBackendName = (typeof COMM_BACKENDS)[number];
@@ -30,6 +30,8 @@ const INSTALL_HINTS: Record<ComputeBackendName | CommBackendName, string> = {
   cuda:
     'it needs an NVIDIA GPU, its driver (libcuda.so.1, a driver recent enough for the CUDA toolkit the plugin was built with) and the CUDA plugin, built by `npm run build:native` where a CUDA toolkit is installed',
   local: 'the in-process transport is part of the addon: make the addon load (see the cpu backend)',
+  nccl:
+    'it needs the cuda backend (an NVIDIA GPU, its driver and the CUDA plugin) and NCCL 2.10 or newer (libnccl.so.2: the libnccl2 package or the nvidia-nccl-cu12 wheel; SAPIPE_NCCL_PATH names its folder); it moves DeviceBuffers, so `auto` never picks it for host buffers',
   ucx: 'install UCX (libucp.so.0: `apt-get install libucx-dev` on Debian/Ubuntu, or UCX from your distribution) and build the UCX plugin with `npm run build:native`; ranks are processes started by `sapipe launch` (or torchrun, mpirun, Slurm)',
 };
 
@@ -108,7 +110,8 @@ export function selectBackend(
 
 /**
  * The communication backend for collectives. `auto` picks UCX when its plugin and library load,
- * else the in-process `local` transport. Errors as {@link selectBackend}.
+ * else the in-process `local` transport; `nccl` (collectives on GPU memory, see NcclCommunicator)
+ * is chosen only by name. Errors as {@link selectBackend}.
  */
 export function selectCommBackend(
   preference: CommBackendPreference = 'auto',

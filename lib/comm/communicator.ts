@@ -1,8 +1,10 @@
 /**
- * Communicator: collectives and point-to-point messages between the ranks of one group, on
- * FlatBuffers. Every backend (`local`, `ucx`; `nccl` later) implements the protected
- * `run*` methods; this class validates arguments, refuses use after destroy(), and applies the
- * optional network emulation. Collectives must be issued by every rank in the same order.
+ * Communicator: collectives and point-to-point messages between the ranks of one group. Every
+ * backend implements the protected `run*` methods; this class validates arguments, refuses use
+ * after destroy(), and applies the optional network emulation. Collectives must be issued by every
+ * rank in the same order. The buffers are the backend's: host FlatBuffers for `local` and `ucx`
+ * (the default type parameter), DeviceBuffers for `nccl`; a backend names its type by overriding
+ * isBuffer(), so a buffer of the wrong kind is an InvalidArgumentError, and TypeScript refuses it.
  */
 import { AliasingError, BackendUnavailableError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
@@ -42,12 +44,18 @@ export interface ReduceResult {
   nonFiniteCount: number;
 }
 
-/** Names of the backends; `nccl` is reserved for the plugin that will implement it. */
+/** Names of the backends. */
 export type CommBackendName = 'local' | 'ucx' | 'nccl';
 
 export const DEFAULT_COMM_TIMEOUT_MS = 30_000;
 
-export abstract class Communicator {
+/** What a collective moves: host FlatBuffers, or device buffers for `nccl`. */
+export interface CommBuffer {
+  readonly length: number;
+  readonly disposed: boolean;
+}
+
+export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
   abstract readonly backend: CommBackendName;
   private isDestroyed = false;
 
@@ -63,9 +71,9 @@ export abstract class Communicator {
   }
 
   /** In place: buffer = sum (or average) over ranks. Resolves with the count of non-finite results. */
-  async allreduce(buffer: FlatBuffer, options: AllreduceOptions = {}): Promise<ReduceResult> {
+  async allreduce(buffer: Buffer, options: AllreduceOptions = {}): Promise<ReduceResult> {
     this.checkLive('allreduce');
-    checkBuffer(buffer, 'allreduce(buffer)');
+    this.checkBuffer(buffer, 'allreduce(buffer)');
     checkOptions(options, 'allreduce(options)');
     const offset = checkIndex(options.offset ?? 0, 'allreduce(options.offset)');
     const count = checkIndex(options.count ?? Math.max(0, buffer.length - offset), 'allreduce(options.count)');
@@ -76,10 +84,10 @@ export abstract class Communicator {
   }
 
   /** output (length m) = reduction over ranks of input's part `rank` (input length size x m). */
-  async reduceScatter(input: FlatBuffer, output: FlatBuffer, options: ReduceOptions = {}): Promise<ReduceResult> {
+  async reduceScatter(input: Buffer, output: Buffer, options: ReduceOptions = {}): Promise<ReduceResult> {
     this.checkLive('reduceScatter');
-    checkBuffer(input, 'reduceScatter(input)');
-    checkBuffer(output, 'reduceScatter(output)');
+    this.checkBuffer(input, 'reduceScatter(input)');
+    this.checkBuffer(output, 'reduceScatter(output)');
     checkOptions(options, 'reduceScatter(options)');
     if (input.length !== output.length * this.size)
       throw new SizeMismatchError(
@@ -91,10 +99,10 @@ export abstract class Communicator {
   }
 
   /** output (length size x m) = every rank's input (length m), in rank order. */
-  async allgather(input: FlatBuffer, output: FlatBuffer): Promise<void> {
+  async allgather(input: Buffer, output: Buffer): Promise<void> {
     this.checkLive('allgather');
-    checkBuffer(input, 'allgather(input)');
-    checkBuffer(output, 'allgather(output)');
+    this.checkBuffer(input, 'allgather(input)');
+    this.checkBuffer(output, 'allgather(output)');
     if (output.length !== input.length * this.size)
       throw new SizeMismatchError(
         `allgather: the output has ${output.length} elements; it must have size (${this.size}) x the input's ${input.length}`,
@@ -104,9 +112,9 @@ export abstract class Communicator {
   }
 
   /** In place: every rank's buffer becomes root's. */
-  async broadcast(buffer: FlatBuffer, root = 0): Promise<void> {
+  async broadcast(buffer: Buffer, root = 0): Promise<void> {
     this.checkLive('broadcast');
-    checkBuffer(buffer, 'broadcast(buffer)');
+    this.checkBuffer(buffer, 'broadcast(buffer)');
     this.checkPeer(root, 'broadcast(root)', true);
     await this.emulated('broadcast', buffer.length * 4, () => this.runBroadcast(buffer, root));
   }
@@ -121,17 +129,17 @@ export abstract class Communicator {
    * Sends the buffer to `peer`; resolves once the peer has received it (the buffer may then be
    * reused). Messages from one rank to another arrive in the order they were sent.
    */
-  async send(buffer: FlatBuffer, peer: number): Promise<void> {
+  async send(buffer: Buffer, peer: number): Promise<void> {
     this.checkLive('send');
-    checkBuffer(buffer, 'send(buffer)');
+    this.checkBuffer(buffer, 'send(buffer)');
     this.checkPeer(peer, 'send(peer)', false);
     await this.emulated('p2p', buffer.length * 4, () => this.runSend(buffer, peer));
   }
 
   /** Receives the next message from `peer` into the buffer; its length must equal the message's. */
-  async recv(buffer: FlatBuffer, peer: number): Promise<void> {
+  async recv(buffer: Buffer, peer: number): Promise<void> {
     this.checkLive('recv');
-    checkBuffer(buffer, 'recv(buffer)');
+    this.checkBuffer(buffer, 'recv(buffer)');
     this.checkPeer(peer, 'recv(peer)', false);
     await this.runRecv(buffer, peer);
   }
@@ -146,13 +154,22 @@ export abstract class Communicator {
     this.runDestroy();
   }
 
-  protected abstract runAllreduce(buffer: FlatBuffer, offset: number, count: number, scale: number): Promise<ReduceResult>;
-  protected abstract runReduceScatter(input: FlatBuffer, output: FlatBuffer, scale: number): Promise<ReduceResult>;
-  protected abstract runAllgather(input: FlatBuffer, output: FlatBuffer): Promise<void>;
-  protected abstract runBroadcast(buffer: FlatBuffer, root: number): Promise<void>;
+  protected abstract runAllreduce(buffer: Buffer, offset: number, count: number, scale: number): Promise<ReduceResult>;
+  protected abstract runReduceScatter(input: Buffer, output: Buffer, scale: number): Promise<ReduceResult>;
+  protected abstract runAllgather(input: Buffer, output: Buffer): Promise<void>;
+  protected abstract runBroadcast(buffer: Buffer, root: number): Promise<void>;
   protected abstract runBarrier(): Promise<void>;
-  protected abstract runSend(buffer: FlatBuffer, peer: number): Promise<void>;
-  protected abstract runRecv(buffer: FlatBuffer, peer: number): Promise<void>;
+  protected abstract runSend(buffer: Buffer, peer: number): Promise<void>;
+  protected abstract runRecv(buffer: Buffer, peer: number): Promise<void>;
+
+  /** Whether `b` is this backend's buffer type; FlatBuffer unless a backend says otherwise. */
+  protected isBuffer(b: unknown): b is Buffer {
+    return b instanceof FlatBuffer;
+  }
+  /** The buffer type in words, for messages. */
+  protected get bufferKind(): string {
+    return 'a FlatBuffer';
+  }
   protected abstract runDestroy(): void;
 
   /**
@@ -169,7 +186,7 @@ export abstract class Communicator {
   /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
   async allgatherShards(buffer: FlatBuffer): Promise<void> {
     this.checkLive('allgatherShards');
-    checkBuffer(buffer, 'allgatherShards(buffer)');
+    checkHostBuffer(buffer, 'allgatherShards(buffer)');
     await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
   }
 
@@ -184,6 +201,11 @@ export abstract class Communicator {
   /** @internal */
   checkLive(what: string): void {
     if (this.isDestroyed) throw new DisposedError(`Communicator.${what}: the communicator was destroyed; create a new one`);
+  }
+
+  private checkBuffer(b: unknown, what: string): asserts b is Buffer {
+    if (!this.isBuffer(b)) throw new InvalidArgumentError(`${what} must be ${this.bufferKind} on the ${this.backend} backend`);
+    if (b.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
   }
 
   private scaleOf(op: ReduceOp | undefined, what: string): number {
@@ -209,7 +231,7 @@ export abstract class Communicator {
   }
 }
 
-function checkBuffer(b: unknown, what: string): void {
+function checkHostBuffer(b: unknown, what: string): void {
   if (!(b instanceof FlatBuffer)) throw new InvalidArgumentError(`${what} must be a FlatBuffer`);
   if (b.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
 }
@@ -223,6 +245,6 @@ function checkIndex(v: unknown, what: string): number {
   return v;
 }
 
-function checkDistinct(a: FlatBuffer, b: FlatBuffer, what: string): void {
+function checkDistinct(a: CommBuffer, b: CommBuffer, what: string): void {
   if (a === b) throw new AliasingError(`${what}: the input and the output must be different buffers`);
 }

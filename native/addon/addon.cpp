@@ -13,10 +13,12 @@
 #include "../cpu/simd.h"
 #include "addon_data.h"
 #include "cuda_binding.h"
+#include "cuda_buffer.h"
 #include "comm_local_binding.h"
 #include "comm_ucx_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
+#include "nccl_comm_binding.h"
 #include "nn_binding.h"
 #include "queue.h"
 #include "update_binding.h"
@@ -70,6 +72,8 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitKernels(env, exports);
   InitNn(env, exports);
   InitCuda(env, exports);
+  InitCudaBuffer(env, exports);
+  InitNcclComm(env, exports);
   InitCommLocal(env, exports);
   InitCommUcx(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));

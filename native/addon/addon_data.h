@@ -9,6 +9,7 @@ namespace sapipe::addon {
 struct AddonData {
   Napi::FunctionReference native_buffer_ctor;
   Napi::FunctionReference queue_ctor;
+  Napi::FunctionReference cuda_buffer_ctor;
   static AddonData& Get(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 };
 

@@ -90,6 +90,27 @@ Napi::Value NcclStatus(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// Whether the plugin has the entries appended to v1 (older plugins return a shorter table).
+bool has_appended_entries(const sapipe_cuda_plugin_v1* cuda) {
+  if (cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1)) return false;
+  return cuda->stream_query && cuda->nccl_get_unique_id && cuda->nccl_comm_init_rank && cuda->nccl_comm_destroy &&
+         cuda->nccl_comm_abort && cuda->nccl_comm_async_error && cuda->nccl_all_reduce && cuda->nccl_reduce_scatter &&
+         cuda->nccl_all_gather && cuda->nccl_broadcast && cuda->nccl_send && cuda->nccl_recv && cuda->nccl_fused_update &&
+         cuda->nccl_fused_update_recheck && cuda->nccl_fused_update_result;
+}
+
+const sapipe_cuda_plugin_v1* require_appended(Napi::Env env) {
+  std::string reason;
+  const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
+  if (cuda == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", reason);
+  if (!has_appended_entries(cuda))
+    throw_error(env, "ERR_BACKEND_UNAVAILABLE",
+                "the CUDA plugin " + cuda_plugin().path + " predates device buffers and NCCL communicators (its table has " +
+                    std::to_string(cuda->header.table_size) + " bytes, " + std::to_string(sizeof(sapipe_cuda_plugin_v1)) +
+                    " are needed): rebuild it with `npm run build:native`");
+  return cuda;
+}
+
 const sapipe_cuda_plugin_v1* require_device(Napi::Env env, int32_t device) {
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
@@ -125,6 +146,17 @@ Napi::Value CudaBenchUpdate(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+const sapipe_cuda_plugin_v1* require_device_table(Napi::Env env, int32_t device) {
+  require_appended(env);
+  return require_device(env, device);
+}
+
+const sapipe_cuda_plugin_v1* require_nccl_table(Napi::Env env) {
+  const sapipe_cuda_plugin_v1* cuda = require_appended(env);
+  if (cuda->nccl_probe(nullptr, nullptr) != SAPIPE_OK) throw_error(env, "ERR_BACKEND_UNAVAILABLE", cuda->last_error());
+  return cuda;
+}
 
 void InitCuda(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaStatus", Napi::Function::New(env, CudaStatus, "cudaStatus"));

@@ -92,8 +92,10 @@ static PluginLoad load_plugin_from_env(const char* override_var, const char* fil
 }
 
 PluginLoad load_cuda_plugin_uncached() {
+  // A plugin built before the entries appended to v1 still serves the base table; its users check
+  // table_size before using the appended entries.
   return load_plugin_from_env("SAPIPE_CUDA_PLUGIN", "sapipe_cuda.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION,
-                              sizeof(sapipe_cuda_plugin_v1),
+                              SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE,
                               " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)");
 }
 

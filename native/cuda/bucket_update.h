@@ -1,13 +1,22 @@
-// The fused all-reduce of one parameter set on the GPU: each bucket's gradient is all-reduced
-// with NCCL on a communication stream, and an event recorded after it lets that bucket's fused
-// update start on the compute stream while later buckets are still in communication.
+// The fused all-reduce + update of one parameter set on the GPU, in two forms.
 //
-// The non-finite guard stays all or nothing across buckets: before the first bucket, every rank
-// counts the non-finite elements of its own gradients (all buckets: in the staleness-1 scheme
-// they are complete when the all-reduce of the step starts) and that count is all-reduced as one
-// float. Every bucket's update reads it and skips when it is non-zero, so either every bucket
-// of every rank is updated or none is. A sum of finite values that overflows is counted after
-// each bucket's all-reduce into overflow_count, for the caller to report after the step.
+// Replicated: each bucket's gradient is all-reduced with NCCL on a communication stream, and an
+// event recorded after it lets that bucket's fused update start on the compute stream while later
+// buckets are still in communication.
+//
+// Sharded (ZeRO-1): one reduce-scatter leaves rank r the reduced part r of the gradient; r updates
+// only that part of the weights and optimizer state, then all-gathers of the weights (and the
+// predicted weights) give every rank every part. The state stays current on the own part only.
+//
+// The guard stays all or nothing across buckets and ranks, with no host round trip: before any
+// reduction every rank counts the non-finite elements of its own gradients (in the staleness-1
+// scheme they are complete when the step's all-reduce starts) and takes their squared norm; one
+// all-reduce of two floats tells every rank whether any input is non-finite, or large enough that
+// a sum of `size` of them could overflow (|g| <= sqrt(norm) < FLT_MAX / 2 size rules it out). Every
+// update reads the resulting flag and skips when it is set, so either every bucket of every rank is
+// updated or none is, and a reduced value can never be non-finite when the update runs. A step
+// skipped for the overflow risk alone is finished by enqueue_update_recheck, which checks the
+// reduced gradient itself (already there: no second reduction).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,27 +26,44 @@
 
 #include "nccl_loader.h"
 #include "sapipe/kernels.h"
+#include "sapipe/plugin.h"
 
 namespace sapipe::cuda {
 
-struct BucketedUpdate {
+struct FusedStepRun {
   const nccl::Api* nccl;
   nccl::Comm comm;
+  int rank;
+  int size;
   cudaStream_t comm_stream;
   cudaStream_t compute_stream;
-  // One event per bucket (created by the caller with cudaEventDisableTiming).
+  // One event per bucket (at least one), created by the caller with cudaEventDisableTiming.
   cudaEvent_t* reduced;
-  // Device scratch: [0] the all-reduced local non-finite count as a float (the guard),
-  // [1] its int64 staging word, [2] the overflow count.
+  // Recorded on the compute stream after the sharded update, for the all-gathers to wait on.
+  cudaEvent_t updated;
+  // kFusedStepScratchBytes of device memory, owned by the caller.
   void* scratch;
 };
 
-// buffers[i] describes bucket i (its offset and count inside the set's buffers); config.grad_scale
-// should fold in 1/world_size. Enqueues everything and returns without waiting.
-sapipe_status enqueue_bucketed_update(const BucketedUpdate& run, const sapipe_update_config& config,
-                                      const sapipe_update_buffers* buffers, size_t num_buckets);
+// Bytes of device scratch the fused steps need.
+constexpr size_t kFusedStepScratchBytes = 64;
 
-// Bytes of device scratch enqueue_bucketed_update needs.
-constexpr size_t kBucketedUpdateScratchBytes = 64;
+// buffers: the whole set; bucket_counts: consecutive ranges from buffers.offset, summing to
+// buffers.count. config.grad_scale should fold in 1/size. Enqueues everything and returns.
+sapipe_status enqueue_bucketed_update(const FusedStepRun& run, const sapipe_update_config& config,
+                                      const sapipe_update_buffers& buffers, const size_t* bucket_counts,
+                                      size_t num_buckets);
+
+// buffers.count must be a multiple of run.size; the set must not read a local gradient.
+sapipe_status enqueue_sharded_update(const FusedStepRun& run, const sapipe_update_config& config,
+                                     const sapipe_update_buffers& buffers);
+
+// After a step skipped for the overflow risk only: the reduced gradient (the own part when sharded)
+// is checked, the check all-reduced, and the update (and all-gathers) run unless it found any.
+sapipe_status enqueue_update_recheck(const FusedStepRun& run, const sapipe_update_config& config,
+                                     const sapipe_update_buffers& buffers, bool sharded);
+
+// The outcome of the last step or recheck; call once both streams are idle.
+sapipe_status read_fused_step_result(const FusedStepRun& run, bool after_recheck, sapipe_nccl_step_result* out);
 
 }  // namespace sapipe::cuda

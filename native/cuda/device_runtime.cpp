@@ -19,13 +19,17 @@ namespace {
 
 // The statically linked runtime opens the driver itself; opening it first lets the reason name
 // the library when it is missing, instead of the runtime's "insufficient driver".
+// The dlopen is tried once, and its error text kept with it: dlerror() reports an error only
+// once, so a later call would otherwise lose the reason.
 sapipe_status check_driver() {
-  static void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (handle != nullptr) return SAPIPE_OK;
-  const char* why = dlerror();
-  return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE,
-              std::string("the NVIDIA driver library libcuda.so.1 was not found (") + (why ? why : "dlopen failed") +
-                  "): install the NVIDIA driver, or run where a GPU is present");
+  static const std::string failure = [] {
+    if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != nullptr) return std::string();
+    const char* why = dlerror();
+    return std::string(why ? why : "dlopen failed");
+  }();
+  if (failure.empty()) return SAPIPE_OK;
+  return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "the NVIDIA driver library libcuda.so.1 was not found (" + failure +
+                                                  "): install the NVIDIA driver, or run where a GPU is present");
 }
 
 // Whether this plugin carries code for compute capability major.minor: SASS of the same major

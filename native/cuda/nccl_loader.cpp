@@ -56,6 +56,9 @@ sapipe_status load_uncached(const char* search_path, Api* api, std::string* reas
     resolve(handle, "ncclAllReduce", a.AllReduce, &missing);
     resolve(handle, "ncclReduceScatter", a.ReduceScatter, &missing);
     resolve(handle, "ncclAllGather", a.AllGather, &missing);
+    resolve(handle, "ncclBroadcast", a.Broadcast, &missing);
+    resolve(handle, "ncclSend", a.Send, &missing);
+    resolve(handle, "ncclRecv", a.Recv, &missing);
     resolve(handle, "ncclGroupStart", a.GroupStart, &missing);
     resolve(handle, "ncclGroupEnd", a.GroupEnd, &missing);
     resolve(handle, "ncclGetErrorString", a.GetErrorString, &missing);

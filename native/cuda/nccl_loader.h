@@ -1,6 +1,7 @@
 // NCCL opened at run time (libnccl.so.2), so neither the plugin nor the addon needs NCCL to
-// build or load. Only the few functions the fused all-reduce needs are resolved; their types are
-// declared here from NCCL's stable C ABI (nccl.h of NCCL 2), so no NCCL headers are required.
+// build or load. Only the functions the communicator and the fused all-reduce need are resolved;
+// their types are declared here from NCCL's stable C ABI (nccl.h of NCCL 2), so no NCCL headers
+// are required.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,9 @@ struct Api {
   Result (*ReduceScatter)(const void* send, void* recv, size_t recv_count, DataType type, RedOp op, Comm comm,
                           void* stream);
   Result (*AllGather)(const void* send, void* recv, size_t send_count, DataType type, Comm comm, void* stream);
+  Result (*Broadcast)(const void* send, void* recv, size_t count, DataType type, int root, Comm comm, void* stream);
+  Result (*Send)(const void* send, size_t count, DataType type, int peer, Comm comm, void* stream);
+  Result (*Recv)(void* recv, size_t count, DataType type, int peer, Comm comm, void* stream);
   Result (*GroupStart)();
   Result (*GroupEnd)();
   const char* (*GetErrorString)(Result result);

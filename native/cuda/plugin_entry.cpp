@@ -12,6 +12,7 @@
 #include "device_runtime.h"
 #include "easgd.cuh"
 #include "fused_update.cuh"
+#include "nccl_entry.h"
 #include "nccl_loader.h"
 #include "reduce.cuh"
 #include "sapipe/plugin.h"
@@ -274,6 +275,21 @@ const sapipe_cuda_plugin_v1 kTable = {
     c_count_non_finite,
     c_nccl_probe,
     c_bench_update,
+    c_stream_query,
+    c_nccl_get_unique_id,
+    c_nccl_comm_init_rank,
+    c_nccl_comm_destroy,
+    c_nccl_comm_abort,
+    c_nccl_comm_async_error,
+    c_nccl_all_reduce,
+    c_nccl_reduce_scatter,
+    c_nccl_all_gather,
+    c_nccl_broadcast,
+    c_nccl_send,
+    c_nccl_recv,
+    c_nccl_fused_update,
+    c_nccl_fused_update_recheck,
+    c_nccl_fused_update_result,
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Needs a GPU: every CUDA kernel of the plugin against the CPU kernels on the same random data,
 // through the plugin's C ABI (as the addon uses it). Sizes cover the float4 body and scalar tails;
 // offsets cover the unaligned (scalar-only) path; three steps per variant. Also the non-finite
-// guard (nothing written on device), the bf16 copy of w_hat, and every helper kernel.
+// guard (nothing written on device), the bf16 copy of w_hat, and every helper kernel. With NCCL:
+// a one-rank communicator through the appended entries (collectives, stream_query, the async
+// error, and the fused replicated and sharded steps and their recheck, against the CPU update).
 // usage: sapipe_cuda_check [device]
 #include <cmath>
 #include <cstdlib>
@@ -197,6 +199,99 @@ void check_helpers(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
   cuda->free_device(dcount);
 }
 
+// A one-rank NCCL communicator: with one rank every collective is a copy and the fused steps are
+// the plain update (grad_scale folds 1/size = 1), so they are checked against the CPU update.
+void check_nccl(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
+  if (cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1)) {
+    t.expect(false, "the plugin has the appended NCCL entries");
+    return;
+  }
+  int32_t version = 0;
+  const char* path = nullptr;
+  if (cuda->nccl_probe(&version, &path) != SAPIPE_OK) {
+    std::printf("# skip NCCL checks: %s\n", cuda->last_error());
+    return;
+  }
+  std::printf("# NCCL %d at %s\n", version, path);
+  uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES] = {};
+  void* comm = nullptr;
+  const bool up = cuda->nccl_get_unique_id(id) == SAPIPE_OK && cuda->nccl_comm_init_rank(&comm, 1, id, 0) == SAPIPE_OK;
+  t.expect(up, std::string("nccl: unique id and a one-rank communicator (") + cuda->last_error() + ")");
+  if (!up) return;
+  void *cs = nullptr, *xs = nullptr;
+  cuda->stream_create(&cs);
+  cuda->stream_create(&xs);
+  auto finish = [&](void* s) {
+    int32_t done = 0;
+    for (int i = 0; i < 1000000 && done == 0; ++i)
+      if (cuda->stream_query(s, &done) != SAPIPE_OK) return false;
+    return done == 1;
+  };
+  int32_t async_error = -1;
+  t.expect(cuda->nccl_comm_async_error(comm, &async_error) == SAPIPE_OK && async_error == 0, "nccl: no async error");
+  {
+    std::vector<float> x = {1, 2, 3, 4, 5};
+    DeviceVector dx(cuda, x), dy(cuda, std::vector<float>(5, 0));
+    bool ok = cuda->nccl_all_reduce(comm, dx.ptr, dx.ptr, 5, SAPIPE_NCCL_SUM, cs) == SAPIPE_OK && finish(cs);
+    ok = ok && cuda->nccl_all_gather(comm, dx.ptr, dy.ptr, 5, cs) == SAPIPE_OK && finish(cs) && dy.host() == x;
+    ok = ok && cuda->nccl_reduce_scatter(comm, dx.ptr, dy.ptr, 5, SAPIPE_NCCL_AVG, cs) == SAPIPE_OK && finish(cs) && dy.host() == x;
+    ok = ok && cuda->nccl_broadcast(comm, dx.ptr, dx.ptr, 5, 0, cs) == SAPIPE_OK && finish(cs) && dx.host() == x;
+    t.expect(ok, "nccl: one-rank all-reduce, all-gather, reduce-scatter, broadcast are copies");
+    t.expect(cuda->nccl_broadcast(comm, dx.ptr, dx.ptr, 5, 1, cs) == SAPIPE_ERR_INVALID_ARGUMENT, "nccl: a root that is no rank is refused");
+    t.expect(cuda->nccl_send(comm, dx.ptr, 5, 0, cs) == SAPIPE_ERR_INVALID_ARGUMENT, "nccl: sending to oneself is refused");
+  }
+  for (const Variant& variant : update_variants()) {
+    if (variant.config.prediction == SAPIPE_PREDICTION_SHADOW_STEP && variant.config.estimate != SAPIPE_ESTIMATE_PREV_SYNC) continue;
+    for (int sharded = 0; sharded <= 1; ++sharded) {
+      const size_t n = 4099 * 16;
+      HostState host;
+      host.fill(n, 11);
+      DeviceState dev(cuda, host);
+      const size_t buckets[] = {1024, 16384, n - 1024 - 16384};
+      sapipe_update_config c = variant.config;
+      c.grad_checked = 1;
+      sapipe_update_buffers hb = host.buffers(0, n), db = dev.buffers(0, n);
+      sapipe_update_result hr{};
+      sapipe_nccl_step_result dr{};
+      const bool cpu_ok = sapipe_cpu_update(&c, &hb, &hr) == SAPIPE_OK;
+      const bool ok = cuda->nccl_fused_update(comm, &c, &db, buckets, 3, sharded, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+                      cuda->nccl_fused_update_result(comm, &dr) == SAPIPE_OK && dr.applied == 1;
+      const std::string where = variant.name + (sharded ? " sharded" : " replicated");
+      t.expect(cpu_ok && ok, "nccl fused step " + where + ": applied (" + cuda->last_error() + ")");
+      t.expect(worst_error(dev.w.host(), host.w, kRtol, kAtol) <= 1.0 && worst_error(dev.predicted.host(), host.predicted, kRtol, kAtol) <= 1.0,
+               "nccl fused step " + where + ": weights and predicted weights match the CPU update");
+    }
+  }
+  {
+    // Finite gradients whose sum could overflow: the step is skipped with overflow_risk, and the
+    // recheck (on the already reduced gradient, finite here) applies it.
+    const size_t n = 4096;
+    HostState host;
+    host.fill(n, 5);
+    for (float& g : host.g) g = 3e38f;
+    DeviceState dev(cuda, host);
+    sapipe_update_config c = update_variants().front().config;
+    sapipe_update_buffers db = dev.buffers(0, n);
+    const size_t all[] = {n};
+    sapipe_nccl_step_result first{}, second{};
+    bool ok = cuda->nccl_fused_update(comm, &c, &db, all, 1, 0, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+              cuda->nccl_fused_update_result(comm, &first) == SAPIPE_OK;
+    t.expect(ok && first.applied == 0 && first.overflow_risk == 1 && first.non_finite_count == 0, "nccl: an overflow risk skips with overflow_risk");
+    ok = cuda->nccl_fused_update_recheck(comm, &c, &db, 0, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+         cuda->nccl_fused_update_result(comm, &second) == SAPIPE_OK;
+    t.expect(ok && second.applied == 1 && second.non_finite_count == 0, "nccl: the recheck applies a finite reduced gradient");
+    host.g[7] = NAN;
+    DeviceState bad(cuda, host);
+    sapipe_update_buffers bb = bad.buffers(0, n);
+    ok = cuda->nccl_fused_update(comm, &c, &bb, all, 1, 1, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+         cuda->nccl_fused_update_result(comm, &first) == SAPIPE_OK;
+    t.expect(ok && first.applied == 0 && first.non_finite_count == 1 && bad.w.host() == host.w, "nccl: a NaN skips the sharded step and writes nothing");
+  }
+  cuda->stream_destroy(cs);
+  cuda->stream_destroy(xs);
+  t.expect(cuda->nccl_comm_destroy(comm) == SAPIPE_OK, "nccl: destroy");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,5 +302,6 @@ int main(int argc, char** argv) {
   check_updates(t, cuda);
   check_guard(t, cuda);
   check_helpers(t, cuda);
+  check_nccl(t, cuda);
   return t.finish("sapipe_cuda_check");
 }

@@ -43,6 +43,32 @@ async function backends(env: Record<string, string>): Promise<Record<string, Bac
   return Object.fromEntries(info.backends.map((b) => [b.name, b]));
 }
 
+interface EntryOutcome {
+  ok: boolean;
+  name?: string;
+  code?: string;
+  message?: string;
+}
+
+/** Runs a device entry point (test/fixtures/cuda/device-entry.mjs) in its own process. */
+function deviceEntry(scenario: 'buffer' | 'paramset' | 'nccl', env: Record<string, string>): Promise<EntryOutcome> {
+  const fixture = `${root}/test/fixtures/cuda/device-entry.mjs`;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [fixture, scenario], { env: { ...process.env, ...env }, maxBuffer: 1 << 22 }, (error, stdout, stderr) => {
+      if (error) return reject(new Error(`${scenario} crashed (${String(error.code)}): ${stderr}`));
+      resolve(JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as EntryOutcome);
+    });
+  });
+}
+
+/** The entry failed cleanly with ERR_BACKEND_UNAVAILABLE and a message matching `reason`. */
+function unavailable(t: Test, outcome: EntryOutcome, reason: RegExp | string): void {
+  t.equal(outcome.ok, false, 'it fails');
+  t.equal(outcome.name, 'BackendUnavailableError');
+  t.equal(outcome.code, 'ERR_BACKEND_UNAVAILABLE');
+  t.match(outcome.message, reason);
+}
+
 async function benchFails(t: Test, env: Record<string, string>, reason: RegExp): Promise<void> {
   const r = await sapipe(['bench', 'kernels', '--device', 'cuda:0', '--size', '1K', '--reps', '1', '--warmup', '1'], env);
   t.equal(r.code, 1, 'bench exits with status 1, not a signal');
@@ -138,4 +164,76 @@ t.test('bench kernels rejects a malformed --device', async (t) => {
   const r = await sapipe(['bench', 'kernels', '--device', 'gpu0', '--size', '1K'], {});
   t.equal(r.code, 1);
   t.match(r.stderr, /^ERR_INVALID_ARGUMENT: device must be "cpu" or "cuda:N"/);
+});
+
+// ---- Device buffers and the nccl backend without a usable GPU: every entry fails with
+// ERR_BACKEND_UNAVAILABLE naming the reason, in a process that stays alive.
+
+t.test('device entries without a plugin name the path looked at', async (t) => {
+  const missing = `${root}/no/such/dir/sapipe_cuda.so`;
+  for (const scenario of ['buffer', 'paramset', 'nccl'] as const)
+    unavailable(t, await deviceEntry(scenario, { SAPIPE_CUDA_PLUGIN: missing }), `the cuda plugin was not found: looked for ${missing}`);
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: missing });
+  t.equal(b.nccl?.available, false, 'sapipe info: nccl unavailable');
+});
+
+t.test('device entries with a plugin that sees no device', async (t) => {
+  const env = { SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_without_device.so` };
+  unavailable(t, await deviceEntry('buffer', env), /^cuda:0 is unavailable: no CUDA device is visible/);
+  unavailable(t, await deviceEntry('paramset', env), /^cuda:0 is unavailable: no CUDA device is visible/);
+  // NCCL is probed first: the fake plugin answers every entry with "unavailable".
+  unavailable(t, await deviceEntry('nccl', env), /no CUDA device is visible/);
+});
+
+t.test('device entries with a plugin built before the appended entries', async (t) => {
+  const env = { SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_v1_base.so` };
+  const b = await backends(env);
+  t.match(b.cuda?.reason, /no CUDA device is visible/, 'the loader still accepts the base v1 table');
+  for (const scenario of ['buffer', 'nccl'] as const)
+    unavailable(t, await deviceEntry(scenario, env), /sapipe_test_plugin_v1_base\.so predates device buffers and NCCL communicators .*rebuild it/);
+});
+
+t.test('the real plugin: device entries unavailable here with the reason', { skip: !pluginBuilt && 'the CUDA plugin is not built (no CUDA toolkit)' }, async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin });
+  if (b.cuda?.available) {
+    t.pass('a usable GPU is present: test/cuda/device.test.ts runs the device paths');
+    return;
+  }
+  const outcome = await deviceEntry('buffer', { SAPIPE_CUDA_PLUGIN: realPlugin });
+  unavailable(t, outcome, /^cuda:0 is unavailable: .*(libcuda\.so\.1|no CUDA device|no such device)/);
+});
+
+t.test('NcclCommunicator.create: NCCL missing lists every place looked at', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
+  const env = { SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: `${root}/no-nccl-here` };
+  const b = await backends(env);
+  if (b.nccl?.available) {
+    t.pass('this machine has a system NCCL and a GPU');
+    return;
+  }
+  const outcome = await deviceEntry('nccl', env);
+  if ((b.nccl?.reason ?? '').startsWith('NCCL was not found')) {
+    unavailable(t, outcome, /NCCL was not found: looked for libnccl\.so\.2 in SAPIPE_NCCL_PATH and the system library path/);
+    t.match(outcome.message, `${root}/no-nccl-here/libnccl.so.2`);
+    t.match(outcome.message, /set SAPIPE_NCCL_PATH/);
+  } else {
+    unavailable(t, outcome, /cuda:0 is unavailable/);  // a system NCCL, but no GPU
+  }
+});
+
+t.test('NcclCommunicator.create: an NCCL without ncclAllReduce names the symbol and file', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
+  const dir = `${fakes}/nccl-without-allreduce`;
+  unavailable(t, await deviceEntry('nccl', { SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: dir }), `NCCL at ${dir}/libnccl.so.2 lacks the symbol ncclAllReduce`);
+});
+
+t.test('NCCL present but no GPU: info and NcclCommunicator.create say the device is missing', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
+  const dir = `${fakes}/nccl-complete`;
+  const env = { SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: dir };
+  const b = await backends(env);
+  if (b.cuda?.available) {
+    t.pass('a usable GPU is present (the fake NCCL would be used only to probe)');
+    return;
+  }
+  t.equal(b.nccl?.available, false);
+  t.match(b.nccl?.reason, `NCCL 22703 loaded (${dir}/libnccl.so.2), but it needs a CUDA device: `);
+  unavailable(t, await deviceEntry('nccl', env), /^cuda:0 is unavailable: /);
 });

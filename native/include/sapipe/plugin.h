@@ -52,6 +52,17 @@ typedef struct sapipe_cuda_bench_result {
   int32_t bytes_per_element;
 } sapipe_cuda_bench_result;
 
+#define SAPIPE_NCCL_UNIQUE_ID_BYTES 128
+#define SAPIPE_NCCL_SUM 0
+#define SAPIPE_NCCL_AVG 1
+
+/* What a fused NCCL step did (nccl_fused_update_result). */
+typedef struct sapipe_nccl_step_result {
+  int32_t applied;          /* 1 when every rank updated */
+  int32_t overflow_risk;    /* 1 when skipped only because a sum could overflow: run the recheck */
+  int64_t non_finite_count; /* non-finite inputs over all ranks (or, after a recheck, reduced values) */
+} sapipe_nccl_step_result;
+
 typedef struct sapipe_cuda_plugin_v1 {
   sapipe_plugin_header header;
 
@@ -110,7 +121,71 @@ typedef struct sapipe_cuda_plugin_v1 {
    * values, and times one update variant against a device-to-device copy. */
   sapipe_status (*bench_update)(const sapipe_update_config* config, size_t count, int32_t reps, int32_t warmup,
                                 sapipe_cuda_bench_result* out);
+
+  /* ---- Appended to v1 (device buffers and NCCL communicators). A plugin built before these
+   * returns a smaller table_size: the loader accepts any table of at least
+   * SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE bytes, and a caller checks table_size >= sizeof(the table)
+   * before using the entries below. ------------------------------------------------------------ */
+
+  /* *done = 1 when every operation enqueued on stream has finished, else 0; never blocks. Lets a
+   * caller wait with a deadline, polling nccl_comm_async_error (a blocking synchronize would hang
+   * for ever when a peer of a collective dies). */
+  sapipe_status (*stream_query)(void* stream, int32_t* done);
+
+  /* NCCL communicators. comm is an opaque handle made by nccl_comm_init_rank, owning the
+   * ncclComm_t and the scratch words and events of the fused steps. NCCL is opened as nccl_probe
+   * opens it; a missing NCCL is SAPIPE_ERR_BACKEND_UNAVAILABLE with the places looked at. */
+  sapipe_status (*nccl_get_unique_id)(uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES]);
+  /* Joins the clique on the calling thread's current device (set_device first); blocks until
+   * every rank of it has called. */
+  sapipe_status (*nccl_comm_init_rank)(void** comm, int32_t size, const uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES],
+                                       int32_t rank);
+  /* Destroy waits for the comm's pending work; abort does not (use it once a peer is lost). Both
+   * free the handle. */
+  sapipe_status (*nccl_comm_destroy)(void* comm);
+  sapipe_status (*nccl_comm_abort)(void* comm);
+  /* *nccl_result = ncclCommGetAsyncError's code (0: healthy; 7: still in progress). */
+  sapipe_status (*nccl_comm_async_error)(void* comm, int32_t* nccl_result);
+
+  /* fp32 collectives on device buffers, enqueued on stream. op: SAPIPE_NCCL_SUM or SAPIPE_NCCL_AVG.
+   * In place where NCCL allows it (reduce_scatter: recv == send + rank * recv_count; all_gather:
+   * send == recv + rank * send_count). */
+  sapipe_status (*nccl_all_reduce)(void* comm, const float* send, float* recv, size_t count, int32_t op, void* stream);
+  sapipe_status (*nccl_reduce_scatter)(void* comm, const float* send, float* recv, size_t recv_count, int32_t op,
+                                       void* stream);
+  sapipe_status (*nccl_all_gather)(void* comm, const float* send, float* recv, size_t send_count, void* stream);
+  sapipe_status (*nccl_broadcast)(void* comm, const float* send, float* recv, size_t count, int32_t root, void* stream);
+  sapipe_status (*nccl_send)(void* comm, const float* buffer, size_t count, int32_t peer, void* stream);
+  sapipe_status (*nccl_recv)(void* comm, float* buffer, size_t count, int32_t peer, void* stream);
+
+  /* The fused all-reduce + update of one parameter set (native/cuda/bucket_update.h), enqueued.
+   * buffers: the whole set ([offset, offset + count) of every buffer); config.grad_scale should fold
+   * in 1/size. The guard (all or nothing on every rank): each rank's non-finite count and whether
+   * its gradients could overflow a sum of size of them (|g| > FLT_MAX / 2 size, from the squared
+   * norm) are all-reduced before any bucket; the update is skipped everywhere when either is
+   * non-zero. Then, replicated (sharded = 0): bucket i ([offset + sum of earlier counts,
+   * + bucket_counts[i]), the counts summing to count) is all-reduced in place on comm_stream, and
+   * its update runs on compute_stream after that bucket's event. Sharded (sharded = 1; count must
+   * be a multiple of size): a reduce-scatter in place, the update of this rank's part
+   * [offset + rank * count / size, + count / size) only, then all-gathers in place of the weights
+   * and (when present) the predicted weights, so every rank ends with every part (ZeRO-1; the
+   * optimizer state is current on the own part only). bucket_counts is ignored when sharded. */
+  sapipe_status (*nccl_fused_update)(void* comm, const sapipe_update_config* config,
+                                     const sapipe_update_buffers* buffers, const size_t* bucket_counts,
+                                     size_t num_buckets, int32_t sharded, void* comm_stream, void* compute_stream);
+  /* After a fused update skipped for an overflow risk only (no non-finite input): the gradients are
+   * already reduced (the own part when sharded), so count the non-finite elements of the reduced
+   * gradient, all-reduce that count, and update (and all-gather, when sharded) unless it is non-zero.
+   * Exact and all or nothing, without a second reduction. */
+  sapipe_status (*nccl_fused_update_recheck)(void* comm, const sapipe_update_config* config,
+                                             const sapipe_update_buffers* buffers, int32_t sharded, void* comm_stream,
+                                             void* compute_stream);
+  /* The outcome of the last fused update or recheck, once both of its streams are idle. */
+  sapipe_status (*nccl_fused_update_result)(void* comm, sapipe_nccl_step_result* out);
 } sapipe_cuda_plugin_v1;
+
+/* Bytes of the table as it was before the appended entries: what every v1 plugin provides. */
+#define SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE offsetof(sapipe_cuda_plugin_v1, stream_query)
 
 #ifdef __cplusplus
 }

@@ -60,6 +60,27 @@ sapipe_cuda_plugin_v1 make_table() {
   t.count_non_finite = STUB(count_non_finite);
   t.nccl_probe = STUB(nccl_probe);
   t.bench_update = STUB(bench_update);
+#ifdef SAPIPE_FAKE_BASE_TABLE
+  // As a plugin built before the entries appended to v1: the loader accepts it, device buffers
+  // and NCCL communicators must report that it predates them.
+  t.header.table_size = SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE;
+#else
+  t.stream_query = STUB(stream_query);
+  t.nccl_get_unique_id = STUB(nccl_get_unique_id);
+  t.nccl_comm_init_rank = STUB(nccl_comm_init_rank);
+  t.nccl_comm_destroy = STUB(nccl_comm_destroy);
+  t.nccl_comm_abort = STUB(nccl_comm_abort);
+  t.nccl_comm_async_error = STUB(nccl_comm_async_error);
+  t.nccl_all_reduce = STUB(nccl_all_reduce);
+  t.nccl_reduce_scatter = STUB(nccl_reduce_scatter);
+  t.nccl_all_gather = STUB(nccl_all_gather);
+  t.nccl_broadcast = STUB(nccl_broadcast);
+  t.nccl_send = STUB(nccl_send);
+  t.nccl_recv = STUB(nccl_recv);
+  t.nccl_fused_update = STUB(nccl_fused_update);
+  t.nccl_fused_update_recheck = STUB(nccl_fused_update_recheck);
+  t.nccl_fused_update_result = STUB(nccl_fused_update_result);
+#endif
   return t;
 }
 

@@ -1,0 +1,282 @@
+/**
+ * The `nccl` backend: collectives on GPU memory (DeviceBuffers) with NCCL, one rank per process
+ * and device, through the CUDA plugin (NCCL is opened at run time: libnccl.so.2, SAPIPE_NCCL_PATH
+ * first). `NcclCommunicator.create({ rank, size, device, store })`: rank 0 makes NCCL's unique id
+ * and publishes it in the rendezvous store, the others wait for it, all meet at a store barrier
+ * (so every rank is alive) and then join the NCCL clique.
+ *
+ * Operations run on the communicator's execution queue, in order. Each waits for its GPU work by
+ * polling with a deadline (`timeoutMs`), checking NCCL's asynchronous error meanwhile: a dead peer
+ * makes NCCL hang, so the communicator is aborted instead, and the operation rejects with
+ * PeerLostError (NCCL reported an error) or TimeoutError (no progress in time); every later
+ * operation rejects with PeerLostError. Every rank must then create a new communicator.
+ *
+ * `allreduceAndStep(deviceParams)` is the fused all-reduce + optimizer step on the device:
+ * bucketed all-reduces on a communication stream, each bucket's fused update on the compute
+ * stream as soon as that bucket is reduced (replicated), or reduce-scatter, update of the own
+ * part, all-gather of the weights and predicted weights (sharded, ZeRO-1). All or nothing under
+ * the non-finite guard on every rank (see native/cuda/bucket_update.h).
+ */
+import { cudaAddon, NcclCollective, type NcclCommHandle, type NcclStepResult } from '../backends/cuda.js';
+import { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice } from '../device.js';
+import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { awaitNative, callNative, type NativeUpdateConfig } from '../native.js';
+import type { StepResult } from '../optim/optimizer.js';
+import { ExecutionQueue } from '../queue.js';
+import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
+import { bucketRanges } from './fused-step.js';
+import { fromEnv } from './rendezvous/env.js';
+import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
+
+export interface NcclCommunicatorOptions {
+  rank: number;
+  size: number;
+  /** This rank's GPU, `cuda:N` (usually `cuda:${localRank}`). */
+  device: CudaDevice;
+  /**
+   * The rendezvous store the unique id goes through. Without it, `env` must be set: a store is
+   * then created from the launcher's environment (see fromEnv) and closed once the clique is up.
+   */
+  store?: Rendezvous;
+  /** Create the store from this environment (`true`: process.env). Ignored when `store` is given. */
+  env?: true | NodeJS.ProcessEnv;
+  /** Store keys start with this (default `sapipe/nccl`); communicators created in turn get numbered keys under it. */
+  key?: string;
+  /** Bound of every operation and of the rendezvous, in ms (default 30 000). */
+  timeoutMs?: number;
+}
+
+export interface NcclStepOptions {
+  /** Bytes per bucket (default 25 MB), replicated only. */
+  bucketBytes?: number;
+  /** Bytes of the first bucket (default 1 MB), replicated only. */
+  firstBucketBytes?: number;
+  /** `replicated` (default) or `sharded` (the DeviceParamSet must be created with { shards: size }). */
+  update?: 'replicated' | 'sharded';
+  /** This rank's own gradient, for the `local` estimates (replicated only). */
+  localGrad?: DeviceBuffer;
+}
+
+export interface NcclStepResultInfo extends StepResult {
+  buckets: number;
+  update: 'replicated' | 'sharded';
+  /** Whether the step needed the recheck (its inputs could have overflowed a sum). */
+  rechecked: boolean;
+}
+
+const SUM = 0;
+const AVG = 1;
+// Communicators created through one store, in order: every rank creates them in the same order,
+// so the n-th one of each rank meets the others' n-th under the same key.
+const created = new WeakMap<Rendezvous, Map<string, number>>();
+
+function checkInteger(value: unknown, lo: number, hi: number, what: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi)
+    throw new InvalidArgumentError(`NcclCommunicator: ${what} must be an integer in [${lo}, ${hi}], got ${String(value)}`);
+  return value;
+}
+
+export class NcclCommunicator extends Communicator<DeviceBuffer> {
+  readonly backend = 'nccl' as const;
+  /** This rank's device, `cuda:N`. */
+  readonly device: CudaDevice;
+  private readonly handle: NcclCommHandle;
+  private readonly queue: ExecutionQueue;
+  private readonly barrierWord: DeviceBuffer;
+
+  private constructor(rank: number, size: number, device: CudaDevice, handle: NcclCommHandle, queue: ExecutionQueue, barrierWord: DeviceBuffer) {
+    super(rank, size, undefined);
+    this.device = device;
+    this.handle = handle;
+    this.queue = queue;
+    this.barrierWord = barrierWord;
+  }
+
+  /**
+   * Joins the clique. Checks the options, then NCCL and the device (BackendUnavailableError with
+   * the reason: no plugin, no NCCL and where it was looked for, no driver, no device) before any
+   * store traffic; then exchanges the unique id and initialises.
+   */
+  static async create(options: NcclCommunicatorOptions): Promise<NcclCommunicator> {
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('NcclCommunicator.create(options) must be an object');
+    const size = checkInteger(options.size, 1, 65536, 'options.size');
+    const rank = checkInteger(options.rank, 0, size - 1, 'options.rank');
+    const index = cudaDeviceIndex(options.device, 'NcclCommunicator: options.device');
+    const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 1, 2 ** 31 - 1, 'options.timeoutMs');
+    const key = options.key ?? 'sapipe/nccl';
+    if (typeof key !== 'string' || key.length === 0) throw new InvalidArgumentError('NcclCommunicator: options.key must be a non-empty string');
+    if (options.store === undefined && options.env === undefined)
+      throw new InvalidArgumentError('NcclCommunicator: give options.store (a Rendezvous) or options.env (true for process.env) to exchange the unique id');
+    if (options.store !== undefined && (options.store === null || typeof options.store !== 'object' || typeof options.store.barrier !== 'function'))
+      throw new InvalidArgumentError('NcclCommunicator: options.store must be a Rendezvous (createRendezvous)');
+    if (options.store === undefined && options.env !== true && (options.env === null || typeof options.env !== 'object'))
+      throw new InvalidArgumentError('NcclCommunicator: options.env must be true or an environment object');
+
+    const addon = cudaAddon();
+    const handle = callNative(() => new addon.NcclComm(index, size, rank, timeoutMs));
+    const device: CudaDevice = `cuda:${index}`;
+    let store: Rendezvous | undefined;
+    let ownStore = false;
+    let barrierWord: DeviceBuffer | undefined;
+    try {
+      barrierWord = DeviceBuffer.allocate(16, { device });
+      if (options.store) store = options.store;
+      else {
+        const fromLauncher = fromEnv(options.env === true ? process.env : options.env);
+        if (fromLauncher.rank !== rank || fromLauncher.worldSize !== size)
+          throw new InvalidArgumentError(`NcclCommunicator: the environment says rank ${fromLauncher.rank} of ${fromLauncher.worldSize}, the options rank ${rank} of ${size}`);
+        store = await createRendezvous({ ...fromLauncher, timeoutMs });
+        ownStore = true;
+      }
+      const seen = created.get(store) ?? new Map<string, number>();
+      created.set(store, seen);
+      const generation = seen.get(key) ?? 0;
+      seen.set(key, generation + 1);
+      const prefix = `${key}/${generation}`;
+      let id: Uint8Array;
+      if (rank === 0) {
+        id = callNative(() => addon.ncclUniqueId());
+        await store.set(`${prefix}/id`, id, { timeoutMs });
+      } else {
+        id = new Uint8Array(await store.get(`${prefix}/id`, { timeoutMs }));
+      }
+      if (id.length !== 128) throw new InvalidArgumentError(`NcclCommunicator: the unique id under ${prefix}/id has ${id.length} bytes, not 128`);
+      // NCCL's blocking init cannot be given a deadline: start it only once every rank is alive.
+      await store.barrier(`${prefix}/init`, size, { timeoutMs });
+      const queue = new ExecutionQueue();
+      await awaitNative(handle.init(queue.handle, id));
+      return new NcclCommunicator(rank, size, device, handle, queue, barrierWord);
+    } catch (error) {
+      handle.destroy();
+      barrierWord?.dispose();
+      throw error;
+    } finally {
+      if (ownStore) await store?.close();
+    }
+  }
+
+  protected override isBuffer(b: unknown): b is DeviceBuffer {
+    return b instanceof DeviceBuffer;
+  }
+  protected override get bufferKind(): string {
+    return `a DeviceBuffer on ${this.device}`;
+  }
+
+  protected async runAllreduce(buffer: DeviceBuffer, offset: number, count: number, scale: number): Promise<ReduceResult> {
+    this.checkDevice(buffer, 'allreduce(buffer)');
+    // NCCL does not count while reducing: the native op reads the result once more on the device.
+    return { nonFiniteCount: await this.collective(NcclCollective.allreduce, buffer, offset, count, null, 0, scale === 1 ? SUM : AVG) };
+  }
+  protected async runReduceScatter(input: DeviceBuffer, output: DeviceBuffer, scale: number): Promise<ReduceResult> {
+    this.checkDevice(input, 'reduceScatter(input)');
+    this.checkDevice(output, 'reduceScatter(output)');
+    // The count is of this rank's part, as the host backends count it.
+    return { nonFiniteCount: await this.collective(NcclCollective.reduceScatter, input, 0, output.length, output, 0, scale === 1 ? SUM : AVG) };
+  }
+  protected async runAllgather(input: DeviceBuffer, output: DeviceBuffer): Promise<void> {
+    this.checkDevice(input, 'allgather(input)');
+    this.checkDevice(output, 'allgather(output)');
+    await this.collective(NcclCollective.allgather, input, 0, input.length, output, 0, 0);
+  }
+  protected async runBroadcast(buffer: DeviceBuffer, root: number): Promise<void> {
+    this.checkDevice(buffer, 'broadcast(buffer)');
+    await this.collective(NcclCollective.broadcast, buffer, 0, buffer.length, null, 0, root);
+  }
+  protected async runBarrier(): Promise<void> {
+    // NCCL has no barrier: an all-reduce of one float completes only once every rank issued it.
+    await this.collective(NcclCollective.allreduce, this.barrierWord, 0, 1, null, 0, SUM);
+  }
+  /** NCCL pairs sends and receives in issue order and blocks a send until its receive is posted: one side must receive while the other sends. */
+  protected async runSend(buffer: DeviceBuffer, peer: number): Promise<void> {
+    this.checkDevice(buffer, 'send(buffer)');
+    await this.collective(NcclCollective.send, buffer, 0, buffer.length, null, 0, peer);
+  }
+  protected async runRecv(buffer: DeviceBuffer, peer: number): Promise<void> {
+    this.checkDevice(buffer, 'recv(buffer)');
+    await this.collective(NcclCollective.recv, buffer, 0, buffer.length, null, 0, peer);
+  }
+  protected runDestroy(): void {
+    this.handle.destroy();
+    try {
+      this.barrierWord.dispose();
+    } catch {
+      // still used by an operation being aborted: freed when that operation lets go of it
+    }
+  }
+
+  /**
+   * Averages the device set's gradients over the ranks and applies one step of its optimizer,
+   * on the GPU (see the file comment). Every rank must call it with the same options.
+   */
+  async allreduceAndStep(params: DeviceParamSet, options: NcclStepOptions = {}): Promise<NcclStepResultInfo> {
+    this.checkLive('allreduceAndStep');
+    if (!(params instanceof DeviceParamSet)) throw new InvalidArgumentError('NcclCommunicator.allreduceAndStep(params) must be a DeviceParamSet');
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('allreduceAndStep(options) must be an object');
+    params.checkLive('allreduceAndStep');
+    if (params.weights.deviceIndex !== cudaDeviceIndex(this.device))
+      throw new InvalidArgumentError(`allreduceAndStep: the DeviceParamSet is on ${params.device}, the communicator on ${this.device}`);
+    const update = options.update ?? 'replicated';
+    if (update !== 'replicated' && update !== 'sharded')
+      throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${String(update)}`);
+    const sharded = update === 'sharded';
+    const optimizer = params.requireOptimizer('allreduceAndStep');
+    if (sharded && optimizer.readsLocalGrad)
+      throw new InvalidArgumentError(
+        "allreduceAndStep: the 'local' estimates need each rank's own gradient over the whole model, so they cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'",
+      );
+    if (sharded && params.length % (16 * this.size) !== 0)
+      throw new SizeMismatchError(`allreduceAndStep: a sharded step splits the set evenly; create the DeviceParamSet with { shards: ${this.size} }`);
+    const buffers = params.updateBuffers('allreduceAndStep', options.localGrad);
+    const counts = sharded ? [] : bucketRanges(params.length, options.bucketBytes, options.firstBucketBytes).map(([, count]) => count);
+    const step = optimizer.beginExternalStep('allreduceAndStep');
+    try {
+      if (step.firstStep) params.prepareFirstStep();
+      const config: NativeUpdateConfig = { ...step.config, gradScale: (step.config.gradScale ?? 1) / this.size };
+      let result: NcclStepResult = await this.fused(config, buffers, counts, sharded, false);
+      const rechecked = !result.applied && result.overflowRisk;
+      if (rechecked) result = await this.fused(config, buffers, counts, sharded, true);
+      return { ...step.finish(result.applied, result.nonFiniteCount), buckets: sharded ? 1 : counts.length, update, rechecked };
+    } catch (error) {
+      step.finish(false, 0);
+      throw error;
+    }
+  }
+
+  /**
+   * After sharded steps each rank's optimizer state is current on its own part only; this gathers
+   * every part to every rank (an all-gather in place per state buffer), before copyToHost() and a
+   * checkpoint, or a replicated step. Every rank must call it.
+   */
+  async gatherShardedState(params: DeviceParamSet): Promise<void> {
+    this.checkLive('gatherShardedState');
+    if (!(params instanceof DeviceParamSet)) throw new InvalidArgumentError('gatherShardedState(params) must be a DeviceParamSet');
+    params.checkLive('gatherShardedState');
+    if (params.length % this.size !== 0)
+      throw new SizeMismatchError(`gatherShardedState: create the DeviceParamSet with { shards: ${this.size} }`);
+    const part = params.length / this.size;
+    for (const name of ['momentum', 'secondMoment', 'backup'] as const) {
+      const buffer = params.stateBuffer(name);
+      if (buffer) await this.collective(NcclCollective.allgather, buffer, this.rank * part, part, buffer, 0, 0);
+    }
+  }
+
+  private checkDevice(buffer: DeviceBuffer, what: string): void {
+    if (buffer.device !== this.device) throw new InvalidArgumentError(`${what} is on ${buffer.device}, the communicator on ${this.device}`);
+  }
+
+  /** Resolves with the non-finite count of a reduction's result (0 for the other kinds). */
+  private async collective(kind: number, a: DeviceBuffer, aOffset: number, count: number, b: DeviceBuffer | null, bOffset: number, arg: number): Promise<number> {
+    if (this.destroyed) throw new DisposedError('NcclCommunicator: the communicator was destroyed; create a new one');
+    return awaitNative(callNative(() => this.handle.collective(this.queue.handle, kind, a.handle, aOffset, count, b?.handle ?? null, bOffset, arg)));
+  }
+
+  private async fused(
+    config: NativeUpdateConfig,
+    buffers: ReturnType<DeviceParamSet['updateBuffers']>,
+    counts: number[],
+    sharded: boolean,
+    recheck: boolean,
+  ): Promise<NcclStepResult> {
+    return awaitNative(callNative(() => this.handle.fusedUpdate(this.queue.handle, config, buffers, counts, sharded, recheck)));
+  }
+}

@@ -1,0 +1,375 @@
+/**
+ * GPU memory seen from JavaScript: {@link DeviceBuffer} (fp32 memory on one `cuda:N` device) and
+ * {@link DeviceParamSet} (a ParamSet's weights, gradients and optimizer state on a device, so an
+ * optimizer step, or the NCCL fused all-reduce + step, runs there).
+ *
+ * A separate type rather than a `device` field on FlatBuffer: a FlatBuffer *is* host memory (its
+ * `array` is a zero-copy Float32Array, and every CPU kernel and host collective reads it), so a
+ * device flag would turn each of those into a run-time check and a possible late failure. With
+ * two types the compiler keeps host and device buffers apart, and crossing is explicit
+ * (`copyFromHost`, `copyToHost`).
+ *
+ * Every entry validates its arguments first (ERR_INVALID_ARGUMENT, ERR_SIZE_MISMATCH,
+ * ERR_DISPOSED) and only then touches the device; where no device can be used it throws
+ * BackendUnavailableError whose message is the plugin's reason (no plugin built, no driver
+ * libcuda.so.1, no device, a plugin too old). Copies are synchronous: when they return, the data
+ * is where it was sent.
+ */
+import { cudaAddon, parseDevice, type CudaBufferHandle, type CudaUpdateBuffers } from './backends/cuda.js';
+import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors.js';
+import { callNative } from './native.js';
+import type { Optimizer, StateBufferName, StepResult } from './optim/optimizer.js';
+import { ALIGN_ELEMENTS, FlatBuffer, type ParamSet } from './tensor.js';
+
+/** A CUDA device: `cuda:N`, or `cuda` for `cuda:0`. */
+export type CudaDevice = 'cuda' | `cuda:${number}`;
+
+/** Highest device index accepted (the addon's limit). */
+const MAX_DEVICE_INDEX = 1023;
+
+/** The index N of a `cuda:N` string; InvalidArgumentError for anything else (`cpu` included). */
+export function cudaDeviceIndex(device: unknown, what = 'device'): number {
+  if (typeof device !== 'string') throw new InvalidArgumentError(`${what} must be a string like "cuda:0", got ${typeof device}`);
+  const parsed = parseDevice(device);
+  if (parsed.kind !== 'cuda')
+    throw new InvalidArgumentError(`${what} must be a CUDA device ("cuda:N"); host memory is a FlatBuffer, not a DeviceBuffer`);
+  if (parsed.index > MAX_DEVICE_INDEX) throw new InvalidArgumentError(`${what}: device index ${parsed.index} is above ${MAX_DEVICE_INDEX}`);
+  return parsed.index;
+}
+
+export interface DeviceOptions {
+  /** Where the memory lives: `cuda:N`. */
+  device: CudaDevice;
+}
+
+function checkDeviceOptions(options: unknown, what: string): number {
+  if (options === null || typeof options !== 'object')
+    throw new InvalidArgumentError(`${what}: options must be an object like { device: 'cuda:0' }`);
+  return cudaDeviceIndex((options as DeviceOptions).device, `${what}: options.device`);
+}
+
+function checkLength(length: unknown, what: string): number {
+  if (typeof length !== 'number' || !Number.isInteger(length) || length < 0 || length > 0xffffffff)
+    throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+  return length;
+}
+
+function checkOffset(offset: unknown, what: string): number {
+  if (typeof offset !== 'number' || !Number.isInteger(offset) || offset < 0)
+    throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${String(offset)}`);
+  return offset;
+}
+
+/** The Float32Array of a host source or destination; DisposedError for a disposed FlatBuffer. */
+function hostArray(value: unknown, what: string): Float32Array {
+  if (value instanceof FlatBuffer) {
+    if (value.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
+    return value.array;
+  }
+  if (value instanceof Float32Array) return value;
+  throw new InvalidArgumentError(`${what} must be a FlatBuffer or a Float32Array`);
+}
+
+/** fp32 memory on one CUDA device, owned by native code. Zero-filled when allocated. */
+export class DeviceBuffer {
+  /** @internal */
+  readonly handle: CudaBufferHandle;
+
+  private constructor(handle: CudaBufferHandle) {
+    this.handle = handle;
+  }
+
+  /** Allocates `length` zero-filled floats on `options.device`. */
+  static allocate(length: number, options: DeviceOptions): DeviceBuffer {
+    const index = checkDeviceOptions(options, 'DeviceBuffer.allocate');
+    checkLength(length, 'DeviceBuffer.allocate');
+    const addon = cudaAddon();
+    return new DeviceBuffer(callNative(() => new addon.CudaBuffer(index, length)));
+  }
+
+  /** Allocates a device buffer holding a copy of `values`. */
+  static from(values: FlatBuffer | Float32Array, options: DeviceOptions): DeviceBuffer {
+    const array = hostArray(values, 'DeviceBuffer.from(values)');
+    checkDeviceOptions(options, 'DeviceBuffer.from');
+    const buffer = DeviceBuffer.allocate(array.length, options);
+    try {
+      buffer.copyFromHost(array);
+    } catch (error) {
+      buffer.dispose();
+      throw error;
+    }
+    return buffer;
+  }
+
+  get length(): number {
+    return this.handle.length;
+  }
+
+  /** `cuda:N`. */
+  get device(): CudaDevice {
+    return `cuda:${this.handle.device}`;
+  }
+
+  get deviceIndex(): number {
+    return this.handle.device;
+  }
+
+  get disposed(): boolean {
+    return this.handle.disposed;
+  }
+
+  /** Copies `src` into this buffer at element `offset` (default 0). */
+  copyFromHost(src: FlatBuffer | Float32Array, offset = 0): void {
+    this.checkLive('copyFromHost');
+    const array = hostArray(src, 'DeviceBuffer.copyFromHost(src)');
+    checkOffset(offset, 'DeviceBuffer.copyFromHost(offset)');
+    if (offset + array.length > this.length)
+      throw new SizeMismatchError(`DeviceBuffer.copyFromHost: ${array.length} floats at offset ${offset} exceed the buffer's ${this.length}`);
+    callNative(() => this.handle.copyFromHost(array, offset));
+  }
+
+  /**
+   * Copies this buffer, from element `offset` (default 0), into `dst` (as many elements as it
+   * holds) and returns it; without `dst`, into a new Float32Array of the rest of the buffer.
+   */
+  copyToHost(dst?: FlatBuffer | Float32Array, offset = 0): Float32Array {
+    this.checkLive('copyToHost');
+    checkOffset(offset, 'DeviceBuffer.copyToHost(offset)');
+    if (offset > this.length) throw new SizeMismatchError(`DeviceBuffer.copyToHost: offset ${offset} is past the buffer's ${this.length} elements`);
+    const array = dst === undefined ? new Float32Array(this.length - offset) : hostArray(dst, 'DeviceBuffer.copyToHost(dst)');
+    if (offset + array.length > this.length)
+      throw new SizeMismatchError(`DeviceBuffer.copyToHost: ${array.length} floats from offset ${offset} exceed the buffer's ${this.length}`);
+    callNative(() => this.handle.copyToHost(array, offset));
+    return array;
+  }
+
+  /** Copies all of `src` (same device, at most this long) into this buffer from element 0. */
+  copyFrom(src: DeviceBuffer): void {
+    this.checkLive('copyFrom');
+    if (!(src instanceof DeviceBuffer)) throw new InvalidArgumentError('DeviceBuffer.copyFrom(src) must be a DeviceBuffer');
+    src.checkLive('copyFrom (source)');
+    if (src.length > this.length) throw new SizeMismatchError(`DeviceBuffer.copyFrom: the source has ${src.length} elements, this buffer ${this.length}`);
+    if (src.deviceIndex !== this.deviceIndex) throw new InvalidArgumentError(`DeviceBuffer.copyFrom: the source is on ${src.device}, this buffer on ${this.device}`);
+    callNative(() => this.handle.copyFromDevice(src.handle, 0, 0, src.length));
+  }
+
+  /** NaN/Inf elements of [offset, offset + count) (default: the whole buffer), counted on the device. */
+  countNonFinite(offset = 0, count = this.length - offset): number {
+    this.checkLive('countNonFinite');
+    checkOffset(offset, 'DeviceBuffer.countNonFinite(offset)');
+    checkOffset(count, 'DeviceBuffer.countNonFinite(count)');
+    if (offset + count > this.length) throw new SizeMismatchError(`DeviceBuffer.countNonFinite: the range exceeds the buffer's ${this.length} elements`);
+    return callNative(() => cudaAddon().cudaCountNonFinite(this.handle, offset, count));
+  }
+
+  /** Frees the device memory now (ERR_BUSY while a queued collective uses it). Idempotent. */
+  dispose(): void {
+    callNative(() => this.handle.dispose());
+  }
+
+  /** @internal */
+  checkLive(what: string): void {
+    if (this.handle.disposed) throw new DisposedError(`DeviceBuffer.${what}: the buffer was disposed`);
+  }
+}
+
+export interface DeviceParamSetOptions extends DeviceOptions {
+  /**
+   * The optimizer whose state moves to the device with the parameters; needed by step() and the
+   * NCCL fused step. Its hyperparameters and step count keep living in it; its host state
+   * buffers are left alone until copyToHost().
+   */
+  optimizer?: Optimizer;
+  /**
+   * Pads the device buffers to a multiple of 16 x shards elements (zeros that stay zero), so the
+   * sharded NCCL step can split them evenly: pass the world size. Default 1.
+   */
+  shards?: number;
+}
+
+/** Device state buffers a step writes, mirroring the optimizer's host ones. */
+type DeviceState = Partial<Record<StateBufferName, DeviceBuffer>>;
+
+/**
+ * A ParamSet's weights and gradients (and its optimizer's state) in device memory, laid out as
+ * on the host (tensors at the same offsets), so one kernel launch covers the whole set. The host
+ * ParamSet stays the source of the layout and the staging area for initialisation and checkpoints.
+ */
+export class DeviceParamSet {
+  readonly params: ParamSet;
+  readonly optimizer: Optimizer | undefined;
+  readonly weights: DeviceBuffer;
+  readonly grads: DeviceBuffer;
+  /** Elements of each device buffer: the host length padded for `shards`. */
+  readonly length: number;
+  private readonly state: DeviceState;
+  private isDisposed = false;
+
+  private constructor(params: ParamSet, optimizer: Optimizer | undefined, weights: DeviceBuffer, grads: DeviceBuffer, state: DeviceState) {
+    this.params = params;
+    this.optimizer = optimizer;
+    this.weights = weights;
+    this.grads = grads;
+    this.state = state;
+    this.length = weights.length;
+  }
+
+  /**
+   * Allocates the device copy of `params` (and of `options.optimizer`'s state) on
+   * `options.device` and copies the host values in.
+   */
+  static create(params: ParamSet, options: DeviceParamSetOptions): DeviceParamSet {
+    if (params === null || typeof params !== 'object' || typeof (params as ParamSet).checkLive !== 'function')
+      throw new InvalidArgumentError('DeviceParamSet.create(params): params must be a ParamSet');
+    params.checkLive('DeviceParamSet.create');
+    const index = checkDeviceOptions(options, 'DeviceParamSet.create');
+    const optimizer = options.optimizer;
+    if (optimizer !== undefined) {
+      if (optimizer === null || typeof optimizer !== 'object' || typeof (optimizer as Optimizer).beginExternalStep !== 'function')
+        throw new InvalidArgumentError('DeviceParamSet.create: options.optimizer must be an Optimizer');
+      if (optimizer.params !== params) throw new InvalidArgumentError('DeviceParamSet.create: options.optimizer optimizes another ParamSet');
+    }
+    const shards = options.shards ?? 1;
+    if (!Number.isInteger(shards) || shards < 1 || shards > 65536)
+      throw new InvalidArgumentError(`DeviceParamSet.create: options.shards must be an integer in [1, 65536], got ${String(shards)}`);
+    const unit = ALIGN_ELEMENTS * shards;
+    const length = Math.ceil(params.length / unit) * unit;
+    const device = { device: `cuda:${index}` as CudaDevice };
+    const made: DeviceBuffer[] = [];
+    const upload = (host: FlatBuffer): DeviceBuffer => {
+      const buffer = DeviceBuffer.allocate(length, device);
+      made.push(buffer);
+      buffer.copyFromHost(host);
+      return buffer;
+    };
+    try {
+      const weights = upload(params.weights);
+      const grads = upload(params.grads);
+      const state: DeviceState = {};
+      for (const name of optimizer?.stateNames ?? []) state[name] = upload(optimizer!.stateBuffer(name)!);
+      return new DeviceParamSet(params, optimizer, weights, grads, state);
+    } catch (error) {
+      for (const b of made) b.dispose();
+      throw error;
+    }
+  }
+
+  /** `cuda:N`. */
+  get device(): CudaDevice {
+    return this.weights.device;
+  }
+
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+
+  /** A device state buffer (momentum, secondMoment, backup, predicted, prevLocalGrad), if the optimizer has it. */
+  stateBuffer(name: StateBufferName): DeviceBuffer | undefined {
+    this.checkLive('stateBuffer');
+    return this.state[name];
+  }
+
+  /**
+   * The weights a forward pass should read: the predicted weights when the optimizer predicts,
+   * else the weights. Before the first step the predicted weights are the weights.
+   */
+  get forwardWeights(): DeviceBuffer {
+    this.checkLive('forwardWeights');
+    const predicted = this.state.predicted;
+    if (!predicted) return this.weights;
+    if (this.optimizer?.steps === 0) predicted.copyFrom(this.weights);
+    return predicted;
+  }
+
+  /** Copies the host ParamSet's gradients to the device (gradients computed on the host). */
+  copyGradsFromHost(): void {
+    this.checkLive('copyGradsFromHost');
+    this.params.checkLive('copyGradsFromHost');
+    this.grads.copyFromHost(this.params.grads);
+  }
+
+  /**
+   * Copies the device weights, gradients and optimizer state back into the host ParamSet and
+   * optimizer (before exportState(), a checkpoint, or host use of the weights).
+   */
+  copyToHost(): void {
+    this.checkLive('copyToHost');
+    this.params.checkLive('copyToHost');
+    this.weights.copyToHost(this.params.weights);
+    this.grads.copyToHost(this.params.grads);
+    for (const [name, buffer] of Object.entries(this.state) as [StateBufferName, DeviceBuffer][]) {
+      const host = this.optimizer?.stateBuffer(name);
+      if (host) buffer.copyToHost(host);
+    }
+  }
+
+  /**
+   * One optimizer step on the device (the fused update: optimizer + compensation + prediction +
+   * non-finite guard, one launch over the whole set), run to completion.
+   */
+  step(inputs: { localGrad?: DeviceBuffer; gradChecked?: boolean } = {}): StepResult {
+    this.checkLive('step');
+    if (inputs === null || typeof inputs !== 'object') throw new InvalidArgumentError('DeviceParamSet.step(inputs) must be an object');
+    if (inputs.gradChecked !== undefined && typeof inputs.gradChecked !== 'boolean')
+      throw new InvalidArgumentError('DeviceParamSet.step: inputs.gradChecked must be a boolean');
+    const optimizer = this.requireOptimizer('step');
+    const buffers = this.updateBuffers('step', inputs.localGrad);
+    const step = optimizer.beginExternalStep('step', inputs.gradChecked ?? false);
+    try {
+      if (step.firstStep) this.prepareFirstStep();
+      const result = callNative(() => cudaAddon().cudaUpdate(step.config, buffers));
+      return step.finish(result.applied, result.nonFiniteCount);
+    } catch (error) {
+      step.finish(false, 0);
+      throw error;
+    }
+  }
+
+  /** Frees the device buffers (not the host ParamSet or optimizer). Idempotent. */
+  dispose(): void {
+    if (this.isDisposed) return;
+    for (const b of [this.weights, this.grads, ...Object.values(this.state)]) b.dispose();
+    this.isDisposed = true;
+  }
+
+  /** @internal */
+  checkLive(what: string): void {
+    if (this.isDisposed) throw new DisposedError(`DeviceParamSet.${what}: the DeviceParamSet was disposed`);
+    for (const b of [this.weights, this.grads]) b.checkLive(`${what} (DeviceParamSet)`);
+  }
+
+  /** @internal */
+  requireOptimizer(what: string): Optimizer {
+    if (!this.optimizer) throw new InvalidArgumentError(`DeviceParamSet.${what}: create it with { optimizer } to step`);
+    return this.optimizer;
+  }
+
+  /** @internal The buffers of a step; checks the local gradient the optimizer may need. */
+  updateBuffers(what: string, localGrad: DeviceBuffer | undefined): CudaUpdateBuffers {
+    const optimizer = this.requireOptimizer(what);
+    if (optimizer.readsLocalGrad && localGrad === undefined)
+      throw new InvalidArgumentError(`DeviceParamSet.${what}: the optimizer's estimate needs inputs.localGrad (this rank's own gradient, a DeviceBuffer)`);
+    if (localGrad !== undefined) {
+      if (!(localGrad instanceof DeviceBuffer)) throw new InvalidArgumentError(`DeviceParamSet.${what}: localGrad must be a DeviceBuffer`);
+      localGrad.checkLive(`${what} (localGrad)`);
+      if (localGrad.length !== this.length)
+        throw new SizeMismatchError(`DeviceParamSet.${what}: localGrad has ${localGrad.length} elements, the device set ${this.length}`);
+    }
+    const s = this.state;
+    return {
+      weights: this.weights.handle,
+      grad: this.grads.handle,
+      momentum: s.momentum?.handle,
+      secondMoment: s.secondMoment?.handle,
+      backup: s.backup?.handle,
+      predicted: s.predicted?.handle,
+      localGrad: optimizer.readsLocalGrad ? localGrad?.handle : undefined,
+      prevLocalGrad: s.prevLocalGrad?.handle,
+    };
+  }
+
+  /** @internal Delay compensation's w_c before the first step is the current weights. */
+  prepareFirstStep(): void {
+    this.state.backup?.copyFrom(this.weights);
+  }
+}

@@ -1,0 +1,241 @@
+#include "cuda_buffer.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "addon_data.h"
+#include "cuda_binding.h"
+#include "errors.h"
+#include "js_args.h"
+#include "update_binding.h"
+
+namespace sapipe::addon {
+namespace {
+
+bool whole_in(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi && std::floor(x) == x; }
+
+size_t index_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber() || !whole_in(v.As<Napi::Number>().DoubleValue(), 0, 9007199254740991.0))
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
+  return static_cast<size_t>(v.As<Napi::Number>().DoubleValue());
+}
+
+Napi::Float32Array float32_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a Float32Array");
+  return v.As<Napi::Float32Array>();
+}
+
+void check_status(Napi::Env env, const sapipe_cuda_plugin_v1* cuda, sapipe_status s, const char* what) {
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), std::string(what) + ": " + cuda->last_error());
+}
+
+}  // namespace
+
+DeviceAllocation::~DeviceAllocation() {
+  // cudaFree finds the device from the address (unified addressing): no device switch needed.
+  if (data != nullptr && cuda != nullptr) cuda->free_device(data);
+}
+
+void CudaBuffer::Init(Napi::Env env, Napi::Object exports) {
+  Napi::Function ctor = DefineClass(env, "CudaBuffer",
+                                    {InstanceAccessor<&CudaBuffer::GetLength>("length"),
+                                     InstanceAccessor<&CudaBuffer::GetDevice>("device"),
+                                     InstanceAccessor<&CudaBuffer::GetDisposed>("disposed"),
+                                     InstanceMethod<&CudaBuffer::CopyFromHost>("copyFromHost"),
+                                     InstanceMethod<&CudaBuffer::CopyToHost>("copyToHost"),
+                                     InstanceMethod<&CudaBuffer::CopyFromDevice>("copyFromDevice"),
+                                     InstanceMethod<&CudaBuffer::Dispose>("dispose")});
+  AddonData::Get(env).cuda_buffer_ctor = Napi::Persistent(ctor);
+  exports.Set("CudaBuffer", ctor);
+}
+
+std::shared_ptr<DeviceAllocation> CudaBuffer::FromValue(Napi::Env env, const Napi::Value& value, const char* what) {
+  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(AddonData::Get(env).cuda_buffer_ctor.Value()))
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a CudaBuffer");
+  CudaBuffer* self = Napi::ObjectWrap<CudaBuffer>::Unwrap(value.As<Napi::Object>());
+  if (!self->memory_) throw_error(env, "ERR_DISPOSED", std::string(what) + " was disposed; allocate a new buffer");
+  return self->memory_;
+}
+
+// new CudaBuffer(device, length): `length` zero-filled floats on cuda:device.
+CudaBuffer::CudaBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CudaBuffer>(info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !whole_in(info[0].As<Napi::Number>().DoubleValue(), 0, 1023))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "CudaBuffer(device, length): device must be an integer in [0, 1023]");
+  if (!info[1].IsNumber() || !whole_in(info[1].As<Napi::Number>().DoubleValue(), 0, 4294967295.0))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "CudaBuffer(device, length): length must be an integer in [0, 2^32 - 1]");
+  device_ = static_cast<int32_t>(info[0].As<Napi::Number>().DoubleValue());
+  length_ = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, device_);
+  auto memory = std::make_shared<DeviceAllocation>();
+  memory->cuda = cuda;
+  memory->device = device_;
+  memory->length = length_;
+  void* ptr = nullptr;
+  check_status(env, cuda, cuda->malloc_device(&ptr, length_ * sizeof(float)), "CudaBuffer");
+  memory->data = static_cast<float*>(ptr);
+  // Zero-filled like host buffers (a ParamSet's padding must start at zero). A staging copy
+  // through the legacy stream is slow but rare: allocation is not on a training loop's path.
+  if (length_ > 0) {
+    std::vector<float> zeros(length_, 0.0f);
+    check_status(env, cuda, cuda->copy_to_device(memory->data, zeros.data(), length_ * sizeof(float), nullptr), "CudaBuffer");
+    check_status(env, cuda, cuda->stream_synchronize(nullptr), "CudaBuffer");
+  }
+  memory_ = std::move(memory);
+}
+
+DeviceAllocation& CudaBuffer::live(Napi::Env env, const char* what) {
+  if (!memory_) throw_error(env, "ERR_DISPOSED", std::string("CudaBuffer.") + what + ": the buffer was disposed");
+  if (memory_->users.load() != 0)
+    throw_error(env, "ERR_BUSY", std::string("CudaBuffer.") + what + ": a queued operation still uses the buffer; await it first");
+  if (memory_->cuda->set_device(device_) != SAPIPE_OK)
+    throw_error(env, "ERR_BACKEND_UNAVAILABLE", "cuda:" + std::to_string(device_) + " is unavailable: " + memory_->cuda->last_error());
+  return *memory_;
+}
+
+Napi::Value CudaBuffer::GetLength(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(length_)); }
+Napi::Value CudaBuffer::GetDevice(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
+Napi::Value CudaBuffer::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !memory_); }
+
+// copyFromHost(src: Float32Array, offset): device [offset, offset + src.length) = src.
+Napi::Value CudaBuffer::CopyFromHost(const Napi::CallbackInfo& info) { return CopyHost(info, true); }
+// copyToHost(dst: Float32Array, offset): dst = device [offset, offset + dst.length).
+Napi::Value CudaBuffer::CopyToHost(const Napi::CallbackInfo& info) { return CopyHost(info, false); }
+
+Napi::Value CudaBuffer::CopyHost(const Napi::CallbackInfo& info, bool to_device) {
+  Napi::Env env = info.Env();
+  const std::string what = to_device ? "copyFromHost" : "copyToHost";
+  DeviceAllocation& m = live(env, what.c_str());
+  Napi::Float32Array host = float32_arg(env, info[0], (what + (to_device ? "(src)" : "(dst)")).c_str());
+  const size_t offset = index_arg(env, info[1], (what + "(offset)").c_str());
+  const size_t n = host.ElementLength();
+  if (offset > m.length || n > m.length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", what + ": " + std::to_string(n) + " floats at offset " + std::to_string(offset) +
+                                              " exceed the buffer's " + std::to_string(m.length));
+  if (n == 0) return env.Undefined();
+  check_status(env, m.cuda,
+               to_device ? m.cuda->copy_to_device(m.data + offset, host.Data(), n * sizeof(float), nullptr)
+                         : m.cuda->copy_to_host(host.Data(), m.data + offset, n * sizeof(float), nullptr),
+               what.c_str());
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), what.c_str());
+  return env.Undefined();
+}
+
+// copyFromDevice(src: CudaBuffer, srcOffset, dstOffset, count), both on this buffer's device.
+Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DeviceAllocation& m = live(env, "copyFromDevice");
+  std::shared_ptr<DeviceAllocation> src = FromValue(env, info[0], "copyFromDevice(src)");
+  const size_t from = index_arg(env, info[1], "copyFromDevice(srcOffset)");
+  const size_t to = index_arg(env, info[2], "copyFromDevice(dstOffset)");
+  const size_t count = index_arg(env, info[3], "copyFromDevice(count)");
+  if (src->device != m.device) throw_error(env, "ERR_INVALID_ARGUMENT", "copyFromDevice: the buffers are on different devices");
+  if (src->users.load() != 0) throw_error(env, "ERR_BUSY", "copyFromDevice: a queued operation still uses the source; await it first");
+  if (from > src->length || count > src->length - from || to > m.length || count > m.length - to)
+    throw_error(env, "ERR_SIZE_MISMATCH", "copyFromDevice: the range exceeds a buffer");
+  if (count == 0) return env.Undefined();
+  if (src.get() == &m) throw_error(env, "ERR_ALIASING", "copyFromDevice: the source and destination are the same buffer");
+  check_status(env, m.cuda, m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), nullptr), "copyFromDevice");
+  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyFromDevice");
+  return env.Undefined();
+}
+
+Napi::Value CudaBuffer::Dispose(const Napi::CallbackInfo& info) {
+  if (memory_ && memory_->users.load() != 0)
+    throw_error(info.Env(), "ERR_BUSY", "CudaBuffer.dispose: a queued operation still uses the buffer; await it first");
+  memory_.reset();
+  return info.Env().Undefined();
+}
+
+DeviceUpdate parse_device_update(Napi::Env env, const Napi::Value& value, int32_t device, bool refuse_busy) {
+  DeviceUpdate out;
+  Napi::Object b = expect_object(env, value, "buffers");
+  std::shared_ptr<DeviceAllocation> weights = CudaBuffer::FromValue(env, b.Get("weights"), "buffers.weights");
+  const int32_t on = device < 0 ? weights->device : device;
+  auto take = [&](const std::shared_ptr<DeviceAllocation>& m, const std::string& what) {
+    if (m->device != on)
+      throw_error(env, "ERR_INVALID_ARGUMENT", what + " is on cuda:" + std::to_string(m->device) + ", not cuda:" + std::to_string(on));
+    if (m->length != weights->length)
+      throw_error(env, "ERR_SIZE_MISMATCH", what + " has " + std::to_string(m->length) + " elements but buffers.weights has " +
+                                                std::to_string(weights->length));
+    if (refuse_busy && m->users.load() != 0) throw_error(env, "ERR_BUSY", what + " is in use by a queued operation; await it first");
+    out.held.push_back(m);
+    return m->data;
+  };
+  auto optional = [&](const char* key) -> float* {
+    Napi::Value v = b.Get(key);
+    if (v.IsUndefined() || v.IsNull()) return nullptr;
+    const std::string what = std::string("buffers.") + key;
+    return take(CudaBuffer::FromValue(env, v, what.c_str()), what);
+  };
+  sapipe_update_buffers& u = out.buffers;
+  u.weights = take(weights, "buffers.weights");
+  u.grad = optional("grad");
+  if (u.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
+  u.momentum = optional("momentum");
+  u.second_moment = optional("secondMoment");
+  u.backup = optional("backup");
+  u.predicted = optional("predicted");
+  u.local_grad = optional("localGrad");
+  u.prev_local_grad = optional("prevLocalGrad");
+  const size_t length = weights->length;
+  u.offset = get_index(b, "offset", 0);
+  u.count = get_index(b, "count", length - std::min(length, u.offset));
+  if (u.offset > length || u.count > length - u.offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  return out;
+}
+
+namespace {
+
+// cudaUpdate(config, buffers): the fused update on CudaBuffers (the keys of NativeUpdateBuffers),
+// run to completion on the weights' device; returns { applied, nonFiniteCount }.
+Napi::Value CudaUpdate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const sapipe_update_config config = parse_update_config(expect_object(env, info[0], "config"));
+  // Run now, on the legacy stream: no queued collective may be using the memory.
+  const DeviceUpdate update = parse_device_update(env, info[1], -1, true);
+  const sapipe_update_buffers& buffers = update.buffers;
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, update.held.front()->device);
+  sapipe_update_result result{};
+  check_status(env, cuda, cuda->update(&config, &buffers, nullptr, &result, nullptr), "cudaUpdate");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("applied", Napi::Boolean::New(env, result.applied != 0));
+  o.Set("nonFiniteCount", Napi::Number::New(env, static_cast<double>(result.non_finite_count)));
+  return o;
+}
+
+// cudaCountNonFinite(buffer, offset, count): NaN/Inf elements of the range, counted on the device
+// (a device word allocated per call: the call is not on a step's hot path).
+Napi::Value CudaCountNonFinite(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<DeviceAllocation> m = CudaBuffer::FromValue(env, info[0], "cudaCountNonFinite(buffer)");
+  const size_t offset = index_arg(env, info[1], "cudaCountNonFinite(offset)");
+  const size_t count = index_arg(env, info[2], "cudaCountNonFinite(count)");
+  if (offset > m->length || count > m->length - offset)
+    throw_error(env, "ERR_SIZE_MISMATCH", "cudaCountNonFinite: the range exceeds the buffer");
+  if (m->users.load() != 0) throw_error(env, "ERR_BUSY", "cudaCountNonFinite: a queued operation still uses the buffer");
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, m->device);
+  void* word = nullptr;
+  check_status(env, cuda, cuda->malloc_device(&word, sizeof(int64_t)), "cudaCountNonFinite");
+  int64_t bad = 0;
+  sapipe_status s = cuda->count_non_finite(m->data + offset, count, static_cast<int64_t*>(word), nullptr);
+  if (s == SAPIPE_OK) s = cuda->copy_to_host(&bad, word, sizeof bad, nullptr);
+  if (s == SAPIPE_OK) s = cuda->stream_synchronize(nullptr);
+  const std::string why = s == SAPIPE_OK ? "" : cuda->last_error();
+  cuda->free_device(word);
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), "cudaCountNonFinite: " + why);
+  return Napi::Number::New(env, static_cast<double>(bad));
+}
+
+}  // namespace
+
+void InitCudaBuffer(Napi::Env env, Napi::Object exports) {
+  CudaBuffer::Init(env, exports);
+  exports.Set("cudaUpdate", Napi::Function::New(env, CudaUpdate, "cudaUpdate"));
+  exports.Set("cudaCountNonFinite", Napi::Function::New(env, CudaCountNonFinite, "cudaCountNonFinite"));
+}
+
+}  // namespace sapipe::addon

@@ -1,0 +1,89 @@
+/**
+ * Two ranks of an NCCL job, as two processes on two GPUs (test/fixtures/cuda/nccl-rank.mjs, which
+ * imports dist/: run `npm run build` first): the unique id through the rendezvous store, every
+ * collective, the fused replicated and sharded steps against the host step on the averaged
+ * gradient, and a peer that dies (the survivor's collective rejects with ERR_PEER_LOST or
+ * ERR_TIMEOUT within the timeout, and every later one with ERR_PEER_LOST). Needs two GPUs and
+ * NCCL; elsewhere each test asserts why it cannot run.
+ */
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import t, { type Test } from 'tap';
+
+import { cudaStatus, probeNccl } from '../../lib/backends/cuda.js';
+
+const fixture = fileURLToPath(new URL('../fixtures/cuda/nccl-rank.mjs', import.meta.url));
+const status = cudaStatus();
+const nccl = probeNccl();
+const usableGpus = status.devices?.filter((d) => d.kernelsAvailable).length ?? 0;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+async function runRanks(scenario: string): Promise<Record<string, unknown>[]> {
+  const port = await freePort();
+  return Promise.all(
+    [0, 1].map(
+      (rank) =>
+        new Promise<Record<string, unknown>>((resolve) => {
+          const env = { ...process.env, RANK: String(rank), WORLD_SIZE: '2', MASTER_PORT: String(port) };
+          execFile(process.execPath, [fixture, scenario], { env, timeout: 60_000 }, (error, stdout) => {
+            const line = stdout.trim().split('\n').pop() ?? '';
+            try {
+              resolve(JSON.parse(line) as Record<string, unknown>);
+            } catch {
+              resolve({ rank, error: `no result (${String(error)}): ${stdout}` });
+            }
+          });
+        }),
+    ),
+  );
+}
+
+function twoGpuTest(name: string, fn: (t: Test) => Promise<void>): void {
+  t.test(name, async (t) => {
+    if (usableGpus < 2 || !nccl.available) {
+      // Not a silent pass: say exactly what is missing.
+      if (!status.available) t.match(status.reason, /plugin|libcuda|device/, `no usable GPU: ${status.reason ?? ''}`);
+      else if (usableGpus < 2) t.ok(usableGpus < 2, `only ${usableGpus} usable GPU(s): two are needed`);
+      else t.match(nccl.reason, /NCCL/, `NCCL unavailable: ${nccl.reason ?? ''}`);
+      return;
+    }
+    await fn(t);
+  });
+}
+
+twoGpuTest('two ranks: every collective', async (t) => {
+  const [r0, r1] = await runRanks('allreduce');
+  for (const r of [r0!, r1!]) {
+    t.notOk(r.error, `rank ${String(r.rank)}: ${String(r.error ?? 'ok')}`);
+    t.equal(r.sum, 3, 'allreduce sum');
+    t.equal(r.scattered, 3, 'reduceScatter');
+    t.equal(r.gathered, 3, 'allgather');
+    t.equal(r.broadcast, 1, 'broadcast from rank 1');
+    t.equal(r.p2p, 10, 'send from 0 to 1');
+  }
+});
+
+twoGpuTest('two ranks: the fused steps equal the host step on the average gradient', async (t) => {
+  for (const r of await runRanks('step')) {
+    t.notOk(r.error, `rank ${String(r.rank)}: ${String(r.error ?? 'ok')}`);
+    t.ok((r.replicated as number) <= 1, `replicated within tolerance (${String(r.replicated)})`);
+    t.ok((r.sharded as number) <= 1, `sharded within tolerance (${String(r.sharded)})`);
+  }
+});
+
+twoGpuTest('two ranks: a peer that dies fails the survivor within the timeout, never a hang', async (t) => {
+  const [r0] = await runRanks('peer-lost');
+  t.notOk(r0!.error, String(r0!.error ?? 'ok'));
+  t.match(r0!.first, /^ERR_(PEER_LOST|TIMEOUT)$/);
+  t.equal(r0!.second, 'ERR_PEER_LOST', 'the aborted communicator refuses later operations');
+});
