@@ -134,7 +134,7 @@ function checkFused(t: Test, n: number, rank: number, fused: Record<string, Fuse
   t.ok(fused, `world ${n} rank ${rank}: the fused step ran`);
   if (!fused) return;
   const ref = fusedReference(n);
-  for (const guard of ['prescan', 'deferred']) {
+  for (const guard of ['prescan', 'deferred', 'sharded']) {
     const got = fused[guard]!;
     t.same(got.results.map((r) => r.applied), [true, true, false], `${guard}: the step with a NaN on rank 1 is skipped on every rank`);
     const worst = worstRatio(got.weights, ref.w);
