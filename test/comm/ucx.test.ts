@@ -194,3 +194,14 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   await t.rejects(comm.recv(b, 0), DisposedError);
   await store.close();
 });
+
+t.test('sapipe bench allreduce --backend ucx runs its ranks as processes and reports the table', needsUcx, async (t) => {
+  const args = ['bench', 'allreduce', '--backend', 'ucx', '--nproc', '2', '--min', '4K', '--max', '8K', '--reps', '2', '--warmup', '1', '--optimizers', '', '--json'];
+  const report = await new Promise<{ backend: string; nproc: number; rows: { bytes: number; busbwGBps: number; ratioToCopy: number }[]; copy: { GBps: number } }>((resolve, reject) => {
+    execFile(process.execPath, [`${root}/bin/sapipe.js`, ...args], { maxBuffer: 1 << 22 }, (error, stdout, stderr) => (error ? reject(new Error(`${error.message}: ${stderr}`)) : resolve(JSON.parse(stdout))));
+  });
+  t.equal(report.backend, 'ucx');
+  t.equal(report.nproc, 2);
+  t.same(report.rows.map((r) => r.bytes), [4096, 8192]);
+  t.ok(report.rows.every((r) => r.busbwGBps > 0 && r.ratioToCopy > 0) && report.copy.GBps > 0, 'bandwidths and the memcpy reference are measured');
+});

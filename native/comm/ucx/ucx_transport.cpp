@@ -22,7 +22,6 @@
 // operations fail.
 #include <ucp/api/ucp.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
