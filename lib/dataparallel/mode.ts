@@ -23,8 +23,17 @@ export const DATA_PARALLEL_MODES: readonly DataParallelMode[] = ['sync', 'pipe-s
  * bench/RESULTS.md ("Staleness-1 accuracy on MNIST").
  */
 export const DEFAULT_WP_ESTIMATE: GradientEstimate = 'prev-sync';
-/** The delay-compensation strength `sapipe-dc` uses when none is given (same experiment). */
-export const DEFAULT_DC_LAMBDA = 0.2;
+/**
+ * Delay compensation when `compensation` is omitted (sapipe-dc) or `{}`: the adaptive form, whose
+ * term `lambda * g*g*(w - w_c) / sqrt(g*g + eps)` scales with |g| rather than g*g. In the same
+ * experiment the elementwise form won back 3-32% of pipe-sgd's loss at any lambda from 0.05 to 2
+ * and diverged from 200 on; the adaptive form at lambda 10 won back 60-88%, and at 20-30 more, but
+ * 50 diverged at lr 0.2: 10 stays 3 to 5 times below that edge (RESULTS.md).
+ */
+export const DEFAULT_DC_KIND = 'adaptive' as const;
+export const DEFAULT_ADAPTIVE_DC_LAMBDA = 10;
+/** lambda of `{ kind: 'elementwise' }` given without one: ALGORITHMS.md's 0.2, as the optimizers use. */
+export const DEFAULT_ELEMENTWISE_DC_LAMBDA = 0.2;
 
 type Excluded = 'compensation' | 'prediction' | 'queue';
 /** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. */
@@ -34,7 +43,11 @@ export interface DataParallelModeOptions {
   mode: DataParallelMode;
   /** Updates between the weights a gradient was computed at and the weights it is applied to: 0 for `sync`, 1 otherwise (the default per mode). */
   staleness?: number;
-  /** Delay compensation: used by `sapipe-dc` (default: elementwise, lambda {@link DEFAULT_DC_LAMBDA}); turns on compensation in `sapipe-wp`. */
+  /**
+   * Delay compensation: used by `sapipe-dc`; turns on compensation in `sapipe-wp`. Omitted or `{}`:
+   * adaptive with lambda {@link DEFAULT_ADAPTIVE_DC_LAMBDA}. A kind without lambda gets that kind's
+   * default; a lambda without kind is elementwise, as in the optimizers.
+   */
   compensation?: CompensationOptions;
   /** `sapipe-wp`: the gradient estimate of the shadow step. Default {@link DEFAULT_WP_ESTIMATE}. */
   estimate?: GradientEstimate;
@@ -75,7 +88,7 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
     case 'pipe-sgd':
       return { mode, staleness, compensation: undefined, prediction: undefined, needsLocalGrad: false };
     case 'sapipe-dc':
-      return { mode, staleness, compensation: withDefaultLambda(o.compensation ?? {}), prediction: undefined, needsLocalGrad: false };
+      return { mode, staleness, compensation: withDefaults(o.compensation ?? {}), prediction: undefined, needsLocalGrad: false };
     case 'sapipe-wp': {
       const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
       const estimate = o.estimate ?? DEFAULT_WP_ESTIMATE;
@@ -88,7 +101,7 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
       return {
         mode,
         staleness,
-        compensation: o.compensation && withDefaultLambda(o.compensation),
+        compensation: o.compensation && withDefaults(o.compensation),
         prediction: { kind: 'sapipe', estimate, compensate: compensateEstimate, worldSize },
         needsLocalGrad: estimate !== 'prev-sync',
       };
@@ -96,10 +109,13 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
   }
 }
 
-// The data-parallel default may differ from the optimizer's own (lib/optim/options.ts), which
-// serves pipeline stages too; an explicit lambda always wins.
-function withDefaultLambda(c: CompensationOptions): CompensationOptions {
-  return c.lambda === undefined ? { ...c, lambda: DEFAULT_DC_LAMBDA } : c;
+// The data-parallel default differs from the optimizers' own (lib/optim/options.ts: elementwise,
+// 0.2), which serve pipeline stages too. A lambda only means something with its kind, so a lambda
+// given alone keeps the optimizers' kind, and a kind given alone gets its own lambda.
+function withDefaults(c: CompensationOptions): CompensationOptions {
+  if (c.lambda !== undefined) return c;
+  if (c.kind === undefined) return { ...c, kind: DEFAULT_DC_KIND, lambda: DEFAULT_ADAPTIVE_DC_LAMBDA };
+  return { ...c, lambda: c.kind === 'adaptive' ? DEFAULT_ADAPTIVE_DC_LAMBDA : DEFAULT_ELEMENTWISE_DC_LAMBDA };
 }
 
 function checkCompensation(c: CompensationOptions): void {

@@ -38,6 +38,8 @@ export interface DemoConfig {
   emulate: NetworkEmulation | undefined;
   /** Delay-compensation strength for `sapipe-dc` and `sapipe-wp:...+dc`; undefined: the trainer's default. */
   lambda: number | undefined;
+  /** Delay-compensation form (ALGORITHMS.md section 2); undefined: elementwise. */
+  dcKind: 'elementwise' | 'adaptive' | undefined;
 }
 
 /** The defaults keep the four-mode run on 2 cores under two minutes while sync clears 90%. */
@@ -101,6 +103,8 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
   }
   if (c.lambda !== undefined && (!Number.isFinite(c.lambda) || c.lambda < 0 || c.lambda > 1e6))
     throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${String(c.lambda)}`);
+  if (c.dcKind !== undefined && c.dcKind !== 'elementwise' && c.dcKind !== 'adaptive')
+    throw new InvalidArgumentError(`--dc-kind must be elementwise or adaptive, got ${JSON.stringify(c.dcKind)}`);
   if (c.emulate !== undefined) {
     const { gbps, latencyUs } = c.emulate;
     if (!Number.isFinite(gbps) || gbps <= 0) throw new InvalidArgumentError(`--gbps must be a positive number, got ${String(gbps)}`);

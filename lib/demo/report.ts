@@ -70,6 +70,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
     ['batch per worker', String(c.batch)],
     ['learning rate', String(c.lr)],
     ...(c.lambda === undefined ? [] : [['delay-compensation lambda', String(c.lambda)] as [string, string]]),
+    ...(c.dcKind === undefined ? [] : [['delay-compensation form', c.dcKind] as [string, string]]),
     ['modes', c.modes.map((m) => (m.mode === 'sapipe-wp' && m.label === 'sapipe-wp' ? `sapipe-wp (estimate ${m.estimate})` : m.label)).join(', ')],
     ['communication', network],
   ];

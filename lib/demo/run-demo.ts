@@ -70,6 +70,7 @@ async function runMode(
   const workerData: Omit<DemoWorkerData, 'sapipeLocal'> = {
     variant,
     lambda: config.lambda,
+    dcKind: config.dcKind,
     epochs: config.epochs,
     batch: config.batch,
     lr: config.lr,

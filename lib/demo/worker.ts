@@ -18,6 +18,7 @@ import { DEMO_LAYERS, type DemoVariant } from './config.js';
 export interface DemoWorkerData extends LocalRankData {
   variant: DemoVariant;
   lambda: number | undefined;
+  dcKind: 'elementwise' | 'adaptive' | undefined;
   epochs: number;
   batch: number;
   lr: number;
@@ -44,14 +45,14 @@ async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
   const model = new MLP(DEMO_LAYERS, { seed: data.seed });
-  const { variant, lambda } = data;
+  const { variant, lambda, dcKind } = data;
   const compensated = variant.mode === 'sapipe-dc' || variant.compensate;
   const trainer = await DataParallelTrainer.create({
     comm,
     params: model.params,
     mode: variant.mode,
     ...(variant.estimate ? { estimate: variant.estimate } : {}),
-    ...(compensated ? { compensation: lambda === undefined ? {} : { lambda } } : {}),
+    ...(compensated ? { compensation: { ...(lambda === undefined ? {} : { lambda }), ...(dcKind === undefined ? {} : { kind: dcKind }) } } : {}),
     optimizer: { kind: 'sgd', lr: data.lr, momentum: data.momentum },
   });
   const trainCount = data.trainLabels.length;

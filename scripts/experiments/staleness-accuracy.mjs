@@ -63,7 +63,7 @@ function main() {
   }
   console.log(
     `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
-      `${c.epochs} epochs, SGD lr ${c.lr} momentum ${c.momentum}, DC lambda ${c.lambda ?? 'default'}, seeds ${runs.map((r) => r.config.seed).join(', ')}\n`,
+      `${c.epochs} epochs, SGD lr ${c.lr} momentum ${c.momentum}, DC ${c.dcKind === undefined && c.lambda === undefined ? "the trainer's default" : `${c.dcKind ?? 'elementwise'}, lambda ${c.lambda ?? "the kind's default"}`}, seeds ${runs.map((r) => r.config.seed).join(', ')}\n`,
   );
   console.log('| mode | final test accuracy, mean (min - max) | per seed | drop vs sync | share of pipe-sgd loss recovered |');
   console.log('|---|---:|---|---:|---:|');

@@ -102,14 +102,16 @@ t.test('a sapipe-wp variant with --lambda, and --profile-out feeding simulate', 
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const profile = join(dir, 'profile.json');
   const { stdout } = await sapipe(
-    'demo', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-wp:local+dc', '--lambda', '0.5', '--train-samples', '640',
+    'demo', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-wp:local+dc', '--lambda', '0.5', '--dc-kind', 'adaptive', '--train-samples', '640',
     '--profile-out', profile, '--json', '--report', join(dir, 'r.html'),
   );
-  const result = JSON.parse(stdout) as DemoJson & { config: { lambda: number }; modes: { variant: { estimate?: string; compensate: boolean }; loopStepMs: number }[] };
+  const result = JSON.parse(stdout) as DemoJson & { config: { lambda: number; dcKind: string }; modes: { variant: { estimate?: string; compensate: boolean }; loopStepMs: number }[] };
   t.equal(result.config.lambda, 0.5);
+  t.equal(result.config.dcKind, 'adaptive');
   t.same(result.modes.map((m) => m.mode), ['sync', 'sapipe-wp:local+dc']);
   t.same(result.modes[1]!.variant, { label: 'sapipe-wp:local+dc', mode: 'sapipe-wp', estimate: 'local', compensate: true });
   for (const m of result.modes) t.ok(m.loopStepMs > 0 && m.loopStepMs * m.steps <= m.wallMs, `${m.mode}: steady-state step time within the wall time`);
+  t.ok(result.modes[1]!.finalAccuracy > 0.3, `sapipe-wp:local+dc with adaptive DC learns (${result.modes[1]!.finalAccuracy})`);
   const p = parseDataParallelProfile(readFileSync(profile, 'utf8'));
   t.equal(p.params, 784 * 128 + 128 + 128 * 10 + 10, 'the MLP\'s parameter count');
   t.equal(p.samplesPerStep, 32);
@@ -136,7 +138,7 @@ t.test('demoProfile: the sync run\'s compute time, scaled when workers shared th
   const result = (workers: number, modes: DemoResult['modes']): DemoResult => ({
     config: {
       workers, modes: modes.map((m) => m.variant), epochs: 1, batch: 16, lr: 0.1, momentum: 0.9, seed: 1, trainSamples: 100,
-      emulate: undefined, lambda: undefined, layers: [4, 3, 2], testSamples: 10,
+      emulate: undefined, lambda: undefined, dcKind: undefined, layers: [4, 3, 2], testSamples: 10,
     },
     modes,
   });
@@ -168,6 +170,7 @@ t.test('bad options are rejected with a message and a non-zero exit', async (t) 
     [['--lr', '-0.1'], /--lr must be a positive number/],
     [['--latency-us', '5'], /--latency-us needs --gbps/],
     [['--lambda', '-1'], /--lambda must be a number in \[0, 1e6\]/],
+    [['--dc-kind', 'taylor'], /--dc-kind must be elementwise or adaptive/],
     [['--modes', 'sapipe-wp:psychic'], /unknown estimate "psychic"/],
   ];
   for (const [args, message] of cases) {

@@ -30,6 +30,7 @@ interface DemoCliOptions {
   gbps?: string;
   latencyUs?: string;
   lambda?: string;
+  dcKind?: string;
   profileOut?: string;
   report: string;
   json?: boolean;
@@ -57,6 +58,7 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
     trainSamples: o.trainSamples === undefined ? undefined : num(o.trainSamples, '--train-samples'),
     emulate: o.gbps === undefined ? undefined : { gbps: num(o.gbps, '--gbps'), latencyUs: latencyUs ?? 0 },
     lambda: o.lambda === undefined ? undefined : num(o.lambda, '--lambda'),
+    dcKind: o.dcKind as DemoConfig['dcKind'],
   });
 }
 
@@ -101,7 +103,7 @@ function printTable(result: DemoResult): void {
   const network = c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
   console.log(
     `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
-      `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}, seed ${c.seed}, communication: ${network}`,
+      `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}`,
   );
   const table = new Table({
     head: ['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms'],
@@ -153,6 +155,7 @@ export function registerDemoCommand(program: Command): void {
     .option('--gbps <x>', 'emulate a network of this many Gbit/s (collectives are delayed accordingly)')
     .option('--latency-us <x>', 'emulated per-message latency in microseconds (with --gbps)')
     .option('--lambda <x>', 'delay-compensation strength of sapipe-dc and sapipe-wp:...+dc (default: the trainer\'s)')
+    .option('--dc-kind <kind>', 'delay-compensation form: elementwise (default) or adaptive (divided by sqrt(g*g + eps))')
     .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')
