@@ -18,7 +18,7 @@
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
 import { countNonFinite } from '../ops.js';
-import { allreduceAndStep } from '../comm/fused-step.js';
+import { allreduceAndStep, gatherShardedState } from '../comm/fused-step.js';
 import { Adam, AdamW } from '../optim/adam.js';
 import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
 import { SGD } from '../optim/sgd.js';
@@ -39,6 +39,12 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   firstBucketBytes?: number;
   /** `sync`: how the fused step stays all-or-nothing under NaN/Inf (see allreduceAndStep). */
   guard?: 'prescan' | 'deferred';
+  /**
+   * `sync`: `replicated` (default) or `sharded` (each rank reduces and updates only its part of the
+   * model; see allreduceAndStep and docs/communication.md). With `sharded`, exportState() gathers
+   * the optimizer state from every rank, so every rank must call it.
+   */
+  update?: 'replicated' | 'sharded';
 }
 
 export interface DataParallelStepResult extends StepResult {
@@ -72,7 +78,7 @@ export class DataParallelTrainer {
   /** The optimizer the mode configured; change `optimizer.lr` between steps for schedules. */
   readonly optimizer: Optimizer;
   private readonly resolved: ResolvedMode;
-  private readonly bucketOptions: { bucketBytes?: number; firstBucketBytes?: number; guard?: 'prescan' | 'deferred' };
+  private readonly bucketOptions: { bucketBytes?: number; firstBucketBytes?: number; guard?: 'prescan' | 'deferred'; update?: 'replicated' | 'sharded' };
   /** The second gradient buffer of the double buffer (pipelined modes). */
   private readonly spare: FlatBuffer | undefined;
   /** This rank's newest local gradient, copied before its reduction overwrites it. */
@@ -88,7 +94,7 @@ export class DataParallelTrainer {
     this.comm = options.comm;
     this.params = options.params;
     this.resolved = resolved;
-    this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard };
+    this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard, update: options.update };
     this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
     this.fill = options.params.grads;
     try {
@@ -124,6 +130,12 @@ export class DataParallelTrainer {
     const broadcast = options.broadcastWeights ?? true;
     if (typeof broadcast !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: broadcastWeights must be a boolean');
     const resolved = resolveMode(options, comm.size);
+    if (options.update !== undefined && options.update !== 'replicated' && options.update !== 'sharded')
+      throw new InvalidArgumentError(`DataParallelTrainer: update must be 'replicated' or 'sharded', got ${JSON.stringify(options.update)}`);
+    if (options.update === 'sharded' && resolved.staleness !== 0)
+      throw new InvalidArgumentError(
+        `DataParallelTrainer: update 'sharded' is offered for mode 'sync'; mode '${options.mode}' applies each averaged gradient one step later through its own pipeline`,
+      );
     // Every rank must reduce buffers of one length; a mismatch would fail (or worse, pair wrong
     // elements) deep inside a later step, so compare the layouts once here. Lengths travel as two
     // 12-bit/20-bit halves, each exact in fp32.
@@ -254,6 +266,7 @@ export class DataParallelTrainer {
     try {
       const previous = this.pending;
       const done = previous ? await this.complete(previous) : undefined;
+      if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.comm, this.optimizer);
       return {
         version: 1,
         mode: this.mode,

@@ -137,6 +137,7 @@ const CASES: [string, Config][] = [
   ['sapipe-wp prev-sync + DC', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync', compensation: { lambda: 0.5 } }],
   ['sapipe-wp local-prev-sync + DC', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local-prev-sync', compensation: { lambda: 0.5 } }],
   ['sapipe-wp local-prev-sync + DC, Adam', { mode: 'sapipe-wp', optimizer: { kind: 'adam', lr: LR }, estimate: 'local-prev-sync', compensation: { lambda: 0.5 } }],
+  ['sync, sharded update', { mode: 'sync', optimizer: sgd, update: 'sharded' }],
 ];
 const STEPS = 6;
 
@@ -176,6 +177,18 @@ t.test('a checkpoint taken mid-pipeline resumes exactly (gradient in flight incl
     const m = results[r]!;
     if (!t.notOk(m.error, `rank ${r} ran`)) continue;
     t.equal(m.pendingSaved, true, 'the averaged gradient in flight is part of the checkpoint');
+    const w = worst(m.weights as number[], ref.weights[STEPS - 1]!);
+    t.ok(w <= 1, `rank ${r}: weights after resume equal the uninterrupted reference (worst ${w.toFixed(3)})`);
+  }
+});
+
+t.test('a sync trainer with the sharded update checkpoints its whole state: resuming with replicated steps continues exactly', async (t) => {
+  const config = CASES[CASES.length - 1]![1];
+  const results = await runScenario({ kind: 'checkpoint', config, steps: STEPS });
+  const ref = reference(config, STEPS, 0, false);
+  for (let r = 0; r < N; r++) {
+    const m = results[r]!;
+    if (!t.notOk(m.error, `rank ${r} ran`)) continue;
     const w = worst(m.weights as number[], ref.weights[STEPS - 1]!);
     t.ok(w <= 1, `rank ${r}: weights after resume equal the uninterrupted reference (worst ${w.toFixed(3)})`);
   }
@@ -230,6 +243,8 @@ t.test('bad configurations and misuse are rejected with typed errors', async (t)
   await t.rejects(make({ staleness: 2 }), InvalidArgumentError, 'staleness 2');
   await t.rejects(make({ staleness: 0.5 }), InvalidArgumentError, 'staleness 0.5');
   await t.rejects(make({ mode: 'sync', staleness: 1 }), InvalidArgumentError, 'sync with staleness 1');
+  await t.rejects(make({ mode: 'pipe-sgd', update: 'sharded' }), InvalidArgumentError, 'a sharded update in a pipelined mode');
+  await t.rejects(make({ mode: 'sync', update: 'halved' as 'sharded' }), InvalidArgumentError, 'an unknown update');
   await t.rejects(make({ staleness: 0 }), InvalidArgumentError, 'a pipelined mode with staleness 0');
   await t.rejects(make({ mode: 'sapipe-dc', compensation: { lambda: -0.1 } }), InvalidArgumentError, 'negative lambda');
   await t.rejects(make({ mode: 'sapipe-dc', compensation: { lambda: Number.NaN } }), InvalidArgumentError, 'NaN lambda');
