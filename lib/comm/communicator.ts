@@ -14,6 +14,21 @@ import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation
 
 export type ReduceOp = 'sum' | 'avg';
 
+/**
+ * @internal How a backend keeps its sharded step all-or-nothing: `prescan` when it updates blocks
+ * as it reduces them (the caller must first establish that every sum will be finite), `reduced`
+ * when it reduces its whole part first and skips the update on every rank if any part holds a
+ * non-finite sum (no extra read of the gradient).
+ */
+export type ShardedGuard = 'prescan' | 'reduced';
+
+/** @internal */
+export interface ShardedStepResult {
+  applied: boolean;
+  /** Non-finite sums found (a skipped step), or 0. */
+  nonFiniteCount: number;
+}
+
 /** @internal One optimizer step of the sharded update (fused-step.ts), as a backend runs it. */
 export interface ShardedStep {
   /** The step's configuration (gradChecked set) and buffers over the whole ParamSet. */
@@ -178,7 +193,7 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
    * updates its own weights and state there, and every rank receives every part's new weights (and
    * predicted weights). Resolves with the non-finite sums seen. Emulated as one all-reduce.
    */
-  async shardedUpdate(step: ShardedStep, scale: number): Promise<number> {
+  async shardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
     this.checkLive('shardedUpdate');
     return this.emulated('allreduce', step.grads.length * 4, () => this.runShardedUpdate(step, scale));
   }
@@ -190,8 +205,13 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
   }
 
+  /** @internal See ShardedGuard. */
+  get shardedGuard(): ShardedGuard {
+    return 'prescan';
+  }
+
   /** Backends that offer the sharded update override these two. */
-  protected runShardedUpdate(_step: ShardedStep, _scale: number): Promise<number> {
+  protected runShardedUpdate(_step: ShardedStep, _scale: number): Promise<ShardedStepResult> {
     return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
   }
   protected runAllgatherShards(_buffer: FlatBuffer): Promise<void> {

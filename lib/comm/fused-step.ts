@@ -107,6 +107,21 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
       throw new InvalidArgumentError(
         `allreduceAndStep: the '${p.estimate}' estimate needs each rank's own gradient over the whole model, so it cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'`,
       );
+    const predicted = optimizer.stateBuffer('predicted');
+    const run = (step: ReturnType<Optimizer['beginPartialStep']>): ReturnType<Communicator['shardedUpdate']> =>
+      comm.shardedUpdate({ config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted }, 1 / comm.size);
+    if (comm.shardedGuard === 'reduced') {
+      // The backend reduces its whole part before updating and skips on every rank if any sum is non-finite.
+      const step = optimizer.beginPartialStep({});
+      let r: Awaited<ReturnType<Communicator['shardedUpdate']>>;
+      try {
+        r = await run(step);
+      } catch (error) {
+        step.finish(false, 0);
+        throw error;
+      }
+      return { ...step.finish(r.applied, r.nonFiniteCount), buckets: 1, guard: 'deferred', update };
+    }
     const verdict = await prescan(comm, grads);
     if (verdict.nonFinite > 0) {
       const step = optimizer.beginPartialStep({});
@@ -115,11 +130,7 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
     if (verdict.safe) {
       const step = optimizer.beginPartialStep({});
       try {
-        const predicted = optimizer.stateBuffer('predicted');
-        await comm.shardedUpdate(
-          { config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted },
-          1 / comm.size,
-        );
+        await run(step);
       } catch (error) {
         step.finish(false, 0);
         throw error;

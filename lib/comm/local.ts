@@ -13,7 +13,7 @@ import { Worker, type WorkerOptions } from 'node:worker_threads';
 import { awaitNative, callNative } from '../native.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { FlatBuffer } from '../tensor.js';
-import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedStep } from './communicator.js';
+import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
 import { QueuedCommunicator } from './queued.js';
@@ -93,8 +93,13 @@ export class LocalCommunicator extends QueuedCommunicator {
   }
 
   /** One native pass: ReduceUpdateJob in native/comm/local/local_group.h. */
-  protected override runShardedUpdate(step: ShardedStep, scale: number): Promise<number> {
-    return awaitNative(callNative(() => this.handle.reduceUpdate(this.collectives.handle, step.config, step.buffers, scale)));
+  // Blocks are updated as they are reduced: the caller's prescan makes the step all-or-nothing.
+  override get shardedGuard(): ShardedGuard {
+    return 'prescan';
+  }
+  protected override async runShardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
+    const nonFinite = await awaitNative(callNative(() => this.handle.reduceUpdate(this.collectives.handle, step.config, step.buffers, scale)));
+    return { applied: true, nonFiniteCount: nonFinite };
   }
 
   protected collective(

@@ -6,8 +6,8 @@
  */
 import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
-import type { FlatBuffer } from '../tensor.js';
-import { Communicator, type ReduceResult, type ShardedStep } from './communicator.js';
+import { FlatBuffer } from '../tensor.js';
+import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { partition } from './partition.js';
 import { CollectiveKind } from './local-native.js';
 
@@ -68,18 +68,34 @@ export abstract class QueuedCommunicator extends Communicator {
 
   /**
    * The sharded update from in-place shard collectives: the ring reduce-scatter leaves this rank's
-   * part of the gradient reduced (the other parts hold partial sums afterwards), the optimizer
-   * updates that part, and the ring all-gather sends every part's weights (and predicted weights)
-   * to every rank. The sums are the ring all-reduce's, so the result equals the replicated update.
+   * part of the gradient reduced (the other parts hold partial sums afterwards) and counts its
+   * non-finite sums; one tiny all-reduce of those counts tells every rank whether the step is
+   * finite (a NaN/Inf input or an overflowed sum shows up as a non-finite sum), so the step is
+   * all-or-nothing without reading the gradient beforehand. Then the optimizer updates the own part
+   * and ring all-gathers send every part's weights (and predicted weights) to every rank. The sums
+   * are the ring all-reduce's, so the result equals the replicated update.
    */
-  protected override async runShardedUpdate(step: ShardedStep, scale: number): Promise<number> {
+  override get shardedGuard(): ShardedGuard {
+    return 'reduced';
+  }
+  protected override async runShardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
     const n = step.grads.length;
-    const bad = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, 0, n, null, scale);
+    const own = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, 0, n, null, scale);
+    const count = FlatBuffer.allocate(1);
+    let nonFinite: number;
+    try {
+      count.array[0] = own;
+      await this.collective(CollectiveKind.allreduce, count, 0, 1, null);
+      nonFinite = count.array[0]!;
+    } finally {
+      count.dispose();
+    }
+    if (nonFinite > 0) return { applied: false, nonFiniteCount: nonFinite };
     const [lo, hi] = partition(n, this.size, this.rank);
     if (hi > lo) await awaitNative(nativeAddon().updateAsync(step.queue.handle, step.config, { ...step.buffers, offset: lo, count: hi - lo }));
     await this.collective(CollectiveKind.allgatherInPlace, step.weights, 0, n, null);
     if (step.predicted) await this.collective(CollectiveKind.allgatherInPlace, step.predicted, 0, n, null);
-    return bad;
+    return { applied: true, nonFiniteCount: 0 };
   }
   protected override async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
     await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
