@@ -107,35 +107,28 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
       throw new InvalidArgumentError(
         `allreduceAndStep: the '${p.estimate}' estimate needs each rank's own gradient over the whole model, so it cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'`,
       );
-    const predicted = optimizer.stateBuffer('predicted');
-    const run = (step: ReturnType<Optimizer['beginPartialStep']>): ReturnType<Communicator['shardedUpdate']> =>
-      comm.shardedUpdate({ config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted }, 1 / comm.size);
-    if (comm.shardedGuard === 'reduced') {
-      // The backend reduces its whole part before updating and skips on every rank if any sum is non-finite.
-      const step = optimizer.beginPartialStep({});
-      let r: Awaited<ReturnType<Communicator['shardedUpdate']>>;
-      try {
-        r = await run(step);
-      } catch (error) {
-        step.finish(false, 0);
-        throw error;
-      }
-      return { ...step.finish(r.applied, r.nonFiniteCount), buckets: 1, guard: 'deferred', update };
-    }
-    const verdict = await prescan(comm, grads);
+    // 'prescan' backends update blocks as they reduce them, so finiteness must be known first;
+    // 'reduced' backends reduce their whole part first and skip on every rank by themselves.
+    const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, grads) : { nonFinite: 0, safe: true };
+    const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
     if (verdict.nonFinite > 0) {
       const step = optimizer.beginPartialStep({});
-      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: 'prescan', update };
+      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: resultGuard, update };
     }
     if (verdict.safe) {
       const step = optimizer.beginPartialStep({});
+      const predicted = optimizer.stateBuffer('predicted');
+      let r: Awaited<ReturnType<Communicator['shardedUpdate']>>;
       try {
-        await run(step);
+        r = await comm.shardedUpdate(
+          { config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted },
+          1 / comm.size,
+        );
       } catch (error) {
         step.finish(false, 0);
         throw error;
       }
-      return { ...step.finish(true, 0), buckets: 1, guard: 'prescan', update };
+      return { ...step.finish(r.applied, r.nonFiniteCount), buckets: 1, guard: resultGuard, update };
     }
     // A sum could overflow: the replicated deferred path below finds out exactly. It updates every
     // part on every rank, so each rank first needs the whole state (every rank reaches this verdict).

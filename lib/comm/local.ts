@@ -93,7 +93,8 @@ export class LocalCommunicator extends QueuedCommunicator {
   }
 
   /** One native pass: ReduceUpdateJob in native/comm/local/local_group.h. */
-  // Blocks are updated as they are reduced: the caller's prescan makes the step all-or-nothing.
+  // Blocks are updated as they are reduced (unlike the ring path this class inherits): the caller's
+  // prescan makes the step all-or-nothing.
   override get shardedGuard(): ShardedGuard {
     return 'prescan';
   }

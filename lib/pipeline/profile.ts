@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 
 import { InvalidArgumentError } from '../errors.js';
+import { fromJsonText } from '../json-input.js';
 
 /** One pipeline stage as measured at `microBatchSize` samples per micro-batch. */
 export interface StageProfile {
@@ -48,14 +49,7 @@ const nonNegative = (where: string, value: unknown, optional: boolean): void => 
 
 /** Checks a profile (an object, or JSON text) and returns it. */
 export function parseProfile(input: unknown): PipelineProfile {
-  let value = input;
-  if (typeof input === 'string') {
-    try {
-      value = JSON.parse(input);
-    } catch (error) {
-      throw new InvalidArgumentError(`the profile is not valid JSON: ${(error as Error).message}`, { cause: error });
-    }
-  }
+  const value = fromJsonText(input, 'the profile');
   if (value === null || typeof value !== 'object') throw new InvalidArgumentError('a profile must be an object with stages, microBatchSize and batchSize');
   const p = value as Record<string, unknown>;
   if (!Array.isArray(p.stages) || p.stages.length === 0) throw new InvalidArgumentError('profile.stages must be a non-empty array, one entry per stage');

@@ -20,6 +20,7 @@ import { readFileSync } from 'node:fs';
 
 import { emulatedMs, type NetworkEmulation } from '../comm/emulation.js';
 import { InvalidArgumentError } from '../errors.js';
+import { fromJsonText } from '../json-input.js';
 
 /**
  * A per-worker training profile (JSON). `computeMs` and `samplesPerStep` are required, and one of
@@ -86,14 +87,7 @@ const positive = (where: string, v: unknown): number => {
 
 /** Checks a profile (an object, or JSON text) and returns it. */
 export function parseDataParallelProfile(input: unknown): DataParallelProfile {
-  let value = input;
-  if (typeof input === 'string') {
-    try {
-      value = JSON.parse(input);
-    } catch (error) {
-      throw new InvalidArgumentError(`the profile is not valid JSON: ${(error as Error).message}`, { cause: error });
-    }
-  }
+  const value = fromJsonText(input, 'the profile');
   if (value === null || typeof value !== 'object' || Array.isArray(value))
     throw new InvalidArgumentError('a data-parallel profile must be an object like { "computeMs": 12.5, "params": 25557032, "samplesPerStep": 32 }');
   const p = value as Record<string, unknown>;

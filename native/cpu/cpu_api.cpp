@@ -31,8 +31,6 @@ int64_t parallel_count_non_finite(const KernelTable& k, const float* x, size_t n
   return total;
 }
 
-const float* at(const float* p, size_t i) { return p ? p + i : nullptr; }
-float* at(float* p, size_t i) { return p ? p + i : nullptr; }
 
 }  // namespace
 

@@ -42,6 +42,10 @@ bool update_reads_local_grad(const sapipe_update_config& config);
 // Expects a configuration that check_update_config accepted.
 UpdatePlan make_update_plan(const sapipe_update_config& config);
 
+// p + i, or null for a buffer the step does not use.
+inline const float* at(const float* p, size_t i) { return p ? p + i : nullptr; }
+inline float* at(float* p, size_t i) { return p ? p + i : nullptr; }
+
 // Pointers already advanced to the range being processed.
 struct UpdatePointers {
   float* __restrict w;

@@ -167,9 +167,6 @@ int64_t reduce_range(const cpu::KernelTable& k, const std::vector<const float*>&
   return bad;
 }
 
-float* advanced(float* p, size_t by) { return p ? p + by : nullptr; }
-const float* advanced(const float* p, size_t by) { return p ? p + by : nullptr; }
-
 // kReduceUpdate (see ReduceUpdateJob). The sum is the all-reduce's (same kernel, same rank
 // order), so the update equals all-reduce-then-update bit for bit.
 int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<CollectiveArgs>& a) {
@@ -186,10 +183,10 @@ int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<Col
     for (size_t i = 0; i < a.size(); ++i) in[i] = a[i].input + b;
     bad += k.sum(tmp, in.data(), in.size(), len, me.scale);
     const size_t s = own.offset + b;
-    cpu::UpdatePointers p{own.weights + s,         tmp,
-                          advanced(own.momentum, s), advanced(own.second_moment, s),
-                          advanced(own.backup, s),   advanced(own.predicted, s),
-                          advanced(own.local_grad, s), advanced(own.prev_local_grad, s)};
+    cpu::UpdatePointers p{own.weights + s,           tmp,
+                          cpu::at(own.momentum, s),   cpu::at(own.second_moment, s),
+                          cpu::at(own.backup, s),     cpu::at(own.predicted, s),
+                          cpu::at(own.local_grad, s), cpu::at(own.prev_local_grad, s)};
     k.fused_update(job.plan, p, len);
     for (int q = 0; q < n; ++q) {
       if (q == rank) continue;

@@ -17,13 +17,14 @@ struct Unavailable<sapipe_status, A...> {
 };
 
 template <class F>
-struct Stub;
+struct UnavailableEntry;
 template <class R, class... A>
-struct Stub<R (*)(A...)> {
+struct UnavailableEntry<R (*)(A...)> {
   static constexpr R (*value)(A...) = Unavailable<R, A...>::fn;
 };
 
-#define STUB(member) Stub<decltype(sapipe_cuda_plugin_v1::member)>::value
+// The entry of that name, answering SAPIPE_ERR_BACKEND_UNAVAILABLE.
+#define UNAVAILABLE(member) UnavailableEntry<decltype(sapipe_cuda_plugin_v1::member)>::value
 
 sapipe_cuda_plugin_v1 make_table() {
   sapipe_cuda_plugin_v1 t;
@@ -36,50 +37,50 @@ sapipe_cuda_plugin_v1 make_table() {
     if (n) *n = 0;
     return SAPIPE_ERR_BACKEND_UNAVAILABLE;
   };
-  t.device_info = STUB(device_info);
-  t.set_device = STUB(set_device);
-  t.malloc_device = STUB(malloc_device);
-  t.free_device = STUB(free_device);
-  t.copy_to_device = STUB(copy_to_device);
-  t.copy_to_host = STUB(copy_to_host);
-  t.copy_on_device = STUB(copy_on_device);
-  t.stream_create = STUB(stream_create);
-  t.stream_destroy = STUB(stream_destroy);
-  t.stream_synchronize = STUB(stream_synchronize);
-  t.event_create = STUB(event_create);
-  t.event_destroy = STUB(event_destroy);
-  t.event_record = STUB(event_record);
-  t.stream_wait_event = STUB(stream_wait_event);
-  t.update_async = STUB(update_async);
-  t.update = STUB(update);
-  t.elastic_average = STUB(elastic_average);
-  t.sum = STUB(sum);
-  t.scale = STUB(scale);
-  t.axpy = STUB(axpy);
-  t.squared_norm = STUB(squared_norm);
-  t.count_non_finite = STUB(count_non_finite);
-  t.nccl_probe = STUB(nccl_probe);
-  t.bench_update = STUB(bench_update);
+  t.device_info = UNAVAILABLE(device_info);
+  t.set_device = UNAVAILABLE(set_device);
+  t.malloc_device = UNAVAILABLE(malloc_device);
+  t.free_device = UNAVAILABLE(free_device);
+  t.copy_to_device = UNAVAILABLE(copy_to_device);
+  t.copy_to_host = UNAVAILABLE(copy_to_host);
+  t.copy_on_device = UNAVAILABLE(copy_on_device);
+  t.stream_create = UNAVAILABLE(stream_create);
+  t.stream_destroy = UNAVAILABLE(stream_destroy);
+  t.stream_synchronize = UNAVAILABLE(stream_synchronize);
+  t.event_create = UNAVAILABLE(event_create);
+  t.event_destroy = UNAVAILABLE(event_destroy);
+  t.event_record = UNAVAILABLE(event_record);
+  t.stream_wait_event = UNAVAILABLE(stream_wait_event);
+  t.update_async = UNAVAILABLE(update_async);
+  t.update = UNAVAILABLE(update);
+  t.elastic_average = UNAVAILABLE(elastic_average);
+  t.sum = UNAVAILABLE(sum);
+  t.scale = UNAVAILABLE(scale);
+  t.axpy = UNAVAILABLE(axpy);
+  t.squared_norm = UNAVAILABLE(squared_norm);
+  t.count_non_finite = UNAVAILABLE(count_non_finite);
+  t.nccl_probe = UNAVAILABLE(nccl_probe);
+  t.bench_update = UNAVAILABLE(bench_update);
 #ifdef SAPIPE_FAKE_BASE_TABLE
   // As a plugin built before the entries appended to v1: the loader accepts it, device buffers
   // and NCCL communicators must report that it predates them.
   t.header.table_size = SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE;
 #else
-  t.stream_query = STUB(stream_query);
-  t.nccl_get_unique_id = STUB(nccl_get_unique_id);
-  t.nccl_comm_init_rank = STUB(nccl_comm_init_rank);
-  t.nccl_comm_destroy = STUB(nccl_comm_destroy);
-  t.nccl_comm_abort = STUB(nccl_comm_abort);
-  t.nccl_comm_async_error = STUB(nccl_comm_async_error);
-  t.nccl_all_reduce = STUB(nccl_all_reduce);
-  t.nccl_reduce_scatter = STUB(nccl_reduce_scatter);
-  t.nccl_all_gather = STUB(nccl_all_gather);
-  t.nccl_broadcast = STUB(nccl_broadcast);
-  t.nccl_send = STUB(nccl_send);
-  t.nccl_recv = STUB(nccl_recv);
-  t.nccl_fused_update = STUB(nccl_fused_update);
-  t.nccl_fused_update_recheck = STUB(nccl_fused_update_recheck);
-  t.nccl_fused_update_result = STUB(nccl_fused_update_result);
+  t.stream_query = UNAVAILABLE(stream_query);
+  t.nccl_get_unique_id = UNAVAILABLE(nccl_get_unique_id);
+  t.nccl_comm_init_rank = UNAVAILABLE(nccl_comm_init_rank);
+  t.nccl_comm_destroy = UNAVAILABLE(nccl_comm_destroy);
+  t.nccl_comm_abort = UNAVAILABLE(nccl_comm_abort);
+  t.nccl_comm_async_error = UNAVAILABLE(nccl_comm_async_error);
+  t.nccl_all_reduce = UNAVAILABLE(nccl_all_reduce);
+  t.nccl_reduce_scatter = UNAVAILABLE(nccl_reduce_scatter);
+  t.nccl_all_gather = UNAVAILABLE(nccl_all_gather);
+  t.nccl_broadcast = UNAVAILABLE(nccl_broadcast);
+  t.nccl_send = UNAVAILABLE(nccl_send);
+  t.nccl_recv = UNAVAILABLE(nccl_recv);
+  t.nccl_fused_update = UNAVAILABLE(nccl_fused_update);
+  t.nccl_fused_update_recheck = UNAVAILABLE(nccl_fused_update_recheck);
+  t.nccl_fused_update_result = UNAVAILABLE(nccl_fused_update_result);
 #endif
   return t;
 }
