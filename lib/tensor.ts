@@ -25,6 +25,11 @@ export class FlatBuffer {
     return new FlatBuffer(callNative(() => new addon.NativeBuffer(length)));
   }
 
+  /** @internal A FlatBuffer over a NativeBuffer made natively (e.g. in a communicator's shared memory). */
+  static wrap(handle: NativeBufferHandle): FlatBuffer {
+    return new FlatBuffer(handle);
+  }
+
   /** Allocates a buffer holding a copy of `values`. */
   static from(values: ArrayLike<number>): FlatBuffer {
     const buffer = FlatBuffer.allocate(values.length);
@@ -55,6 +60,20 @@ export class FlatBuffer {
 function checkLength(length: number, what: string): void {
   if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
     throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+}
+
+/**
+ * Where buffers are allocated. A communicator is one: `comm.allocate(n)` gives memory its
+ * collectives handle fastest (on the ucx backend, shared memory that the other ranks of the machine
+ * read directly instead of receiving the bytes in messages).
+ */
+export interface MemorySource {
+  allocate(length: number): FlatBuffer;
+}
+
+export interface ParamSetOptions {
+  /** Where the weights, gradients and optimizer state are allocated (default: ordinary memory). */
+  memory?: MemorySource;
 }
 
 /** Shape of a tensor: non-negative integer dimensions. `[]` is a scalar. */
@@ -112,9 +131,15 @@ export class ParamSet {
   readonly numParams: number;
   private readonly layouts: Map<string, TensorLayout>;
   private readonly tensorsByName: Map<string, Tensor>;
+  private readonly memory: MemorySource | undefined;
   private isDisposed = false;
 
-  constructor(spec: ParamSpec) {
+  constructor(spec: ParamSpec, options: ParamSetOptions = {}) {
+    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('ParamSet(spec, options): options must be an object');
+    const memory = options.memory;
+    if (memory !== undefined && (memory === null || typeof memory !== 'object' || typeof memory.allocate !== 'function'))
+      throw new InvalidArgumentError('ParamSet: options.memory must have an allocate(length) method, e.g. a communicator');
+    this.memory = memory;
     const entries: ReadonlyArray<readonly [string, Shape]> = Array.isArray(spec)
       ? (spec as ReadonlyArray<readonly [string, Shape]>)
       : Object.entries(spec as Record<string, Shape>);
@@ -141,14 +166,30 @@ export class ParamSet {
     checkLength(offset, 'ParamSet');
     this.length = offset;
     this.numParams = numParams;
-    this.weights = FlatBuffer.allocate(offset);
+    this.weights = this.allocateLike();
     try {
-      this.grads = FlatBuffer.allocate(offset);
+      this.grads = this.allocateLike();
     } catch (error) {
       this.weights.dispose();
       throw error;
     }
     this.tensorsByName = new Map([...this.layouts.values()].map((l) => [l.name, new Tensor(this, l)]));
+  }
+
+  /**
+   * A zero-filled buffer of this ParamSet's length, from the same memory as its weights (optimizers
+   * keep their state in such buffers, so that a sharded update gathers predicted weights as fast as
+   * the weights).
+   */
+  allocateLike(): FlatBuffer {
+    this.checkLive('allocateLike');
+    if (this.memory === undefined) return FlatBuffer.allocate(this.length);
+    const buffer: unknown = this.memory.allocate(this.length);
+    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length) {
+      if (buffer instanceof FlatBuffer) buffer.dispose();
+      throw new InvalidArgumentError(`ParamSet: options.memory.allocate(${this.length}) must return a FlatBuffer of that length`);
+    }
+    return buffer;
   }
 
   /** Tensor names in packing order. */

@@ -3,10 +3,12 @@
  * of the local backend, a process of the ucx backend). Rank 0's report: per size the median time
  * of an all-reduce started after a barrier; the fused all-reduce + update, replicated and sharded,
  * against the all-reduce alone on one ParamSet, interleaved; and a single-thread memcpy of the largest size.
+ * Buffers and ParamSets are allocated as a user would for speed: in the communicator's memory.
  */
 import { performance } from 'node:perf_hooks';
 
 import type { Communicator } from '../comm/communicator.js';
+import { QueuedCommunicator } from '../comm/queued.js';
 import { allreduceAndStep } from '../comm/fused-step.js';
 import { commAddon } from '../comm/local-native.js';
 import { Adam } from '../optim/adam.js';
@@ -34,9 +36,10 @@ export interface AllreduceRankReport {
 /** Runs every measurement on `comm`; `onSize` is told of each size done. The communicator stays open. */
 export async function measureAllreduce(comm: Communicator, data: AllreduceMeasureOptions, onSize: (bytes: number) => void = () => {}): Promise<AllreduceRankReport> {
   const { rank } = comm;
+  const memory = comm instanceof QueuedCommunicator ? comm : { allocate: (length: number) => FlatBuffer.allocate(length) };
   const rows: { bytes: number; ms: number }[] = [];
   for (const bytes of data.sizes) {
-    const buf = FlatBuffer.allocate(Math.floor(bytes / 4));
+    const buf = memory.allocate(Math.floor(bytes / 4));
     fillDistinct(buf.array, rank + 1, -1, 1);
     const times: number[] = [];
     const reps = bytes >= 1 << 26 ? Math.max(3, Math.ceil(data.reps / 3)) : data.reps;
@@ -52,7 +55,7 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
   }
   const fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[] = [];
   for (const kind of data.optimizers) {
-    const params = new ParamSet({ w: [Math.floor(data.fusedBytes / 4)] });
+    const params = new ParamSet({ w: [Math.floor(data.fusedBytes / 4)] }, { memory });
     fillDistinct(params.weights.array, 7, -1, 1);
     const opt: Optimizer = kind === 'adam' ? new Adam(params, { lr: 1e-3 }) : new SGD(params, { lr: 1e-3, momentum: kind === 'sgd-momentum' ? 0.9 : 0 });
     const a: number[] = [];

@@ -8,9 +8,12 @@ import { measureAllreduce, type AllreduceMeasureOptions } from './allreduce-meas
 
 export const REPORT_PREFIX = 'SAPIPE_BENCH_REPORT ';
 
+/** What the driver passes each rank: the measurements, and the algorithm its communicator uses. */
+export type UcxRankData = AllreduceMeasureOptions & { algorithm: 'direct' | 'ring' };
+
 async function main(): Promise<void> {
-  const data = JSON.parse(process.argv[2] ?? '{}') as AllreduceMeasureOptions;
-  const comm = await UcxCommunicator.create();
+  const data = JSON.parse(process.argv[2] ?? '{}') as UcxRankData;
+  const comm = await UcxCommunicator.create({ algorithm: data.algorithm });
   const report = await measureAllreduce(comm, data);
   comm.destroy();
   if (comm.rank === 0) process.stdout.write(`${REPORT_PREFIX}${JSON.stringify(report)}\n`);

@@ -14,7 +14,7 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { spawnLocalRanks } from '../comm/local.js';
 import { launch } from '../launch/launch.js';
 import type { AllreduceMeasureOptions, AllreduceRankReport } from './allreduce-measure.js';
-import { REPORT_PREFIX } from './allreduce-ucx-rank.js';
+import { REPORT_PREFIX, type UcxRankData } from './allreduce-ucx-rank.js';
 import type { AllreduceWorkerData } from './allreduce-worker.js';
 
 export interface AllreduceBenchOptions {
@@ -54,14 +54,14 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
   if (backend !== 'local' && backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got ${String(backend)}`);
   const sizes = allreduceSizes(o.minBytes, o.maxBytes);
   const measure: AllreduceMeasureOptions = { sizes, reps: o.reps, warmup: o.warmup, fusedBytes: o.fusedBytes, optimizers: o.optimizers };
-  const report = backend === 'ucx' ? await runUcxRanks(o.nproc, measure) : await runLocalRanks(o.nproc, measure, o.algorithm);
+  const report = backend === 'ucx' ? await runUcxRanks(o.nproc, { ...measure, algorithm: o.algorithm }) : await runLocalRanks(o.nproc, measure, o.algorithm);
   const n = o.nproc;
   const copy = report.copy!;
   const copyGBps = copy.bytes / (copy.ms * 1e6);
   return {
     backend,
     nproc: n,
-    algorithm: backend === 'ucx' ? 'ring' : o.algorithm,
+    algorithm: o.algorithm,
     copy: { ...copy, GBps: copyGBps },
     rows: report.rows.map((r) => {
       const algbw = r.bytes / (r.ms * 1e6);
@@ -92,7 +92,7 @@ async function runLocalRanks(nproc: number, measure: AllreduceMeasureOptions, al
 }
 
 /** The ucx ranks are processes, started on this machine as `sapipe launch` starts them; rank 0 prints the report. */
-async function runUcxRanks(nproc: number, measure: AllreduceMeasureOptions): Promise<AllreduceRankReport> {
+async function runUcxRanks(nproc: number, measure: UcxRankData): Promise<AllreduceRankReport> {
   const { ucxStatus } = await import('../backends/ucx.js');
   const status = ucxStatus();
   if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);

@@ -1,5 +1,5 @@
 /** The addon's UcxComm class and ucxStatus(), typed (see native/addon/comm_ucx_binding.cpp). */
-import { nativeAddon, type QueueHandle } from '../native.js';
+import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
 import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 
 export interface UcxCommHandle extends QueuedCommHandle {
@@ -8,6 +8,10 @@ export interface UcxCommHandle extends QueuedCommHandle {
   /** Connects to every rank (addresses in rank order, this rank's included); `remote[r]`: rank r is on another machine. */
   connect(queue: QueueHandle, addresses: Buffer[], remote: boolean[]): Promise<void>;
   collective(...call: CollectiveCall): Promise<number>;
+  /** A buffer in a shared region that peers on this machine map (native/addon/shared_regions.h). */
+  allocate(length: number): NativeBufferHandle;
+  /** Collectives so far that read the peers' buffers in shared memory. */
+  directRuns(): number;
   /** The liveness signal: peer's operations fail with ERR_PEER_LOST (after a short grace period). */
   peerLost(peer: number, reason: string): void;
 }
@@ -21,7 +25,8 @@ export interface UcxPluginStatus {
 }
 
 export interface UcxAddon {
-  UcxComm: new (rank: number, size: number, timeoutMs: number, chunkElements: number) => UcxCommHandle;
+  /** `direct`: read peers' shared buffers directly where every rank's buffer is one (else always the ring). */
+  UcxComm: new (rank: number, size: number, timeoutMs: number, chunkElements: number, direct: boolean) => UcxCommHandle;
   ucxStatus(): UcxPluginStatus;
 }
 

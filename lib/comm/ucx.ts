@@ -2,7 +2,9 @@
  * The `ucx` backend: ranks are processes, on one machine or many, and UCX moves the bytes over
  * whatever it finds (shared memory, TCP, RDMA; `UCX_TLS` narrows the choice). The transport is the
  * plugin sapipe_ucx.so, opened on first use; collectives are the chunked, pipelined ring
- * reduce-scatter + all-gather of native/comm/ring.cpp with the SIMD sum kernel.
+ * reduce-scatter + all-gather of native/comm/ring.cpp with the SIMD sum kernel, or, for buffers
+ * from {@link QueuedCommunicator.allocate} on ranks of one machine, direct reads of the peers'
+ * buffers in shared memory (native/comm/direct.cpp), as fast as the local backend.
  *
  * Start-up: each rank creates its UCP worker, publishes the worker's address in the rendezvous
  * store (rank 0 serves it, at MASTER_ADDR:MASTER_PORT), reads every other rank's, and connects.
@@ -18,7 +20,7 @@ import { hostname } from 'node:os';
 
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative } from '../native.js';
-import type { FlatBuffer } from '../tensor.js';
+import { FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { LivenessMesh } from './liveness.js';
@@ -48,6 +50,12 @@ export interface UcxCommunicatorOptions {
   emulate?: NetworkEmulation;
   /** Bytes per pipelined message of the ring (default SAPIPE_UCX_CHUNK_BYTES, else 512 KiB). */
   chunkBytes?: number;
+  /**
+   * `direct` (default): a collective whose buffers all come from allocate(), on ranks of one
+   * machine, reads the peers' buffers in shared memory; other collectives run the ring. `ring`:
+   * every collective runs the ring (to compare the two, or to test the ring on one machine).
+   */
+  algorithm?: 'direct' | 'ring';
 }
 
 // Communicators created on one store, in this process: the ranks create theirs in the same order,
@@ -94,6 +102,8 @@ export class UcxCommunicator extends QueuedCommunicator {
     const timeoutMs = positiveInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'options.timeoutMs');
     const emulation = checkEmulation(options.emulate);
     const chunkBytes = chunkBytesOf(options.chunkBytes);
+    if (options.algorithm !== undefined && options.algorithm !== 'direct' && options.algorithm !== 'ring')
+      throw new InvalidArgumentError(`UcxCommunicator: options.algorithm must be 'direct' or 'ring', got ${String(options.algorithm)}`);
     if (options.store !== undefined && !(options.store instanceof Rendezvous))
       throw new InvalidArgumentError('UcxCommunicator: options.store must be a Rendezvous (from createRendezvous)');
     const env = options.store === undefined ? fromEnv() : undefined;
@@ -111,7 +121,7 @@ export class UcxCommunicator extends QueuedCommunicator {
     const addon = ucxAddon();
     const status = callNative(() => addon.ucxStatus());
     if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);
-    const handle = callNative(() => new addon.UcxComm(rank, size, timeoutMs, Math.floor(chunkBytes / 4)));
+    const handle = callNative(() => new addon.UcxComm(rank, size, timeoutMs, Math.floor(chunkBytes / 4), options.algorithm !== 'ring'));
 
     let store = options.store;
     let owned: Rendezvous | undefined;
@@ -151,6 +161,20 @@ export class UcxCommunicator extends QueuedCommunicator {
       throw error;
     }
     return comm;
+  }
+
+  /**
+   * Collectives so far that read the peers' buffers in shared memory instead of moving the bytes
+   * in messages: a way to check that a model allocated with `{ memory: comm }` gets the fast path.
+   */
+  get sharedMemoryCollectives(): number {
+    return this.handle.directRuns();
+  }
+
+  protected override allocateBuffer(length: number): FlatBuffer {
+    if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
+      throw new InvalidArgumentError(`UcxCommunicator.allocate(length): length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+    return FlatBuffer.wrap(callNative(() => this.handle.allocate(length)));
   }
 
   protected runDestroy(): void {

@@ -98,7 +98,8 @@ export class DataParallelTrainer {
     this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
     this.fill = options.params.grads;
     try {
-      if (resolved.staleness === 1) this.spare = FlatBuffer.allocate(options.params.length);
+      // The spare gradient is all-reduced like the ParamSet's own: the same memory.
+      if (resolved.staleness === 1) this.spare = options.params.allocateLike();
       if (resolved.needsLocalGrad) this.localCopy = FlatBuffer.allocate(options.params.length);
     } catch (error) {
       this.spare?.dispose();

@@ -96,7 +96,7 @@ export abstract class Optimizer {
     if (this.prediction) all.add('predicted');
     if (this.prediction?.kind === 'shadow' && this.prediction.estimate === 'local-prev-sync') all.add('prevLocalGrad');
     try {
-      for (const name of all) this.state[name] = FlatBuffer.allocate(this.params.length);
+      for (const name of all) this.state[name] = this.params.allocateLike();
     } catch (error) {
       for (const b of Object.values(this.state)) b.dispose();
       throw error;

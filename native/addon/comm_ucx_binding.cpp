@@ -8,6 +8,12 @@
 // disagree all fail alike with ERR_SIZE_MISMATCH before any data moves; a collective that fails
 // after that (a lost peer, a timeout) leaves the ranks out of step, so later collectives fail at
 // once with the same error.
+//
+// Buffers from allocate() lie in shared regions (shared_regions.h). When every rank of a
+// collective passes such a buffer and all ranks run on one machine, the collective reads the
+// peers' buffers directly (native/comm/direct.h) instead of sending the bytes around the ring.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -16,12 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "../comm/direct.h"
 #include "../comm/local/local_group.h"
 #include "../comm/plugin_transport.h"
 #include "../comm/ring.h"
 #include "../core/plugin_loader.h"
 #include "comm_op.h"
 #include "comm_ucx_binding.h"
+#include "shared_regions.h"
 
 namespace sapipe::addon {
 namespace {
@@ -45,12 +53,21 @@ struct Link {
   sapipe_comm_transport* transport = nullptr;
   int rank = 0, size = 1;
   size_t chunk_count = 0;
+  std::shared_ptr<SharedRegions> regions;  // also held by every buffer allocated in a region
+  bool all_local = false;  // every rank runs on this machine (set by connect, before any collective)
+  bool direct_allowed = true;  // false: every collective runs the ring (algorithm 'ring')
   std::mutex mutex;
   sapipe_status broken = SAPIPE_OK;  // why collectives can no longer run (ranks out of step)
   std::string broken_detail;
+  // A rank could not map a peer's region: every rank learnt it in the same collective, and from
+  // then on all of them move bytes by messages. Touched by the collective queue's thread only.
+  bool direct_disabled = false;
+  std::atomic<uint64_t> direct_runs{0};  // collectives that read peers' buffers directly
 
   ~Link() {
-    if (transport != nullptr) plugin->destroy(transport);
+    if (transport == nullptr) return;
+    if (regions) regions->unmap_all();
+    plugin->destroy(transport);
   }
   comm::PluginTransport over(int channel, std::string* detail) {
     return comm::PluginTransport(plugin, transport, rank, size, channel, chunk_count, detail);
@@ -63,23 +80,29 @@ struct Link {
   }
 };
 
-// What every rank must agree on before a collective moves data; 8 floats on the wire.
+// What every rank must agree on before a collective moves data, and where its buffer lies if it
+// lies in a shared region (see shared_regions.h); 22 floats on the wire.
+constexpr size_t kFreedPerHeader = 4;
 struct Header {
   uint64_t kind, input_count, output_count, root;
+  uint64_t region, offset, key_bytes;  // region 0: not in a shared region
+  uint64_t freed[kFreedPerHeader];     // ids of this rank's regions freed since its last header (0: none)
 };
 constexpr size_t kHeaderFloats = sizeof(Header) / sizeof(float);
+static_assert(sizeof(Header) % sizeof(float) == 0);
 
-sapipe_status agree(comm::Transport& t, const CollectiveArgs& a, Deadline deadline, std::string* detail, bool* clean) {
+sapipe_status agree(comm::Transport& t, const Header& mine, std::vector<Header>* all, std::string* detail, Deadline deadline,
+                    bool* clean) {
   *clean = false;
   const int n = t.size();
-  std::vector<float> all(static_cast<size_t>(n) * kHeaderFloats);
-  const Header mine{static_cast<uint64_t>(a.kind), a.input_count, a.output_count, static_cast<uint64_t>(a.root)};
-  std::memcpy(all.data() + static_cast<size_t>(t.rank()) * kHeaderFloats, &mine, sizeof mine);
-  if (sapipe_status s = comm::ring_allgather_blocks(t, all.data(), kHeaderFloats, deadline); s != SAPIPE_OK) return s;
+  std::vector<float> wire(static_cast<size_t>(n) * kHeaderFloats);
+  std::memcpy(wire.data() + static_cast<size_t>(t.rank()) * kHeaderFloats, &mine, sizeof mine);
+  if (sapipe_status s = comm::ring_allgather_blocks(t, wire.data(), kHeaderFloats, deadline); s != SAPIPE_OK) return s;
   *clean = true;
+  all->resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    Header h;
-    std::memcpy(&h, all.data() + static_cast<size_t>(r) * kHeaderFloats, sizeof h);
+    Header& h = (*all)[static_cast<size_t>(r)];
+    std::memcpy(&h, wire.data() + static_cast<size_t>(r) * kHeaderFloats, sizeof h);
     const std::string who = "rank " + std::to_string(r);
     if (h.kind != mine.kind) {
       *detail = who + " called another collective at this point; every rank must issue the same collectives in the same order";
@@ -96,6 +119,76 @@ sapipe_status agree(comm::Transport& t, const CollectiveArgs& a, Deadline deadli
     }
   }
   return SAPIPE_OK;
+}
+
+// The buffer that peers would read directly: the input of every kind that has one.
+bool reads_peers(CollectiveKind kind) { return kind != CollectiveKind::kBarrier; }
+
+// After the header swap: maps the regions peers announce, and
+// decides (alike on every rank) whether this collective reads peers' buffers directly. The
+// views are filled when it does.
+sapipe_status prepare_direct(Link& l, comm::Transport& t, const std::vector<Header>& headers, const Header& mine,
+                             const std::vector<uint8_t>& my_key, comm::Views* views, Deadline deadline, std::string* detail) {
+  const int n = t.size(), r = t.rank();
+  views->clear();
+  size_t key_bytes = 0;
+  for (const Header& h : headers) key_bytes = std::max<size_t>(key_bytes, h.key_bytes);
+  if (key_bytes > 0) {
+    // Keys, padded to one block per rank, go around the ring; then every rank says whether it
+    // could map them all, so that every rank draws the same conclusion.
+    const size_t block = (key_bytes + sizeof(float) - 1) / sizeof(float);
+    std::vector<float> keys(static_cast<size_t>(n) * block);
+    if (mine.key_bytes > 0) std::memcpy(keys.data() + static_cast<size_t>(r) * block, my_key.data(), mine.key_bytes);
+    if (sapipe_status s = comm::ring_allgather_blocks(t, keys.data(), block, deadline); s != SAPIPE_OK) return s;
+    bool mapped = true;
+    std::string why;
+    for (int q = 0; q < n && mapped; ++q) {
+      const Header& h = headers[static_cast<size_t>(q)];
+      if (q == r || h.key_bytes == 0) continue;
+      mapped = l.regions->map(q, h.region, reinterpret_cast<const uint8_t*>(keys.data() + static_cast<size_t>(q) * block),
+                              h.key_bytes, &why);
+    }
+    std::vector<int64_t> all_mapped;
+    if (sapipe_status s = comm::exchange_all(t, mapped ? 1 : 0, &all_mapped, deadline); s != SAPIPE_OK) return s;
+    if (mine.key_bytes > 0) l.regions->announced(mine.region);
+    for (int64_t m : all_mapped)
+      if (m == 0) l.direct_disabled = true;
+  }
+  if (l.direct_disabled) return SAPIPE_OK;
+  for (const Header& h : headers)
+    if (h.region == 0) return SAPIPE_OK;
+  const size_t bytes = static_cast<size_t>(mine.input_count) * sizeof(float);
+  for (int q = 0; q < n; ++q) {
+    const Header& h = headers[static_cast<size_t>(q)];
+    float* v = q == r ? nullptr : l.regions->view(q, h.region, h.offset, bytes);
+    if (q != r && v == nullptr) {
+      *detail = "rank " + std::to_string(q) + "'s shared region " + std::to_string(h.region) + " is not mapped here";
+      return SAPIPE_ERR_INTERNAL;
+    }
+    views->push_back(v);
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status run_direct(comm::Transport& t, const CollectiveArgs& a, comm::Views views, Deadline d, int64_t* non_finite) {
+  views[static_cast<size_t>(t.rank())] = a.input;
+  *non_finite = 0;
+  switch (a.kind) {
+    case CollectiveKind::kAllreduce:
+      return comm::direct_allreduce(t, views, a.input_count, a.scale, d, non_finite);
+    case CollectiveKind::kReduceScatter:
+      return comm::direct_reduce_scatter_blocks(t, views, a.output_count, a.output, a.scale, d, non_finite);
+    case CollectiveKind::kAllgather:
+      return comm::direct_allgather_blocks(t, views, a.input_count, a.output, d);
+    case CollectiveKind::kBroadcast:
+      return comm::direct_broadcast(t, views, a.input_count, a.root, d);
+    case CollectiveKind::kReduceScatterInPlace:
+      return comm::direct_reduce_scatter(t, views, a.input_count, a.scale, d, non_finite);
+    case CollectiveKind::kAllgatherInPlace:
+      return comm::direct_allgather(t, views, a.input_count, d);
+    default:
+      return SAPIPE_ERR_INVALID_ARGUMENT;
+  }
 }
 
 sapipe_status run_collective(comm::Transport& t, const CollectiveArgs& a, Deadline d, int64_t* non_finite) {
@@ -137,6 +230,8 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     exports.Set("UcxComm", DefineClass(env, "UcxComm",
                                        {InstanceMethod<&UcxComm::Address>("address"),
                                         InstanceMethod<&UcxComm::Connect>("connect"),
+                                        InstanceMethod<&UcxComm::Allocate>("allocate"),
+                                        InstanceMethod<&UcxComm::DirectRuns>("directRuns"),
                                         InstanceMethod<&UcxComm::Collective>("collective"),
                                         InstanceMethod<&UcxComm::Send>("send"),
                                         InstanceMethod<&UcxComm::Recv>("recv"),
@@ -144,7 +239,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
                                         InstanceMethod<&UcxComm::Destroy>("destroy")}));
   }
 
-  // new UcxComm(rank, size, timeoutMs, chunkElements)
+  // new UcxComm(rank, size, timeoutMs, chunkElements, direct)
   explicit UcxComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxComm>(info) {
     Napi::Env env = info.Env();
     const size_t rank = arg_index(info, 0, "rank"), size = arg_index(info, 1, "size");
@@ -159,8 +254,10 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     link->rank = static_cast<int>(rank);
     link->size = static_cast<int>(size);
     link->chunk_count = chunk;
+    link->direct_allowed = info[4].ToBoolean().Value();
     sapipe_status s = plugin->create(static_cast<int32_t>(rank), static_cast<int32_t>(size), &link->transport);
     if (s != SAPIPE_OK) throw_detail(env, s, "UcxComm", plugin->last_error());
+    link->regions = std::make_shared<SharedRegions>(plugin, link->transport);
     link_ = std::move(link);
   }
 
@@ -198,13 +295,16 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     Napi::Array list = info[1].As<Napi::Array>(), remote = info[2].As<Napi::Array>();
     std::vector<std::vector<uint8_t>> addresses;
     std::vector<int32_t> detect;
+    bool all_local = true;
     for (uint32_t r = 0; r < n; ++r) {
       Napi::Value v = list.Get(r);
       if (!v.IsBuffer()) throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses must be Buffers");
       auto b = v.As<Napi::Buffer<uint8_t>>();
       addresses.emplace_back(b.Data(), b.Data() + b.Length());
       detect.push_back(remote.Get(r).ToBoolean().Value() ? 1 : 0);
+      if (detect.back() != 0) all_local = false;
     }
+    l.all_local = all_local;  // read by collectives, which are queued after this
     class ConnectOp : public CommOp {
      public:
       ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, std::vector<int32_t> detect, Deadline d)
@@ -226,6 +326,23 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
       Deadline d_;
     };
     return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), std::move(detect), deadline()));
+  }
+
+  // allocate(length) -> NativeBuffer in a shared region (see shared_regions.h).
+  Napi::Value Allocate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Link& l = live(env, "allocate");
+    const size_t length = arg_index(info, 0, "length");
+    if (length > 4294967295u) throw_error(env, "ERR_INVALID_ARGUMENT", "allocate: length must be an integer in [0, 2^32 - 1]");
+    sapipe_status status = SAPIPE_OK;
+    std::string detail;
+    std::shared_ptr<AlignedBuffer> buffer = l.regions->allocate(length, &status, &detail);
+    if (!buffer) throw_detail(env, status, "allocate", detail);
+    return NativeBuffer::Wrap(env, std::move(buffer));
+  }
+
+  Napi::Value DirectRuns(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), link_ ? static_cast<double>(link_->direct_runs.load(std::memory_order_relaxed)) : direct_runs_at_destroy_);
   }
 
   // collective(queue, kind, input, inOffset, inCount, output|null, outOffset, outCount, scale, root) -> Promise<nonFinite>
@@ -266,16 +383,39 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
         }
         try {
           comm::PluginTransport t = l_->over(SAPIPE_COMM_CHANNEL_COLLECTIVE, &detail_);
-          if (t.size() > 1) {
+          if (t.size() == 1) {
+            status_ = run_collective(t, a_, d_, &non_finite_);
+          } else {
+            Header mine{static_cast<uint64_t>(a_.kind), a_.input_count, a_.output_count, static_cast<uint64_t>(a_.root), 0, 0, 0, {}};
+            SharedRegions::Use use;
+            if (l_->direct_allowed && l_->all_local && reads_peers(a_.kind)) use = l_->regions->find(a_.input, a_.input_count * sizeof(float));
+            mine.region = use.id;
+            mine.offset = use.offset;
+            mine.key_bytes = use.key.size();
+            const std::vector<uint64_t> freed = l_->regions->take_freed(kFreedPerHeader);
+            std::copy(freed.begin(), freed.end(), mine.freed);
+            std::vector<Header> all;
             bool clean = false;
-            status_ = agree(t, a_, d_, &detail_, &clean);
+            status_ = agree(t, mine, &all, &detail_, d_, &clean);
+            if (clean)
+              for (int q = 0; q < t.size(); ++q)
+                if (q != t.rank())
+                  for (uint64_t id : all[static_cast<size_t>(q)].freed)
+                    if (id != 0) l_->regions->unmap(q, id);
             if (status_ != SAPIPE_OK) {
               // A disagreement is seen alike by every rank and leaves nothing in flight.
               if (!clean) l_->break_collectives(status_, detail_);
               return;
             }
+            comm::Views views;
+            status_ = prepare_direct(*l_, t, all, mine, use.key, &views, d_, &detail_);
+            if (status_ == SAPIPE_OK && views.empty()) {
+              status_ = run_collective(t, a_, d_, &non_finite_);
+            } else if (status_ == SAPIPE_OK) {
+              status_ = run_direct(t, a_, std::move(views), d_, &non_finite_);
+              l_->direct_runs.fetch_add(1, std::memory_order_relaxed);
+            }
           }
-          status_ = run_collective(t, a_, d_, &non_finite_);
         } catch (const std::bad_alloc&) {
           status_ = SAPIPE_ERR_OUT_OF_MEMORY;
           detail_ = "out of memory for the collective's working copy";
@@ -344,6 +484,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
   Napi::Value Destroy(const Napi::CallbackInfo& info) {
     if (link_) {
       link_->plugin->shutdown(link_->transport);
+      direct_runs_at_destroy_ = static_cast<double>(link_->direct_runs.load(std::memory_order_relaxed));
       link_.reset();  // the last queued operation to finish closes the endpoints
     }
     return info.Env().Undefined();
@@ -351,6 +492,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
 
   std::shared_ptr<Link> link_;
   std::chrono::milliseconds timeout_{30000};
+  double direct_runs_at_destroy_ = 0;
 };
 
 // {available, reason?, pluginPath, library?}; never throws.

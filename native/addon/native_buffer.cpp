@@ -31,7 +31,30 @@ std::shared_ptr<AlignedBuffer> NativeBuffer::FromValue(Napi::Env env, const Napi
   return self->buffer_;
 }
 
+Napi::Object NativeBuffer::Wrap(Napi::Env env, std::shared_ptr<AlignedBuffer> buffer) {
+  auto* holder = new std::shared_ptr<AlignedBuffer>(std::move(buffer));
+  auto external = Napi::External<std::shared_ptr<AlignedBuffer>>::New(
+      env, holder, [](Napi::Env, std::shared_ptr<AlignedBuffer>* h) { delete h; });
+  return AddonData::Get(env).native_buffer_ctor.Value().New({external});
+}
+
 NativeBuffer::NativeBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeBuffer>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() >= 1 && info[0].IsExternal()) {
+    buffer_ = *info[0].As<Napi::External<std::shared_ptr<AlignedBuffer>>>().Data();
+  } else {
+    AllocateOwn(info);
+  }
+  // The ArrayBuffer shares ownership: a view that outlives this wrapper keeps the memory alive.
+  auto* holder = new std::shared_ptr<AlignedBuffer>(buffer_);
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
+      env, buffer_->data(), buffer_->size() * sizeof(float),
+      [](Napi::Env, void*, std::shared_ptr<AlignedBuffer>* h) { delete h; }, holder);
+  array_buffer_ = Napi::Persistent(ab);
+  array_ = Napi::Persistent(Napi::Float32Array::New(env, buffer_->size(), ab, 0));
+}
+
+void NativeBuffer::AllocateOwn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber())
     throw_error(env, "ERR_INVALID_ARGUMENT", "NativeBuffer(length): length must be a number");
@@ -43,13 +66,6 @@ NativeBuffer::NativeBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Na
                 "NativeBuffer(length): length must be an integer in [0, 2^32 - 1]");
   buffer_ = AlignedBuffer::allocate(static_cast<size_t>(length));
   if (!buffer_) throw_error(env, "ERR_OUT_OF_MEMORY", "NativeBuffer: cannot allocate " + std::to_string(length) + " floats");
-  // The ArrayBuffer shares ownership: a view that outlives this wrapper keeps the memory alive.
-  auto* holder = new std::shared_ptr<AlignedBuffer>(buffer_);
-  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
-      env, buffer_->data(), buffer_->size() * sizeof(float),
-      [](Napi::Env, void*, std::shared_ptr<AlignedBuffer>* h) { delete h; }, holder);
-  array_buffer_ = Napi::Persistent(ab);
-  array_ = Napi::Persistent(Napi::Float32Array::New(env, buffer_->size(), ab, 0));
 }
 
 Napi::Value NativeBuffer::GetArray(const Napi::CallbackInfo& info) {

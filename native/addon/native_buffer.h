@@ -17,10 +17,13 @@ class NativeBuffer : public Napi::ObjectWrap<NativeBuffer> {
   // The NativeBuffer behind a JS value, or a thrown ERR_INVALID_ARGUMENT / ERR_DISPOSED naming `what`.
   static std::shared_ptr<AlignedBuffer> FromValue(Napi::Env env, const Napi::Value& value, const char* what);
   static bool IsInstance(const Napi::Value& value);
+  // A JS NativeBuffer over memory allocated elsewhere (AlignedBuffer::adopt).
+  static Napi::Object Wrap(Napi::Env env, std::shared_ptr<AlignedBuffer> buffer);
 
   explicit NativeBuffer(const Napi::CallbackInfo& info);
 
  private:
+  void AllocateOwn(const Napi::CallbackInfo& info);
   Napi::Value GetArray(const Napi::CallbackInfo& info);
   Napi::Value GetLength(const Napi::CallbackInfo& info);
   Napi::Value GetDisposed(const Napi::CallbackInfo& info);

@@ -15,13 +15,25 @@ std::shared_ptr<AlignedBuffer> AlignedBuffer::allocate(size_t elements) {
   void* memory = std::aligned_alloc(kAlignment, bytes);
   if (memory == nullptr) return nullptr;
   std::memset(memory, 0, bytes);
-  return std::shared_ptr<AlignedBuffer>(new (std::nothrow) AlignedBuffer(static_cast<float*>(memory), elements));
+  auto* buffer = new (std::nothrow) AlignedBuffer(static_cast<float*>(memory), elements);
+  if (buffer == nullptr) std::free(memory);
+  return std::shared_ptr<AlignedBuffer>(buffer);
+}
+
+std::shared_ptr<AlignedBuffer> AlignedBuffer::adopt(float* data, size_t elements, Release release) {
+  auto* buffer = new (std::nothrow) AlignedBuffer(data, elements, std::move(release));
+  if (buffer == nullptr) return nullptr;  // the caller still owns data
+  return std::shared_ptr<AlignedBuffer>(buffer);
 }
 
 AlignedBuffer::~AlignedBuffer() { free_storage(); }
 
 void AlignedBuffer::free_storage() {
-  std::free(data_);
+  if (data_ == nullptr) return;
+  if (release_)
+    release_(data_);
+  else
+    std::free(data_);
   data_ = nullptr;
 }
 

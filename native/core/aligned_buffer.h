@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 namespace sapipe {
@@ -14,6 +15,10 @@ class AlignedBuffer {
 
   // Returns nullptr when the allocation fails.
   static std::shared_ptr<AlignedBuffer> allocate(size_t elements);
+  // Memory allocated elsewhere (e.g. a communicator's shared memory), 64-byte aligned and zeroed
+  // by its allocator; `release` frees it, once, from whichever thread drops the buffer last.
+  using Release = std::function<void(float*)>;
+  static std::shared_ptr<AlignedBuffer> adopt(float* data, size_t elements, Release release);
   ~AlignedBuffer();
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -31,9 +36,10 @@ class AlignedBuffer {
   void free_storage();
 
  private:
-  AlignedBuffer(float* data, size_t size) : data_(data), size_(size) {}
+  AlignedBuffer(float* data, size_t size, Release release = {}) : data_(data), size_(size), release_(std::move(release)) {}
   float* data_;
   size_t size_;
+  Release release_;  // empty: data_ came from std::aligned_alloc
   std::atomic<int> in_flight_{0};
 };
 

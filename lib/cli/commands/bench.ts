@@ -150,7 +150,7 @@ export function registerBenchCommand(program: Command): void {
     .option('--warmup <n>', 'unmeasured runs per size', parsePositiveInt, 3)
     .option('--fused-size <bytes>', 'ParamSet size of the fused all-reduce + update', parseCount, 1 << 26)
     .option('--optimizers <list>', 'optimizers of the fused comparison: sgd, sgd-momentum, adam', 'sgd,sgd-momentum,adam')
-    .option('--algorithm <name>', 'direct (shared memory) or ring', 'direct')
+    .option('--algorithm <name>', 'direct (ranks read each other\'s buffers in shared memory; on ucx, buffers from comm.allocate) or ring', 'direct')
     .option('--json', 'print JSON')
     .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; json?: boolean }) => {
       if (options.backend !== 'local' && options.backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got "${options.backend}"`);

@@ -20,6 +20,11 @@
 // on one machine use no error handling and rely on the caller's liveness signal (peer_lost()).
 // Either way, messages the peer sent before leaving get a short grace period to arrive before
 // operations fail.
+//
+// Regions (direct access between ranks of one machine): UCX allocates the memory itself
+// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE, which prefers System V and POSIX shared memory), packs a
+// remote key for it, and a peer turns the key into a pointer in its own address space with
+// ucp_rkey_ptr. The key travels as [address: u64][length: u64][packed remote key].
 #include <ucp/api/ucp.h>
 
 #include <chrono>
@@ -78,6 +83,17 @@ struct sapipe_comm_request {
   int32_t channel = 0;
 };
 
+struct sapipe_comm_region {
+  ucp_mem_h memh = nullptr;
+  void* data = nullptr;
+  size_t length = 0;
+  std::vector<uint8_t> key;
+};
+
+struct sapipe_comm_peer_region {
+  ucp_rkey_h rkey = nullptr;
+};
+
 struct sapipe_comm_transport {
   int32_t rank = 0, size = 0;
   ucp_context_h context = nullptr;
@@ -96,6 +112,9 @@ struct sapipe_comm_transport {
   // the worker is then never progressed again, so nothing is written.
   bool poisoned = false;
   std::string poisoned_reason;
+  // Regions still allocated keep the context (not the worker) alive past destroy().
+  size_t live_regions = 0;
+  bool destroyed = false;
 
   size_t index(int peer, int channel) const { return static_cast<size_t>(peer) * kChannels + static_cast<size_t>(channel); }
 };
@@ -224,9 +243,15 @@ const char* plugin_library_version() {
 
 const char* plugin_last_error() { return g_last_error.c_str(); }
 
-void release(sapipe_comm_transport* t) {
+void release_worker(sapipe_comm_transport* t) {
   if (t->address) ucp_worker_release_address(t->worker, t->address);
   if (t->worker) ucp_worker_destroy(t->worker);
+  t->address = nullptr;
+  t->worker = nullptr;
+}
+
+void release(sapipe_comm_transport* t) {
+  release_worker(t);
   if (t->context) ucp_cleanup(t->context);
   delete t;
 }
@@ -253,7 +278,7 @@ sapipe_status plugin_create(int32_t rank, int32_t size, sapipe_comm_transport** 
   ucp_params_t params;
   std::memset(&params, 0, sizeof params);
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA;  // RMA: remote keys for regions
   params.estimated_num_eps = static_cast<size_t>(size);
   st = ucp_init(&params, config, &t->context);
   ucp_config_release(config);
@@ -498,8 +523,116 @@ void plugin_destroy(sapipe_comm_transport* t) {
       }
       ucp_request_free(sp);
     }
+    if (t->live_regions > 0) {
+      // Regions are freed later (their buffers outlive the communicator); the context stays.
+      release_worker(t);
+      t->destroyed = true;
+      return;
+    }
   }
   release(t);
+}
+
+sapipe_status plugin_region_alloc(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region) {
+  if (t == nullptr || data == nullptr || region == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "region_alloc: null argument");
+  *data = nullptr;
+  *region = nullptr;
+  std::lock_guard<std::mutex> lock(t->mutex);
+  if (t->shut_down) return fail(SAPIPE_ERR_DISPOSED, "the communicator was destroyed");
+  auto* r = new (std::nothrow) sapipe_comm_region();
+  if (r == nullptr) return fail(SAPIPE_ERR_OUT_OF_MEMORY, "region_alloc: out of memory");
+  ucp_mem_map_params_t mp;
+  std::memset(&mp, 0, sizeof mp);
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = nullptr;
+  mp.length = bytes ? bytes : 1;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  ucs_status_t st = ucp_mem_map(t->context, &mp, &r->memh);
+  if (st != UCS_OK) {
+    delete r;
+    return fail(SAPIPE_ERR_OUT_OF_MEMORY, "UCX could not allocate " + std::to_string(bytes) + " bytes: " + ucs_status_string(st));
+  }
+  ucp_mem_attr_t attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  void* packed = nullptr;
+  size_t packed_bytes = 0;
+  st = ucp_mem_query(r->memh, &attr);
+  if (st == UCS_OK) st = ucp_rkey_pack(t->context, r->memh, &packed, &packed_bytes);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(t->context, r->memh);
+    delete r;
+    return fail(SAPIPE_ERR_OUT_OF_MEMORY, std::string("UCX could not describe its allocation: ") + ucs_status_string(st));
+  }
+  r->data = attr.address;
+  r->length = attr.length;
+  const uint64_t head[2] = {reinterpret_cast<uintptr_t>(attr.address), attr.length};
+  r->key.resize(sizeof head + packed_bytes);
+  std::memcpy(r->key.data(), head, sizeof head);
+  std::memcpy(r->key.data() + sizeof head, packed, packed_bytes);
+  ucp_rkey_buffer_release(packed);
+  // Zeroed like every sapipe buffer (shared memory is; other allocators UCX may fall back to are not).
+  std::memset(r->data, 0, r->length);
+  ++t->live_regions;
+  *data = r->data;
+  *region = r;
+  return SAPIPE_OK;
+}
+
+sapipe_status plugin_region_key(sapipe_comm_transport* t, sapipe_comm_region* region, const void** key, size_t* bytes) {
+  if (t == nullptr || region == nullptr || key == nullptr || bytes == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "region_key: null argument");
+  *key = region->key.data();
+  *bytes = region->key.size();
+  return SAPIPE_OK;
+}
+
+void plugin_region_free(sapipe_comm_transport* t, sapipe_comm_region* region) {
+  if (t == nullptr || region == nullptr) return;
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> lock(t->mutex);
+    ucp_mem_unmap(t->context, region->memh);
+    delete region;
+    --t->live_regions;
+    last = t->destroyed && t->live_regions == 0;
+  }
+  if (last) release(t);
+}
+
+sapipe_status plugin_peer_map(sapipe_comm_transport* t, int32_t peer, const void* key, size_t bytes, void** data, size_t* length,
+                              sapipe_comm_peer_region** mapping) {
+  if (t == nullptr || key == nullptr || data == nullptr || length == nullptr || mapping == nullptr)
+    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "peer_map: null argument");
+  *mapping = nullptr;
+  uint64_t head[2];
+  if (bytes <= sizeof head) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "peer_map: the key is too short");
+  std::memcpy(head, key, sizeof head);
+  std::lock_guard<std::mutex> lock(t->mutex);
+  if (sapipe_status s = check_peer(t, peer, SAPIPE_COMM_CHANNEL_COLLECTIVE); s != SAPIPE_OK) return s;
+  if (sapipe_status s = blocked(t, peer, SAPIPE_COMM_CHANNEL_USER); s != SAPIPE_OK) return s;
+  ucp_ep_h ep = t->endpoints[static_cast<size_t>(peer)];
+  if (ep == nullptr) return fail(SAPIPE_ERR_PEER_LOST, "rank " + std::to_string(peer) + " is gone");
+  auto* m = new (std::nothrow) sapipe_comm_peer_region();
+  if (m == nullptr) return fail(SAPIPE_ERR_OUT_OF_MEMORY, "peer_map: out of memory");
+  ucs_status_t st = ucp_ep_rkey_unpack(ep, static_cast<const uint8_t*>(key) + sizeof head, &m->rkey);
+  void* local = nullptr;
+  if (st == UCS_OK) st = ucp_rkey_ptr(m->rkey, head[0], &local);
+  if (st != UCS_OK) {
+    if (m->rkey != nullptr) ucp_rkey_destroy(m->rkey);
+    delete m;
+    return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "rank " + std::to_string(peer) + "'s memory cannot be mapped here: " + ucs_status_string(st));
+  }
+  *data = local;
+  *length = head[1];
+  *mapping = m;
+  return SAPIPE_OK;
+}
+
+void plugin_peer_unmap(sapipe_comm_transport* t, sapipe_comm_peer_region* mapping) {
+  if (t == nullptr || mapping == nullptr) return;
+  std::lock_guard<std::mutex> lock(t->mutex);
+  ucp_rkey_destroy(mapping->rkey);
+  delete mapping;
 }
 
 const sapipe_comm_plugin_v1 kTable = {
@@ -515,6 +648,11 @@ const sapipe_comm_plugin_v1 kTable = {
     plugin_peer_lost,
     plugin_shutdown,
     plugin_destroy,
+    plugin_region_alloc,
+    plugin_region_key,
+    plugin_region_free,
+    plugin_peer_map,
+    plugin_peer_unmap,
 };
 
 }  // namespace

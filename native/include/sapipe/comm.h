@@ -38,6 +38,10 @@ extern "C" {
 typedef struct sapipe_comm_transport sapipe_comm_transport;
 /* An outstanding non-blocking send, owned by the transport until wait_send returns. */
 typedef struct sapipe_comm_request sapipe_comm_request;
+/* Memory this rank allocated so that peers on the same machine can map it (region_alloc). */
+typedef struct sapipe_comm_region sapipe_comm_region;
+/* A peer's region, mapped into this process (peer_map). */
+typedef struct sapipe_comm_peer_region sapipe_comm_peer_region;
 
 typedef enum sapipe_comm_channel {
   SAPIPE_COMM_CHANNEL_USER = 0,       /* Communicator.send / recv */
@@ -82,8 +86,27 @@ typedef struct sapipe_comm_plugin_v1 {
   void (*peer_lost)(sapipe_comm_transport* t, int32_t peer, const char* reason);
   /* This rank leaves: pending and later operations fail with SAPIPE_ERR_DISPOSED. */
   void (*shutdown)(sapipe_comm_transport* t);
-  /* Closes the endpoints and frees t; no call on t may be running or follow. */
+  /* Closes the endpoints and frees t; no call on t may be running or follow, except region_free
+   * of regions still allocated (t then lives on, endpoint-less, until the last is freed). Every
+   * peer_map must have been undone by peer_unmap before. */
   void (*destroy)(sapipe_comm_transport* t);
+
+  /* Direct access between ranks of one machine. A region is memory that peers can map into their
+   * own address space and then read and write with plain loads and stores (for UCX:
+   * ucp_mem_map(UCP_MEM_MAP_ALLOCATE) on a shared-memory transport, ucp_rkey_ptr on the peer).
+   * region_alloc returns zeroed, page-aligned memory of at least `bytes` (1 at least) in *data. */
+  sapipe_status (*region_alloc)(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region);
+  /* The region's key, to hand to peers (its address and length are part of it); valid until
+   * region_free. */
+  sapipe_status (*region_key)(sapipe_comm_transport* t, sapipe_comm_region* region, const void** key, size_t* bytes);
+  /* Frees the region. Peers that mapped it keep their mapping valid until they unmap it. */
+  void (*region_free)(sapipe_comm_transport* t, sapipe_comm_region* region);
+  /* Maps peer's region, given its key: *data is its first byte here, *length its length.
+   * SAPIPE_ERR_BACKEND_UNAVAILABLE when this peer cannot be mapped (another machine, or no
+   * shared-memory transport between the two): callers then move the bytes by messages. */
+  sapipe_status (*peer_map)(sapipe_comm_transport* t, int32_t peer, const void* key, size_t bytes, void** data, size_t* length,
+                            sapipe_comm_peer_region** mapping);
+  void (*peer_unmap)(sapipe_comm_transport* t, sapipe_comm_peer_region* mapping);
 } sapipe_comm_plugin_v1;
 
 #ifdef __cplusplus
