@@ -52,6 +52,27 @@ t.test('ParamSet', async (t) => {
   t.throws(() => new SGD(p, { lr: 0.1 }), code('ERR_DISPOSED'));
 });
 
+t.test('ParamSet memory: a MemorySource supplies weights, gradients and optimizer state; a bad one is refused', async (t) => {
+  for (const bad of [null, 3, {}, { allocate: 1 }])
+    t.throws(() => new ParamSet({ w: [4] }, { memory: bad as never }), code('ERR_INVALID_ARGUMENT'), `memory ${JSON.stringify(bad)}`);
+  t.throws(() => new ParamSet({ w: [4] }, null as never), code('ERR_INVALID_ARGUMENT'));
+  const wrong = FlatBuffer.allocate(3);
+  t.throws(() => new ParamSet({ w: [4] }, { memory: { allocate: () => wrong } }), code('ERR_INVALID_ARGUMENT'), 'a buffer of the wrong length');
+  t.equal(wrong.disposed, true, 'and that buffer is freed');
+  t.throws(() => new ParamSet({ w: [4] }, { memory: { allocate: () => new Float32Array(16) as never } }), code('ERR_INVALID_ARGUMENT'), 'not a FlatBuffer');
+  const given: FlatBuffer[] = [];
+  const memory = { allocate: (n: number): FlatBuffer => (given.push(FlatBuffer.allocate(n)), given[given.length - 1]!) };
+  const p = new ParamSet({ w: [4], b: [2] }, { memory });
+  t.equal(given.length, 2);
+  t.equal(p.weights, given[0]);
+  t.equal(p.grads, given[1]);
+  const opt = new SGD(p, { lr: 0.1, momentum: 0.9, prediction: { kind: 'linear', steps: 1 } });
+  t.equal(given.length, 4, 'momentum and predicted weights come from it too');
+  t.equal(opt.stateBuffer('predicted'), given[3]);
+  opt.dispose();
+  p.dispose();
+});
+
 t.test('optimizer options', async (t) => {
   const p = new ParamSet({ w: [8] });
   const bad: [string, () => unknown][] = [

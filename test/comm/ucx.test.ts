@@ -16,7 +16,7 @@ import t, { type Test } from 'tap';
 
 import { ucxStatus } from '../../lib/backends/ucx.js';
 import { selectCommBackend } from '../../lib/backends/index.js';
-import { createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError, TimeoutError, UcxCommunicator, AliasingError } from '../../lib/index.js';
+import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, SizeMismatchError, TimeoutError, UcxCommunicator, AliasingError } from '../../lib/index.js';
 import { launch } from '../../lib/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
@@ -87,11 +87,18 @@ t.test('sapipe info reports ucx, and why not when the plugin is missing', async 
   }
 });
 
-t.test('every collective, point-to-point ordering, mismatches, the fused step and destroy on 1-4 ranks', needsUcx, async (t) => {
+const runs = [
+  { memory: 'host', algorithm: 'direct', worlds: [1, 2, 3, 4], what: 'ordinary buffers (the ring)' },
+  { memory: 'shared', algorithm: 'direct', worlds: [1, 2, 3, 4], what: 'buffers from comm.allocate() (direct reads of shared memory)' },
+  { memory: 'shared', algorithm: 'ring', worlds: [2], what: "buffers from comm.allocate() with algorithm 'ring'" },
+] as const;
+for (const { memory, algorithm, worlds, what } of runs)
+t.test(`every collective, point-to-point ordering, mismatches, the fused step and destroy on ${worlds.join(', ')} ranks, ${what}`, needsUcx, async (t) => {
   const sizes = '0,1,17,1001,1000003';
-  for (const n of [1, 2, 3, 4]) {
+  const direct = memory === 'shared' && algorithm === 'direct';
+  for (const n of worlds) {
     // Small chunks on 3 ranks: the pipelined path with many chunks per part.
-    const env: Record<string, string> = n === 3 ? { SAPIPE_UCX_CHUNK_BYTES: '4096' } : {};
+    const env: Record<string, string> = { SAPIPE_TEST_MEMORY: memory, SAPIPE_TEST_ALGORITHM: algorithm, ...(n === 3 ? { SAPIPE_UCX_CHUNK_BYTES: '4096' } : {}) };
     const run = await runRanks(n, ['all', sizes], env);
     t.equal(run.exitCode, 0, `world ${n}: ${run.message ?? ''} ${run.exitCode ? run.stderr.slice(-2000) : ''}`);
     for (let rank = 0; rank < n; rank++) {
@@ -103,6 +110,18 @@ t.test('every collective, point-to-point ordering, mismatches, the fused step an
         for (const [name, c] of Object.entries(checks))
           if (typeof c === 'number') t.equal(c, 0, `world ${n} len ${String(m.len)} ${name}`);
           else t.equal(c.bad, 0, `world ${n} rank ${rank} len ${String(m.len)}: ${name} ${JSON.stringify(c)}`);
+        // Shared buffers on 2+ ranks: every collective with data read the peers directly (7 per
+        // size: sum, avg, range if non-empty, reduce-scatter, all-gather, broadcast, shards).
+        const expected = !direct || n === 1 || m.len === 0 ? 0 : (m.count as number) > 0 ? 7 : 6;
+        t.equal(m.direct, expected, `world ${n} rank ${rank} len ${String(m.len)}: collectives on shared memory`);
+      }
+      if (memory === 'shared') {
+        const regions = msgs.find((m) => 'regions' in m)?.regions as { mixed: { bad: number }; mixedDirect: number; churnBad: number; growth: number } | undefined;
+        t.equal(regions?.mixed.bad, 0, `world ${n} rank ${rank}: shared memory on one rank only: the ring, correct`);
+        t.equal(regions?.mixedDirect, 0, 'and not read directly');
+        t.equal(regions?.churnBad, 0, '40 regions allocated, reduced and freed in turn: every sum right');
+        t.ok((regions?.growth ?? 99) <= 4, `and peers unmapped the freed ones (shared mappings grew by ${String(regions?.growth)})`);
+        t.equal(msgs.find((m) => 'keptAfterDestroy' in m)?.keptAfterDestroy, true, 'a buffer outlives destroy() until disposed');
       }
       t.same(msgs.find((m) => 'afterDestroy' in m)?.afterDestroy, 'ERR_DISPOSED', `world ${n} rank ${rank}: use after destroy()`);
       if (n < 2) continue;
@@ -144,8 +163,9 @@ function checkFused(t: Test, n: number, rank: number, fused: Record<string, Fuse
   }
 }
 
-t.test('a rank killed with SIGKILL mid-collective: every later operation of the others is ERR_PEER_LOST, quickly', needsUcx, async (t) => {
-  const run = await runRanks(3, ['die'], { SAPIPE_TEST_UCX_TIMEOUT_MS: '15000' });
+for (const memory of ['host', 'shared'] as const)
+t.test(`a rank killed with SIGKILL mid-collective (${memory} buffers): every later operation of the others is ERR_PEER_LOST, quickly`, needsUcx, async (t) => {
+  const run = await runRanks(3, ['die'], { SAPIPE_TEST_UCX_TIMEOUT_MS: '15000', SAPIPE_TEST_MEMORY: memory });
   t.not(run.exitCode, 0, `sapipe launch exits non-zero (${run.message ?? ''})`);
   t.equal(run.exitCode, 128 + 9, 'with the killed rank\'s signal');
   for (const rank of [0, 2]) {
@@ -160,6 +180,7 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   await t.rejects(UcxCommunicator.create(null as never), InvalidArgumentError);
   await t.rejects(UcxCommunicator.create({ store: {} as never }), InvalidArgumentError);
   await t.rejects(UcxCommunicator.create({ chunkBytes: 3, store: undefined, rank: 0, size: 1 }), InvalidArgumentError);
+  await t.rejects(UcxCommunicator.create({ algorithm: 'tree' as 'ring', rank: 0, size: 1 }), InvalidArgumentError);
   const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0 });
   await t.rejects(UcxCommunicator.create({ store, rank: 1, size: 2 }), InvalidArgumentError);
   const comm = await UcxCommunicator.create({ store, timeoutMs: 5000 });
@@ -183,7 +204,26 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   const disposed = FlatBuffer.allocate(4);
   disposed.dispose();
   await t.rejects(comm.allreduce(disposed), DisposedError);
+  // Shared memory: zeroed, any length (0 too), bad lengths refused; a ParamSet and its optimizer state there.
+  const shared = comm.allocate(1000);
+  t.ok(shared.array.every((v) => v === 0), 'comm.allocate() memory is zero-filled');
+  shared.array.fill(2);
+  t.equal((await comm.allreduce(shared, { op: 'avg' })).nonFiniteCount, 0);
+  t.equal(shared.array[999], 2);
+  t.equal(comm.allocate(0).length, 0);
+  for (const bad of [-1, 1.5, NaN, 2 ** 32, '8' as unknown as number]) t.throws(() => comm.allocate(bad), InvalidArgumentError, `allocate(${String(bad)})`);
+  const params = new ParamSet({ w: [3, 5] }, { memory: comm });
+  const sgd = new SGD(params, { lr: 0.1, momentum: 0.9 });
+  params.grads.array.fill(1);
+  await allreduceAndStep(comm, sgd);
+  t.ok(params.weights.array.slice(0, 15).every((v) => Math.abs(v + 0.1) < 1e-7), 'a ParamSet in shared memory steps as any other');
+  sgd.dispose();
+  params.dispose();
   comm.destroy();
+  t.throws(() => comm.allocate(4), DisposedError, 'allocate() after destroy()');
+  shared.array[0] = 5;
+  t.equal(shared.array[0], 5, 'a shared buffer stays usable after destroy()');
+  shared.dispose();
   comm.destroy();
   await t.rejects(comm.allreduce(b), DisposedError);
   // A rank whose peers never come: create() gives up at the timeout.
