@@ -23,7 +23,7 @@ export function probeUcx(): BackendStatus {
   const details: Record<string, string> = {};
   if (s.pluginPath) details.plugin = s.pluginPath;
   if (s.library) details.library = s.library;
-  if (s.available) return { name: 'ucx', kind: 'comm', available: true, details: { ...details, ranks: 'processes (sapipe launch, torchrun, mpirun, Slurm)' } };
+  if (s.available) return { name: 'ucx', kind: 'comm', available: true, details: { ...details, ranks: 'processes (sapipe launch, torchrun, mpirun, Slurm)', algorithms: 'direct (comm.allocate buffers, ranks of one machine), ring' } };
   let reason = s.reason ?? 'unknown';
   if (/libuc[pts]\.so/.test(reason)) reason += ' (the UCX library is not installed: `apt-get install libucx0`, or UCX from your distribution)';
   return { name: 'ucx', kind: 'comm', available: false, reason, ...(Object.keys(details).length ? { details } : {}) };
