@@ -87,18 +87,20 @@ t.test('sapipe info reports ucx, and why not when the plugin is missing', async 
   }
 });
 
-const runs = [
-  { memory: 'host', algorithm: 'direct', worlds: [1, 2, 3, 4], what: 'ordinary buffers (the ring)' },
-  { memory: 'shared', algorithm: 'direct', worlds: [1, 2, 3, 4], what: 'buffers from comm.allocate() (direct reads of shared memory)' },
-  { memory: 'shared', algorithm: 'ring', worlds: [2], what: "buffers from comm.allocate() with algorithm 'ring'" },
-] as const;
-for (const { memory, algorithm, worlds, what } of runs)
+// `direct`: whether collectives on shared buffers read the peers' memory (they fall back to the
+// ring, on every rank alike, with algorithm 'ring' or when UCX has no shared-memory transport).
+const runs: { memory: 'host' | 'shared'; algorithm: 'direct' | 'ring'; worlds: number[]; direct: boolean; env?: Record<string, string>; what: string }[] = [
+  { memory: 'host', algorithm: 'direct', worlds: [1, 2, 3, 4], direct: false, what: 'ordinary buffers (the ring)' },
+  { memory: 'shared', algorithm: 'direct', worlds: [1, 2, 3, 4], direct: true, what: 'buffers from comm.allocate() (direct reads of shared memory)' },
+  { memory: 'shared', algorithm: 'ring', worlds: [2], direct: false, what: "buffers from comm.allocate() with algorithm 'ring'" },
+  { memory: 'shared', algorithm: 'direct', worlds: [2], direct: false, env: { UCX_TLS: 'tcp,self' }, what: 'buffers from comm.allocate() when UCX may only use TCP (the ring)' },
+];
+for (const { memory, algorithm, worlds, direct, env: extra, what } of runs)
 t.test(`every collective, point-to-point ordering, mismatches, the fused step and destroy on ${worlds.join(', ')} ranks, ${what}`, needsUcx, async (t) => {
   const sizes = '0,1,17,1001,1000003';
-  const direct = memory === 'shared' && algorithm === 'direct';
   for (const n of worlds) {
     // Small chunks on 3 ranks: the pipelined path with many chunks per part.
-    const env: Record<string, string> = { SAPIPE_TEST_MEMORY: memory, SAPIPE_TEST_ALGORITHM: algorithm, ...(n === 3 ? { SAPIPE_UCX_CHUNK_BYTES: '4096' } : {}) };
+    const env: Record<string, string> = { SAPIPE_TEST_MEMORY: memory, SAPIPE_TEST_ALGORITHM: algorithm, ...(n === 3 ? { SAPIPE_UCX_CHUNK_BYTES: '4096' } : {}), ...extra };
     const run = await runRanks(n, ['all', sizes], env);
     t.equal(run.exitCode, 0, `world ${n}: ${run.message ?? ''} ${run.exitCode ? run.stderr.slice(-2000) : ''}`);
     for (let rank = 0; rank < n; rank++) {
