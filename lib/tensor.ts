@@ -72,7 +72,12 @@ export interface MemorySource {
 }
 
 export interface ParamSetOptions {
-  /** Where the weights, gradients and optimizer state are allocated (default: ordinary memory). */
+  /**
+   * Where the weights, gradients and optimizer state are allocated (default: ordinary memory). A
+   * communicator's memory is its own: another communicator (say, one created after a peer was
+   * lost) reads it as ordinary memory. Once the source is destroyed, later buffers of the ParamSet
+   * come from ordinary memory.
+   */
   memory?: MemorySource;
 }
 
@@ -131,7 +136,7 @@ export class ParamSet {
   readonly numParams: number;
   private readonly layouts: Map<string, TensorLayout>;
   private readonly tensorsByName: Map<string, Tensor>;
-  private readonly memory: MemorySource | undefined;
+  private memory: MemorySource | undefined;
   private isDisposed = false;
 
   constructor(spec: ParamSpec, options: ParamSetOptions = {}) {
@@ -184,7 +189,16 @@ export class ParamSet {
   allocateLike(): FlatBuffer {
     this.checkLive('allocateLike');
     if (this.memory === undefined) return FlatBuffer.allocate(this.length);
-    const buffer: unknown = this.memory.allocate(this.length);
+    let buffer: unknown;
+    try {
+      buffer = this.memory.allocate(this.length);
+    } catch (error) {
+      // A memory source that is gone (a communicator after destroy()): the ParamSet lives on, so
+      // its later buffers (a new optimizer's state) come from ordinary memory.
+      if (!(error instanceof DisposedError)) throw error;
+      this.memory = undefined;
+      return FlatBuffer.allocate(this.length);
+    }
     if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length) {
       if (buffer instanceof FlatBuffer) buffer.dispose();
       throw new InvalidArgumentError(`ParamSet: options.memory.allocate(${this.length}) must return a FlatBuffer of that length`);

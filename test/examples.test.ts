@@ -14,3 +14,24 @@ t.test('examples/linear-regression.mjs converges', async (t) => {
   t.ok(losses[0]! > 0.1, `starts high: ${losses[0]}`);
   t.ok(losses.at(-1)! < 1e-4, `ends at the noise level: ${losses.at(-1)}`);
 });
+
+t.test('examples/data-parallel-ucx.mjs trains on 2 processes with the model in shared memory', async (t) => {
+  const { ucxStatus } = await import('../lib/backends/ucx.js');
+  const status = ucxStatus();
+  if (!status.available) {
+    // CI installs UCX, so there a missing plugin is a failure; elsewhere say why it cannot run.
+    if (process.env.CI) t.fail(`the ucx plugin is not available in CI: ${status.reason ?? 'unknown'}`);
+    else t.comment(`cannot run without the ucx plugin: ${status.reason ?? 'unknown'}`);
+    return;
+  }
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  const { stdout } = await run(process.execPath, [`${root}bin/sapipe.js`, 'launch', '--nproc', '2', `${root}examples/data-parallel-ucx.mjs`], { cwd: root });
+  const losses = [...stdout.matchAll(/loss ([\d.e+-]+)/g)].map((m) => Number(m[1]));
+  t.ok(losses.length >= 3 && losses[0]! > 0.1, `starts high: ${losses[0]}`);
+  t.ok(losses.at(-1)! < 1e-4, `ends at the noise level: ${losses.at(-1)}`);
+  for (const rank of [0, 1]) {
+    const m = new RegExp(`\\[${rank}\\] rank ${rank}: replicas agree: (\\w+); collectives on shared memory: (\\d+)`).exec(stdout);
+    t.equal(m?.[1], 'true', `rank ${rank} ends with the same model as the other`);
+    t.ok(Number(m?.[2]) > 0, `rank ${rank}: its collectives read the peer's shared memory (${m?.[2]})`);
+  }
+});

@@ -9,6 +9,7 @@ import { performance } from 'node:perf_hooks';
 
 import type { Communicator } from '../comm/communicator.js';
 import { QueuedCommunicator } from '../comm/queued.js';
+import { UcxCommunicator } from '../comm/ucx.js';
 import { allreduceAndStep } from '../comm/fused-step.js';
 import { commAddon } from '../comm/local-native.js';
 import { Adam } from '../optim/adam.js';
@@ -31,6 +32,8 @@ export interface AllreduceRankReport {
   fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[];
   /** Rank 0 only. */
   copy?: { bytes: number; ms: number };
+  /** The algorithm the all-reduces took, where the backend tells (ucx: direct only if buffers were read in shared memory). */
+  algorithm?: 'direct' | 'ring';
 }
 
 /** Runs every measurement on `comm`; `onSize` is told of each size done. The communicator stays open. */
@@ -102,6 +105,8 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
     copy = { bytes, ms: median(times) };
   }
   await comm.barrier();
-  return copy ? { rows, fused, copy } : { rows, fused };
+  const report: AllreduceRankReport = copy ? { rows, fused, copy } : { rows, fused };
+  if (comm instanceof UcxCommunicator) report.algorithm = comm.sharedMemoryCollectives > 0 ? 'direct' : 'ring';
+  return report;
 }
 

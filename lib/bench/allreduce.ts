@@ -61,7 +61,7 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
   return {
     backend,
     nproc: n,
-    algorithm: o.algorithm,
+    algorithm: report.algorithm ?? o.algorithm,
     copy: { ...copy, GBps: copyGBps },
     rows: report.rows.map((r) => {
       const algbw = r.bytes / (r.ms * 1e6);

@@ -388,7 +388,8 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
           } else {
             Header mine{static_cast<uint64_t>(a_.kind), a_.input_count, a_.output_count, static_cast<uint64_t>(a_.root), 0, 0, 0, {}};
             SharedRegions::Use use;
-            if (l_->direct_allowed && l_->all_local && reads_peers(a_.kind)) use = l_->regions->find(a_.input, a_.input_count * sizeof(float));
+            // direct_disabled is the same on every rank (see prepare_direct).
+            if (l_->direct_allowed && l_->all_local && !l_->direct_disabled && reads_peers(a_.kind)) use = l_->regions->find(a_.input, a_.input_count * sizeof(float));
             mine.region = use.id;
             mine.offset = use.offset;
             mine.key_bytes = use.key.size();

@@ -220,9 +220,13 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   await allreduceAndStep(comm, sgd);
   t.ok(params.weights.array.slice(0, 15).every((v) => Math.abs(v + 0.1) < 1e-7), 'a ParamSet in shared memory steps as any other');
   sgd.dispose();
-  params.dispose();
   comm.destroy();
   t.throws(() => comm.allocate(4), DisposedError, 'allocate() after destroy()');
+  const later = new SGD(params, { lr: 0.1, momentum: 0.9 });
+  later.stepSync();
+  t.ok(params.weights.array[0]! < -0.1, 'the ParamSet outlives its communicator: a new optimizer gets ordinary memory for its state');
+  later.dispose();
+  params.dispose();
   shared.array[0] = 5;
   t.equal(shared.array[0], 5, 'a shared buffer stays usable after destroy()');
   shared.dispose();
@@ -239,11 +243,12 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
 
 t.test('sapipe bench allreduce --backend ucx runs its ranks as processes and reports the table', needsUcx, async (t) => {
   const args = ['bench', 'allreduce', '--backend', 'ucx', '--nproc', '2', '--min', '4K', '--max', '8K', '--reps', '2', '--warmup', '1', '--optimizers', '', '--json'];
-  const report = await new Promise<{ backend: string; nproc: number; rows: { bytes: number; busbwGBps: number; ratioToCopy: number }[]; copy: { GBps: number } }>((resolve, reject) => {
+  const report = await new Promise<{ backend: string; nproc: number; algorithm: string; rows: { bytes: number; busbwGBps: number; ratioToCopy: number }[]; copy: { GBps: number } }>((resolve, reject) => {
     execFile(process.execPath, [`${root}/bin/sapipe.js`, ...args], { maxBuffer: 1 << 22 }, (error, stdout, stderr) => (error ? reject(new Error(`${error.message}: ${stderr}`)) : resolve(JSON.parse(stdout))));
   });
   t.equal(report.backend, 'ucx');
   t.equal(report.nproc, 2);
+  t.equal(report.algorithm, 'direct', 'its buffers come from comm.allocate(), so the collectives read shared memory');
   t.same(report.rows.map((r) => r.bytes), [4096, 8192]);
   t.ok(report.rows.every((r) => r.busbwGBps > 0 && r.ratioToCopy > 0) && report.copy.GBps > 0, 'bandwidths and the memcpy reference are measured');
 });

@@ -533,10 +533,21 @@ void plugin_destroy(sapipe_comm_transport* t) {
   release(t);
 }
 
+sapipe_status allocate_region(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region);
+
 sapipe_status plugin_region_alloc(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region) {
   if (t == nullptr || data == nullptr || region == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "region_alloc: null argument");
   *data = nullptr;
   *region = nullptr;
+  sapipe_status s = allocate_region(t, bytes, data, region);
+  // Zeroed like every sapipe buffer: shared memory is, but UCX may fall back to the heap
+  // (UCX_ALLOC_PRIO). Outside the mutex, so that a large region does not hold up collectives.
+  if (s == SAPIPE_OK) std::memset(*data, 0, (*region)->length);
+  return s;
+}
+
+// ucp_mem_map(ALLOCATE) and the region's key; under the mutex (UCX calls).
+sapipe_status allocate_region(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region) {
   std::lock_guard<std::mutex> lock(t->mutex);
   if (t->shut_down) return fail(SAPIPE_ERR_DISPOSED, "the communicator was destroyed");
   auto* r = new (std::nothrow) sapipe_comm_region();
@@ -571,8 +582,6 @@ sapipe_status plugin_region_alloc(sapipe_comm_transport* t, size_t bytes, void**
   std::memcpy(r->key.data(), head, sizeof head);
   std::memcpy(r->key.data() + sizeof head, packed, packed_bytes);
   ucp_rkey_buffer_release(packed);
-  // Zeroed like every sapipe buffer (shared memory is; other allocators UCX may fall back to are not).
-  std::memset(r->data, 0, r->length);
   ++t->live_regions;
   *data = r->data;
   *region = r;

@@ -94,7 +94,10 @@ typedef struct sapipe_comm_plugin_v1 {
   /* Direct access between ranks of one machine. A region is memory that peers can map into their
    * own address space and then read and write with plain loads and stores (for UCX:
    * ucp_mem_map(UCP_MEM_MAP_ALLOCATE) on a shared-memory transport, ucp_rkey_ptr on the peer).
-   * region_alloc returns zeroed, page-aligned memory of at least `bytes` (1 at least) in *data. */
+   * region_alloc returns zeroed, page-aligned memory of at least `bytes` (1 at least) in *data.
+   * A peer's mapping must stay valid until the peer unmaps it, even after the owner freed the
+   * region or died (true of System V and POSIX shared memory, which UCX allocates from): a rank may
+   * still touch a peer's buffer while a failed collective unwinds. */
   sapipe_status (*region_alloc)(sapipe_comm_transport* t, size_t bytes, void** data, sapipe_comm_region** region);
   /* The region's key, to hand to peers (its address and length are part of it); valid until
    * region_free. */
