@@ -5,23 +5,15 @@
 // machine the collectives read the other ranks' buffers directly.
 // Run: npx sapipe launch --nproc 2 examples/data-parallel-ucx.mjs   (needs the ucx plugin: sapipe info)
 import { SGD, ParamSet, UcxCommunicator, allreduceAndStep, gatherShardedState } from '../dist/index.js';
+import { regressionData } from './regression-data.mjs';
 
 const comm = await UcxCommunicator.create(); // RANK, WORLD_SIZE, MASTER_ADDR/PORT from sapipe launch
 const features = 64;
 const samples = 1024;
 const localBatch = 16; // per rank; the global batch is localBatch x ranks
 
-// The same deterministic data set on every rank; rank r trains on samples r, r + size, ...
-let seed = 42;
-const random = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296) * 2 - 1;
-const trueWeights = Float32Array.from({ length: features }, random);
-const X = Float32Array.from({ length: samples * features }, random);
-const Y = new Float32Array(samples);
-for (let s = 0; s < samples; s++) {
-  let y = 0.5;
-  for (let f = 0; f < features; f++) y += X[s * features + f] * trueWeights[f];
-  Y[s] = y + 0.01 * random();
-}
+// The same data set on every rank; rank r trains on samples r, r + size, ...
+const { addGradient, loss } = regressionData({ features, samples });
 const mine = [];
 for (let s = comm.rank; s < samples; s += comm.size) mine.push(s);
 
@@ -36,28 +28,13 @@ const optimizer = new SGD(params, {
 const weight = params.get('weight');
 const bias = params.get('bias');
 
-function loss(w, b) {
-  let total = 0;
-  for (let s = 0; s < samples; s++) {
-    let e = b[0] - Y[s];
-    for (let f = 0; f < features; f++) e += X[s * features + f] * w[f];
-    total += e * e;
-  }
-  return total / samples;
-}
-
 const steps = Math.floor(mine.length / localBatch);
 for (let epoch = 0; epoch < 10; epoch++) {
   for (let k = 0; k < steps; k++) {
     const w = optimizer.forwardView('weight');
     const b = optimizer.forwardView('bias');
     params.zeroGrad();
-    for (const s of mine.slice(k * localBatch, (k + 1) * localBatch)) {
-      let e = b[0] - Y[s];
-      for (let f = 0; f < features; f++) e += X[s * features + f] * w[f];
-      for (let f = 0; f < features; f++) weight.grad[f] += 2 * e * X[s * features + f];
-      bias.grad[0] += 2 * e;
-    }
+    for (const s of mine.slice(k * localBatch, (k + 1) * localBatch)) addGradient(s, w, b, weight.grad, bias.grad);
     await allreduceAndStep(comm, optimizer, { update: 'sharded' });
   }
   if (comm.rank === 0 && (epoch % 3 === 2 || epoch === 0)) console.log(`epoch ${epoch + 1}: loss ${loss(weight.data, bias.data).toExponential(3)}`);

@@ -2,22 +2,12 @@
 // trained with Adam fused with delay compensation and SAPipe weight prediction.
 // Run: node examples/linear-regression.mjs   (after npm install)
 import { Adam, ParamSet } from '../dist/index.js';
+import { regressionData } from './regression-data.mjs';
 
 const features = 64;
 const samples = 512;
 const batch = 32;
-
-// A deterministic data set.
-let seed = 42;
-const random = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296) * 2 - 1;
-const trueWeights = Float32Array.from({ length: features }, random);
-const X = Float32Array.from({ length: samples * features }, random);
-const Y = new Float32Array(samples);
-for (let s = 0; s < samples; s++) {
-  let y = 0.5; // true bias
-  for (let f = 0; f < features; f++) y += X[s * features + f] * trueWeights[f];
-  Y[s] = y + 0.01 * random();
-}
+const { addGradient, loss } = regressionData({ features, samples });
 
 const params = new ParamSet({ weight: [features], bias: [1] });
 const optimizer = new Adam(params, {
@@ -29,28 +19,13 @@ const optimizer = new Adam(params, {
 const weight = params.get('weight');
 const bias = params.get('bias');
 
-function loss(w, b) {
-  let total = 0;
-  for (let s = 0; s < samples; s++) {
-    let e = b[0] - Y[s];
-    for (let f = 0; f < features; f++) e += X[s * features + f] * w[f];
-    total += e * e;
-  }
-  return total / samples;
-}
-
 for (let epoch = 0; epoch < 20; epoch++) {
   for (let start = 0; start < samples; start += batch) {
     // The forward and backward passes read the predicted weights.
     const w = optimizer.forwardView('weight');
     const b = optimizer.forwardView('bias');
     params.zeroGrad();
-    for (let s = start; s < start + batch; s++) {
-      let e = b[0] - Y[s];
-      for (let f = 0; f < features; f++) e += X[s * features + f] * w[f];
-      for (let f = 0; f < features; f++) weight.grad[f] += 2 * e * X[s * features + f];
-      bias.grad[0] += 2 * e;
-    }
+    for (let s = start; s < start + batch; s++) addGradient(s, w, b, weight.grad, bias.grad);
     await optimizer.step(); // one native call: update + compensation + prediction + NaN guard
   }
   if (epoch % 5 === 4 || epoch === 0) console.log(`epoch ${epoch + 1}: loss ${loss(weight.data, bias.data).toExponential(3)}`);
