@@ -68,6 +68,17 @@ function positiveInteger(value: unknown, what: string, min = 1): number {
   return value;
 }
 
+/**
+ * What ranks compare to tell which peers share this machine (and so shared memory): the host name,
+ * or SAPIPE_UCX_HOST where that is wrong, e.g. containers of one host with their own host names but
+ * one IPC namespace (set the same value in each), or ranks that must not share memory (different
+ * values: they then talk as if on different machines).
+ */
+function machineIdentity(): string {
+  const override = process.env.SAPIPE_UCX_HOST;
+  return override !== undefined && override !== '' ? override : hostname();
+}
+
 function u16(n: number): Buffer {
   const b = Buffer.alloc(2);
   b.writeUInt16LE(n);
@@ -121,17 +132,21 @@ export class UcxCommunicator extends QueuedCommunicator {
     const addon = ucxAddon();
     const status = callNative(() => addon.ucxStatus());
     if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);
-    const handle = callNative(() => new addon.UcxComm(rank, size, timeoutMs, Math.floor(chunkBytes / 4), options.algorithm !== 'ring'));
 
+    // The store before the UCP worker: the worker listens on ephemeral TCP ports, and one of them
+    // could be the master port that rank 0 is about to bind (the launcher only picked a free one).
+    // Every rank joins the store once rank 0 serves it, so no worker exists before the port is taken.
     let store = options.store;
     let owned: Rendezvous | undefined;
+    if (store === undefined) {
+      owned = await createRendezvous({ ...env!, timeoutMs });
+      store = owned;
+    }
+    let handle: UcxCommHandle;
     try {
-      if (store === undefined) {
-        owned = await createRendezvous({ ...env!, timeoutMs });
-        store = owned;
-      }
+      handle = callNative(() => new addon.UcxComm(rank, size, timeoutMs, Math.floor(chunkBytes / 4), options.algorithm !== 'ring'));
     } catch (error) {
-      handle.destroy();
+      void owned?.close().catch(() => {});
       throw error;
     }
     const comm = new UcxCommunicator(rank, size, emulation, handle, owned);
@@ -144,7 +159,7 @@ export class UcxCommunicator extends QueuedCommunicator {
         comm.mesh = await LivenessMesh.join(store, prefix, rank, size, masterAddr, timeoutMs, (peer, reason) => handle.peerLost(peer, reason));
       // The address, after the machine's name: peers on this machine are watched by the liveness
       // mesh alone, so that UCX may use shared memory between them (see include/sapipe/comm.h).
-      const host = Buffer.from(hostname());
+      const host = Buffer.from(machineIdentity());
       const mine = Buffer.concat([u16(host.length), host, handle.address()]);
       await store.set(`${prefix}/address/${rank}`, mine, { timeoutMs });
       const addresses: Buffer[] = [];

@@ -94,6 +94,9 @@ const runs: { memory: 'host' | 'shared'; algorithm: 'direct' | 'ring'; worlds: n
   { memory: 'shared', algorithm: 'direct', worlds: [1, 2, 3, 4], direct: true, what: 'buffers from comm.allocate() (direct reads of shared memory)' },
   { memory: 'shared', algorithm: 'ring', worlds: [2], direct: false, what: "buffers from comm.allocate() with algorithm 'ring'" },
   { memory: 'shared', algorithm: 'direct', worlds: [2], direct: false, env: { UCX_TLS: 'tcp,self' }, what: 'buffers from comm.allocate() when UCX may only use TCP (the ring)' },
+  // Each rank claims a machine of its own (SAPIPE_UCX_HOST): UCX then watches the peers itself
+  // (its peer error mode, over TCP) and shared buffers take the ring, as between machines.
+  { memory: 'shared', algorithm: 'direct', worlds: [3], direct: false, env: { SAPIPE_TEST_SEPARATE_HOSTS: '1' }, what: 'buffers from comm.allocate() on ranks that claim separate machines (the ring)' },
 ];
 for (const { memory, algorithm, worlds, direct, env: extra, what } of runs)
 t.test(`every collective, point-to-point ordering, mismatches, the fused step and destroy on ${worlds.join(', ')} ranks, ${what}`, needsUcx, async (t) => {
@@ -165,9 +168,9 @@ function checkFused(t: Test, n: number, rank: number, fused: Record<string, Fuse
   }
 }
 
-for (const memory of ['host', 'shared'] as const)
-t.test(`a rank killed with SIGKILL mid-collective (${memory} buffers): every later operation of the others is ERR_PEER_LOST, quickly`, needsUcx, async (t) => {
-  const run = await runRanks(3, ['die'], { SAPIPE_TEST_UCX_TIMEOUT_MS: '15000', SAPIPE_TEST_MEMORY: memory });
+for (const [memory, separate] of [['host', '0'], ['shared', '0'], ['host', '1']] as const)
+t.test(`a rank killed with SIGKILL mid-collective (${memory} buffers${separate === '1' ? ', ranks claiming separate machines' : ''}): every later operation of the others is ERR_PEER_LOST, quickly`, needsUcx, async (t) => {
+  const run = await runRanks(3, ['die'], { SAPIPE_TEST_UCX_TIMEOUT_MS: '15000', SAPIPE_TEST_MEMORY: memory, SAPIPE_TEST_SEPARATE_HOSTS: separate });
   t.not(run.exitCode, 0, `sapipe launch exits non-zero (${run.message ?? ''})`);
   t.equal(run.exitCode, 128 + 9, 'with the killed rank\'s signal');
   for (const rank of [0, 2]) {

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 
 import t from 'tap';
@@ -52,6 +53,8 @@ t.test('three ranks get torchrun variables and prefixed output, and the job exit
     t.ok(stdout.lines.includes(`[${rank}] no newline from ${rank}`), 'a last line without newline is completed');
   }
   t.ok(result.masterPort > 0);
+  const [ephemeralLow] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+  t.ok(result.masterPort < ephemeralLow!, `the default master port ${result.masterPort} lies below the ephemeral range (from ${ephemeralLow}), which other sockets are given`);
 });
 
 t.test('ranks of a later node are numbered after the earlier nodes', async (t) => {
