@@ -125,10 +125,13 @@ sapipe_status agree(comm::Transport& t, const Header& mine, std::vector<Header>*
 bool reads_peers(CollectiveKind kind) { return kind != CollectiveKind::kBarrier; }
 
 // After the header swap: maps the regions peers announce, and
-// decides (alike on every rank) whether this collective reads peers' buffers directly. The
-// views are filled when it does.
+// decides (alike on every rank) whether this collective reads peers' buffers directly: *direct
+// is set, and the views filled, when it does. A rank that lacks a view its peers expect it to
+// have (an internal error) leaves the views empty with *direct set; it must then abandon.
 sapipe_status prepare_direct(Link& l, comm::Transport& t, const std::vector<Header>& headers, const Header& mine,
-                             const std::vector<uint8_t>& my_key, comm::Views* views, Deadline deadline, std::string* detail) {
+                             const std::vector<uint8_t>& my_key, bool* direct, comm::Views* views, Deadline deadline,
+                             std::string* detail) {
+  *direct = false;
   const int n = t.size(), r = t.rank();
   views->clear();
   size_t key_bytes = 0;
@@ -157,13 +160,15 @@ sapipe_status prepare_direct(Link& l, comm::Transport& t, const std::vector<Head
   if (l.direct_disabled) return SAPIPE_OK;
   for (const Header& h : headers)
     if (h.region == 0) return SAPIPE_OK;
+  *direct = true;
   const size_t bytes = static_cast<size_t>(mine.input_count) * sizeof(float);
   for (int q = 0; q < n; ++q) {
     const Header& h = headers[static_cast<size_t>(q)];
     float* v = q == r ? nullptr : l.regions->view(q, h.region, h.offset, bytes);
     if (q != r && v == nullptr) {
       *detail = "rank " + std::to_string(q) + "'s shared region " + std::to_string(h.region) + " is not mapped here";
-      return SAPIPE_ERR_INTERNAL;
+      views->clear();
+      return SAPIPE_OK;
     }
     views->push_back(v);
   }
@@ -409,12 +414,17 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
               return;
             }
             comm::Views views;
-            status_ = prepare_direct(*l_, t, all, mine, use.key, &views, d_, &detail_);
-            if (status_ == SAPIPE_OK && views.empty()) {
+            bool direct = false;
+            status_ = prepare_direct(*l_, t, all, mine, use.key, &direct, &views, d_, &detail_);
+            if (status_ == SAPIPE_OK && !direct) {
               status_ = run_collective(t, a_, d_, &non_finite_);
+            } else if (status_ == SAPIPE_OK && views.empty()) {
+              status_ = comm::direct_abandon(t, d_);
             } else if (status_ == SAPIPE_OK) {
               status_ = run_direct(t, a_, std::move(views), d_, &non_finite_);
-              l_->direct_runs.fetch_add(1, std::memory_order_relaxed);
+              if (status_ == SAPIPE_ERR_INTERNAL && detail_.empty())
+                detail_ = "another rank could not take part in this shared-memory collective";
+              if (status_ == SAPIPE_OK) l_->direct_runs.fetch_add(1, std::memory_order_relaxed);
             }
           }
         } catch (const std::bad_alloc&) {

@@ -1,6 +1,7 @@
 #include "direct.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -34,9 +35,19 @@ void copy(float* dst, const float* src, size_t count) {
   if (count > 0) cpu::active_kernels().copy(dst, src, count);
 }
 
+constexpr int64_t kAbandoned = INT64_MIN;  // a closing-exchange value no count can take
+
+// The closing exchange: `mine` to every rank, theirs into *all; fails if any rank abandoned.
+sapipe_status close_collective(Transport& t, int64_t mine, std::vector<int64_t>* all, Deadline deadline) {
+  if (sapipe_status s = exchange_all(t, mine, all, deadline); s != SAPIPE_OK) return s;
+  for (int64_t v : *all)
+    if (v == kAbandoned) return SAPIPE_ERR_INTERNAL;
+  return SAPIPE_OK;
+}
+
 sapipe_status barrier(Transport& t, Deadline deadline) {
   std::vector<int64_t> unused;
-  return exchange_all(t, 0, &unused, deadline);
+  return close_collective(t, 0, &unused, deadline);
 }
 
 }  // namespace
@@ -69,6 +80,12 @@ sapipe_status exchange_all(Transport& t, int64_t mine, std::vector<int64_t>* all
   return result;
 }
 
+sapipe_status direct_abandon(Transport& t, Deadline deadline) {
+  std::vector<int64_t> unused;
+  sapipe_status s = exchange_all(t, kAbandoned, &unused, deadline);
+  return s == SAPIPE_OK ? SAPIPE_ERR_INTERNAL : s;
+}
+
 sapipe_status direct_allreduce(Transport& t, const Views& views, size_t count, float scale, Deadline deadline, int64_t* non_finite) {
   // One pass over the own part: each cache-sized block is summed into scratch and written to every
   // rank's buffer at once. Only this rank reads or writes this part of any buffer, and it reads
@@ -78,7 +95,7 @@ sapipe_status direct_allreduce(Transport& t, const Views& views, size_t count, f
   // The exchange of non-finite counts is also the closing barrier: once it is done, every rank
   // has finished writing into this rank's buffer.
   std::vector<int64_t> counts;
-  if (sapipe_status s = exchange_all(t, bad, &counts, deadline); s != SAPIPE_OK) return s;
+  if (sapipe_status s = close_collective(t, bad, &counts, deadline); s != SAPIPE_OK) return s;
   *non_finite = 0;
   for (int64_t c : counts) *non_finite += c;
   return SAPIPE_OK;

@@ -22,6 +22,11 @@ using Views = std::vector<float*>;
 // Every rank sends `mine` to every other rank and receives theirs into (*all)[q]; a barrier too.
 sapipe_status exchange_all(Transport& t, int64_t mine, std::vector<int64_t>* all, Deadline deadline);
 
+// For a rank that cannot run its side of a direct collective that its peers run (it lacks a
+// peer's mapping: an internal error): it takes part in the closing exchange only, with a mark
+// that makes every rank's collective fail with SAPIPE_ERR_INTERNAL instead of waiting for it.
+sapipe_status direct_abandon(Transport& t, Deadline deadline);
+
 // The ring.h collectives, computed the same way (each part summed over ranks in rank order).
 sapipe_status direct_allreduce(Transport& t, const Views& views, size_t count, float scale, Deadline deadline, int64_t* non_finite);
 sapipe_status direct_reduce_scatter(Transport& t, const Views& views, size_t count, float scale, Deadline deadline,
