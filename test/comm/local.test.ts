@@ -67,6 +67,18 @@ t.test('point-to-point messages arrive in order and intact', async (t) => {
   }
 });
 
+t.test('a rank that leaves fails what waits on it, not the messages between the ranks that stay', async (t) => {
+  // (A ring collective that the leaving rank has finished may still be finishing between the others.)
+  const results = await runRanks(3, { scenario: 'leave' });
+  const find = (rank: number, key: string): Record<string, unknown> | undefined => results[rank]!.find((m) => key in m);
+  t.equal(find(2, 'send')?.send, 'none', 'rank 2 -> rank 0 still works after rank 1 left');
+  t.equal(find(0, 'recv')?.recv, 'none');
+  t.same(find(0, 'got')?.got, [7, 8, 9], 'and the message arrives intact');
+  t.equal(find(2, 'recvFromGone')?.recvFromGone, 'ERR_PEER_LOST', 'a receive from the rank that left fails');
+  t.equal(find(0, 'sendToGone')?.sendToGone, 'ERR_PEER_LOST', 'a send to it fails');
+  for (const rank of [0, 2]) t.equal(find(rank, 'collective')?.collective, 'ERR_PEER_LOST', `rank ${rank}: a collective fails`);
+});
+
 t.test('mismatched sizes across ranks are ERR_SIZE_MISMATCH on every rank, and the group survives', async (t) => {
   const results = await runRanks(2, { scenario: 'mismatch' });
   for (const r of results) {

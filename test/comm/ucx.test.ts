@@ -143,6 +143,11 @@ t.test(`every collective, point-to-point ordering, mismatches, the fused step an
         t.same(mm?.next, [7, 8], 'and the next message arrives intact');
       }
       checkFused(t, n, rank, msgs.find((m) => 'fused' in m)?.fused as Record<string, FusedOut> | undefined);
+      const trained = msgs.find((m) => 'trainer' in m)?.trainer as { weights: number[]; changed: boolean; direct: number } | undefined;
+      const trained0 = run.results[0]!.find((m) => 'trainer' in m)?.trainer as { weights: number[] } | undefined;
+      t.ok(trained?.changed, `world ${n} rank ${rank}: DataParallelTrainer (sapipe-wp) trained over ucx`);
+      t.same(trained?.weights, trained0?.weights, 'and ends with the same weights as rank 0');
+      if (direct) t.ok((trained?.direct ?? 0) > 0, `its all-reduces read shared memory (${String(trained?.direct)})`);
     }
   }
 });

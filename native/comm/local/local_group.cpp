@@ -277,13 +277,18 @@ bool Group::finished() const {
   return any;
 }
 
-sapipe_status Group::failure(int rank, std::string* detail) const {
+sapipe_status Group::failure(int rank, std::string* detail, int peer) const {
   if (ranks_[static_cast<size_t>(rank)].gone) {
     *detail = "the communicator was destroyed";
     return SAPIPE_ERR_DISPOSED;
   }
   if (broken_) {
     *detail = broken_reason_;
+    return SAPIPE_ERR_PEER_LOST;
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (static_cast<int>(r) == rank || !ranks_[r].gone || (peer != kAnyPeer && static_cast<int>(r) != peer)) continue;
+    *detail = "group \"" + name_ + "\": rank " + std::to_string(r) + " left (destroy() was called)";
     return SAPIPE_ERR_PEER_LOST;
   }
   return SAPIPE_OK;
@@ -302,11 +307,11 @@ void Group::wait_quiet(std::unique_lock<std::mutex>& lock) {
 }
 
 template <class Ready>
-bool Group::wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready) {
+bool Group::wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready, int peer) {
   // The condition is checked before the failure state: a rank whose peers all arrived must not
   // report a peer that left right after arriving.
   std::string ignored;
-  return cv_.wait_until(lock, deadline, [&] { return ready() || failure(rank, &ignored) != SAPIPE_OK; }) && ready();
+  return cv_.wait_until(lock, deadline, [&] { return ready() || failure(rank, &ignored, peer) != SAPIPE_OK; }) && ready();
 }
 
 sapipe_status Group::wait_ready(int rank, Deadline deadline, std::string* detail) {
@@ -383,7 +388,7 @@ sapipe_status Group::collective(int rank, const CollectiveArgs& args, Deadline d
 sapipe_status Group::post_send(int rank, int peer, int tag, const float* data, size_t count, std::shared_ptr<SendSlot>* slot,
                                std::string* detail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  if (sapipe_status s = failure(rank, detail, peer); s != SAPIPE_OK) return s;
   auto s = std::make_shared<SendSlot>();
   s->data = data;
   s->count = count;
@@ -396,7 +401,7 @@ sapipe_status Group::post_send(int rank, int peer, int tag, const float* data, s
 sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_ptr<SendSlot>& slot, Deadline deadline,
                                std::string* detail) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (wait_until(lock, rank, deadline, [&] { return slot->done; })) {
+  if (wait_until(lock, rank, deadline, [&] { return slot->done; }, peer)) {
     if (slot->status == SAPIPE_ERR_SIZE_MISMATCH)
       *detail = "send to rank " + std::to_string(peer) + ": the receiver expected another number of elements";
     return slot->status;
@@ -405,7 +410,7 @@ sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_pt
   cv_.wait(lock, [&] { return !slot->taken || slot->done; });
   auto& channel = channels_[channel_index(rank, peer, tag)];
   channel.erase(std::remove(channel.begin(), channel.end(), slot), channel.end());
-  if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  if (sapipe_status s = failure(rank, detail, peer); s != SAPIPE_OK) return s;
   *detail = "send to rank " + std::to_string(peer) + ": no matching recv within the timeout";
   break_group("rank " + std::to_string(rank) + " timed out sending to rank " + std::to_string(peer));
   return SAPIPE_ERR_TIMEOUT;
@@ -414,8 +419,8 @@ sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_pt
 sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count, Deadline deadline, std::string* detail) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto& channel = channels_[channel_index(peer, rank, tag)];
-  if (!wait_until(lock, rank, deadline, [&] { return !channel.empty(); })) {
-    if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
+  if (!wait_until(lock, rank, deadline, [&] { return !channel.empty(); }, peer)) {
+    if (sapipe_status s = failure(rank, detail, peer); s != SAPIPE_OK) return s;
     *detail = "recv from rank " + std::to_string(peer) + ": no message within the timeout";
     break_group("rank " + std::to_string(rank) + " timed out receiving from rank " + std::to_string(peer));
     return SAPIPE_ERR_TIMEOUT;
@@ -447,9 +452,9 @@ void Group::leave(int rank, bool lost) {
   bool others = false;
   for (size_t r = 0; r < ranks_.size(); ++r)
     others = others || (static_cast<int>(r) != rank && !ranks_[r].gone);
-  if (others)
-    break_group("rank " + std::to_string(rank) +
-                (lost ? " was lost (its thread or process ended)" : " left (destroy() was called)"));
+  // A lost rank may have died inside any operation: the whole group breaks. A rank that left
+  // fails what waits on it (see failure()), and nothing between the others.
+  if (others && lost) break_group("rank " + std::to_string(rank) + " was lost (its thread or process ended)");
   cv_.notify_all();
 }
 

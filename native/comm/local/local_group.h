@@ -7,8 +7,10 @@
 // arguments, so every rank reaches the same verdict) -> work on the own slice -> departure barrier.
 // A rank's buffers stay registered until every rank has left the work phase, so no rank can
 // touch memory that its owner has already released. Every wait is bounded by the rank's timeout;
-// a rank that leaves, dies or times out breaks the group, which fails the pending and later
-// operations of every rank with SAPIPE_ERR_PEER_LOST.
+// a rank that dies or times out breaks the group, which fails the pending and later operations of
+// every rank with SAPIPE_ERR_PEER_LOST. A rank that leaves (destroy()) fails every collective and
+// every point-to-point wait on itself, but not messages between the ranks that stay: a ring
+// collective that the leaving rank has finished may still be finishing between the others.
 #pragma once
 
 #include <condition_variable>
@@ -109,13 +111,15 @@ class Group {
   };
   sapipe_status barrier(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, const char* what,
                         std::string* detail);
-  // Under the lock: the failure a waiting rank reports, or SAPIPE_OK.
-  sapipe_status failure(int rank, std::string* detail) const;
+  static constexpr int kAnyPeer = -1;
+  // Under the lock: the failure a waiting rank reports, or SAPIPE_OK. `peer`: the one rank a
+  // point-to-point wait depends on; kAnyPeer for collectives, which depend on every rank.
+  sapipe_status failure(int rank, std::string* detail, int peer = kAnyPeer) const;
   void break_group(const std::string& reason);
   // Waits (bounded: work phases never block) until no rank touches peers' buffers.
   void wait_quiet(std::unique_lock<std::mutex>& lock);
   template <class Ready>
-  bool wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready);
+  bool wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready, int peer = kAnyPeer);
 
   const std::string name_;
   const int size_;
