@@ -57,7 +57,8 @@ export class FlatBuffer {
   }
 }
 
-function checkLength(length: number, what: string): void {
+/** @internal Throws InvalidArgumentError unless `length` is a valid FlatBuffer length. */
+export function checkLength(length: number, what: string): void {
   if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
     throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
 }

@@ -20,7 +20,7 @@ import { hostname } from 'node:os';
 
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative } from '../native.js';
-import { FlatBuffer } from '../tensor.js';
+import { checkLength, FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { LivenessMesh } from './liveness.js';
@@ -187,8 +187,7 @@ export class UcxCommunicator extends QueuedCommunicator {
   }
 
   protected override allocateBuffer(length: number): FlatBuffer {
-    if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
-      throw new InvalidArgumentError(`UcxCommunicator.allocate(length): length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+    checkLength(length, 'UcxCommunicator.allocate(length)');
     return FlatBuffer.wrap(callNative(() => this.handle.allocate(length)));
   }
 

@@ -158,24 +158,25 @@ sapipe_status c_nccl_comm_init_rank(void** comm, int32_t size, const uint8_t id[
   });
 }
 
-sapipe_status c_nccl_comm_destroy(void* comm) {
-  return guarded("ncclCommDestroy", [&] {
-    if (comm == nullptr) return invalid("ncclCommDestroy: the communicator is null");
+// Ends a communicator with `end` (ncclCommDestroy, or ncclCommAbort, which does not wait for
+// outstanding work) on its device, and frees it.
+template <class End>
+sapipe_status end_comm(void* comm, const char* what, End end) {
+  return guarded(what, [&] {
+    if (comm == nullptr) return invalid(std::string(what) + ": the communicator is null");
     std::unique_ptr<NcclCommunicator> c(static_cast<NcclCommunicator*>(comm));
     if (c->comm == nullptr) return SAPIPE_OK;
     cudaSetDevice(c->device);
-    return from_nccl(*c->api, c->api->CommDestroy(c->comm), "ncclCommDestroy");
+    return from_nccl(*c->api, end(*c->api, c->comm), what);
   });
 }
 
+sapipe_status c_nccl_comm_destroy(void* comm) {
+  return end_comm(comm, "ncclCommDestroy", [](const auto& api, auto c) { return api.CommDestroy(c); });
+}
+
 sapipe_status c_nccl_comm_abort(void* comm) {
-  return guarded("ncclCommAbort", [&] {
-    if (comm == nullptr) return invalid("ncclCommAbort: the communicator is null");
-    std::unique_ptr<NcclCommunicator> c(static_cast<NcclCommunicator*>(comm));
-    if (c->comm == nullptr) return SAPIPE_OK;
-    cudaSetDevice(c->device);
-    return from_nccl(*c->api, c->api->CommAbort(c->comm), "ncclCommAbort");
-  });
+  return end_comm(comm, "ncclCommAbort", [](const auto& api, auto c) { return api.CommAbort(c); });
 }
 
 sapipe_status c_nccl_comm_async_error(void* comm, int32_t* nccl_result) {

@@ -25,6 +25,7 @@ interface Backend {
   name: string;
   available: boolean;
   reason?: string;
+  details?: Record<string, string | number | boolean>;
 }
 
 function sapipe(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -118,7 +119,8 @@ t.test('a plugin that sees no device', async (t) => {
 t.test('the real plugin: unavailable here with the driver or device named', { skip: !pluginBuilt && 'the CUDA plugin is not built (no CUDA toolkit)' }, async (t) => {
   const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin });
   if (b.cuda?.available) {
-    t.pass('a usable GPU is present');
+    // A machine with a usable GPU: the plugin reports the device it found.
+    t.ok(b.cuda.details?.['cuda:0'], `cuda:0 is described: ${String(b.cuda.details?.['cuda:0'])}`);
     return;
   }
   t.match(b.cuda?.reason, /libcuda\.so\.1|no CUDA device|cannot run/);
@@ -127,7 +129,8 @@ t.test('the real plugin: unavailable here with the driver or device named', { sk
 t.test('NCCL missing from SAPIPE_NCCL_PATH and the system path', { skip: !pluginBuilt && 'the CUDA plugin is not built' }, async (t) => {
   const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: `${root}/no-nccl-here` });
   if (b.nccl?.available) {
-    t.pass('this machine has a system NCCL');
+    // A machine with a system NCCL (and a GPU): that one is loaded, not the missing path.
+    t.notMatch(String(b.nccl.details?.library), 'no-nccl-here', `the system NCCL is used: ${String(b.nccl.details?.library)}`);
     return;
   }
   t.match(b.nccl?.reason, /NCCL was not found: looked for libnccl\.so\.2 in SAPIPE_NCCL_PATH and the system library path/);
@@ -196,7 +199,8 @@ t.test('device entries with a plugin built before the appended entries', async (
 t.test('the real plugin: device entries unavailable here with the reason', { skip: !pluginBuilt && 'the CUDA plugin is not built (no CUDA toolkit)' }, async (t) => {
   const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin });
   if (b.cuda?.available) {
-    t.pass('a usable GPU is present: test/cuda/device.test.ts runs the device paths');
+    // A usable GPU (test/cuda/device.test.ts runs the device paths): the entry succeeds.
+    t.equal((await deviceEntry('buffer', { SAPIPE_CUDA_PLUGIN: realPlugin })).ok, true, 'a device buffer is allocated on cuda:0');
     return;
   }
   const outcome = await deviceEntry('buffer', { SAPIPE_CUDA_PLUGIN: realPlugin });
@@ -207,7 +211,8 @@ t.test('NcclCommunicator.create: NCCL missing lists every place looked at', { sk
   const env = { SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: `${root}/no-nccl-here` };
   const b = await backends(env);
   if (b.nccl?.available) {
-    t.pass('this machine has a system NCCL and a GPU');
+    // A machine with a system NCCL and a GPU: that NCCL is loaded, not the missing path.
+    t.notMatch(String(b.nccl.details?.library), 'no-nccl-here', `the system NCCL is used: ${String(b.nccl.details?.library)}`);
     return;
   }
   const outcome = await deviceEntry('nccl', env);
@@ -230,7 +235,9 @@ t.test('NCCL present but no GPU: info and NcclCommunicator.create say the device
   const env = { SAPIPE_CUDA_PLUGIN: realPlugin, SAPIPE_NCCL_PATH: dir };
   const b = await backends(env);
   if (b.cuda?.available) {
-    t.pass('a usable GPU is present (the fake NCCL would be used only to probe)');
+    // A usable GPU: the fake NCCL (which only answers the probe) is reported available.
+    t.equal(b.nccl?.available, true);
+    t.same(b.nccl?.details, { version: 22703, library: `${dir}/libnccl.so.2` });
     return;
   }
   t.equal(b.nccl?.available, false);
