@@ -4,7 +4,7 @@
  */
 import { AliasingError, InvalidArgumentError, SizeMismatchError } from './errors.js';
 import { callNative, nativeAddon } from './native.js';
-import { checkNumber } from './optim/options.js';
+import { checkNumber } from './validate.js';
 import { FlatBuffer } from './tensor.js';
 
 function checkBuffer(b: unknown, what: string): FlatBuffer {

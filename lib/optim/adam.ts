@@ -1,7 +1,8 @@
 import { InvalidArgumentError } from '../errors.js';
 import { OptimizerKind, type NativeUpdateConfig } from '../native.js';
 import type { ParamSet } from '../tensor.js';
-import { checkNumber, type CommonOptimizerOptions } from './options.js';
+import { type CommonOptimizerOptions } from './options.js';
+import { checkNumber } from '../validate.js';
 import { Optimizer } from './optimizer.js';
 
 export interface AdamOptions extends CommonOptimizerOptions {

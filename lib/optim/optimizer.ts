@@ -16,9 +16,8 @@ import {
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
+import { checkNumber, checkObject } from '../validate.js';
 import {
-  checkNumber,
-  checkObject,
   resolveCompensation,
   resolvePrediction,
   type CommonOptimizerOptions,

@@ -4,6 +4,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import type { ExecutionQueue } from '../queue.js';
+import { checkInteger, checkNumber, checkObject } from '../validate.js';
 
 /** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). */
 export interface CompensationOptions {
@@ -65,29 +66,6 @@ export interface CommonOptimizerOptions {
   prediction?: PredictionOptions;
   /** Queue for step(); default: the process-wide queue. */
   queue?: ExecutionQueue;
-}
-
-export function checkNumber(value: unknown, what: string, lo: number, hi: number, opts: { loOpen?: boolean; hiOpen?: boolean } = {}): number {
-  if (typeof value !== 'number' || !Number.isFinite(value))
-    throw new InvalidArgumentError(`${what} must be a finite number, got ${String(value)}`);
-  const tooLow = opts.loOpen ? value <= lo : value < lo;
-  const tooHigh = opts.hiOpen ? value >= hi : value > hi;
-  if (tooLow || tooHigh)
-    throw new InvalidArgumentError(
-      `${what} must be in ${opts.loOpen ? '(' : '['}${lo}, ${hi}${opts.hiOpen ? ')' : ']'}, got ${value}`,
-    );
-  return value;
-}
-
-export function checkInteger(value: unknown, what: string, lo: number, hi: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi)
-    throw new InvalidArgumentError(`${what} must be an integer in [${lo}, ${hi}], got ${String(value)}`);
-  return value;
-}
-
-export function checkObject(value: unknown, what: string): asserts value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value))
-    throw new InvalidArgumentError(`${what} must be an object`);
 }
 
 /** Resolved delay compensation. */

@@ -1,0 +1,185 @@
+/**
+ * Argument checks shared by every public entry: they throw {@link InvalidArgumentError} with a
+ * message that names the argument, shows what was passed (any value, formatted safely) and says
+ * what is expected. One source for these, so that every entry speaks alike.
+ */
+import { InvalidArgumentError } from './errors.js';
+
+const MAX_SHOWN = 60;
+
+function truncate(text: string): string {
+  return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN - 3)}...` : text;
+}
+
+/**
+ * A short description of any value for an error message. Never throws: BigInts, Symbols,
+ * null-prototype objects, cyclic objects and throwing getters are all described.
+ */
+export function describeValue(value: unknown): string {
+  try {
+    switch (typeof value) {
+      case 'undefined':
+        return 'undefined';
+      case 'number':
+        return Object.is(value, -0) ? '-0' : String(value);
+      case 'boolean':
+        return String(value);
+      case 'bigint':
+        return `the BigInt ${truncate(value.toString())}n`;
+      case 'string':
+        return `the string ${truncate(JSON.stringify(value))}`;
+      case 'symbol':
+        return `a Symbol(${truncate(value.description ?? '')})`;
+      case 'function':
+        return value.name ? `a function ${truncate(value.name)}` : 'a function';
+      default:
+        break;
+    }
+    if (value === null) return 'null';
+    if (Array.isArray(value)) return `an array of length ${value.length}`;
+    if (ArrayBuffer.isView(value)) {
+      const name = Object.getPrototypeOf(value)?.constructor?.name ?? 'typed array';
+      return `a ${name} of length ${(value as unknown as { length?: number }).length ?? value.byteLength}`;
+    }
+    const ctor = Object.getPrototypeOf(value)?.constructor?.name;
+    if (ctor && ctor !== 'Object') return `an instance of ${truncate(ctor)}`;
+    const keys = Object.keys(value as object);
+    return keys.length === 0 ? 'an empty object' : `an object with keys ${truncate(keys.join(', '))}`;
+  } catch {
+    return 'an unprintable value';
+  }
+}
+
+/** How a number's type went wrong, with a hint where the fix is obvious. */
+function notANumber(value: unknown, what: string, expected: string): InvalidArgumentError {
+  let hint = '';
+  if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value)))
+    hint = ` (pass the number ${Number(value)}, not a string)`;
+  else if (typeof value === 'bigint') hint = ' (pass a Number, not a BigInt)';
+  return new InvalidArgumentError(`${what} must be ${expected}, got ${describeValue(value)}${hint}`);
+}
+
+function rangeText(lo: number, hi: number, loOpen: boolean, hiOpen: boolean): string {
+  const unboundedAbove = hi >= Number.MAX_VALUE;
+  const unboundedBelow = lo <= -Number.MAX_VALUE;
+  if (unboundedAbove && unboundedBelow) return 'finite';
+  if (unboundedAbove) return `${loOpen ? '>' : '>='} ${lo}`;
+  if (unboundedBelow) return `${hiOpen ? '<' : '<='} ${hi}`;
+  return `in ${loOpen ? '(' : '['}${lo}, ${hi}${hiOpen ? ')' : ']'}`;
+}
+
+/** A finite number in [lo, hi] (either end open on request); `hi = Number.MAX_VALUE` means no upper bound. */
+export function checkNumber(
+  value: unknown,
+  what: string,
+  lo: number,
+  hi: number,
+  opts: { loOpen?: boolean; hiOpen?: boolean } = {},
+): number {
+  if (typeof value !== 'number' || !Number.isFinite(value)) throw notANumber(value, what, 'a finite number');
+  const tooLow = opts.loOpen ? value <= lo : value < lo;
+  const tooHigh = opts.hiOpen ? value >= hi : value > hi;
+  if (tooLow || tooHigh)
+    throw new InvalidArgumentError(`${what} must be ${rangeText(lo, hi, !!opts.loOpen, !!opts.hiOpen)}, got ${describeValue(value)}`);
+  return value;
+}
+
+/** An integer in [lo, hi]. */
+export function checkInteger(value: unknown, what: string, lo: number, hi: number): number {
+  if (typeof value !== 'number' || !Number.isFinite(value)) throw notANumber(value, what, 'an integer');
+  if (!Number.isInteger(value) || value < lo || value > hi)
+    throw new InvalidArgumentError(`${what} must be an integer ${rangeText(lo, hi, false, false)}, got ${describeValue(value)}`);
+  return value;
+}
+
+/** A plain options object (not null, not an array). */
+export function checkObject(value: unknown, what: string): asserts value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new InvalidArgumentError(`${what} must be an object, got ${describeValue(value)}`);
+}
+
+/** A boolean. */
+export function checkBoolean(value: unknown, what: string): boolean {
+  if (typeof value !== 'boolean') throw new InvalidArgumentError(`${what} must be true or false, got ${describeValue(value)}`);
+  return value;
+}
+
+/** One of a fixed list of strings. */
+export function checkOneOf<T extends string>(value: unknown, what: string, allowed: readonly T[]): T {
+  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value))
+    throw new InvalidArgumentError(`${what} must be one of ${allowed.map((a) => `'${a}'`).join(', ')}, got ${describeValue(value)}`);
+  return value as T;
+}
+
+/** Spellings users bring from other libraries, mapped to sapipe's option names. */
+const KNOWN_ALIASES: Readonly<Record<string, string>> = {
+  beta1: 'betas',
+  beta2: 'betas',
+  beta_1: 'betas',
+  beta_2: 'betas',
+  learning_rate: 'lr',
+  learningRate: 'lr',
+  epsilon: 'eps',
+  grad_scale: 'gradScale',
+  timeout: 'timeoutMs',
+  timeout_ms: 'timeoutMs',
+};
+
+function normalized(key: string): string {
+  return key.toLowerCase().replace(/[_\-\s]/g, '');
+}
+
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const above = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.length]!;
+}
+
+/** The allowed key a mistyped one most likely meant, if any is close. */
+export function closestKey(key: string, allowed: readonly string[]): string | undefined {
+  const alias = KNOWN_ALIASES[key];
+  if (alias !== undefined && allowed.includes(alias)) return alias;
+  const n = normalized(key);
+  const sameLetters = allowed.find((a) => normalized(a) === n);
+  if (sameLetters !== undefined) return sameLetters;
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const a of allowed) {
+    const d = editDistance(n, normalized(a));
+    if (d < bestDistance) {
+      best = a;
+      bestDistance = d;
+    }
+  }
+  return best !== undefined && bestDistance <= Math.max(1, Math.floor(Math.min(n.length, best.length) / 3)) ? best : undefined;
+}
+
+/**
+ * Rejects keys of an options object that the entry does not know, naming the key and, where one
+ * is close, the intended one (`weight_decay` -> `weightDecay`, `beta1` -> `betas`). A misspelled
+ * option must never be silently ignored.
+ */
+export function checkKnownKeys(value: object, allowed: readonly string[], what: string): void {
+  for (const key of Reflect.ownKeys(value)) {
+    if (typeof key === 'string' && allowed.includes(key)) continue;
+    const name = typeof key === 'string' ? key : describeValue(key);
+    const guess = typeof key === 'string' ? closestKey(key, allowed) : undefined;
+    throw new InvalidArgumentError(
+      `${what}: unknown option '${name}'${guess ? `; did you mean '${guess}'?` : ''} (known: ${allowed.join(', ')})`,
+    );
+  }
+}
+
+/** checkObject then checkKnownKeys: the usual first line of an options resolver. */
+export function checkOptions(value: unknown, allowed: readonly string[], what: string): asserts value is Record<string, unknown> {
+  checkObject(value, what);
+  checkKnownKeys(value, allowed, what);
+}
