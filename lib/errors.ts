@@ -9,6 +9,7 @@ export type SapipeErrorCode =
   | 'ERR_DISPOSED'
   | 'ERR_BUSY'
   | 'ERR_OUT_OF_MEMORY'
+  | 'ERR_VIEW_TOO_LARGE'
   | 'ERR_BACKEND_UNAVAILABLE'
   | 'ERR_PEER_LOST'
   | 'ERR_TIMEOUT'
@@ -59,6 +60,15 @@ export class OutOfMemoryError extends SapipeError {
     super('ERR_OUT_OF_MEMORY', message, options);
   }
 }
+/**
+ * A JavaScript view of more floats than one can hold (2^30, 4 GiB): a buffer that large is used
+ * whole by native kernels and collectives, and from JavaScript through views of ranges.
+ */
+export class ViewTooLargeError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_VIEW_TOO_LARGE', message, options);
+  }
+}
 /** The requested backend (native addon, CUDA, UCX, ...) cannot be used here; the message says why. */
 export class BackendUnavailableError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -96,6 +106,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_DISPOSED: DisposedError,
   ERR_BUSY: BusyError,
   ERR_OUT_OF_MEMORY: OutOfMemoryError,
+  ERR_VIEW_TOO_LARGE: ViewTooLargeError,
   ERR_BACKEND_UNAVAILABLE: BackendUnavailableError,
   ERR_PEER_LOST: PeerLostError,
   ERR_TIMEOUT: TimeoutError,

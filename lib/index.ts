@@ -3,7 +3,7 @@
  * The public API; see README.md for an overview and docs/ for guides.
  */
 export * from './errors.js';
-export { FlatBuffer, ParamSet, Tensor, ALIGN_ELEMENTS, type Shape, type ParamSpec, type TensorLayout, type MemorySource, type ParamSetOptions } from './tensor.js';
+export { FlatBuffer, ParamSet, Tensor, ALIGN_ELEMENTS, MAX_VIEW_LENGTH, type Shape, type ParamSpec, type TensorLayout, type MemorySource, type ParamSetOptions } from './tensor.js';
 export { ExecutionQueue, defaultExecutionQueue } from './queue.js';
 export { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice, type DeviceOptions, type DeviceParamSetOptions } from './device.js';
 export * from './optim/index.js';

@@ -15,6 +15,7 @@ export interface NativeBufferHandle {
   readonly length: number;
   readonly disposed: boolean;
   dispose(): void;
+  view(offset: number, length: number): Float32Array;
 }
 
 /** An in-order native execution queue (one worker thread), like a CUDA stream. */

@@ -5,11 +5,28 @@
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors.js';
 import { callNative, nativeAddon, type NativeBufferHandle } from './native.js';
+import { checkInteger, checkObject, describeValue } from './validate.js';
 
 /** Elements per cache line: every tensor of a ParamSet starts on one, so views are 64-byte aligned. */
 export const ALIGN_ELEMENTS = 16;
 
-/** A 64-byte aligned fp32 buffer in native memory, exposed as a zero-copy Float32Array. */
+/**
+ * The most floats one JavaScript view of native memory holds: 2^30 (4 GiB), Node's limit for an
+ * external ArrayBuffer. Larger buffers work whole in every kernel and collective; JavaScript sees
+ * them through {@link FlatBuffer.view} ranges (a ParamSet's tensor views are such ranges).
+ */
+export const MAX_VIEW_LENGTH = 2 ** 30;
+
+/**
+ * A 64-byte aligned fp32 buffer in native memory, exposed as zero-copy Float32Arrays.
+ *
+ * Limits: a buffer holds any integer number of floats up to 2^53 - 1 that the machine's memory
+ * allows (beyond it: `OutOfMemoryError`); `array`, the view of the whole buffer, exists up to
+ * {@link MAX_VIEW_LENGTH} floats (beyond it: `ViewTooLargeError`, use `view(offset, length)`).
+ * The memory is reported to the JavaScript engine, so a buffer dropped without `dispose()` is
+ * collected under memory pressure like any ArrayBuffer (after a garbage collection, on a later turn
+ * of the event loop); `dispose()` frees it at once.
+ */
 export class FlatBuffer {
   /** @internal */
   readonly handle: NativeBufferHandle;
@@ -45,10 +62,28 @@ export class FlatBuffer {
     return this.handle.disposed;
   }
 
-  /** The whole buffer as a Float32Array over native memory (no copy). Empty after dispose(). */
+  /**
+   * The whole buffer as a Float32Array over native memory (no copy). Empty after dispose().
+   * Throws `ViewTooLargeError` for a buffer of more than {@link MAX_VIEW_LENGTH} floats.
+   */
   get array(): Float32Array {
     if (this.handle.disposed) throw new DisposedError('FlatBuffer.array: the buffer was disposed');
-    return this.handle.array;
+    return callNative(() => this.handle.array);
+  }
+
+  /** Elements [offset, offset + length) as a Float32Array over native memory (no copy); length <= MAX_VIEW_LENGTH. */
+  view(offset: number, length: number): Float32Array {
+    if (this.handle.disposed) throw new DisposedError('FlatBuffer.view: the buffer was disposed');
+    checkInteger(offset, 'FlatBuffer.view(offset, length): offset', 0, this.length);
+    checkInteger(length, 'FlatBuffer.view(offset, length): length', 0, this.length - offset);
+    return callNative(() => this.handle.view(offset, length));
+  }
+
+  /** Sets every element to `value` (in ranges of at most MAX_VIEW_LENGTH, so any size works). */
+  fill(value: number): void {
+    if (typeof value !== 'number') throw new InvalidArgumentError(`FlatBuffer.fill(value): value must be a number, got ${describeValue(value)}`);
+    for (let offset = 0; offset < this.length; offset += MAX_VIEW_LENGTH)
+      this.view(offset, Math.min(MAX_VIEW_LENGTH, this.length - offset)).fill(value);
   }
 
   /** Frees the native memory now; every view of it becomes empty. Idempotent. */
@@ -58,9 +93,8 @@ export class FlatBuffer {
 }
 
 /** @internal Throws InvalidArgumentError unless `length` is a valid FlatBuffer length. */
-export function checkLength(length: number, what: string): void {
-  if (!Number.isInteger(length) || length < 0 || length > 0xffffffff)
-    throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+export function checkLength(length: unknown, what: string): void {
+  checkInteger(length, `${what}: length`, 0, Number.MAX_SAFE_INTEGER);
 }
 
 /**
@@ -141,11 +175,18 @@ export class ParamSet {
   private isDisposed = false;
 
   constructor(spec: ParamSpec, options: ParamSetOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('ParamSet(spec, options): options must be an object');
-    const memory = options.memory;
+    checkObject(options, 'ParamSet(spec, options): options');
+    for (const key of Reflect.ownKeys(options))
+      if (key !== 'memory')
+        throw new InvalidArgumentError(`ParamSet(spec, options): unknown option ${typeof key === 'string' ? `'${key}'` : describeValue(key)}; the only option is 'memory'`);
+    const memory = (options as ParamSetOptions).memory;
     if (memory !== undefined && (memory === null || typeof memory !== 'object' || typeof memory.allocate !== 'function'))
-      throw new InvalidArgumentError('ParamSet: options.memory must have an allocate(length) method, e.g. a communicator');
+      throw new InvalidArgumentError(
+        `ParamSet: options.memory must have an allocate(length) method, e.g. a communicator; got ${describeValue(memory)}`,
+      );
     this.memory = memory;
+    if (typeof spec !== 'object' || spec === null)
+      throw new InvalidArgumentError(`ParamSet(spec): spec must be an object of name -> shape or an array of [name, shape] pairs, e.g. { w: [10, 5] }; got ${describeValue(spec)}`);
     const entries: ReadonlyArray<readonly [string, Shape]> = Array.isArray(spec)
       ? (spec as ReadonlyArray<readonly [string, Shape]>)
       : Object.entries(spec as Record<string, Shape>);
@@ -155,17 +196,21 @@ export class ParamSet {
     let numParams = 0;
     for (const entry of entries) {
       if (!Array.isArray(entry) || entry.length !== 2)
-        throw new InvalidArgumentError('ParamSet: entries must be [name, shape] pairs');
-      const [name, shape] = entry;
+        throw new InvalidArgumentError(`ParamSet: entries must be [name, shape] pairs, got ${describeValue(entry)}`);
+      const [name, shape] = entry as unknown[];
       if (typeof name !== 'string' || name.length === 0)
-        throw new InvalidArgumentError('ParamSet: tensor names must be non-empty strings');
+        throw new InvalidArgumentError(`ParamSet: tensor names must be non-empty strings, got ${describeValue(name)}`);
       if (this.layouts.has(name)) throw new InvalidArgumentError(`ParamSet: tensor "${name}" is given twice`);
-      if (!Array.isArray(shape) || shape.some((d) => !Number.isInteger(d) || d < 0))
+      if (!Array.isArray(shape) || shape.some((d) => typeof d !== 'number' || !Number.isInteger(d) || d < 0))
         throw new InvalidArgumentError(
-          `ParamSet: the shape of "${name}" must be an array of non-negative integers, got ${JSON.stringify(shape)}`,
+          `ParamSet: the shape of "${name}" must be an array of non-negative integers (numbers), got ${
+            Array.isArray(shape) ? `[${shape.map(describeValue).join(', ')}]` : describeValue(shape)
+          }`,
         );
-      const size = shape.reduce((a: number, b: number) => a * b, 1);
-      this.layouts.set(name, { name, shape: Object.freeze([...shape]), size, offset });
+      const size = (shape as number[]).reduce((a, b) => a * b, 1);
+      if (!Number.isSafeInteger(size))
+        throw new InvalidArgumentError(`ParamSet: tensor "${name}" has ${size} elements, more than any buffer can hold`);
+      this.layouts.set(name, { name, shape: Object.freeze([...(shape as number[])]), size, offset });
       numParams += size;
       offset += Math.ceil(size / ALIGN_ELEMENTS) * ALIGN_ELEMENTS;
     }
@@ -224,31 +269,36 @@ export class ParamSet {
   /** The tensor called `name`. */
   get(name: string): Tensor {
     this.checkLive('get');
-    const tensor = this.tensorsByName.get(name);
-    if (!tensor) throw new InvalidArgumentError(`ParamSet.get: no tensor "${name}"; known: ${this.names.join(', ')}`);
+    const tensor = typeof name === 'string' ? this.tensorsByName.get(name) : undefined;
+    if (!tensor) throw new InvalidArgumentError(`ParamSet.get: no tensor ${describeValue(name)}; known: ${this.names.join(', ')}`);
     return tensor;
   }
 
   /** Layout of the tensor called `name`. */
   layout(name: string): TensorLayout {
-    const layout = this.layouts.get(name);
-    if (!layout) throw new InvalidArgumentError(`ParamSet.layout: no tensor "${name}"; known: ${this.names.join(', ')}`);
+    const layout = typeof name === 'string' ? this.layouts.get(name) : undefined;
+    if (!layout) throw new InvalidArgumentError(`ParamSet.layout: no tensor ${describeValue(name)}; known: ${this.names.join(', ')}`);
     return layout;
   }
 
-  /** The view of tensor `name` inside any flat buffer with this ParamSet's layout (weights, grads, optimizer state). */
+  /**
+   * The view of tensor `name` inside any flat buffer with this ParamSet's layout (weights, grads,
+   * optimizer state). A tensor of more than MAX_VIEW_LENGTH elements has no view (`ViewTooLargeError`).
+   */
   view(buffer: FlatBuffer, name: string): Float32Array {
     this.checkLive('view');
+    if (!(buffer instanceof FlatBuffer))
+      throw new InvalidArgumentError(`ParamSet.view(buffer, name): buffer must be a FlatBuffer, got ${describeValue(buffer)}`);
     if (buffer.length !== this.length)
       throw new SizeMismatchError(`ParamSet.view: the buffer has ${buffer.length} elements, this ParamSet ${this.length}`);
     const l = this.layout(name);
-    return buffer.array.subarray(l.offset, l.offset + l.size);
+    return buffer.view(l.offset, l.size);
   }
 
   /** Sets every gradient to zero. */
   zeroGrad(): void {
     this.checkLive('zeroGrad');
-    this.grads.array.fill(0);
+    this.grads.fill(0);
   }
 
   /** Frees the weights and gradients; the tensors' views become empty. */
