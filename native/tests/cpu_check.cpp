@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "../core/aligned_buffer.h"
 #include "../core/plugin_loader.h"
 #include "../cuda/nccl_loader.h"
 #include "check.h"
@@ -184,6 +186,27 @@ std::string self_directory() {
 
 }  // namespace
 
+// Host buffers: small ones from aligned_alloc, large ones mapped; both 64-byte aligned, zeroed,
+// freed once (the sanitizer build would report a double free or a leak), and a size that cannot be
+// held is a null result, not an abort.
+void check_buffers(Checks& t) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1} << 18, (size_t{1} << 20) + 3}) {
+    auto buffer = AlignedBuffer::allocate(n);
+    t.expect(buffer != nullptr, "buffer of " + std::to_string(n) + " floats allocates");
+    if (!buffer) continue;
+    t.expect(reinterpret_cast<uintptr_t>(buffer->data()) % AlignedBuffer::kAlignment == 0, "buffer is 64-byte aligned");
+    bool zero = true;
+    for (size_t i = 0; i < n; ++i) zero = zero && buffer->data()[i] == 0.0f;
+    t.expect(zero, "buffer of " + std::to_string(n) + " floats starts zeroed");
+    if (n > 0) buffer->data()[n - 1] = 1.0f;  // the last element is writable
+    buffer->free_storage();
+    t.expect(buffer->disposed(), "free_storage() frees");
+    buffer->free_storage();  // a second call is a no-op, and the destructor frees nothing more
+  }
+  t.expect(AlignedBuffer::allocate(SIZE_MAX / 2) == nullptr, "an impossible size gives nullptr");
+  t.expect(AlignedBuffer::allocate(SIZE_MAX / sizeof(float)) == nullptr, "a size whose byte count overflows gives nullptr");
+}
+
 int main(int argc, char** argv) {
   std::string fakes = self_directory() + "/test-fakes";
   for (int i = 1; i + 1 < argc; ++i)
@@ -192,6 +215,7 @@ int main(int argc, char** argv) {
   check_variants(t);
   check_guard(t);
   check_helpers(t);
+  check_buffers(t);
   check_loaders(t, fakes);
   return t.finish("sapipe_cpu_check");
 }
