@@ -20,6 +20,7 @@ import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors
 import { callNative } from './native.js';
 import type { Optimizer, StateBufferName, StepResult } from './optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer, type ParamSet } from './tensor.js';
+import { describeValue } from './validate.js';
 
 /** A CUDA device: `cuda:N`, or `cuda` for `cuda:0`. */
 export type CudaDevice = 'cuda' | `cuda:${number}`;
@@ -28,7 +29,8 @@ export type CudaDevice = 'cuda' | `cuda:${number}`;
 const MAX_DEVICE_INDEX = 1023;
 
 /** The index N of a `cuda:N` string; InvalidArgumentError for anything else (`cpu` included). */
-export function cudaDeviceIndex(device: unknown, what = 'device'): number {
+export function cudaDeviceIndex(device: unknown, whatArg: string = 'device'): number {
+  const what = typeof whatArg === 'string' ? whatArg : 'device';
   if (typeof device !== 'string') throw new InvalidArgumentError(`${what} must be a string like "cuda:0", got ${typeof device}`);
   const parsed = parseDevice(device);
   if (parsed.kind !== 'cuda')
@@ -50,13 +52,13 @@ function checkDeviceOptions(options: unknown, what: string): number {
 
 function checkLength(length: unknown, what: string): number {
   if (typeof length !== 'number' || !Number.isInteger(length) || length < 0 || length > 0xffffffff)
-    throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${String(length)}`);
+    throw new InvalidArgumentError(`${what}: length must be an integer in [0, 2^32 - 1], got ${describeValue(length)}`);
   return length;
 }
 
 function checkOffset(offset: unknown, what: string): number {
   if (typeof offset !== 'number' || !Number.isInteger(offset) || offset < 0)
-    throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${String(offset)}`);
+    throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${describeValue(offset)}`);
   return offset;
 }
 
@@ -231,7 +233,7 @@ export class DeviceParamSet {
     }
     const shards = options.shards ?? 1;
     if (!Number.isInteger(shards) || shards < 1 || shards > 65536)
-      throw new InvalidArgumentError(`DeviceParamSet.create: options.shards must be an integer in [1, 65536], got ${String(shards)}`);
+      throw new InvalidArgumentError(`DeviceParamSet.create: options.shards must be an integer in [1, 65536], got ${describeValue(shards)}`);
     const unit = ALIGN_ELEMENTS * shards;
     const length = Math.ceil(params.length / unit) * unit;
     const device = { device: `cuda:${index}` as CudaDevice };

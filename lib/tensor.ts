@@ -5,7 +5,7 @@
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors.js';
 import { callNative, nativeAddon, type NativeBufferHandle } from './native.js';
-import { checkInteger, checkObject, describeValue } from './validate.js';
+import { checkArrayLike, checkInteger, checkObject, describeValue } from './validate.js';
 
 /** Elements per cache line: every tensor of a ParamSet starts on one, so views are 64-byte aligned. */
 export const ALIGN_ELEMENTS = 16;
@@ -49,6 +49,11 @@ export class FlatBuffer {
 
   /** Allocates a buffer holding a copy of `values`. */
   static from(values: ArrayLike<number>): FlatBuffer {
+    checkArrayLike(values, 'FlatBuffer.from(values): values');
+    if (Array.isArray(values))
+      for (let i = 0; i < values.length; i++)
+        if (typeof values[i] !== 'number')
+          throw new InvalidArgumentError(`FlatBuffer.from(values): values[${i}] must be a number, got ${describeValue(values[i])}`);
     const buffer = FlatBuffer.allocate(values.length);
     buffer.array.set(values);
     return buffer;
@@ -134,6 +139,7 @@ export interface TensorLayout {
 
 /** One named tensor of a ParamSet: views of its weights and gradient. */
 export class Tensor {
+  /** @internal ParamSet makes its tensors: use `paramSet.get(name)`. */
   constructor(
     private readonly owner: ParamSet,
     readonly layout: TensorLayout,

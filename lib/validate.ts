@@ -104,6 +104,25 @@ export function checkBoolean(value: unknown, what: string): boolean {
   return value;
 }
 
+/** A Float32Array (a tensor view, or plain JavaScript memory). */
+export function checkFloat32Array(value: unknown, what: string): Float32Array {
+  if (!(value instanceof Float32Array)) throw new InvalidArgumentError(`${what} must be a Float32Array, got ${describeValue(value)}`);
+  return value;
+}
+
+/** An array or typed array (anything with an integer length and indexed elements). */
+export function checkArrayLike(value: unknown, what: string): ArrayLike<unknown> {
+  if (!Array.isArray(value) && !(ArrayBuffer.isView(value) && !(value instanceof DataView)))
+    throw new InvalidArgumentError(`${what} must be an array or a typed array, got ${describeValue(value)}`);
+  return value as ArrayLike<unknown>;
+}
+
+/** A function. */
+export function checkFunction(value: unknown, what: string): (...args: never[]) => unknown {
+  if (typeof value !== 'function') throw new InvalidArgumentError(`${what} must be a function, got ${describeValue(value)}`);
+  return value as (...args: never[]) => unknown;
+}
+
 /** One of a fixed list of strings. */
 export function checkOneOf<T extends string>(value: unknown, what: string, allowed: readonly T[]): T {
   if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value))

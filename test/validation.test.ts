@@ -183,3 +183,45 @@ t.test('the native layer checks again, with typed errors, whatever the TS layer 
   }
   t.ok(new SapipeError('ERR_INTERNAL', 'x') instanceof Error);
 });
+
+t.test('hostile values: typed errors whose messages format the value safely', async (t) => {
+  const cases: [string, () => unknown, RegExp][] = [
+    ['ParamSet(null)', () => new ParamSet(null as never), /got null/],
+    ['ParamSet with a BigInt dimension', () => new ParamSet({ a: [1n as unknown as number] }), /the BigInt 1n/],
+    ['ParamSet with a BigInt spec', () => new ParamSet(1n as never), /the BigInt 1n/],
+    ['ParamSet with a Symbol dimension', () => new ParamSet({ a: [Symbol('d') as unknown as number] }), /Symbol\(d\)/],
+    ['ParamSet with an unknown option', () => new ParamSet({ a: [1] }, { memroy: 1 } as never), /unknown option 'memroy'/],
+  ];
+  const p = new ParamSet({ a: [3] });
+  cases.push(
+    ['view(null, name)', () => p.view(null as never, 'a'), /must be a FlatBuffer, got null/],
+    ['view(undefined, name)', () => p.view(undefined as never, 'a'), /got undefined/],
+    ['get(Symbol)', () => p.get(Symbol('q') as never), /no tensor a Symbol\(q\)/],
+    ['get(null)', () => p.get(null as never), /no tensor null/],
+  );
+  for (const [what, fn, message] of cases) {
+    const error = (() => {
+      try {
+        fn();
+      } catch (e) {
+        return e;
+      }
+      return undefined;
+    })();
+    t.ok(error instanceof SapipeError, `${what}: a SapipeError`);
+    t.equal((error as SapipeError | undefined)?.code, 'ERR_INVALID_ARGUMENT', what);
+    t.match((error as Error | undefined)?.message, message, what);
+  }
+  p.dispose();
+});
+
+t.test('number messages say the range plainly and name a string passed for a number', async (t) => {
+  const p = new ParamSet({ a: [3] });
+  t.throws(() => new SGD(p, { lr: -1 }), { code: 'ERR_INVALID_ARGUMENT', message: /lr must be >= 0, got -1$/ }, 'no 1.79e308 upper bound');
+  t.throws(() => new SGD(p, { lr: '0.1' as unknown as number }), {
+    code: 'ERR_INVALID_ARGUMENT',
+    message: /lr must be a finite number, got the string "0.1" \(pass the number 0.1, not a string\)/,
+  });
+  t.throws(() => new SGD(p, { lr: 1n as unknown as number }), { message: /got the BigInt 1n \(pass a Number, not a BigInt\)/ });
+  p.dispose();
+});

@@ -7,6 +7,7 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { callNative, nativeAddon, nativeUnavailableReason, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import type { BackendStatus } from './status.js';
+import { describeValue } from '../validate.js';
 
 export interface CudaDeviceInfo {
   name?: string;
@@ -173,7 +174,7 @@ export function probeNccl(): BackendStatus {
 export function parseDevice(spec: string): { kind: 'cpu' } | { kind: 'cuda'; index: number } {
   if (spec === 'cpu') return { kind: 'cpu' };
   const m = /^cuda(?::(\d{1,4}))?$/.exec(spec);
-  if (!m) throw new InvalidArgumentError(`device must be "cpu" or "cuda:N", not ${JSON.stringify(spec)}`);
+  if (!m) throw new InvalidArgumentError(`device must be "cpu" or "cuda:N", not ${describeValue(spec)}`);
   return { kind: 'cuda', index: m[1] === undefined ? 0 : Number(m[1]) };
 }
 

@@ -6,6 +6,7 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { backendStatuses } from './index.js';
 import type { BackendStatus } from './status.js';
+import { describeValue } from '../validate.js';
 
 export const COMPUTE_BACKENDS = ['cpu', 'cuda'] as const;
 export const COMM_BACKENDS = ['local', 'ucx', 'nccl'] as const;
@@ -74,7 +75,7 @@ function select<Name extends ComputeBackendName | CommBackendName>(
   statuses: unknown,
 ): BackendSelection<Name> {
   if (typeof preference !== 'string' || (preference !== 'auto' && !(names as readonly string[]).includes(preference)))
-    throw new InvalidArgumentError(`${what} backend must be one of 'auto', ${names.map((n) => `'${n}'`).join(', ')}; got ${JSON.stringify(preference)}`);
+    throw new InvalidArgumentError(`${what} backend must be one of 'auto', ${names.map((n) => `'${n}'`).join(', ')}; got ${describeValue(preference)}`);
   const known = checkStatuses(statuses);
   if (preference !== 'auto') {
     const name = preference as Name;

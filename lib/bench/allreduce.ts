@@ -16,6 +16,7 @@ import { launch } from '../launch/launch.js';
 import type { AllreduceMeasureOptions, AllreduceRankReport } from './allreduce-measure.js';
 import { REPORT_PREFIX, type UcxRankData } from './allreduce-ucx-rank.js';
 import type { AllreduceWorkerData } from './allreduce-worker.js';
+import { describeValue } from '../validate.js';
 
 export interface AllreduceBenchOptions {
   /** `local` (worker threads, default) or `ucx` (processes). */
@@ -51,7 +52,7 @@ export function allreduceSizes(min: number, max: number): number[] {
 export async function benchAllreduce(o: AllreduceBenchOptions): Promise<AllreduceBenchResult> {
   if (!Number.isInteger(o.nproc) || o.nproc < 1) throw new InvalidArgumentError('--nproc must be a positive integer');
   const backend = o.backend ?? 'local';
-  if (backend !== 'local' && backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got ${String(backend)}`);
+  if (backend !== 'local' && backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got ${describeValue(backend)}`);
   const sizes = allreduceSizes(o.minBytes, o.maxBytes);
   const measure: AllreduceMeasureOptions = { sizes, reps: o.reps, warmup: o.warmup, fusedBytes: o.fusedBytes, optimizers: o.optimizers };
   const report = backend === 'ucx' ? await runUcxRanks(o.nproc, { ...measure, algorithm: o.algorithm }) : await runLocalRanks(o.nproc, measure, o.algorithm);

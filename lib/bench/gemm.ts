@@ -14,6 +14,7 @@ import { nativeAddon } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
 import { median } from './timing.js';
 import { performance } from 'node:perf_hooks';
+import { describeValue } from '../validate.js';
 
 export interface GemmBenchOptions {
   m: number;
@@ -65,7 +66,7 @@ function cpuinfoGhz(): number {
 export function benchGemm(options: GemmBenchOptions): GemmBenchResult {
   const { m, n, k } = options;
   for (const [name, v] of Object.entries({ m, n, k, reps: options.reps }))
-    if (!Number.isInteger(v) || v < 1) throw new InvalidArgumentError(`bench gemm: ${name} must be a positive integer, got ${String(v)}`);
+    if (!Number.isInteger(v) || v < 1) throw new InvalidArgumentError(`bench gemm: ${name} must be a positive integer, got ${describeValue(v)}`);
   if (!Number.isInteger(options.warmup) || options.warmup < 0) throw new InvalidArgumentError('bench gemm: warmup must be a non-negative integer');
   if (options.clockGhz !== undefined && !(options.clockGhz > 0 && Number.isFinite(options.clockGhz)))
     throw new InvalidArgumentError('bench gemm: --clock-ghz must be a positive number');

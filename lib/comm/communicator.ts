@@ -11,6 +11,7 @@ import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import type { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
+import { describeValue } from '../validate.js';
 
 export type ReduceOp = 'sum' | 'avg';
 
@@ -231,13 +232,13 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
   private scaleOf(op: ReduceOp | undefined, what: string): number {
     if (op === undefined || op === 'sum') return 1;
     if (op === 'avg') return 1 / this.size;
-    throw new InvalidArgumentError(`${what}: op must be 'sum' or 'avg', got ${JSON.stringify(op)}`);
+    throw new InvalidArgumentError(`${what}: op must be 'sum' or 'avg', got ${describeValue(op)}`);
   }
 
   private checkPeer(peer: number, what: string, selfAllowed: boolean): void {
     if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || (!selfAllowed && peer === this.rank))
       throw new InvalidArgumentError(
-        `${what} must be ${selfAllowed ? 'a rank' : 'another rank'} in [0, ${this.size}), got ${String(peer)}`,
+        `${what} must be ${selfAllowed ? 'a rank' : 'another rank'} in [0, ${this.size}), got ${describeValue(peer)}`,
       );
   }
 
@@ -261,7 +262,7 @@ function checkOptions(o: unknown, what: string): void {
 }
 
 function checkIndex(v: unknown, what: string): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${describeValue(v)}`);
   return v;
 }
 

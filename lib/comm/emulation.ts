@@ -5,6 +5,7 @@
  * through shared memory; only the completion is delayed.
  */
 import { InvalidArgumentError } from '../errors.js';
+import { checkInteger, checkNumber, checkOneOf, describeValue } from '../validate.js';
 
 export interface NetworkEmulation {
   /** Link bandwidth in gigabits per second (> 0). */
@@ -18,9 +19,9 @@ export function checkEmulation(e: unknown): NetworkEmulation | undefined {
   if (e === null || typeof e !== 'object') throw new InvalidArgumentError('emulate must be an object like { gbps: 10, latencyUs: 5 }');
   const { gbps, latencyUs } = e as NetworkEmulation;
   if (typeof gbps !== 'number' || !Number.isFinite(gbps) || gbps <= 0)
-    throw new InvalidArgumentError(`emulate.gbps must be a positive number of gigabits per second, got ${String(gbps)}`);
+    throw new InvalidArgumentError(`emulate.gbps must be a positive number of gigabits per second, got ${describeValue(gbps)}`);
   if (latencyUs !== undefined && (typeof latencyUs !== 'number' || !Number.isFinite(latencyUs) || latencyUs < 0))
-    throw new InvalidArgumentError(`emulate.latencyUs must be a non-negative number of microseconds, got ${String(latencyUs)}`);
+    throw new InvalidArgumentError(`emulate.latencyUs must be a non-negative number of microseconds, got ${describeValue(latencyUs)}`);
   return { gbps, latencyUs: latencyUs ?? 0 };
 }
 
@@ -34,6 +35,10 @@ export type RingPattern = 'allreduce' | 'reduceScatter' | 'allgather' | 'broadca
  * point-to-point message the whole volume once.
  */
 export function emulatedMs(e: NetworkEmulation, pattern: RingPattern, bytes: number, n: number): number {
+  if (checkEmulation(e) === undefined) throw new InvalidArgumentError('emulatedMs: pass the emulation, e.g. { gbps: 10, latencyUs: 5 }');
+  checkOneOf(pattern, 'emulatedMs: pattern', ['allreduce', 'reduceScatter', 'allgather', 'broadcast', 'p2p', 'barrier'] as const);
+  checkNumber(bytes, 'emulatedMs: bytes', 0, Number.MAX_VALUE);
+  checkInteger(n, 'emulatedMs: n (ranks)', 1, 1 << 24);
   const perByteMs = 8 / (e.gbps * 1e9) * 1e3;
   const latencyMs = (e.latencyUs ?? 0) / 1e3;
   if (n <= 1 && pattern !== 'p2p') return 0;

@@ -36,10 +36,11 @@
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { awaitNative, nativeAddon } from '../native.js';
-import type { Optimizer, StepResult } from '../optim/optimizer.js';
+import { awaitNative, callNative, nativeAddon } from '../native.js';
+import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
-import type { Communicator } from './communicator.js';
+import { Communicator } from './communicator.js';
+import { checkInteger, describeValue } from '../validate.js';
 
 export const DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024;
 export const DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024;
@@ -66,11 +67,20 @@ export interface FusedStepResult extends StepResult {
   update: 'replicated' | 'sharded';
 }
 
+function checkCommAndOptimizer(what: string, comm: unknown, optimizer: unknown): void {
+  if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`${what}(comm, optimizer): comm must be a Communicator, got ${describeValue(comm)}`);
+  if (!(optimizer instanceof Optimizer))
+    throw new InvalidArgumentError(`${what}(comm, optimizer): optimizer must be an SGD, Adam or AdamW, got ${describeValue(optimizer)}`);
+}
+
 /** [offset, count] of each bucket over `length` floats; every boundary on a cache line. */
 export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES, firstBucketBytes = DEFAULT_FIRST_BUCKET_BYTES): [number, number][] {
+  checkInteger(length, 'bucketRanges(length): length', 0, Number.MAX_SAFE_INTEGER);
   for (const [v, what] of [[bucketBytes, 'bucketBytes'], [firstBucketBytes, 'firstBucketBytes']] as const)
-    if (!Number.isInteger(v) || v < 64) throw new InvalidArgumentError(`${what} must be an integer of at least 64 bytes, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 64 || v > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError(`${what} must be an integer of at least 64 bytes, got ${describeValue(v)}`);
   const toElements = (bytes: number): number => Math.max(ALIGN_ELEMENTS, Math.floor(bytes / 4 / ALIGN_ELEMENTS) * ALIGN_ELEMENTS);
+  if (length / toElements(bucketBytes) > 1 << 24)
+    throw new InvalidArgumentError(`bucketRanges: ${length} floats in buckets of ${bucketBytes} bytes make more than 2^24 buckets; use larger buckets`);
   const ranges: [number, number][] = [];
   let offset = 0;
   let size = toElements(firstBucketBytes);
@@ -89,18 +99,19 @@ export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES,
  */
 export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer, options: FusedStepOptions = {}): Promise<FusedStepResult> {
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('allreduceAndStep(options) must be an object');
+  checkCommAndOptimizer('allreduceAndStep', comm, optimizer);
   comm.checkLive('allreduceAndStep');
   const params = optimizer.params;
   params.checkLive('allreduceAndStep');
   const ranges = bucketRanges(params.length, options.bucketBytes, options.firstBucketBytes);
   const guard = options.guard ?? (comm.backend === 'local' && !comm.emulation ? 'deferred' : 'prescan');
-  if (guard !== 'prescan' && guard !== 'deferred') throw new InvalidArgumentError(`allreduceAndStep: guard must be 'prescan' or 'deferred', got ${String(guard)}`);
+  if (guard !== 'prescan' && guard !== 'deferred') throw new InvalidArgumentError(`allreduceAndStep: guard must be 'prescan' or 'deferred', got ${describeValue(guard)}`);
   const grads = params.grads;
   const inputs = options.localGrad ? { localGrad: options.localGrad } : {};
   const addon = nativeAddon();
 
   const update = options.update ?? 'replicated';
-  if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${String(update)}`);
+  if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${describeValue(update)}`);
   if (update === 'sharded') {
     const p = optimizer.prediction;
     if (p?.kind === 'shadow' && p.estimate !== 'prev-sync')
@@ -148,7 +159,7 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
         for (const [offset, count] of ranges) {
           await comm.allreduce(grads, { op: 'avg', offset, count });
           const config = { ...step.config, gradChecked: true };
-          updates.push(awaitNative(addon.updateAsync(step.queue.handle, config, { ...step.buffers, offset, count })));
+          updates.push(awaitNative(callNative(() => addon.updateAsync(step.queue.handle, config, { ...step.buffers, offset, count }))));
         }
       } catch (error) {
         failure = error;
@@ -169,7 +180,7 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   const step = optimizer.beginPartialStep(inputs);
   if (nonFinite > 0) return { ...step.finish(false, nonFinite), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   try {
-    const r = await awaitNative(addon.updateAsync(step.queue.handle, { ...step.config, gradChecked: true }, step.buffers));
+    const r = await awaitNative(callNative(() => addon.updateAsync(step.queue.handle, { ...step.config, gradChecked: true }, step.buffers)));
     return { ...step.finish(r.applied, r.nonFiniteCount), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   } catch (error) {
     step.finish(false, 0);
@@ -204,6 +215,7 @@ async function prescan(comm: Communicator, grads: FlatBuffer): Promise<{ nonFini
  * step sees the whole state. Every rank must call it.
  */
 export async function gatherShardedState(comm: Communicator, optimizer: Optimizer): Promise<void> {
+  checkCommAndOptimizer('gatherShardedState', comm, optimizer);
   comm.checkLive('gatherShardedState');
   optimizer.params.checkLive('gatherShardedState');
   for (const name of ['momentum', 'secondMoment', 'backup'] as const) {

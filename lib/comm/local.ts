@@ -17,6 +17,7 @@ import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type Sha
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
 import { QueuedCommunicator } from './queued.js';
+import { checkInteger, checkObject, checkOptions, describeValue } from '../validate.js';
 
 export { partition } from './partition.js';
 
@@ -37,6 +38,9 @@ export interface LocalCommunicatorOptions {
   algorithm?: 'direct' | 'ring';
 }
 
+/** Most ranks a local group holds (the native group's limit). */
+const MAX_LOCAL_RANKS = 4096;
+
 export class LocalCommunicator extends QueuedCommunicator {
   readonly backend = 'local' as const;
   readonly group: string;
@@ -55,10 +59,10 @@ export class LocalCommunicator extends QueuedCommunicator {
     if (options === null || typeof options !== 'object') throw new InvalidArgumentError('LocalCommunicator.create(options) must be an object');
     const { group, rank, size } = options;
     if (typeof group !== 'string' || group.length === 0) throw new InvalidArgumentError('LocalCommunicator: options.group must be a non-empty string');
-    if (!Number.isInteger(size) || size < 1 || size > 4096) throw new InvalidArgumentError(`LocalCommunicator: options.size must be an integer in [1, 4096], got ${String(size)}`);
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new InvalidArgumentError(`LocalCommunicator: options.rank must be an integer in [0, ${size}), got ${String(rank)}`);
+    checkInteger(size, 'LocalCommunicator: options.size', 1, MAX_LOCAL_RANKS);
+    if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new InvalidArgumentError(`LocalCommunicator: options.rank must be an integer in [0, ${size}), got ${describeValue(rank)}`);
     const timeoutMs = options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS;
-    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`LocalCommunicator: options.timeoutMs must be a positive integer, got ${String(timeoutMs)}`);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`LocalCommunicator: options.timeoutMs must be a positive integer, got ${describeValue(timeoutMs)}`);
     if (options.algorithm !== undefined && options.algorithm !== 'direct' && options.algorithm !== 'ring')
       throw new InvalidArgumentError(`LocalCommunicator: options.algorithm must be 'direct' or 'ring'`);
     checkEmulation(options.emulate);
@@ -133,9 +137,24 @@ export interface LocalRankData {
  * size }` (pass it to LocalCommunicator.create) plus the given extra data.
  */
 export function spawnLocalRanks(file: string | URL, nproc: number, options: { workerData?: Record<string, unknown>; group?: string; worker?: WorkerOptions } = {}): Worker[] {
-  if (!Number.isInteger(nproc) || nproc < 1) throw new InvalidArgumentError(`spawnLocalRanks: nproc must be a positive integer, got ${String(nproc)}`);
+  if (typeof file !== 'string' && !(file instanceof URL))
+    throw new InvalidArgumentError(`spawnLocalRanks(file, nproc): file must be a path or a URL, got ${describeValue(file)}`);
+  checkInteger(nproc, 'spawnLocalRanks(file, nproc): nproc', 1, MAX_LOCAL_RANKS);
+  checkOptions(options, ['workerData', 'group', 'worker'], 'spawnLocalRanks(file, nproc, options)');
+  if (options.workerData !== undefined) checkObject(options.workerData, 'spawnLocalRanks: options.workerData');
+  if (options.worker !== undefined) checkObject(options.worker, 'spawnLocalRanks: options.worker');
   const group = options.group ?? `sapipe-${randomUUID()}`;
-  return Array.from({ length: nproc }, (_, rank) =>
-    new Worker(file, { ...options.worker, workerData: { ...options.workerData, sapipeLocal: { group, rank, size: nproc } } }),
-  );
+  if (typeof group !== 'string' || group === '')
+    throw new InvalidArgumentError(`spawnLocalRanks: options.group must be a non-empty string, got ${describeValue(group)}`);
+  const workers: Worker[] = [];
+  try {
+    for (let rank = 0; rank < nproc; rank++)
+      workers.push(new Worker(file, { ...options.worker, workerData: { ...options.workerData, sapipeLocal: { group, rank, size: nproc } } }));
+  } catch (error) {
+    // Options that Node refuses (a bad resourceLimits, a file URL that is no file): none of the
+    // ranks may be left running, waiting for the ones that never started.
+    for (const worker of workers) void worker.terminate();
+    throw new InvalidArgumentError(`spawnLocalRanks: cannot start worker ${workers.length}: ${(error as Error).message}`, { cause: error });
+  }
+  return workers;
 }

@@ -27,6 +27,7 @@ import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './comm
 import { bucketRanges } from './fused-step.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
+import { describeValue } from '../validate.js';
 
 export interface NcclCommunicatorOptions {
   rank: number;
@@ -72,7 +73,7 @@ const created = new WeakMap<Rendezvous, Map<string, number>>();
 
 function checkInteger(value: unknown, lo: number, hi: number, what: string): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi)
-    throw new InvalidArgumentError(`NcclCommunicator: ${what} must be an integer in [${lo}, ${hi}], got ${String(value)}`);
+    throw new InvalidArgumentError(`NcclCommunicator: ${what} must be an integer in [${lo}, ${hi}], got ${describeValue(value)}`);
   return value;
 }
 
@@ -217,7 +218,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       throw new InvalidArgumentError(`allreduceAndStep: the DeviceParamSet is on ${params.device}, the communicator on ${this.device}`);
     const update = options.update ?? 'replicated';
     if (update !== 'replicated' && update !== 'sharded')
-      throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${String(update)}`);
+      throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${describeValue(update)}`);
     const sharded = update === 'sharded';
     const optimizer = params.requireOptimizer('allreduceAndStep');
     if (sharded && optimizer.readsLocalGrad)

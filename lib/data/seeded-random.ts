@@ -3,6 +3,7 @@
  * every run, which Math.random() cannot give.
  */
 import { InvalidArgumentError } from '../errors.js';
+import { describeValue } from '../validate.js';
 
 /** Returns a generator of uniform numbers in [0, 1) determined by `seed` (an integer). */
 export function seededRandom(seed: number): () => number {
@@ -19,8 +20,9 @@ export function seededRandom(seed: number): () => number {
 
 /** A permutation of 0..n-1 (Fisher-Yates) determined by `seed`. */
 export function shuffledIndices(n: number, seed: number): Uint32Array {
-  if (!Number.isInteger(n) || n < 0 || n > 0xffffffff)
-    throw new InvalidArgumentError(`shuffledIndices(n): n must be a non-negative integer, got ${String(n)}`);
+  // 2^30 indices are 4 GiB: past that, shuffle in shards.
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > 2 ** 30)
+    throw new InvalidArgumentError(`shuffledIndices(n): n must be an integer in [0, 2^30], got ${describeValue(n)}`);
   const next = seededRandom(seed);
   const out = new Uint32Array(n);
   for (let i = 0; i < n; i++) out[i] = i;
@@ -35,6 +37,6 @@ export function shuffledIndices(n: number, seed: number): Uint32Array {
 
 export function checkSeed(seed: unknown, what: string): number {
   if (typeof seed !== 'number' || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff)
-    throw new InvalidArgumentError(`${what} must be an integer in [0, 2^32 - 1], got ${String(seed)}`);
+    throw new InvalidArgumentError(`${what} must be an integer in [0, 2^32 - 1], got ${describeValue(seed)}`);
   return seed;
 }

@@ -6,6 +6,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { Dataset } from './dataset.js';
 import { checkSeed, seededRandom } from './seeded-random.js';
+import { describeValue } from '../validate.js';
 
 export interface SyntheticOptions {
   count: number;
@@ -20,14 +21,14 @@ export function syntheticDataset(options: SyntheticOptions): Dataset {
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('syntheticDataset(options) must be an object like { count: 256, features: 8, classes: 3 }');
   const { count, features, classes } = options;
   const check = (v: unknown, name: string, lo: number, hi: number): number => {
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`syntheticDataset: ${name} must be an integer in [${lo}, ${hi}], got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`syntheticDataset: ${name} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
     return v;
   };
   check(count, 'count', 1, 1 << 24);
   check(features, 'features', 1, 1 << 16);
   check(classes, 'classes', 2, 255);
   const noise = options.noise ?? 0.3;
-  if (typeof noise !== 'number' || !Number.isFinite(noise) || noise < 0) throw new InvalidArgumentError(`syntheticDataset: noise must be a finite number >= 0, got ${String(noise)}`);
+  if (typeof noise !== 'number' || !Number.isFinite(noise) || noise < 0) throw new InvalidArgumentError(`syntheticDataset: noise must be a finite number >= 0, got ${describeValue(noise)}`);
   const next = seededRandom(checkSeed(options.seed ?? 0, 'syntheticDataset: seed'));
   const centres = Float32Array.from({ length: classes * features }, () => next() * 2 - 1);
   const inputs = new Float32Array(count * features);

@@ -6,6 +6,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { AdamOptions } from '../optim/adam.js';
 import type { CompensationOptions, GradientEstimate, PredictionOptions } from '../optim/options.js';
 import type { SGDOptions } from '../optim/sgd.js';
+import { describeValue } from '../validate.js';
 
 /**
  * - `sync`: each step waits for its own all-reduce, then updates (staleness 0; the baseline).
@@ -69,11 +70,11 @@ const LAMBDA_MAX = 1e6;
 export function resolveMode(o: DataParallelModeOptions, worldSize: number): ResolvedMode {
   const mode = o.mode;
   if (!DATA_PARALLEL_MODES.includes(mode))
-    throw new InvalidArgumentError(`DataParallelTrainer: mode must be one of ${DATA_PARALLEL_MODES.join(', ')}, got ${JSON.stringify(mode)}`);
+    throw new InvalidArgumentError(`DataParallelTrainer: mode must be one of ${DATA_PARALLEL_MODES.join(', ')}, got ${describeValue(mode)}`);
   const expected = mode === 'sync' ? 0 : 1;
   const staleness = o.staleness ?? expected;
   if (staleness !== 0 && staleness !== 1)
-    throw new InvalidArgumentError(`DataParallelTrainer: staleness must be 0 or 1 (deeper pipelines are not supported), got ${String(staleness)}`);
+    throw new InvalidArgumentError(`DataParallelTrainer: staleness must be 0 or 1 (deeper pipelines are not supported), got ${describeValue(staleness)}`);
   if (staleness !== expected)
     throw new InvalidArgumentError(
       `DataParallelTrainer: mode '${mode}' has staleness ${expected}, not ${staleness}; use mode 'sync' for staleness 0 or a pipelined mode for staleness 1`,
@@ -93,7 +94,7 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
       const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
       const estimate = o.estimate ?? DEFAULT_WP_ESTIMATE;
       if (!estimates.includes(estimate))
-        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' takes estimate: one of ${estimates.join(', ')} (default ${DEFAULT_WP_ESTIMATE}), got ${JSON.stringify(o.estimate)}`);
+        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' takes estimate: one of ${estimates.join(', ')} (default ${DEFAULT_WP_ESTIMATE}), got ${describeValue(o.estimate)}`);
       const compensateEstimate = o.compensateEstimate ?? o.compensation !== undefined;
       if (typeof compensateEstimate !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: compensateEstimate must be a boolean');
       if (compensateEstimate && o.compensation === undefined)
@@ -122,5 +123,5 @@ function checkCompensation(c: CompensationOptions): void {
   if (c === null || typeof c !== 'object') throw new InvalidArgumentError('DataParallelTrainer: compensation must be an object like { lambda: 0.2 }');
   const lambda = c.lambda;
   if (lambda !== undefined && (typeof lambda !== 'number' || !Number.isFinite(lambda) || lambda < 0 || lambda > LAMBDA_MAX))
-    throw new InvalidArgumentError(`DataParallelTrainer: compensation.lambda must be a finite number in [0, ${LAMBDA_MAX}] (0.2 is the usual choice), got ${String(lambda)}`);
+    throw new InvalidArgumentError(`DataParallelTrainer: compensation.lambda must be a finite number in [0, ${LAMBDA_MAX}] (0.2 is the usual choice), got ${describeValue(lambda)}`);
 }

@@ -24,6 +24,7 @@ import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.j
 import { SGD } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
+import { describeValue } from '../validate.js';
 
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   comm: Communicator;
@@ -132,7 +133,7 @@ export class DataParallelTrainer {
     if (typeof broadcast !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: broadcastWeights must be a boolean');
     const resolved = resolveMode(options, comm.size);
     if (options.update !== undefined && options.update !== 'replicated' && options.update !== 'sharded')
-      throw new InvalidArgumentError(`DataParallelTrainer: update must be 'replicated' or 'sharded', got ${JSON.stringify(options.update)}`);
+      throw new InvalidArgumentError(`DataParallelTrainer: update must be 'replicated' or 'sharded', got ${describeValue(options.update)}`);
     if (options.update === 'sharded' && resolved.staleness !== 0)
       throw new InvalidArgumentError(
         `DataParallelTrainer: update 'sharded' is offered for mode 'sync'; mode '${options.mode}' applies each averaged gradient one step later through its own pipeline`,
@@ -291,7 +292,7 @@ export class DataParallelTrainer {
     if (this.pending) throw new BusyError('DataParallelTrainer.importState: this trainer has a gradient in flight; import into a fresh trainer (or flush() first)');
     if (state === null || typeof state !== 'object' || state.version !== 1)
       throw new InvalidArgumentError('DataParallelTrainer.importState: not a state from exportState() (version 1)');
-    if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode '${String(state.mode)}', this trainer is '${this.mode}'`);
+    if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode '${describeValue(state.mode)}', this trainer is '${this.mode}'`);
     if (!Number.isInteger(state.calls) || state.calls < 0) throw new InvalidArgumentError('DataParallelTrainer.importState: calls must be a non-negative integer');
     if (!(state.weights instanceof Float32Array) || state.weights.length !== this.params.length)
       throw new SizeMismatchError(`DataParallelTrainer.importState: weights must be a Float32Array of ${this.params.length} elements`);
@@ -371,7 +372,7 @@ export class DataParallelTrainer {
     // A failed collective leaves the ranks out of step; continuing would pair the wrong gradients.
     if (this.failure !== undefined) {
       if (this.failure instanceof SapipeError) throw this.failure;
-      throw new InternalError(`DataParallelTrainer.${what}: an earlier step failed (${String(this.failure)}); create a new communicator and trainer`, { cause: this.failure });
+      throw new InternalError(`DataParallelTrainer.${what}: an earlier step failed (${describeValue(this.failure)}); create a new communicator and trainer`, { cause: this.failure });
     }
     this.busy = true;
   }
@@ -391,5 +392,5 @@ function buildOptimizer(params: ParamSet, spec: DataParallelOptimizerSpec, mode:
   if (kind === 'sgd') return new SGD(params, { ...rest, ...extra });
   if (kind === 'adam') return new Adam(params, { ...rest, ...extra });
   if (kind === 'adamw') return new AdamW(params, { ...rest, ...extra });
-  throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${JSON.stringify(kind)}`);
+  throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${describeValue(kind)}`);
 }

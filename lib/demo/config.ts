@@ -7,6 +7,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { DATA_PARALLEL_MODES, DEFAULT_WP_ESTIMATE, type DataParallelMode } from '../dataparallel/mode.js';
 import type { NetworkEmulation } from '../comm/emulation.js';
 import type { GradientEstimate } from '../optim/options.js';
+import { describeValue } from '../validate.js';
 
 /**
  * One trained configuration: a mode and, for `sapipe-wp`, its gradient estimate and whether the
@@ -85,31 +86,31 @@ export function parseModes(list: string): DemoVariant[] {
 
 export function checkDemoConfig(c: DemoConfig): DemoConfig {
   const int = (v: number, name: string, lo: number, hi: number): void => {
-    if (!Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`${name} must be an integer in [${lo}, ${hi}], got ${String(v)}`);
+    if (!Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`${name} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
   };
   int(c.workers, '--workers', 1, 64);
   int(c.epochs, '--epochs', 1, 1000);
   int(c.batch, '--batch', 1, 65536);
   int(c.seed, '--seed', 0, 0xffffffff);
   if (c.trainSamples !== undefined) int(c.trainSamples, '--train-samples', 1, 1e9);
-  if (!Number.isFinite(c.lr) || c.lr <= 0) throw new InvalidArgumentError(`--lr must be a positive number, got ${String(c.lr)}`);
+  if (!Number.isFinite(c.lr) || c.lr <= 0) throw new InvalidArgumentError(`--lr must be a positive number, got ${describeValue(c.lr)}`);
   if (!Number.isFinite(c.momentum) || c.momentum < 0 || c.momentum >= 1)
-    throw new InvalidArgumentError(`--momentum must be a number in [0, 1), got ${String(c.momentum)}`);
+    throw new InvalidArgumentError(`--momentum must be a number in [0, 1), got ${describeValue(c.momentum)}`);
   if (!Array.isArray(c.modes) || c.modes.length === 0) throw new InvalidArgumentError('--modes: give at least one mode');
   for (const m of c.modes) {
-    if (m === null || typeof m !== 'object' || !DATA_PARALLEL_MODES.includes(m.mode)) throw new InvalidArgumentError(`--modes: unknown mode "${String(m?.mode)}"`);
+    if (m === null || typeof m !== 'object' || !DATA_PARALLEL_MODES.includes(m.mode)) throw new InvalidArgumentError(`--modes: unknown mode "${describeValue(m?.mode)}"`);
     if (m.mode === 'sapipe-wp' ? m.estimate === undefined || !WP_ESTIMATES.includes(m.estimate) : m.estimate !== undefined || m.compensate)
       throw new InvalidArgumentError(`--modes: "${m.label}": only sapipe-wp has an estimate (one of ${WP_ESTIMATES.join(', ')}) and +dc`);
   }
   if (c.lambda !== undefined && (!Number.isFinite(c.lambda) || c.lambda < 0 || c.lambda > 1e6))
-    throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${String(c.lambda)}`);
+    throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${describeValue(c.lambda)}`);
   if (c.dcKind !== undefined && c.dcKind !== 'elementwise' && c.dcKind !== 'adaptive')
-    throw new InvalidArgumentError(`--dc-kind must be elementwise or adaptive, got ${JSON.stringify(c.dcKind)}`);
+    throw new InvalidArgumentError(`--dc-kind must be elementwise or adaptive, got ${describeValue(c.dcKind)}`);
   if (c.emulate !== undefined) {
     const { gbps, latencyUs } = c.emulate;
-    if (!Number.isFinite(gbps) || gbps <= 0) throw new InvalidArgumentError(`--gbps must be a positive number, got ${String(gbps)}`);
+    if (!Number.isFinite(gbps) || gbps <= 0) throw new InvalidArgumentError(`--gbps must be a positive number, got ${describeValue(gbps)}`);
     if (latencyUs !== undefined && (!Number.isFinite(latencyUs) || latencyUs < 0))
-      throw new InvalidArgumentError(`--latency-us must be a non-negative number, got ${String(latencyUs)}`);
+      throw new InvalidArgumentError(`--latency-us must be a non-negative number, got ${describeValue(latencyUs)}`);
   }
   return c;
 }

@@ -12,6 +12,7 @@ import type { Writable } from 'node:stream';
 import { InvalidArgumentError } from '../errors.js';
 import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
+import { describeValue } from '../validate.js';
 
 /** Options of {@link launch}. */
 export interface LaunchOptions {
@@ -87,7 +88,7 @@ function describe(exit: RankExit): string {
 
 function checkInteger(value: unknown, name: string, min: number, max: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max)
-    throw new InvalidArgumentError(`${name} must be an integer in [${min}, ${max}], got ${String(value)}`);
+    throw new InvalidArgumentError(`${name} must be an integer in [${min}, ${max}], got ${describeValue(value)}`);
   return value;
 }
 

@@ -6,6 +6,7 @@
 import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { callNative, nativeAddon } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
+import { describeValue } from '../validate.js';
 
 export interface GemmOptions {
   /** op(A) = A^T: A is stored k x m. */
@@ -33,7 +34,7 @@ const MAX_DIM = 2 ** 31;
 
 function checkDim(value: unknown, name: string): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > MAX_DIM)
-    throw new InvalidArgumentError(`sgemm: ${name} must be an integer in [0, 2^31], got ${String(value)}`);
+    throw new InvalidArgumentError(`sgemm: ${name} must be an integer in [0, 2^31], got ${describeValue(value)}`);
   return value;
 }
 
@@ -42,7 +43,7 @@ function checkView(buffer: unknown, offset: unknown, elements: number, name: str
   if (buffer.disposed) throw new DisposedError(`sgemm: ${name} was disposed; allocate a new FlatBuffer`);
   const at = offset ?? 0;
   if (typeof at !== 'number' || !Number.isInteger(at) || at < 0)
-    throw new InvalidArgumentError(`sgemm: ${name}Offset must be a non-negative integer, got ${String(offset)}`);
+    throw new InvalidArgumentError(`sgemm: ${name}Offset must be a non-negative integer, got ${describeValue(offset)}`);
   if (at + elements > buffer.length)
     throw new SizeMismatchError(
       `sgemm: ${name} needs ${elements} elements from offset ${at}, but its buffer has ${buffer.length}; check m, n, k and the offsets`,
@@ -58,8 +59,8 @@ export function sgemm(options: GemmOptions): void {
   const k = checkDim(options.k, 'k');
   const alpha = options.alpha ?? 1;
   const beta = options.beta ?? 0;
-  if (typeof alpha !== 'number' || !Number.isFinite(alpha)) throw new InvalidArgumentError(`sgemm: alpha must be a finite number, got ${String(alpha)}`);
-  if (typeof beta !== 'number' || !Number.isFinite(beta)) throw new InvalidArgumentError(`sgemm: beta must be a finite number, got ${String(beta)}`);
+  if (typeof alpha !== 'number' || !Number.isFinite(alpha)) throw new InvalidArgumentError(`sgemm: alpha must be a finite number, got ${describeValue(alpha)}`);
+  if (typeof beta !== 'number' || !Number.isFinite(beta)) throw new InvalidArgumentError(`sgemm: beta must be a finite number, got ${describeValue(beta)}`);
   for (const flag of ['transA', 'transB'] as const)
     if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new InvalidArgumentError(`sgemm: ${flag} must be a boolean`);
   const aOffset = checkView(options.a, options.aOffset, m * k, 'a');

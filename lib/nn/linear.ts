@@ -9,6 +9,7 @@
  */
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { FlatBuffer, ParamSet, type TensorLayout } from '../tensor.js';
+import { describeValue } from '../validate.js';
 import { sgemm } from './gemm.js';
 
 /** A matrix stored row-major from `offset` in `buffer`. */
@@ -28,6 +29,8 @@ export class Linear {
     weightName: string,
     biasName: string,
   ) {
+    if (!(params instanceof ParamSet))
+      throw new InvalidArgumentError(`Linear(params, weightName, biasName): params must be a ParamSet, got ${describeValue(params)}`);
     this.weight = params.layout(weightName);
     this.bias = params.layout(biasName);
     if (this.weight.shape.length !== 2 || this.bias.shape.length !== 1 || this.bias.shape[0] !== this.weight.shape[0])

@@ -16,6 +16,7 @@ import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
 import { reluBackward, reluForward } from './relu.js';
 import { softmaxCrossEntropy } from './softmax-cross-entropy.js';
+import { checkArrayLike, describeValue } from '../validate.js';
 
 export interface MLPOptions {
   /** Seed of the initial weights (default 0). */
@@ -41,9 +42,9 @@ export class MLP {
     if (!Array.isArray(sizes) || sizes.length < 2)
       throw new InvalidArgumentError('MLP: give at least an input and an output size, e.g. [784, 128, 10]');
     for (const s of sizes)
-      if (!Number.isInteger(s) || s < 1 || s > 1 << 24) throw new InvalidArgumentError(`MLP: layer sizes must be integers in [1, 2^24], got ${String(s)}`);
+      if (!Number.isInteger(s) || s < 1 || s > 1 << 24) throw new InvalidArgumentError(`MLP: layer sizes must be integers in [1, 2^24], got ${describeValue(s)}`);
     const seed = options.seed ?? 0;
-    if (!Number.isInteger(seed)) throw new InvalidArgumentError(`MLP: seed must be an integer, got ${String(seed)}`);
+    if (!Number.isInteger(seed)) throw new InvalidArgumentError(`MLP: seed must be an integer, got ${describeValue(seed)}`);
     this.sizes = Object.freeze([...sizes]);
     const spec: Array<[string, number[]]> = [];
     for (let i = 0; i + 1 < sizes.length; i++) {
@@ -75,7 +76,7 @@ export class MLP {
    */
   forward(x: FlatBuffer | Float32Array, batch: number, weights: FlatBuffer = this.params.weights): Float32Array {
     this.checkLive('forward');
-    if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`MLP.forward: batch must be a positive integer, got ${String(batch)}`);
+    if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`MLP.forward: batch must be a positive integer, got ${describeValue(batch)}`);
     this.checkLayout(weights, 'MLP.forward: weights');
     const need = batch * this.inFeatures;
     let input: FlatBuffer;
@@ -105,6 +106,7 @@ export class MLP {
   /** Mean softmax cross-entropy of the last forward pass against `labels`; keeps dLogits for backward(). */
   loss(labels: ArrayLike<number>): number {
     this.checkLive('loss');
+    checkArrayLike(labels, 'MLP.loss(labels): labels');
     if (!this.last) throw new InvalidArgumentError('MLP.loss: call forward(x, batch) first');
     const { batch } = this.last;
     const logits = this.activations[this.layers.length - 1]!.array;
@@ -142,12 +144,13 @@ export class MLP {
   /** Fraction of rows whose largest logit is at the label, with `weights` (default the model's own). */
   accuracy(x: FlatBuffer | Float32Array, labels: ArrayLike<number>, weights?: FlatBuffer): number {
     this.checkLive('accuracy');
+    checkArrayLike(labels, 'MLP.accuracy(x, labels): labels');
     const batch = labels.length;
     if (batch < 1) throw new InvalidArgumentError('MLP.accuracy: give at least one label');
     for (let r = 0; r < batch; r++) {
       const l = labels[r]!;
       if (!Number.isInteger(l) || l < 0 || l >= this.classes)
-        throw new InvalidArgumentError(`MLP.accuracy: label ${String(l)} at row ${r} is not an integer class in [0, ${this.classes})`);
+        throw new InvalidArgumentError(`MLP.accuracy: label ${describeValue(l)} at row ${r} is not an integer class in [0, ${this.classes})`);
     }
     const logits = this.forward(x, batch, weights);
     const classes = this.classes;

@@ -4,6 +4,7 @@
  * exponentiating so large logits do not overflow.
  */
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { checkArrayLike, checkFloat32Array, describeValue } from '../validate.js';
 
 export function softmaxCrossEntropy(
   logits: Float32Array,
@@ -12,9 +13,12 @@ export function softmaxCrossEntropy(
   classes: number,
   dLogits?: Float32Array,
 ): number {
-  if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`softmaxCrossEntropy: batch must be a positive integer, got ${String(batch)}`);
+  checkFloat32Array(logits, 'softmaxCrossEntropy: logits');
+  checkArrayLike(labels, 'softmaxCrossEntropy: labels');
+  if (dLogits !== undefined) checkFloat32Array(dLogits, 'softmaxCrossEntropy: dLogits');
+  if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`softmaxCrossEntropy: batch must be a positive integer, got ${describeValue(batch)}`);
   if (!Number.isInteger(classes) || classes < 1)
-    throw new InvalidArgumentError(`softmaxCrossEntropy: classes must be a positive integer, got ${String(classes)}`);
+    throw new InvalidArgumentError(`softmaxCrossEntropy: classes must be a positive integer, got ${describeValue(classes)}`);
   if (logits.length < batch * classes)
     throw new SizeMismatchError(`softmaxCrossEntropy: logits hold ${logits.length} values, batch x classes needs ${batch * classes}`);
   if (labels.length !== batch) throw new SizeMismatchError(`softmaxCrossEntropy: ${labels.length} labels for a batch of ${batch}; give one label per row`);
@@ -23,7 +27,7 @@ export function softmaxCrossEntropy(
   for (let r = 0; r < batch; r++) {
     const label = labels[r]!;
     if (!Number.isInteger(label) || label < 0 || label >= classes)
-      throw new InvalidArgumentError(`softmaxCrossEntropy: label ${String(label)} at row ${r} is not an integer class in [0, ${classes})`);
+      throw new InvalidArgumentError(`softmaxCrossEntropy: label ${describeValue(label)} at row ${r} is not an integer class in [0, ${classes})`);
   }
   let total = 0;
   for (let r = 0; r < batch; r++) {

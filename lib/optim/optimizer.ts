@@ -16,7 +16,7 @@ import {
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
-import { checkNumber, checkObject } from '../validate.js';
+import { checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
 import {
   resolveCompensation,
   resolvePrediction,
@@ -48,7 +48,9 @@ export interface StepResult {
 }
 
 /** Names of the state buffers an optimizer may hold. */
-export type StateBufferName = 'momentum' | 'secondMoment' | 'backup' | 'predicted' | 'prevLocalGrad';
+/** The optimizer state buffers, by name. */
+export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predicted', 'prevLocalGrad'] as const;
+export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
 
 /** A snapshot of an optimizer's state (copies), for checkpoints. */
 export interface OptimizerState {
@@ -138,6 +140,7 @@ export abstract class Optimizer {
 
   /** A state buffer (momentum, secondMoment, backup, predicted, prevLocalGrad), if this optimizer has it. */
   stateBuffer(name: StateBufferName): FlatBuffer | undefined {
+    checkOneOf(name, 'stateBuffer(name)', STATE_BUFFER_NAMES);
     return this.state[name];
   }
 
@@ -158,7 +161,7 @@ export abstract class Optimizer {
     const [config, buffers] = this.prepare(inputs, 'step');
     this.inFlight = true;
     try {
-      const result = await awaitNative(nativeAddon().updateAsync(this.queue.handle, config, buffers));
+      const result = await awaitNative(callNative(() => nativeAddon().updateAsync(this.queue.handle, config, buffers)));
       return this.finish(result);
     } finally {
       this.inFlight = false;
@@ -239,9 +242,9 @@ export abstract class Optimizer {
     this.checkUsable('importState');
     checkObject(state as unknown, "importState(state)");
     if (state.kind !== this.kind)
-      throw new InvalidArgumentError(`importState: the state is from a ${String(state.kind)} optimizer, this is ${this.kind}`);
+      throw new InvalidArgumentError(`importState: the state is from a ${describeValue(state.kind)} optimizer, this is ${this.kind}`);
     if (state.length !== this.params.length)
-      throw new SizeMismatchError(`importState: the state has length ${String(state.length)}, this ParamSet ${this.params.length}`);
+      throw new SizeMismatchError(`importState: the state has length ${describeValue(state.length)}, this ParamSet ${this.params.length}`);
     const step = state.step;
     if (!Number.isInteger(step) || step < 0) throw new InvalidArgumentError('importState: step must be a non-negative integer');
     checkObject(state.buffers as unknown, "importState(state).buffers");

@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import type { ExecutionQueue } from '../queue.js';
-import { checkInteger, checkNumber, checkObject } from '../validate.js';
+import { checkInteger, checkNumber, checkObject, describeValue } from '../validate.js';
 
 /** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). */
 export interface CompensationOptions {
@@ -80,7 +80,7 @@ export function resolveCompensation(c: CompensationOptions | undefined): Resolve
   checkObject(c, 'compensation');
   const kind = c.kind ?? 'elementwise';
   if (kind !== 'elementwise' && kind !== 'adaptive')
-    throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${String(kind)}`);
+    throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${describeValue(kind)}`);
   return {
     kind,
     lambda: checkNumber(c.lambda ?? 0.2, 'compensation.lambda', 0, 1e6),
@@ -109,7 +109,7 @@ export function resolvePrediction(
     case 'sapipe': {
       const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
       if (!estimates.includes(p.estimate))
-        throw new InvalidArgumentError(`prediction.estimate must be one of ${estimates.join(', ')}, got ${String(p.estimate)}`);
+        throw new InvalidArgumentError(`prediction.estimate must be one of ${estimates.join(', ')}, got ${describeValue(p.estimate)}`);
       const compensate = p.compensate ?? false;
       if (typeof compensate !== 'boolean') throw new InvalidArgumentError('prediction.compensate must be a boolean');
       if (compensate && !compensation)
@@ -130,7 +130,7 @@ export function resolvePrediction(
       const { k, S } = checkStage(p, 'spectrain');
       const pass = p.pass ?? 'forward';
       if (pass !== 'forward' && pass !== 'backward')
-        throw new InvalidArgumentError(`prediction.pass must be 'forward' or 'backward', got ${String(pass)}`);
+        throw new InvalidArgumentError(`prediction.pass must be 'forward' or 'backward', got ${describeValue(pass)}`);
       const half = Math.floor(k / 2);
       return { kind: 'linear', steps: pass === 'forward' ? half + S - k - 1 : half, source: 'spectrain' };
     }
@@ -138,7 +138,7 @@ export function resolvePrediction(
       return { kind: 'linear', steps: checkNumber(p.steps, 'prediction.steps', 0, 1e9), source: 'linear' };
     default:
       throw new InvalidArgumentError(
-        `prediction.kind must be 'sapipe', 'pipeoptim', 'spectrain' or 'linear', got ${String((p as { kind?: unknown }).kind)}`,
+        `prediction.kind must be 'sapipe', 'pipeoptim', 'spectrain' or 'linear', got ${describeValue((p as { kind?: unknown }).kind)}`,
       );
   }
 }

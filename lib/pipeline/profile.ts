@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 
 import { InvalidArgumentError } from '../errors.js';
 import { fromJsonText } from '../json-input.js';
+import { describeValue } from '../validate.js';
 
 /** One pipeline stage as measured at `microBatchSize` samples per micro-batch. */
 export interface StageProfile {
@@ -43,7 +44,7 @@ export interface PipelineProfile {
 const nonNegative = (where: string, value: unknown, optional: boolean): void => {
   if (value === undefined && optional) return;
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw new InvalidArgumentError(`${where} must be a finite number >= 0, got ${JSON.stringify(value)}`);
+    throw new InvalidArgumentError(`${where} must be a finite number >= 0, got ${describeValue(value)}`);
   }
 };
 
@@ -64,7 +65,7 @@ export function parseProfile(input: unknown): PipelineProfile {
   });
   for (const key of ['microBatchSize', 'batchSize']) {
     if (typeof p[key] !== 'number' || !Number.isInteger(p[key]) || (p[key] as number) < 1) {
-      throw new InvalidArgumentError(`profile.${key} must be an integer >= 1, got ${JSON.stringify(p[key])}`);
+      throw new InvalidArgumentError(`profile.${key} must be an integer >= 1, got ${describeValue(p[key])}`);
     }
   }
   nonNegative('profile.overheadMs', p.overheadMs, true);

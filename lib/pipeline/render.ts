@@ -6,6 +6,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { type Action, computeKinds, formatAction } from './schedule.js';
 import type { SimulationResult } from './simulate.js';
+import { checkObject, describeValue } from '../validate.js';
 
 /** Options for the pictures. */
 export interface RenderOptions {
@@ -18,13 +19,24 @@ export interface RenderOptions {
 }
 
 function checkResult(result: SimulationResult): void {
-  if (result === null || typeof result !== 'object' || !Array.isArray(result.timeline) || result.schedule === undefined) {
-    throw new InvalidArgumentError('pass the result of simulateSchedule()');
+  const r = result as Partial<SimulationResult> | null;
+  if (
+    r === null ||
+    typeof r !== 'object' ||
+    !Array.isArray(r.timeline) ||
+    typeof r.schedule !== 'object' ||
+    r.schedule === null ||
+    typeof r.schedule.params !== 'object' ||
+    typeof r.analysis !== 'object' ||
+    r.analysis === null
+  ) {
+    throw new InvalidArgumentError(`pass the result of simulateSchedule(), got ${describeValue(result)}`);
   }
 }
 
 /** The default title: name and parameters. */
 export function scheduleTitle(result: SimulationResult): string {
+  checkResult(result);
   const params = Object.entries(result.schedule.params)
     .map(([k, v]) => `${k}=${v}`)
     .join(' ');
@@ -68,6 +80,7 @@ const letterOf = (a: Action): string => (a.kind === 'forward' ? 'F' : a.kind ===
  */
 export function renderAscii(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
+  checkObject(options as unknown, 'renderAscii(result, options): options');
   const many = sharesStages(result);
   const labelOf = (a: Action): string => `${letterOf(a)}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
   let longest = 2;
@@ -122,6 +135,7 @@ function fillOf(a: Action): string {
 /** The timeline as a standalone SVG document. */
 export function renderSvg(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
+  checkObject(options as unknown, 'renderSvg(result, options): options');
   const S = result.schedule.stages;
   const makespan = result.makespan > 0 ? result.makespan : 1;
   const scale = options.scale ?? Math.max(2, Math.min(60, 1100 / makespan));
@@ -225,6 +239,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
 
 /** A self-contained HTML page with the SVG picture and the figures. */
 export function renderHtml(result: SimulationResult, options: RenderOptions = {}): string {
+  checkObject(options as unknown, 'renderHtml(result, options): options');
   const title = options.title ?? scheduleTitle(result);
   return [
     '<!doctype html>',

@@ -11,6 +11,7 @@
  * data-parallel forms (one part, one pipeline per worker).
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
+import { checkObject, describeValue } from '../validate.js';
 
 /** What an action does. */
 export type ActionKind =
@@ -120,6 +121,7 @@ export function action(
   stage: number,
   fields: { part?: number; microBatch?: number; pipeline?: number; version?: number; peer?: number } = {},
 ): Action {
+  checkObject(fields, 'action(kind, stage, fields): fields');
   return {
     kind,
     stage,
@@ -139,6 +141,10 @@ export function action(
  * S stash, R restore, E elastic averaging, A all-reduce. Examples: `0F1`, `1B3@2`, `0sa1>1`, `3U`.
  */
 export function formatAction(a: Action): string {
+  if (a === null || typeof a !== 'object' || typeof a.kind !== 'string' || !Object.hasOwn(codeOfKind, a.kind))
+    throw new InvalidArgumentError(`formatAction: pass an action (see action()), got ${describeValue(a)}`);
+  for (const field of ['stage', 'microBatch', 'part', 'pipeline', 'version', 'peer'] as const)
+    checkInteger(`formatAction: action.${field}`, a[field], -1, Number.MAX_SAFE_INTEGER);
   let text = `${a.stage}${codeOfKind[a.kind]}`;
   if (a.microBatch >= 0) text += String(a.microBatch);
   if (a.part !== a.stage) text += `/${a.part}`;
@@ -189,6 +195,8 @@ export function parseAction(text: string): Action {
 
 /** Formats a whole schedule, one line per stage. */
 export function formatSchedule(schedule: Schedule): string {
+  if (schedule === null || typeof schedule !== 'object' || !Array.isArray(schedule.actions) || !schedule.actions.every(Array.isArray))
+    throw new InvalidArgumentError(`formatSchedule: pass a Schedule, got ${describeValue(schedule)}`);
   return schedule.actions.map((row, s) => `${s}: ${row.map(formatAction).join(' ')}`).join('\n');
 }
 
@@ -207,7 +215,7 @@ export interface ScheduleInit {
 export function checkInteger(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `in [${min}, ${max}]`;
-    throw new InvalidArgumentError(`${name} must be an integer ${range}, got ${String(value)}`);
+    throw new InvalidArgumentError(`${name} must be an integer ${range}, got ${describeValue(value)}`);
   }
   return value;
 }

@@ -13,6 +13,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { type Action, type Schedule, computeKinds, unitKey } from './schedule.js';
 import { type TimedAction, computeTimeline } from './timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from './validate.js';
+import { describeValue } from '../validate.js';
 
 /** A cost for every part, or one per part (index = part). */
 export type PerPart = number | readonly number[];
@@ -81,7 +82,7 @@ function perPart(name: string, value: PerPart | undefined, parts: number, fallba
       v = value[j];
     } else throw new InvalidArgumentError(`costs.${name} must be a number or an array of numbers`);
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
-      throw new InvalidArgumentError(`costs.${name}${typeof value === 'object' ? `[${j}]` : ''} must be a finite number >= 0, got ${String(v)}`);
+      throw new InvalidArgumentError(`costs.${name}${typeof value === 'object' ? `[${j}]` : ''} must be a finite number >= 0, got ${describeValue(v)}`);
     }
     out.push(v);
   }

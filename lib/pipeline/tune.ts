@@ -8,6 +8,8 @@ import { checkInteger } from './schedule.js';
 import { avgpipe } from './schedules/avgpipe.js';
 import { forwardsBeforeBackward } from './schedules/advance-forward.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
+import { describeValue } from '../validate.js';
+import { checkNumber as checkNumberArg } from '../validate.js';
 
 export interface TuneOptions {
   /** Memory available on each stage's device, bytes. */
@@ -47,7 +49,9 @@ export interface TuneResult {
 const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 
 /** Simulation costs of a profile at micro-batch size `b` (linear in b beyond the fixed overhead). */
-export function costsAt(profile: PipelineProfile, microBatchSize: number): SimulationCosts {
+export function costsAt(profileInput: PipelineProfile, microBatchSize: number): SimulationCosts {
+  const profile = parseProfile(profileInput);
+  checkNumberArg(microBatchSize, 'costsAt: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
   const ratio = microBatchSize / profile.microBatchSize;
   const overhead = profile.overheadMs ?? 0;
   const scaled = (ms: number): number => overhead + (ms - overhead) * ratio;
@@ -73,7 +77,7 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
   const profile = parseProfile(profileInput);
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('tuneAvgPipe expects options { memoryBytes }');
   const memory = options.memoryBytes;
-  if (typeof memory !== 'number' || !(memory > 0)) throw new InvalidArgumentError(`memoryBytes must be a number > 0, got ${String(memory)}`);
+  if (typeof memory !== 'number' || !(memory > 0)) throw new InvalidArgumentError(`memoryBytes must be a number > 0, got ${describeValue(memory)}`);
   const maxN = checkInteger('maxPipelines', options.maxPipelines ?? 4, 1, 64);
   const maxM = checkInteger('maxMicroBatches', options.maxMicroBatches ?? 64, 1, 4096);
   const S = profile.stages.length;

@@ -7,7 +7,8 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type Schedule, createSchedule, formatAction, p2pKinds, unitKey } from './schedule.js';
+import { type Action, type Schedule, checkInteger, createSchedule, formatAction, p2pKinds, unitKey } from './schedule.js';
+import { checkObject, describeValue } from '../validate.js';
 import { collectiveKey, messageOf } from './timeline.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. */
@@ -411,8 +412,13 @@ export function stalenessOf(
   where: { stage: number; part?: number; pipeline?: number },
   microBatches: number,
 ): (number | null)[] {
-  const part = where.part ?? where.stage;
-  const pipeline = where.pipeline ?? 0;
+  if (analysis === null || typeof analysis !== 'object' || !Array.isArray(analysis.staleness))
+    throw new InvalidArgumentError(`stalenessOf: pass the analysis that validateSchedule() returns, got ${describeValue(analysis)}`);
+  checkObject(where, 'stalenessOf(analysis, where): where');
+  checkInteger('stalenessOf: where.stage', where.stage, 0, Number.MAX_SAFE_INTEGER);
+  checkInteger('stalenessOf: microBatches', microBatches, 0, 1 << 20);
+  const part = checkInteger('stalenessOf: where.part', where.part ?? where.stage, 0, Number.MAX_SAFE_INTEGER);
+  const pipeline = checkInteger('stalenessOf: where.pipeline', where.pipeline ?? 0, 0, Number.MAX_SAFE_INTEGER);
   const out = new Array<number | null>(microBatches).fill(null);
   for (const e of analysis.staleness) {
     if (e.stage === where.stage && e.part === part && e.pipeline === pipeline && e.microBatch < microBatches) out[e.microBatch] = e.staleness;

@@ -21,6 +21,7 @@ import { readFileSync } from 'node:fs';
 import { emulatedMs, type NetworkEmulation } from '../comm/emulation.js';
 import { InvalidArgumentError } from '../errors.js';
 import { fromJsonText } from '../json-input.js';
+import { describeValue } from '../validate.js';
 
 /**
  * A per-worker training profile (JSON). `computeMs` and `samplesPerStep` are required, and one of
@@ -81,7 +82,7 @@ export interface DataParallelProjection {
 export const MAX_WORKERS = 1 << 20;
 
 const positive = (where: string, v: unknown): number => {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new InvalidArgumentError(`${where} must be a finite number > 0, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new InvalidArgumentError(`${where} must be a finite number > 0, got ${describeValue(v)}`);
   return v;
 };
 
@@ -99,7 +100,7 @@ export function parseDataParallelProfile(input: unknown): DataParallelProfile {
   if (p.params !== undefined && p.modelBytes !== undefined) throw new InvalidArgumentError('profile: give params or modelBytes, not both');
   if (p.params === undefined && p.modelBytes === undefined) throw new InvalidArgumentError('profile: give params (parameter count) or modelBytes (gradient bytes per step)');
   if (p.params !== undefined && (!Number.isSafeInteger(p.params) || (p.params as number) < 1))
-    throw new InvalidArgumentError(`profile.params must be a positive integer, got ${JSON.stringify(p.params)}`);
+    throw new InvalidArgumentError(`profile.params must be a positive integer, got ${describeValue(p.params)}`);
   if (p.modelBytes !== undefined) positive('profile.modelBytes', p.modelBytes);
   if (p.source !== undefined && typeof p.source !== 'string') throw new InvalidArgumentError('profile.source must be a string');
   return {
@@ -135,10 +136,10 @@ export function projectDataParallel(input: DataParallelProjectionInput): DataPar
   const gbps = positive('network.gbps', n.gbps);
   const latencyUs = n.latencyUs ?? 0;
   if (typeof latencyUs !== 'number' || !Number.isFinite(latencyUs) || latencyUs < 0)
-    throw new InvalidArgumentError(`network.latencyUs must be a finite number >= 0, got ${JSON.stringify(latencyUs)}`);
+    throw new InvalidArgumentError(`network.latencyUs must be a finite number >= 0, got ${describeValue(latencyUs)}`);
   if (!Array.isArray(input.workers) || input.workers.length === 0) throw new InvalidArgumentError('workers: give at least one worker count');
   for (const w of input.workers)
-    if (!Number.isInteger(w) || w < 1 || w > MAX_WORKERS) throw new InvalidArgumentError(`workers: each count must be an integer in [1, ${MAX_WORKERS}], got ${JSON.stringify(w)}`);
+    if (!Number.isInteger(w) || w < 1 || w > MAX_WORKERS) throw new InvalidArgumentError(`workers: each count must be an integer in [1, ${MAX_WORKERS}], got ${describeValue(w)}`);
   const network = { gbps, latencyUs };
   const bytes = gradientBytes(profile);
   const c = profile.computeMs;

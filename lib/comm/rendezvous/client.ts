@@ -24,6 +24,7 @@ import {
   u8,
 } from './frame.js';
 import { checkMaxMessageBytes, checkPort, checkTimeoutMs, encodeKey, encodeValue } from './validate.js';
+import { describeValue, checkObject } from '../../validate.js';
 
 /** Default deadline of every rendezvous call, connecting included: 30 s. */
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 30_000;
@@ -102,6 +103,7 @@ export class RendezvousClient {
    * InvalidArgumentError if it refuses the token or for bad options.
    */
   static async connect(options: RendezvousClientOptions): Promise<RendezvousClient> {
+    checkObject(options, 'RendezvousClient.connect(options)');
     const host = options.host ?? '127.0.0.1';
     if (typeof host !== 'string' || host === '') throw new InvalidArgumentError('host must be a non-empty string');
     const port = checkPort(options.port, 'port', false);
@@ -188,7 +190,7 @@ export class RendezvousClient {
    * value. The value is kept as decimal text, so get() reads it as a string.
    */
   async add(key: string, delta = 1, options?: CallOptions): Promise<number> {
-    if (!Number.isSafeInteger(delta)) throw new InvalidArgumentError(`delta must be a safe integer, got ${String(delta)}`);
+    if (!Number.isSafeInteger(delta)) throw new InvalidArgumentError(`delta must be a safe integer, got ${describeValue(delta)}`);
     const reply = await this.call(body(Op.Add, 0, i64(delta), short(encodeKey(key))), options);
     return Number(reply.payload.toString('latin1'));
   }
@@ -201,7 +203,7 @@ export class RendezvousClient {
   async barrier(name: string, worldSize: number, options?: CallOptions): Promise<void> {
     if (typeof name !== 'string' || name === '') throw new InvalidArgumentError('barrier name must be a non-empty string');
     if (!Number.isInteger(worldSize) || worldSize < 1)
-      throw new InvalidArgumentError(`worldSize must be a positive integer, got ${String(worldSize)}`);
+      throw new InvalidArgumentError(`worldSize must be a positive integer, got ${describeValue(worldSize)}`);
     const timeoutMs = this.deadline(options);
     const deadline = Date.now() + timeoutMs;
     const remaining = (): CallOptions => ({ timeoutMs: Math.max(deadline - Date.now(), 1) });

@@ -5,6 +5,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 import type { RendezvousOptions } from './rendezvous.js';
 import { checkRank } from './validate.js';
+import { checkObject } from '../../validate.js';
 
 /** Port used when MASTER_PORT is unset (mpirun and Slurm do not set it); torchrun's default. */
 export const DEFAULT_MASTER_PORT = 29500;
@@ -47,6 +48,7 @@ function readInt(env: NodeJS.ProcessEnv, name: string, min: number): number | un
  * apply to all. Throws InvalidArgumentError naming the variable that is missing or malformed.
  */
 export function fromEnv(env: NodeJS.ProcessEnv = process.env): RendezvousEnv {
+  checkObject(env, 'fromEnv(env): env');
   const found = sources.find((s) => env[s.rank] !== undefined && env[s.rank] !== '');
   if (found === undefined)
     throw new InvalidArgumentError(

@@ -22,6 +22,7 @@ import {
   u8,
 } from './frame.js';
 import { checkMaxMessageBytes, checkPort, checkTimeoutMs } from './validate.js';
+import { checkObject } from '../../validate.js';
 
 /** Options of {@link RendezvousServer.listen}. */
 export interface RendezvousServerOptions {
@@ -87,6 +88,7 @@ export class RendezvousServer {
 
   /** Binds and starts serving. Rejects with InvalidArgumentError if the address cannot be bound. */
   static async listen(options: RendezvousServerOptions): Promise<RendezvousServer> {
+    checkObject(options, 'RendezvousServer.listen(options)');
     const host = options.host ?? '127.0.0.1';
     checkPort(options.port, 'port', true);
     const maxMessageBytes = checkMaxMessageBytes(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES);

@@ -1,26 +1,27 @@
 /** Argument checks shared by the rendezvous server, client and environment reader. */
 import { InvalidArgumentError } from '../../errors.js';
 import { MAX_KEY_BYTES } from './frame.js';
+import { describeValue } from '../../validate.js';
 
 /** Longest delay a Node timer honours; longer timeouts would silently fire after 1 ms. */
 export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 export function checkPort(port: unknown, name: string, allowZero: boolean): number {
   if (typeof port !== 'number' || !Number.isInteger(port) || port < (allowZero ? 0 : 1) || port > 65535)
-    throw new InvalidArgumentError(`${name} must be an integer in [${allowZero ? 0 : 1}, 65535], got ${String(port)}`);
+    throw new InvalidArgumentError(`${name} must be an integer in [${allowZero ? 0 : 1}, 65535], got ${describeValue(port)}`);
   return port;
 }
 
 export function checkTimeoutMs(timeoutMs: unknown, name = 'timeoutMs'): number {
   if (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TIMEOUT_MS)
-    throw new InvalidArgumentError(`${name} must be an integer number of milliseconds in [1, ${MAX_TIMEOUT_MS}], got ${String(timeoutMs)}`);
+    throw new InvalidArgumentError(`${name} must be an integer number of milliseconds in [1, ${MAX_TIMEOUT_MS}], got ${describeValue(timeoutMs)}`);
   return timeoutMs;
 }
 
 export function checkMaxMessageBytes(bytes: unknown): number {
   // 64 bytes leaves room for a HELLO with a short token; 1 GiB keeps Buffer.concat sane.
   if (typeof bytes !== 'number' || !Number.isInteger(bytes) || bytes < 64 || bytes > 2 ** 30)
-    throw new InvalidArgumentError(`maxMessageBytes must be an integer in [64, 2^30], got ${String(bytes)}`);
+    throw new InvalidArgumentError(`maxMessageBytes must be an integer in [64, 2^30], got ${describeValue(bytes)}`);
   return bytes;
 }
 
@@ -41,7 +42,7 @@ export function encodeValue(value: unknown): Buffer {
 
 export function checkRank(rank: unknown, worldSize: unknown): void {
   if (typeof worldSize !== 'number' || !Number.isInteger(worldSize) || worldSize < 1)
-    throw new InvalidArgumentError(`worldSize must be a positive integer, got ${String(worldSize)}`);
+    throw new InvalidArgumentError(`worldSize must be a positive integer, got ${describeValue(worldSize)}`);
   if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 0 || rank >= worldSize)
-    throw new InvalidArgumentError(`rank must be an integer in [0, ${worldSize - 1}], got ${String(rank)}`);
+    throw new InvalidArgumentError(`rank must be an integer in [0, ${worldSize - 1}], got ${describeValue(rank)}`);
 }

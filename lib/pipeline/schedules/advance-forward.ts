@@ -1,6 +1,8 @@
 /**
  * The per-stage order of advance forward propagation (AFP), of which 1F1B is the case A = 0.
  */
+import { checkInteger } from '../schedule.js';
+import { limits } from './options.js';
 
 /** One step of a per-stage order: a forward or backward of a micro-batch. */
 export interface Step {
@@ -8,8 +10,16 @@ export interface Step {
   readonly microBatch: number;
 }
 
+function checkShape(what: string, S: unknown, M: unknown, A: unknown, k: unknown): void {
+  checkInteger(`${what}: S (stages)`, S, 1, limits.stages);
+  checkInteger(`${what}: M (micro-batches)`, M, 1, limits.microBatches);
+  checkInteger(`${what}: A (advance)`, A, 0, Number.MAX_SAFE_INTEGER);
+  checkInteger(`${what}: k (stage)`, k, 0, (S as number) - 1);
+}
+
 /** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. */
 export function forwardsBeforeBackward(S: number, M: number, A: number, k: number): number {
+  checkShape('forwardsBeforeBackward', S, M, A, k);
   return Math.min(M, S - k + Math.max(0, A - k));
 }
 

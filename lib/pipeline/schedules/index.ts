@@ -16,6 +16,7 @@ import { sapipe } from './sapipe.js';
 import { spectrain } from './spectrain.js';
 import { wavelet } from './wavelet.js';
 import { zbH1 } from './zb-h1.js';
+import { describeValue } from '../../validate.js';
 
 export { advanceForwardOrder, forwardsBeforeBackward } from './advance-forward.js';
 export type { Step } from './advance-forward.js';
@@ -58,7 +59,7 @@ const generators: Record<ScheduleName, (options: ScheduleOptions) => Schedule> =
 /** Builds the named schedule. */
 export function generateSchedule(name: ScheduleName, options: ScheduleOptions): Schedule {
   if (typeof name !== 'string' || !Object.hasOwn(generators, name)) {
-    throw new InvalidArgumentError(`unknown schedule "${String(name)}"; use one of: ${scheduleNames.join(', ')}`);
+    throw new InvalidArgumentError(`unknown schedule "${describeValue(name)}"; use one of: ${scheduleNames.join(', ')}`);
   }
   return generators[name](options);
 }

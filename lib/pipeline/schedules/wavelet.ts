@@ -2,6 +2,7 @@ import { InvalidArgumentError } from '../../errors.js';
 import { withCommunication } from '../communication.js';
 import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
+import { describeValue } from '../../validate.js';
 
 /**
  * Wavelet tick-tock: two waves of the same job, the tock wave half an iteration behind the tick
@@ -24,7 +25,7 @@ export function wavelet(options: ScheduleOptions): Schedule {
   const form = options.form ?? 'data-parallel';
   if (form === 'data-parallel') return waveletDataParallel(S, M);
   if (form === 'model-parallel') return waveletModelParallel(S, M);
-  throw new InvalidArgumentError(`wavelet: form must be "data-parallel" or "model-parallel", got ${String(form)}`);
+  throw new InvalidArgumentError(`wavelet: form must be "data-parallel" or "model-parallel", got ${describeValue(form)}`);
 }
 
 function waveletDataParallel(S: number, M: number): Schedule {
