@@ -170,7 +170,6 @@ export class Tensor {
  */
 export class ParamSet {
   readonly weights: FlatBuffer;
-  readonly grads: FlatBuffer;
   /** Total elements of the flat buffers, padding included. */
   readonly length: number;
   /** Number of parameters (padding excluded). */
@@ -179,6 +178,7 @@ export class ParamSet {
   private readonly tensorsByName: Map<string, Tensor>;
   private memory: MemorySource | undefined;
   private isDisposed = false;
+  private gradBuffer: FlatBuffer;
 
   constructor(spec: ParamSpec, options: ParamSetOptions = {}) {
     checkObject(options, 'ParamSet(spec, options): options');
@@ -225,7 +225,7 @@ export class ParamSet {
     this.numParams = numParams;
     this.weights = this.allocateLike();
     try {
-      this.grads = this.allocateLike();
+      this.gradBuffer = this.allocateLike();
     } catch (error) {
       this.weights.dispose();
       throw error;
@@ -256,6 +256,28 @@ export class ParamSet {
       throw new InvalidArgumentError(`ParamSet: options.memory.allocate(${this.length}) must return a FlatBuffer of that length`);
     }
     return buffer;
+  }
+
+  /**
+   * The gradient buffer to write this step's gradients into. A DataParallelTrainer in a pipelined
+   * mode gives the ParamSet a fresh buffer at each step() while it all-reduces the one just
+   * filled, so re-read `grads` (or a tensor's `grad`) every step rather than keeping the buffer.
+   */
+  get grads(): FlatBuffer {
+    return this.gradBuffer;
+  }
+
+  /**
+   * @internal Puts `buffer` (same length, from allocateLike()) in place of the gradient buffer and
+   * returns the one it replaces, which the caller now owns. The data-parallel trainer's double buffer.
+   */
+  exchangeGrads(buffer: FlatBuffer): FlatBuffer {
+    this.checkLive('exchangeGrads');
+    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length)
+      throw new SizeMismatchError(`ParamSet.exchangeGrads: the buffer must be a FlatBuffer of ${this.length} elements`);
+    const previous = this.gradBuffer;
+    this.gradBuffer = buffer;
+    return previous;
   }
 
   /** Tensor names in packing order. */
@@ -311,7 +333,7 @@ export class ParamSet {
   dispose(): void {
     if (this.isDisposed) return;
     this.weights.dispose();
-    this.grads.dispose();
+    this.gradBuffer.dispose();
     this.isDisposed = true;
   }
 

@@ -1,20 +1,4 @@
-/**
- * A data-parallel trainer: every rank holds the same ParamSet, computes a gradient on its own data,
- * and the trainer averages the gradients over a Communicator and applies them with a fused
- * optimizer step. One call per training step:
- *
- *     const w = trainer.forwardWeights;   // the weights this step's forward/backward reads
- *     // ... compute the local gradient into trainer.grads ...
- *     await trainer.step();
- *
- * In the staleness-1 modes (`pipe-sgd`, `sapipe-dc`, `sapipe-wp`) step() starts the all-reduce of
- * the gradient just computed and returns without waiting for it, so it runs while the caller
- * computes the next gradient; the next step() completes it and applies it. Two gradient buffers
- * alternate (`trainer.grads` is the one to fill now; re-read it every step) so the caller never
- * writes the buffer under reduction. The first step only starts its reduction; the first update
- * comes one step later and applies that gradient to the weights it was computed at (no staleness);
- * every later update applies a gradient one update late.
- */
+/** The data-parallel trainer: see {@link DataParallelTrainer}. */
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
 import { countNonFinite } from '../ops.js';
@@ -73,6 +57,39 @@ interface Pending {
   result: ReduceResult | undefined;
 }
 
+/**
+ * A data-parallel trainer: every rank holds the same ParamSet, computes a gradient on its own data,
+ * and the trainer averages the gradients over a Communicator and applies them with a fused
+ * optimizer step. Every rank runs the same loop, one `step()` per batch:
+ *
+ * ```ts
+ * const comm = await LocalCommunicator.create(workerData.sapipeLocal);
+ * const params = new ParamSet(model.spec);
+ * const trainer = await DataParallelTrainer.create({ comm, params, mode: 'sapipe-wp', optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 } });
+ * for (const batch of batches) {
+ *   trainer.zeroGrad();                                  // or params.zeroGrad(): the same buffer
+ *   for (const micro of batch) {
+ *     model.forward(micro.x, micro.rows, trainer.forwardWeights); // the (predicted) weights to read
+ *     model.loss(micro.labels);
+ *     model.backward(params.grads);                      // or accumulate into params.get(name).grad
+ *   }
+ *   await trainer.step();                                // average over the ranks, update
+ * }
+ * await trainer.flush();                                 // apply the gradient still in flight
+ * ```
+ *
+ * Gradients are written into `params.grads` (the same buffer as `trainer.grads`), the weights of
+ * the forward pass read from `trainer.forwardWeights`. In `sync` mode step() averages and applies
+ * at once (bucketed all-reduce fused with the update). In the staleness-1 modes (`pipe-sgd`,
+ * `sapipe-dc`, `sapipe-wp`) step() starts the all-reduce of the gradient just computed and returns
+ * without waiting for it, so it runs while the caller computes the next gradient; the next step()
+ * completes and applies it. For that, step() takes the filled buffer out of the ParamSet and gives
+ * it another: nothing reached through the ParamSet (`grads`, a tensor's `grad`, `zeroGrad()`) is
+ * ever a gradient in flight, so the loop above is correct in every mode. Re-read `params.grads`
+ * every step rather than keeping it. The first pipelined step only starts its reduction; the first
+ * update comes one step later and applies that gradient to the weights it was computed at (no
+ * staleness); every later update applies a gradient one update late.
+ */
 export class DataParallelTrainer {
   readonly comm: Communicator;
   readonly params: ParamSet;
@@ -80,11 +97,13 @@ export class DataParallelTrainer {
   readonly optimizer: Optimizer;
   private readonly resolved: ResolvedMode;
   private readonly bucketOptions: { bucketBytes?: number; firstBucketBytes?: number; guard?: 'prescan' | 'deferred'; update?: 'replicated' | 'sharded' };
-  /** The second gradient buffer of the double buffer (pipelined modes). */
-  private readonly spare: FlatBuffer | undefined;
+  /**
+   * The gradient buffer of the double buffer (pipelined modes) that is neither the ParamSet's (the
+   * one the caller fills) nor under reduction; undefined while both are in use.
+   */
+  private idle: FlatBuffer | undefined;
   /** This rank's newest local gradient, copied before its reduction overwrites it. */
   private readonly localCopy: FlatBuffer | undefined;
-  private fill: FlatBuffer;
   private pending: Pending | undefined;
   private calls = 0;
   private busy = false;
@@ -97,13 +116,12 @@ export class DataParallelTrainer {
     this.resolved = resolved;
     this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard, update: options.update };
     this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
-    this.fill = options.params.grads;
     try {
-      // The spare gradient is all-reduced like the ParamSet's own: the same memory.
-      if (resolved.staleness === 1) this.spare = options.params.allocateLike();
+      // The second gradient buffer is all-reduced like the ParamSet's own: the same memory.
+      if (resolved.staleness === 1) this.idle = options.params.allocateLike();
       if (resolved.needsLocalGrad) this.localCopy = FlatBuffer.allocate(options.params.length);
     } catch (error) {
-      this.spare?.dispose();
+      this.idle?.dispose();
       this.optimizer.dispose();
       throw error;
     }
@@ -174,10 +192,25 @@ export class DataParallelTrainer {
     return this.pending !== undefined && this.pending.result === undefined;
   }
 
-  /** The buffer to write this step's local gradient into (alternates between steps in pipelined modes). */
+  /**
+   * The buffer to write this step's local gradient into: always the ParamSet's `grads` (in the
+   * pipelined modes the trainer gives the ParamSet a fresh buffer at each step() while it reduces
+   * the one just filled, so re-read it every step rather than keeping it).
+   */
   get grads(): FlatBuffer {
     this.checkUsable('grads');
-    return this.fill;
+    return this.params.grads;
+  }
+
+  /**
+   * Zeroes the gradient buffer the caller fills next (`trainer.grads`, which is `params.grads`), for
+   * loops that accumulate into it. The buffer under reduction is never the ParamSet's, so zeroing
+   * through the trainer or through `params.zeroGrad()` cannot touch a gradient in flight.
+   */
+  zeroGrad(): void {
+    this.checkUsable('zeroGrad');
+    if (this.busy) throw new BusyError('DataParallelTrainer.zeroGrad: a step() is in flight; await it first');
+    this.params.zeroGrad();
   }
 
   /** The view of tensor `name` in `grads`. */
@@ -209,17 +242,20 @@ export class DataParallelTrainer {
         this.calls += 1;
         return { applied: r.applied, nonFiniteCount: r.nonFiniteCount, step: r.step, updated: true, waitedMs: 0 };
       }
-      const fresh = this.fill;
+      const fresh = this.params.grads;
       if (this.localCopy) this.localCopy.array.set(fresh.array);
       const previous = this.pending;
       const start = performance.now();
       const done = previous ? await this.complete(previous) : undefined;
       const waitedMs = performance.now() - start;
-      // Start this step's reduction before updating, so the update overlaps it too.
+      // Start this step's reduction before updating, so the update overlaps it too, and take the
+      // buffer under reduction out of the ParamSet at once: nothing the caller reaches through the
+      // ParamSet (grads, a tensor's grad, zeroGrad) is ever a gradient in flight. The caller fills
+      // the buffer just applied (or, with nothing in flight before, the idle one) next.
       this.pending = this.startReduction(fresh);
-      // The caller fills the buffer that is not being reduced. With nothing in flight before (the
-      // first step, or the first after flush()), that is whichever of the two `fresh` is not.
-      this.fill = previous ? previous.buffer : fresh === this.spare ? this.params.grads : this.spare!;
+      const next = previous ? previous.buffer : this.idle!;
+      this.idle = undefined;
+      this.params.exchangeGrads(next);
       this.calls += 1;
       if (!previous || !done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs };
       const r = await this.apply(previous.buffer, done);
@@ -245,6 +281,7 @@ export class DataParallelTrainer {
       if (!previous) return null;
       const done = await this.complete(previous);
       this.pending = undefined;
+      this.idle = previous.buffer;
       const r = await this.apply(previous.buffer, done);
       // The next update applies a gradient computed at the current weights: nothing to compensate.
       const backup = this.optimizer.stateBuffer('backup');
@@ -312,12 +349,12 @@ export class DataParallelTrainer {
     }
     this.calls = state.calls;
     if (p) {
-      // The restored gradient takes the spare buffer; the caller fills the other one next.
-      const buffer = this.spare!;
+      // The restored gradient takes the idle buffer; the caller fills the ParamSet's next.
+      const buffer = this.idle!;
       buffer.array.set(p.averaged);
       const result = { nonFiniteCount: p.nonFiniteCount };
       this.pending = { buffer, reduction: Promise.resolve(result), result };
-      this.fill = this.params.grads;
+      this.idle = undefined;
     }
   }
 
@@ -330,7 +367,9 @@ export class DataParallelTrainer {
     if (pending) await pending.reduction.catch(() => undefined);
     this.pending = undefined;
     this.optimizer.dispose();
-    this.spare?.dispose();
+    // The ParamSet keeps (and frees) whichever buffer it holds now; the trainer frees the other.
+    (this.idle ?? pending?.buffer)?.dispose();
+    this.idle = undefined;
     this.localCopy?.dispose();
   }
 
