@@ -197,8 +197,17 @@ export function checkKnownKeys(value: object, allowed: readonly string[], what: 
   }
 }
 
+/**
+ * The option names of an options type, as a list for {@link checkKnownKeys}. Written as an object
+ * with every key of `T` set to true, so the compiler keeps the list equal to the type: a field
+ * added to the interface and not here, or listed here and not there, fails to compile.
+ */
+export function optionKeys<T>(keys: { readonly [K in keyof Required<T>]: true }): readonly string[] {
+  return Object.freeze(Object.keys(keys));
+}
+
 /** checkObject then checkKnownKeys: the usual first line of an options resolver. */
-export function checkOptions(value: unknown, allowed: readonly string[], what: string): asserts value is Record<string, unknown> {
+export function checkOptions<T>(value: T, allowed: readonly string[], what: string): asserts value is T & object {
   checkObject(value, what);
   checkKnownKeys(value, allowed, what);
 }

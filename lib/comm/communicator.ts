@@ -11,7 +11,7 @@ import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import type { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
-import { describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export type ReduceOp = 'sum' | 'avg';
 
@@ -90,7 +90,7 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
   async allreduce(buffer: Buffer, options: AllreduceOptions = {}): Promise<ReduceResult> {
     this.checkLive('allreduce');
     this.checkBuffer(buffer, 'allreduce(buffer)');
-    checkOptions(options, 'allreduce(options)');
+    checkOptions(options, ALLREDUCE_OPTION_KEYS, 'allreduce(buffer, options)');
     const offset = checkIndex(options.offset ?? 0, 'allreduce(options.offset)');
     const count = checkIndex(options.count ?? Math.max(0, buffer.length - offset), 'allreduce(options.count)');
     if (offset + count > buffer.length)
@@ -104,7 +104,7 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     this.checkLive('reduceScatter');
     this.checkBuffer(input, 'reduceScatter(input)');
     this.checkBuffer(output, 'reduceScatter(output)');
-    checkOptions(options, 'reduceScatter(options)');
+    checkOptions(options, REDUCE_OPTION_KEYS, 'reduceScatter(input, output, options)');
     if (input.length !== output.length * this.size)
       throw new SizeMismatchError(
         `reduceScatter: the input has ${input.length} elements; it must have size (${this.size}) x the output's ${output.length}`,
@@ -257,9 +257,8 @@ function checkHostBuffer(b: unknown, what: string): void {
   if (b.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
 }
 
-function checkOptions(o: unknown, what: string): void {
-  if (o === null || typeof o !== 'object') throw new InvalidArgumentError(`${what} must be an object`);
-}
+const ALLREDUCE_OPTION_KEYS = optionKeys<AllreduceOptions>({ op: true, offset: true, count: true });
+const REDUCE_OPTION_KEYS = optionKeys<ReduceOptions>({ op: true });
 
 function checkIndex(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new InvalidArgumentError(`${what} must be a non-negative integer, got ${describeValue(v)}`);

@@ -40,7 +40,7 @@ import { awaitNative, callNative, nativeAddon } from '../native.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { Communicator } from './communicator.js';
-import { checkInteger, describeValue } from '../validate.js';
+import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export const DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024;
 export const DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024;
@@ -66,6 +66,8 @@ export interface FusedStepResult extends StepResult {
   /** `sharded` when the sharded pass ran; `replicated` otherwise (also when a sharded step fell back). */
   update: 'replicated' | 'sharded';
 }
+
+const FUSED_STEP_OPTION_KEYS = optionKeys<FusedStepOptions>({ bucketBytes: true, firstBucketBytes: true, guard: true, localGrad: true, update: true });
 
 function checkCommAndOptimizer(what: string, comm: unknown, optimizer: unknown): void {
   if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`${what}(comm, optimizer): comm must be a Communicator, got ${describeValue(comm)}`);
@@ -98,7 +100,7 @@ export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES,
  * optimizer step, bucket by bucket. Every rank must call it with the same bucket options.
  */
 export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer, options: FusedStepOptions = {}): Promise<FusedStepResult> {
-  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('allreduceAndStep(options) must be an object');
+  checkOptions(options, FUSED_STEP_OPTION_KEYS, 'allreduceAndStep(comm, optimizer, options)');
   checkCommAndOptimizer('allreduceAndStep', comm, optimizer);
   comm.checkLive('allreduceAndStep');
   const params = optimizer.params;

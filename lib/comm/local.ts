@@ -17,7 +17,7 @@ import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type Sha
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
 import { QueuedCommunicator } from './queued.js';
-import { checkInteger, checkObject, checkOptions, describeValue } from '../validate.js';
+import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export { partition } from './partition.js';
 
@@ -38,6 +38,8 @@ export interface LocalCommunicatorOptions {
   algorithm?: 'direct' | 'ring';
 }
 
+const LOCAL_OPTION_KEYS = optionKeys<LocalCommunicatorOptions>({ group: true, rank: true, size: true, timeoutMs: true, emulate: true, algorithm: true });
+
 /** Most ranks a local group holds (the native group's limit). */
 const MAX_LOCAL_RANKS = 4096;
 
@@ -56,7 +58,7 @@ export class LocalCommunicator extends QueuedCommunicator {
 
   /** Joins the group; resolves once all `size` ranks have joined (or rejects with TimeoutError). */
   static async create(options: LocalCommunicatorOptions): Promise<LocalCommunicator> {
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('LocalCommunicator.create(options) must be an object');
+    checkOptions(options, LOCAL_OPTION_KEYS, 'LocalCommunicator.create(options)');
     const { group, rank, size } = options;
     if (typeof group !== 'string' || group.length === 0) throw new InvalidArgumentError('LocalCommunicator: options.group must be a non-empty string');
     checkInteger(size, 'LocalCommunicator: options.size', 1, MAX_LOCAL_RANKS);

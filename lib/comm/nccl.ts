@@ -27,7 +27,7 @@ import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './comm
 import { bucketRanges } from './fused-step.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
-import { describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export interface NcclCommunicatorOptions {
   rank: number;
@@ -77,6 +77,9 @@ function checkInteger(value: unknown, lo: number, hi: number, what: string): num
   return value;
 }
 
+const NCCL_OPTION_KEYS = optionKeys<NcclCommunicatorOptions>({ rank: true, size: true, device: true, store: true, env: true, key: true, timeoutMs: true });
+const NCCL_STEP_OPTION_KEYS = optionKeys<NcclStepOptions>({ bucketBytes: true, firstBucketBytes: true, update: true, localGrad: true });
+
 export class NcclCommunicator extends Communicator<DeviceBuffer> {
   readonly backend = 'nccl' as const;
   /** This rank's device, `cuda:N`. */
@@ -99,7 +102,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
    * store traffic; then exchanges the unique id and initialises.
    */
   static async create(options: NcclCommunicatorOptions): Promise<NcclCommunicator> {
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('NcclCommunicator.create(options) must be an object');
+    checkOptions(options, NCCL_OPTION_KEYS, 'NcclCommunicator.create(options)');
     const size = checkInteger(options.size, 1, 65536, 'options.size');
     const rank = checkInteger(options.rank, 0, size - 1, 'options.rank');
     const index = cudaDeviceIndex(options.device, 'NcclCommunicator: options.device');
@@ -212,7 +215,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   async allreduceAndStep(params: DeviceParamSet, options: NcclStepOptions = {}): Promise<NcclStepResultInfo> {
     this.checkLive('allreduceAndStep');
     if (!(params instanceof DeviceParamSet)) throw new InvalidArgumentError('NcclCommunicator.allreduceAndStep(params) must be a DeviceParamSet');
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('allreduceAndStep(options) must be an object');
+    checkOptions(options, NCCL_STEP_OPTION_KEYS, 'NcclCommunicator.allreduceAndStep(params, options)');
     params.checkLive('allreduceAndStep');
     if (params.weights.deviceIndex !== cudaDeviceIndex(this.device))
       throw new InvalidArgumentError(`allreduceAndStep: the DeviceParamSet is on ${params.device}, the communicator on ${this.device}`);

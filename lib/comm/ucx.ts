@@ -29,7 +29,7 @@ import { QueuedCommunicator } from './queued.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
 import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
-import { describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Bytes per message of the ring's pipeline: large enough for UCX's zero-copy protocols, small enough to stay in cache while reduced. */
 export const DEFAULT_UCX_CHUNK_BYTES = 512 * 1024;
@@ -94,6 +94,8 @@ function chunkBytesOf(option: unknown): number {
   return Number(env);
 }
 
+const UCX_OPTION_KEYS = optionKeys<UcxCommunicatorOptions>({ rank: true, size: true, store: true, timeoutMs: true, emulate: true, chunkBytes: true, algorithm: true });
+
 export class UcxCommunicator extends QueuedCommunicator {
   readonly backend = 'ucx' as const;
   private mesh: LivenessMesh | undefined;
@@ -110,7 +112,7 @@ export class UcxCommunicator extends QueuedCommunicator {
 
   /** Joins the group; resolves once every rank is connected (or rejects: TimeoutError, PeerLostError, BackendUnavailableError). */
   static async create(options: UcxCommunicatorOptions = {}): Promise<UcxCommunicator> {
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('UcxCommunicator.create(options) must be an object');
+    checkOptions(options, UCX_OPTION_KEYS, 'UcxCommunicator.create(options)');
     const timeoutMs = positiveInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'options.timeoutMs');
     const emulation = checkEmulation(options.emulate);
     const chunkBytes = chunkBytesOf(options.chunkBytes);

@@ -6,7 +6,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { Dataset } from './dataset.js';
 import { checkSeed, seededRandom } from './seeded-random.js';
-import { describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export interface SyntheticOptions {
   count: number;
@@ -17,8 +17,10 @@ export interface SyntheticOptions {
   seed?: number;
 }
 
+const SYNTHETIC_OPTION_KEYS = optionKeys<SyntheticOptions>({ count: true, features: true, classes: true, noise: true, seed: true });
+
 export function syntheticDataset(options: SyntheticOptions): Dataset {
-  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('syntheticDataset(options) must be an object like { count: 256, features: 8, classes: 3 }');
+  checkOptions(options, SYNTHETIC_OPTION_KEYS, 'syntheticDataset(options)');
   const { count, features, classes } = options;
   const check = (v: unknown, name: string, lo: number, hi: number): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`syntheticDataset: ${name} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);

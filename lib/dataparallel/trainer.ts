@@ -3,12 +3,12 @@ import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeEr
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
 import { countNonFinite } from '../ops.js';
 import { allreduceAndStep, gatherShardedState } from '../comm/fused-step.js';
-import { Adam, AdamW } from '../optim/adam.js';
+import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
 import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
-import { SGD } from '../optim/sgd.js';
+import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
-import { describeValue } from '../validate.js';
+import { checkKnownKeys, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   comm: Communicator;
@@ -133,7 +133,7 @@ export class DataParallelTrainer {
    * `broadcastWeights: false`, gives every rank rank 0's weights.
    */
   static async create(options: DataParallelTrainerOptions): Promise<DataParallelTrainer> {
-    if (options === null || typeof options !== 'object') throw new InvalidArgumentError('DataParallelTrainer.create(options) must be an object');
+    checkOptions(options, TRAINER_OPTION_KEYS, 'DataParallelTrainer.create(options)');
     const { comm, params } = options;
     if (!(comm instanceof Communicator)) throw new InvalidArgumentError('DataParallelTrainer: options.comm must be a Communicator (e.g. from LocalCommunicator.create)');
     comm.checkLive('DataParallelTrainer.create');
@@ -141,6 +141,7 @@ export class DataParallelTrainer {
     params.checkLive('DataParallelTrainer.create');
     if (options.optimizer === null || typeof options.optimizer !== 'object')
       throw new InvalidArgumentError("DataParallelTrainer: options.optimizer must be an object like { kind: 'sgd', lr: 0.1, momentum: 0.9 }");
+    checkOptimizerSpec(options.optimizer);
     if (options.model !== undefined) {
       const n = (options.model as { numParams?: unknown } | null)?.numParams;
       if (typeof n !== 'number') throw new InvalidArgumentError('DataParallelTrainer: options.model must have a numeric numParams');
@@ -420,6 +421,40 @@ export class DataParallelTrainer {
     if (this.isDisposed) throw new DisposedError(`DataParallelTrainer.${what}: the trainer was disposed; create a new one`);
     this.params.checkLive(`${what} (trainer)`);
   }
+}
+
+/** Every option DataParallelTrainer.create takes. */
+const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
+  comm: true,
+  params: true,
+  optimizer: true,
+  model: true,
+  broadcastWeights: true,
+  bucketBytes: true,
+  firstBucketBytes: true,
+  guard: true,
+  update: true,
+  mode: true,
+  staleness: true,
+  compensation: true,
+  estimate: true,
+  compensateEstimate: true,
+});
+
+/**
+ * The optimizer spec takes the optimizer's own options; compensation and prediction come from the
+ * mode, so naming them here is a mistake the message explains.
+ */
+function checkOptimizerSpec(spec: DataParallelOptimizerSpec): void {
+  const kind = (spec as { kind?: unknown }).kind;
+  if (kind !== 'sgd' && kind !== 'adam' && kind !== 'adamw')
+    throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${describeValue(kind)}`);
+  for (const key of ['compensation', 'prediction', 'queue'])
+    if (Object.hasOwn(spec, key))
+      throw new InvalidArgumentError(
+        `DataParallelTrainer: optimizer.${key} is set by the trainer from its mode; use the trainer's options (mode, compensation, estimate) instead`,
+      );
+  checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], 'DataParallelTrainer: optimizer');
 }
 
 function buildOptimizer(params: ParamSet, spec: DataParallelOptimizerSpec, mode: ResolvedMode): Optimizer {

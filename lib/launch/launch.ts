@@ -12,7 +12,7 @@ import type { Writable } from 'node:stream';
 import { InvalidArgumentError } from '../errors.js';
 import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
-import { describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Options of {@link launch}. */
 export interface LaunchOptions {
@@ -92,13 +92,30 @@ function checkInteger(value: unknown, name: string, min: number, max: number): n
   return value;
 }
 
+const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
+  script: true,
+  args: true,
+  nproc: true,
+  nnodes: true,
+  nodeRank: true,
+  masterAddr: true,
+  masterPort: true,
+  nodeArgs: true,
+  env: true,
+  cwd: true,
+  stdout: true,
+  stderr: true,
+  graceMs: true,
+  forwardSignals: true,
+});
+
 /**
  * Runs `nproc` ranks of `script` and resolves when all have exited. Never rejects for a rank's
  * failure: the result says which rank failed and how. Rejects with InvalidArgumentError for bad
  * options.
  */
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
-  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
+  checkOptions(options, LAUNCH_OPTION_KEYS, 'launch(options)');
   if (typeof options.script !== 'string' || options.script === '') throw new InvalidArgumentError('script must be a non-empty path');
   const nproc = checkInteger(options.nproc, 'nproc', 1, 4096);
   const nnodes = checkInteger(options.nnodes ?? 1, 'nnodes', 1, 65536);

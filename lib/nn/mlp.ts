@@ -16,7 +16,7 @@ import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
 import { reluBackward, reluForward } from './relu.js';
 import { softmaxCrossEntropy } from './softmax-cross-entropy.js';
-import { checkArrayLike, describeValue } from '../validate.js';
+import { checkArrayLike, checkOptions, describeValue } from '../validate.js';
 
 export interface MLPOptions {
   /** Seed of the initial weights (default 0). */
@@ -39,6 +39,7 @@ export class MLP {
   private isDisposed = false;
 
   constructor(sizes: readonly number[], options: MLPOptions = {}) {
+    checkOptions(options, ['seed'] satisfies (keyof MLPOptions)[], 'MLP(sizes, options)');
     if (!Array.isArray(sizes) || sizes.length < 2)
       throw new InvalidArgumentError('MLP: give at least an input and an output size, e.g. [784, 128, 10]');
     for (const s of sizes)

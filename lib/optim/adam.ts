@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { OptimizerKind, type NativeUpdateConfig } from '../native.js';
 import type { ParamSet } from '../tensor.js';
 import { type CommonOptimizerOptions } from './options.js';
-import { checkNumber } from '../validate.js';
+import { checkNumber, optionKeys } from '../validate.js';
 import { Optimizer } from './optimizer.js';
 
 export interface AdamOptions extends CommonOptimizerOptions {
@@ -12,13 +12,25 @@ export interface AdamOptions extends CommonOptimizerOptions {
   eps?: number;
 }
 
+/** Every option Adam and AdamW take. */
+export const ADAM_OPTION_KEYS = optionKeys<AdamOptions>({
+  lr: true,
+  weightDecay: true,
+  gradScale: true,
+  compensation: true,
+  prediction: true,
+  queue: true,
+  betas: true,
+  eps: true,
+});
+
 abstract class AdamBase extends Optimizer {
   readonly beta1: number;
   readonly beta2: number;
   readonly eps: number;
 
   protected constructor(params: ParamSet, options: AdamOptions, kind: 'adam' | 'adamw') {
-    super(params, options, kind);
+    super(params, options, kind, ADAM_OPTION_KEYS);
     const betas = options.betas ?? [0.9, 0.999];
     if (!Array.isArray(betas) || betas.length !== 2) throw new InvalidArgumentError('betas must be [beta1, beta2]');
     this.beta1 = checkNumber(betas[0], 'betas[0]', 0, 1, { hiOpen: true });

@@ -16,7 +16,7 @@ import {
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
-import { checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
+import { checkKnownKeys, checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
 import {
   resolveCompensation,
   resolvePrediction,
@@ -48,6 +48,8 @@ export interface StepResult {
 }
 
 /** Names of the state buffers an optimizer may hold. */
+const OPTIMIZER_CLASS_NAMES = { sgd: 'SGD', adam: 'Adam', adamw: 'AdamW' } as const;
+
 /** The optimizer state buffers, by name. */
 export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predicted', 'prevLocalGrad'] as const;
 export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
@@ -76,11 +78,17 @@ export abstract class Optimizer {
   private inFlight = false;
   private isDisposed = false;
 
-  protected constructor(params: ParamSet, options: CommonOptimizerOptions, readonly kind: OptimizerState['kind']) {
+  protected constructor(
+    params: ParamSet,
+    options: CommonOptimizerOptions,
+    readonly kind: OptimizerState['kind'],
+    optionNames: readonly string[],
+  ) {
     if (params === null || typeof params !== 'object' || typeof (params as ParamSet).checkLive !== 'function')
       throw new InvalidArgumentError(`${kind}: the first argument must be a ParamSet`);
     params.checkLive(`${kind} optimizer`);
     checkObject(options, `${kind} options`);
+    checkKnownKeys(options, optionNames, `${OPTIMIZER_CLASS_NAMES[kind]} options`);
     this.params = params;
     this.learningRate = checkNumber(options.lr, 'lr', 0, Number.MAX_VALUE);
     this.weightDecay = checkNumber(options.weightDecay ?? 0, 'weightDecay', 0, Number.MAX_VALUE);

@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import type { ExecutionQueue } from '../queue.js';
-import { checkInteger, checkNumber, checkObject, describeValue } from '../validate.js';
+import { checkInteger, checkKnownKeys, checkNumber, checkObject, describeValue, optionKeys } from '../validate.js';
 
 /** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). */
 export interface CompensationOptions {
@@ -68,6 +68,23 @@ export interface CommonOptimizerOptions {
   queue?: ExecutionQueue;
 }
 
+/** The option names each optimizer options object takes (one source: the compiler ties them to the types). */
+export const COMMON_OPTIMIZER_KEYS = optionKeys<CommonOptimizerOptions>({
+  lr: true,
+  weightDecay: true,
+  gradScale: true,
+  compensation: true,
+  prediction: true,
+  queue: true,
+});
+const COMPENSATION_KEYS = optionKeys<CompensationOptions>({ kind: true, lambda: true, eps: true });
+const PREDICTION_KEYS: Record<PredictionOptions['kind'], readonly string[]> = {
+  sapipe: optionKeys<SapipePrediction>({ kind: true, estimate: true, compensate: true, worldSize: true, localGradScale: true }),
+  pipeoptim: optionKeys<PipeOptimPrediction>({ kind: true, stage: true, stages: true }),
+  spectrain: optionKeys<SpecTrainPrediction>({ kind: true, stage: true, stages: true, pass: true }),
+  linear: optionKeys<LinearPrediction>({ kind: true, steps: true }),
+};
+
 /** Resolved delay compensation. */
 export interface ResolvedCompensation {
   kind: 'elementwise' | 'adaptive';
@@ -78,6 +95,7 @@ export interface ResolvedCompensation {
 export function resolveCompensation(c: CompensationOptions | undefined): ResolvedCompensation | undefined {
   if (c === undefined) return undefined;
   checkObject(c, 'compensation');
+  checkKnownKeys(c, COMPENSATION_KEYS, 'compensation');
   const kind = c.kind ?? 'elementwise';
   if (kind !== 'elementwise' && kind !== 'adaptive')
     throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${describeValue(kind)}`);
@@ -105,6 +123,7 @@ export function resolvePrediction(
 ): ResolvedPrediction | undefined {
   if (p === undefined) return undefined;
   checkObject(p, 'prediction');
+  if (typeof p.kind === 'string' && Object.hasOwn(PREDICTION_KEYS, p.kind)) checkKnownKeys(p, PREDICTION_KEYS[p.kind], `prediction (kind '${p.kind}')`);
   switch (p.kind) {
     case 'sapipe': {
       const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];

@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { OptimizerKind, type NativeUpdateConfig } from '../native.js';
 import type { ParamSet } from '../tensor.js';
 import { type CommonOptimizerOptions } from './options.js';
-import { checkInteger, checkNumber } from '../validate.js';
+import { checkInteger, checkNumber, checkOptions, optionKeys } from '../validate.js';
 import { Optimizer } from './optimizer.js';
 
 export interface SGDOptions extends CommonOptimizerOptions {
@@ -21,6 +21,20 @@ export interface SGDOptions extends CommonOptimizerOptions {
 }
 
 /** SGD with momentum, dampening, Nesterov and weight decay (PyTorch semantics), fused with compensation and prediction. */
+/** Every option SGD takes. */
+export const SGD_OPTION_KEYS = optionKeys<SGDOptions>({
+  lr: true,
+  weightDecay: true,
+  gradScale: true,
+  compensation: true,
+  prediction: true,
+  queue: true,
+  momentum: true,
+  dampening: true,
+  nesterov: true,
+  spikeCompensation: true,
+});
+
 export class SGD extends Optimizer {
   readonly momentum: number;
   readonly dampening: number;
@@ -28,7 +42,7 @@ export class SGD extends Optimizer {
   readonly spikeDelay: number | undefined;
 
   constructor(params: ParamSet, options: SGDOptions) {
-    super(params, options, 'sgd');
+    super(params, options, 'sgd', SGD_OPTION_KEYS);
     this.momentum = checkNumber(options.momentum ?? 0, 'momentum', 0, 1, { hiOpen: true });
     this.dampening = checkNumber(options.dampening ?? 0, 'dampening', 0, 1);
     const nesterov = options.nesterov ?? false;
@@ -39,6 +53,7 @@ export class SGD extends Optimizer {
     if (options.spikeCompensation !== undefined) {
       if (this.momentum === 0 || this.dampening !== 0 || nesterov)
         throw new InvalidArgumentError('spikeCompensation needs momentum > 0, dampening 0 and nesterov off');
+      checkOptions(options.spikeCompensation, ['delay'], 'spikeCompensation');
       this.spikeDelay = checkInteger(options.spikeCompensation?.delay, 'spikeCompensation.delay', 0, 1 << 20);
     }
     this.allocateState(this.momentum !== 0 ? ['momentum'] : []);

@@ -6,7 +6,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { type Action, computeKinds, formatAction } from './schedule.js';
 import type { SimulationResult } from './simulate.js';
-import { checkObject, describeValue } from '../validate.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Options for the pictures. */
 export interface RenderOptions {
@@ -17,6 +17,8 @@ export interface RenderOptions {
   /** Characters per smallest action (text). Default 3. */
   readonly cellWidth?: number;
 }
+
+const RENDER_OPTION_KEYS = optionKeys<RenderOptions>({ title: true, scale: true, cellWidth: true });
 
 function checkResult(result: SimulationResult): void {
   const r = result as Partial<SimulationResult> | null;
@@ -80,7 +82,7 @@ const letterOf = (a: Action): string => (a.kind === 'forward' ? 'F' : a.kind ===
  */
 export function renderAscii(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
-  checkObject(options as unknown, 'renderAscii(result, options): options');
+  checkOptions(options, RENDER_OPTION_KEYS, 'renderAscii(result, options)');
   const many = sharesStages(result);
   const labelOf = (a: Action): string => `${letterOf(a)}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
   let longest = 2;
@@ -135,7 +137,7 @@ function fillOf(a: Action): string {
 /** The timeline as a standalone SVG document. */
 export function renderSvg(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
-  checkObject(options as unknown, 'renderSvg(result, options): options');
+  checkOptions(options, RENDER_OPTION_KEYS, 'renderSvg(result, options)');
   const S = result.schedule.stages;
   const makespan = result.makespan > 0 ? result.makespan : 1;
   const scale = options.scale ?? Math.max(2, Math.min(60, 1100 / makespan));
@@ -239,7 +241,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
 
 /** A self-contained HTML page with the SVG picture and the figures. */
 export function renderHtml(result: SimulationResult, options: RenderOptions = {}): string {
-  checkObject(options as unknown, 'renderHtml(result, options): options');
+  checkOptions(options, RENDER_OPTION_KEYS, 'renderHtml(result, options)');
   const title = options.title ?? scheduleTitle(result);
   return [
     '<!doctype html>',

@@ -3,6 +3,7 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { checkInteger } from '../schedule.js';
+import { checkKnownKeys, optionKeys } from '../../validate.js';
 
 /** Generator parameters. Each generator reads the ones that apply to it and ignores the rest. */
 export interface ScheduleOptions {
@@ -25,10 +26,21 @@ export interface ScheduleOptions {
 /** Largest sizes accepted: schedules are data, and these keep them to a few hundred thousand actions. */
 export const limits = { stages: 256, microBatches: 4096, pipelines: 64, virtualStages: 64, iterations: 64 } as const;
 
+const SCHEDULE_OPTION_KEYS = optionKeys<ScheduleOptions>({
+  stages: true,
+  microBatches: true,
+  pipelines: true,
+  advance: true,
+  virtualStages: true,
+  iterations: true,
+  form: true,
+});
+
 export function checkOptions(name: string, options: ScheduleOptions): { S: number; M: number } {
   if (options === null || typeof options !== 'object') {
     throw new InvalidArgumentError(`${name}: pass an options object such as { stages: 4, microBatches: 8 }`);
   }
+  checkKnownKeys(options, SCHEDULE_OPTION_KEYS, name);
   const S = checkInteger(`${name}: stages`, options.stages, 1, limits.stages);
   const M = checkInteger(`${name}: microBatches`, options.microBatches, 1, limits.microBatches);
   return { S, M };
