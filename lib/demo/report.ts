@@ -3,7 +3,7 @@
  * assets, so it opens anywhere offline) with the configuration, test accuracy per epoch for each
  * mode, and each mode's mean step split into compute and exposed communication.
  */
-import type { DemoResult } from './run-demo.js';
+import { speedupNote, type DemoResult } from './run-demo.js';
 
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
 
@@ -95,7 +95,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 ${accuracyChart(result)}
 <h2 id="step-time">Time per step: compute and exposed communication</h2>
 ${stepChart(result)}
-<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. The staleness-1 modes overlap a step's all-reduce with the next step's compute; with local shared-memory communication on few cores there is little to hide, so they need not be faster. An emulated network (e.g. --gbps 1) shows the overlap.</p>
+<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. ${esc(speedupNote(result))}</p>
 </body></html>
 `;
 }

@@ -12,10 +12,10 @@ import type { Command } from 'commander';
 
 import { emulatedMs } from '../../comm/emulation.js';
 import { InvalidArgumentError } from '../../errors.js';
-import { DEFAULT_WP_ESTIMATE } from '../../dataparallel/mode.js';
+import { DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE } from '../../dataparallel/mode.js';
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
 import { renderDemoReport } from '../../demo/report.js';
-import { runDemo, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
+import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
 import type { DataParallelProfile } from '../../simulate/dataparallel.js';
 
 interface DemoCliOptions {
@@ -130,9 +130,7 @@ function printTable(result: DemoResult): void {
   console.log(
     'Exposed comm: time step() waited for communication, summed over steps, per worker, averaged. ' +
       'Step ms: steady-state time per step (the end-of-epoch flush and evaluation excluded). ' +
-      (c.emulate
-        ? 'With an emulated network the pipelined modes hide the all-reduce behind the next step.'
-        : 'With local shared-memory communication on few cores there is little communication to hide, so the staleness-1 modes need not be faster; try --gbps 1 (emulated network) to see the overlap.'),
+      speedupNote(result),
   );
 }
 
@@ -154,8 +152,14 @@ export function registerDemoCommand(program: Command): void {
     .option('--train-samples <n>', 'use at most this many training samples (quick runs)')
     .option('--gbps <x>', 'emulate a network of this many Gbit/s (collectives are delayed accordingly)')
     .option('--latency-us <x>', 'emulated per-message latency in microseconds (with --gbps)')
-    .option('--lambda <x>', 'delay-compensation strength of sapipe-dc and sapipe-wp:...+dc (default: the trainer\'s)')
-    .option('--dc-kind <kind>', 'delay-compensation form: elementwise (default) or adaptive (divided by sqrt(g*g + eps))')
+    .option(
+      '--lambda <x>',
+      `delay-compensation strength of sapipe-dc and sapipe-wp:...+dc (default: ${DEFAULT_ADAPTIVE_DC_LAMBDA} for adaptive, ${DEFAULT_ELEMENTWISE_DC_LAMBDA} for elementwise)`,
+    )
+    .option(
+      '--dc-kind <kind>',
+      `delay-compensation form: ${DEFAULT_DC_KIND} (default; the term divided by sqrt(g*g + eps)) or ${DEFAULT_DC_KIND === 'adaptive' ? 'elementwise' : 'adaptive'}`,
+    )
     .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')
