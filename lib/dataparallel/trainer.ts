@@ -15,8 +15,11 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   /** The model's parameters; the trainer updates its weights. */
   params: ParamSet;
   optimizer: DataParallelOptimizerSpec;
-  /** A model whose parameter count must equal the ParamSet's (e.g. the model built on it). */
-  model?: { readonly numParams: number };
+  /**
+   * The model, checked against the ParamSet: an `MLP` (whose `params` must be `options.params`), or
+   * anything with a `numParams` equal to the ParamSet's.
+   */
+  model?: { readonly numParams: number; readonly params?: ParamSet };
   /** Copy rank 0's weights to every rank at creation so all replicas start equal. Default true. */
   broadcastWeights?: boolean;
   /** `sync`: bucket sizes of the fused all-reduce + update (see allreduceAndStep). */
@@ -143,8 +146,14 @@ export class DataParallelTrainer {
       throw new InvalidArgumentError("DataParallelTrainer: options.optimizer must be an object like { kind: 'sgd', lr: 0.1, momentum: 0.9 }");
     checkOptimizerSpec(options.optimizer);
     if (options.model !== undefined) {
-      const n = (options.model as { numParams?: unknown } | null)?.numParams;
-      if (typeof n !== 'number') throw new InvalidArgumentError('DataParallelTrainer: options.model must have a numeric numParams');
+      const model = options.model as { numParams?: unknown; params?: unknown } | null;
+      if (model !== null && typeof model === 'object' && model.params instanceof ParamSet && model.params !== params)
+        throw new InvalidArgumentError(
+          'DataParallelTrainer: options.model has its own ParamSet, not options.params; pass the model\'s: { params: model.params, model }',
+        );
+      const n = model?.numParams;
+      if (typeof n !== 'number')
+        throw new InvalidArgumentError(`DataParallelTrainer: options.model must have a numeric numParams (an MLP, or { numParams }), got ${describeValue(model)}`);
       if (n !== params.numParams)
         throw new SizeMismatchError(`DataParallelTrainer: the model has ${n} parameters but the ParamSet ${params.numParams}; build the ParamSet from the model's parameter spec`);
     }

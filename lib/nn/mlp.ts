@@ -10,18 +10,25 @@
  *   model.backward();                                  // into model.params.grads
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
-import { FlatBuffer, ParamSet } from '../tensor.js';
+import { FlatBuffer, ParamSet, type MemorySource } from '../tensor.js';
 import { seededRandom } from '../data/seeded-random.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
 import { reluBackward, reluForward } from './relu.js';
 import { softmaxCrossEntropy } from './softmax-cross-entropy.js';
-import { checkArrayLike, checkOptions, describeValue } from '../validate.js';
+import { checkArrayLike, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export interface MLPOptions {
   /** Seed of the initial weights (default 0). */
   seed?: number;
+  /**
+   * Where the parameters (and their optimizer's state) are allocated, e.g. the communicator, so
+   * that collectives on the ucx backend read the ranks' buffers in shared memory. See ParamSetOptions.
+   */
+  memory?: MemorySource;
 }
+
+const MLP_OPTION_KEYS = optionKeys<MLPOptions>({ seed: true, memory: true });
 
 export class MLP {
   readonly sizes: readonly number[];
@@ -39,7 +46,7 @@ export class MLP {
   private isDisposed = false;
 
   constructor(sizes: readonly number[], options: MLPOptions = {}) {
-    checkOptions(options, ['seed'] satisfies (keyof MLPOptions)[], 'MLP(sizes, options)');
+    checkOptions(options, MLP_OPTION_KEYS, 'MLP(sizes, options)');
     if (!Array.isArray(sizes) || sizes.length < 2)
       throw new InvalidArgumentError('MLP: give at least an input and an output size, e.g. [784, 128, 10]');
     for (const s of sizes)
@@ -51,13 +58,18 @@ export class MLP {
     for (let i = 0; i + 1 < sizes.length; i++) {
       spec.push([`layer${i}.weight`, [sizes[i + 1]!, sizes[i]!]], [`layer${i}.bias`, [sizes[i + 1]!]]);
     }
-    this.params = new ParamSet(spec);
+    this.params = new ParamSet(spec, options.memory === undefined ? {} : { memory: options.memory });
     this.layers = Object.freeze(spec.filter((_, j) => j % 2 === 0).map((_, i) => new Linear(this.params, `layer${i}.weight`, `layer${i}.bias`)));
     const next = seededRandom(seed);
     for (const layer of this.layers) {
       kaimingUniform(this.params.view(this.params.weights, layer.weight.name), layer.inFeatures, next);
       biasUniform(this.params.view(this.params.weights, layer.bias.name), layer.inFeatures, next);
     }
+  }
+
+  /** Number of parameters (weights and biases of every layer). */
+  get numParams(): number {
+    return this.params.numParams;
   }
 
   get inFeatures(): number {
