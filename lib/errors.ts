@@ -14,6 +14,7 @@ export type SapipeErrorCode =
   | 'ERR_PEER_LOST'
   | 'ERR_TIMEOUT'
   | 'ERR_INVALID_SCHEDULE'
+  | 'ERR_RANK_FAILED'
   | 'ERR_INTERNAL';
 
 export class SapipeError extends Error {
@@ -93,6 +94,14 @@ export class InvalidScheduleError extends SapipeError {
     super('ERR_INVALID_SCHEDULE', message, options);
   }
 }
+/** A rank of a job failed (threw, or exited with a non-zero code); `rank` says which, `cause` holds its error. */
+export class RankFailedError extends SapipeError {
+  readonly rank: number;
+  constructor(message: string, options?: { cause?: unknown; rank?: number }) {
+    super('ERR_RANK_FAILED', message, options);
+    this.rank = options?.rank ?? -1;
+  }
+}
 export class InternalError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_INTERNAL', message, options);
@@ -111,6 +120,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_PEER_LOST: PeerLostError,
   ERR_TIMEOUT: TimeoutError,
   ERR_INVALID_SCHEDULE: InvalidScheduleError,
+  ERR_RANK_FAILED: RankFailedError,
   ERR_INTERNAL: InternalError,
 };
 

@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 import { awaitNative, callNative } from '../native.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, RankFailedError, TimeoutError } from '../errors.js';
 import type { FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
@@ -159,4 +159,57 @@ export function spawnLocalRanks(file: string | URL, nproc: number, options: { wo
     throw new InvalidArgumentError(`spawnLocalRanks: cannot start worker ${workers.length}: ${(error as Error).message}`, { cause: error });
   }
   return workers;
+}
+
+/** Options of {@link runLocalRanks}. */
+export interface RunLocalRanksOptions {
+  /** Extra data for every rank, beside `sapipeLocal`. */
+  workerData?: Record<string, unknown>;
+  /** The group's name (default: a fresh one). */
+  group?: string;
+  /** Options for each Worker (resource limits, argv, ...). */
+  worker?: WorkerOptions;
+  /** Fail (and stop every rank) if the job has not ended after this many ms. Default: no bound (each rank's own collectives are bounded). */
+  timeoutMs?: number;
+}
+const RUN_OPTION_KEYS = optionKeys<RunLocalRanksOptions>({ workerData: true, group: true, worker: true, timeoutMs: true });
+
+/**
+ * Runs `nproc` ranks of `file` as worker threads (like spawnLocalRanks) and resolves when every
+ * rank has ended well, like torch.multiprocessing.spawn: the first rank that throws or exits with a
+ * non-zero code rejects the whole run with a RankFailedError naming the rank (its error is the
+ * `cause`), and every other rank is terminated.
+ */
+export async function runLocalRanks(file: string | URL, nproc: number, options: RunLocalRanksOptions = {}): Promise<void> {
+  checkOptions(options, RUN_OPTION_KEYS, 'runLocalRanks(file, nproc, options)');
+  const timeoutMs = options.timeoutMs;
+  if (timeoutMs !== undefined) checkInteger(timeoutMs, 'runLocalRanks: options.timeoutMs', 1, 2 ** 31 - 1);
+  const { timeoutMs: _, ...spawnOptions } = options;
+  const workers = spawnLocalRanks(file, nproc, spawnOptions);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let running = workers.length;
+      let failed = false;
+      const fail = (error: RankFailedError): void => {
+        if (failed) return;
+        failed = true;
+        for (const worker of workers) void worker.terminate();
+        reject(error);
+      };
+      workers.forEach((worker, rank) => {
+        worker.once('error', (error) =>
+          fail(new RankFailedError(`runLocalRanks: rank ${rank} of ${nproc} threw: ${(error as Error)?.message ?? describeValue(error)}`, { cause: error, rank })),
+        );
+        worker.once('exit', (code) => {
+          if (code !== 0) fail(new RankFailedError(`runLocalRanks: rank ${rank} of ${nproc} exited with code ${code}`, { rank }));
+          else if (--running === 0 && !failed) resolve();
+        });
+      });
+      if (timeoutMs !== undefined)
+        timer = setTimeout(() => fail(new RankFailedError(`runLocalRanks: the ${nproc} ranks had not ended after ${timeoutMs} ms; every rank was stopped`, { cause: new TimeoutError('runLocalRanks timed out') })), timeoutMs);
+    });
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
 }
