@@ -339,7 +339,7 @@ export class DataParallelTrainer {
     if (this.pending) throw new BusyError('DataParallelTrainer.importState: this trainer has a gradient in flight; import into a fresh trainer (or flush() first)');
     if (state === null || typeof state !== 'object' || state.version !== 1)
       throw new InvalidArgumentError('DataParallelTrainer.importState: not a state from exportState() (version 1)');
-    if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode '${describeValue(state.mode)}', this trainer is '${this.mode}'`);
+    if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode ${describeValue(state.mode)}, this trainer is '${this.mode}'`);
     if (!Number.isInteger(state.calls) || state.calls < 0) throw new InvalidArgumentError('DataParallelTrainer.importState: calls must be a non-negative integer');
     if (!(state.weights instanceof Float32Array) || state.weights.length !== this.params.length)
       throw new SizeMismatchError(`DataParallelTrainer.importState: weights must be a Float32Array of ${this.params.length} elements`);

@@ -98,7 +98,7 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
     throw new InvalidArgumentError(`--momentum must be a number in [0, 1), got ${describeValue(c.momentum)}`);
   if (!Array.isArray(c.modes) || c.modes.length === 0) throw new InvalidArgumentError('--modes: give at least one mode');
   for (const m of c.modes) {
-    if (m === null || typeof m !== 'object' || !DATA_PARALLEL_MODES.includes(m.mode)) throw new InvalidArgumentError(`--modes: unknown mode "${describeValue(m?.mode)}"`);
+    if (m === null || typeof m !== 'object' || !DATA_PARALLEL_MODES.includes(m.mode)) throw new InvalidArgumentError(`--modes: unknown mode ${typeof m?.mode === 'string' ? `"${m.mode}"` : describeValue(m?.mode)}`);
     if (m.mode === 'sapipe-wp' ? m.estimate === undefined || !WP_ESTIMATES.includes(m.estimate) : m.estimate !== undefined || m.compensate)
       throw new InvalidArgumentError(`--modes: "${m.label}": only sapipe-wp has an estimate (one of ${WP_ESTIMATES.join(', ')}) and +dc`);
   }

@@ -59,7 +59,7 @@ const generators: Record<ScheduleName, (options: ScheduleOptions) => Schedule> =
 /** Builds the named schedule. */
 export function generateSchedule(name: ScheduleName, options: ScheduleOptions): Schedule {
   if (typeof name !== 'string' || !Object.hasOwn(generators, name)) {
-    throw new InvalidArgumentError(`unknown schedule "${describeValue(name)}"; use one of: ${scheduleNames.join(', ')}`);
+    throw new InvalidArgumentError(`unknown schedule ${typeof name === 'string' ? `"${name}"` : describeValue(name)}; use one of: ${scheduleNames.join(', ')}`);
   }
   return generators[name](options);
 }
