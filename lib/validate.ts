@@ -169,6 +169,9 @@ export function closestKey(key: string, allowed: readonly string[]): string | un
   const n = normalized(key);
   const sameLetters = allowed.find((a) => normalized(a) === n);
   if (sameLetters !== undefined) return sameLetters;
+  // A shortened or lengthened name: `base` for `baseLr`, `timeoutMsec` for `timeoutMs`.
+  const prefix = n.length >= 3 ? allowed.find((a) => normalized(a).startsWith(n) || n.startsWith(normalized(a))) : undefined;
+  if (prefix !== undefined) return prefix;
   let best: string | undefined;
   let bestDistance = Infinity;
   for (const a of allowed) {

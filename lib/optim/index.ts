@@ -12,3 +12,14 @@ export {
   type SpecTrainPrediction,
   type LinearPrediction,
 } from './options.js';
+export {
+  LrScheduler,
+  linearWarmup,
+  cosineDecay,
+  stepDecay,
+  sequential,
+  product,
+  type LrSchedule,
+  type LrTarget,
+  type LrSchedulerOptions,
+} from './lr-schedule.js';
