@@ -1,14 +1,14 @@
 /** The data-parallel trainer: see {@link DataParallelTrainer}. */
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
-import { countNonFinite } from '../ops.js';
+import { countNonFinite, squaredNorm } from '../ops.js';
 import { allreduceAndStep, gatherShardedState } from '../comm/fused-step.js';
 import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
 import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
 import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
-import { checkKnownKeys, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   comm: Communicator;
@@ -33,6 +33,60 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * the optimizer state from every rank, so every rank must call it.
    */
   update?: 'replicated' | 'sharded';
+  /**
+   * Clip the averaged gradient to this global L2 norm before it is applied (torch's
+   * clip_grad_norm_ after the all-reduce): the norm is of the gradient the optimizer applies,
+   * averaged over ranks and in post-gradScale units (loss scale and accumulation removed), and
+   * every element is multiplied by min(1, clipGradNorm / (norm + 1e-6)) inside the update's pass.
+   * In `sync` mode the all-reduce then completes before the update (no per-bucket fusion).
+   */
+  clipGradNorm?: number;
+  /**
+   * Micro-batches per update: step() is called after each; the first k-1 calls only count (the
+   * gradients accumulate in params.grads, so zeroGrad() once per update, not per micro-batch), the
+   * k-th reduces and applies their mean. Default 1.
+   */
+  accumulationSteps?: number;
+  /**
+   * Dynamic loss scaling (torch.amp.GradScaler): multiply the loss gradient by `trainer.lossScale`;
+   * the trainer divides it out inside the update (no extra pass), halves the scale on a step the
+   * non-finite guard skipped and doubles it after `growthInterval` good steps. `true` for the defaults.
+   */
+  lossScaling?: true | LossScalingOptions;
+}
+
+/** Dynamic loss scaling; the defaults are torch.amp.GradScaler's. */
+export interface LossScalingOptions {
+  /** Default 2^16. */
+  initScale?: number;
+  /** Default 2. */
+  growthFactor?: number;
+  /** Default 0.5. */
+  backoffFactor?: number;
+  /** Good steps before the scale grows. Default 2000. */
+  growthInterval?: number;
+}
+const LOSS_SCALING_KEYS = optionKeys<LossScalingOptions>({ initScale: true, growthFactor: true, backoffFactor: true, growthInterval: true });
+
+interface LossScaler {
+  scale: number;
+  readonly growthFactor: number;
+  readonly backoffFactor: number;
+  readonly growthInterval: number;
+  goodSteps: number;
+}
+
+function resolveLossScaling(o: true | LossScalingOptions | undefined): LossScaler | undefined {
+  if (o === undefined) return undefined;
+  const options: LossScalingOptions = o === true ? {} : o;
+  checkOptions(options, LOSS_SCALING_KEYS, 'DataParallelTrainer: lossScaling');
+  return {
+    scale: checkNumber(options.initScale ?? 2 ** 16, 'lossScaling.initScale', 0, Number.MAX_VALUE, { loOpen: true }),
+    growthFactor: checkNumber(options.growthFactor ?? 2, 'lossScaling.growthFactor', 1, Number.MAX_VALUE, { loOpen: true }),
+    backoffFactor: checkNumber(options.backoffFactor ?? 0.5, 'lossScaling.backoffFactor', 0, 1, { loOpen: true, hiOpen: true }),
+    growthInterval: checkInteger(options.growthInterval ?? 2000, 'lossScaling.growthInterval', 1, Number.MAX_SAFE_INTEGER),
+    goodSteps: 0,
+  };
 }
 
 export interface DataParallelStepResult extends StepResult {
@@ -40,6 +94,10 @@ export interface DataParallelStepResult extends StepResult {
   updated: boolean;
   /** Milliseconds this call waited for the previous step's all-reduce (pipelined modes); 0 when it was already done. */
   waitedMs: number;
+  /** True on the first accumulationSteps - 1 calls of each update, which only count. */
+  accumulating: boolean;
+  /** With clipGradNorm: the global norm of the applied gradient before clipping (post-gradScale units). */
+  gradNorm?: number;
 }
 
 /** The trainer's state for a checkpoint: exact resumption, in-flight gradient included. */
@@ -58,6 +116,8 @@ interface Pending {
   buffer: FlatBuffer;
   reduction: Promise<ReduceResult>;
   result: ReduceResult | undefined;
+  /** What the buffer's sum must be multiplied by: 1 / (accumulation steps x the loss scale it was computed with). */
+  unscale: number;
 }
 
 /**
@@ -109,11 +169,19 @@ export class DataParallelTrainer {
   private readonly localCopy: FlatBuffer | undefined;
   private pending: Pending | undefined;
   private calls = 0;
+  private readonly clipGradNorm: number | undefined;
+  private readonly accumulationSteps: number;
+  /** step() calls since the last update (accumulation). */
+  private accumulated = 0;
+  private readonly lossScaler: LossScaler | undefined;
   private busy = false;
   private failure: unknown;
   private isDisposed = false;
 
   private constructor(options: DataParallelTrainerOptions, resolved: ResolvedMode) {
+    this.clipGradNorm = options.clipGradNorm;
+    this.accumulationSteps = options.accumulationSteps ?? 1;
+    this.lossScaler = resolveLossScaling(options.lossScaling);
     this.comm = options.comm;
     this.params = options.params;
     this.resolved = resolved;
@@ -162,6 +230,17 @@ export class DataParallelTrainer {
     const resolved = resolveMode(options, comm.size);
     if (options.update !== undefined && options.update !== 'replicated' && options.update !== 'sharded')
       throw new InvalidArgumentError(`DataParallelTrainer: update must be 'replicated' or 'sharded', got ${describeValue(options.update)}`);
+    if (options.clipGradNorm !== undefined) {
+      checkNumber(options.clipGradNorm, 'DataParallelTrainer: clipGradNorm', 0, Number.MAX_VALUE, { loOpen: true });
+      if (options.update === 'sharded')
+        throw new InvalidArgumentError("DataParallelTrainer: clipGradNorm needs the whole gradient's norm on every rank; use update 'replicated'");
+    }
+    checkInteger(options.accumulationSteps ?? 1, 'DataParallelTrainer: accumulationSteps', 1, 1 << 20);
+    resolveLossScaling(options.lossScaling);
+    if (resolved.needsLocalGrad && ((options.accumulationSteps ?? 1) > 1 || options.lossScaling !== undefined))
+      throw new InvalidArgumentError(
+        `DataParallelTrainer: the '${options.estimate}' estimate reads this rank's own gradient unscaled; with accumulationSteps or lossScaling use estimate 'prev-sync'`,
+      );
     if (options.update === 'sharded' && resolved.staleness !== 0)
       throw new InvalidArgumentError(
         `DataParallelTrainer: update 'sharded' is offered for mode 'sync'; mode '${options.mode}' applies each averaged gradient one step later through its own pipeline`,
@@ -247,10 +326,24 @@ export class DataParallelTrainer {
   async step(): Promise<DataParallelStepResult> {
     this.enter('step');
     try {
-      if (this.resolved.staleness === 0) {
-        const r = await allreduceAndStep(this.comm, this.optimizer, this.bucketOptions);
+      if (++this.accumulated < this.accumulationSteps) {
         this.calls += 1;
-        return { applied: r.applied, nonFiniteCount: r.nonFiniteCount, step: r.step, updated: true, waitedMs: 0 };
+        return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs: 0, accumulating: true };
+      }
+      this.accumulated = 0;
+      const unscale = this.currentUnscale();
+      if (this.resolved.staleness === 0) {
+        let r: StepResult & { gradNorm?: number };
+        if (this.clipGradNorm === undefined)
+          r = await this.withGradScale(unscale, () => allreduceAndStep(this.comm, this.optimizer, this.bucketOptions));
+        else {
+          // The norm needs the whole averaged gradient before any part is updated.
+          const reduced = await this.comm.allreduce(this.params.grads, { op: 'avg' });
+          r = await this.apply(this.params.grads, reduced, unscale);
+        }
+        this.calls += 1;
+        this.updateLossScale(r);
+        return { applied: r.applied, nonFiniteCount: r.nonFiniteCount, step: r.step, updated: true, waitedMs: 0, accumulating: false, ...(r.gradNorm === undefined ? {} : { gradNorm: r.gradNorm }) };
       }
       const fresh = this.params.grads;
       if (this.localCopy) this.localCopy.array.set(fresh.array);
@@ -262,14 +355,15 @@ export class DataParallelTrainer {
       // buffer under reduction out of the ParamSet at once: nothing the caller reaches through the
       // ParamSet (grads, a tensor's grad, zeroGrad) is ever a gradient in flight. The caller fills
       // the buffer just applied (or, with nothing in flight before, the idle one) next.
-      this.pending = this.startReduction(fresh);
+      this.pending = this.startReduction(fresh, unscale);
       const next = previous ? previous.buffer : this.idle!;
       this.idle = undefined;
       this.params.exchangeGrads(next);
       this.calls += 1;
-      if (!previous || !done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs };
-      const r = await this.apply(previous.buffer, done);
-      return { ...r, updated: true, waitedMs };
+      if (!previous || !done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs, accumulating: false };
+      const r = await this.apply(previous.buffer, done, previous.unscale);
+      this.updateLossScale(r);
+      return { ...r, updated: true, waitedMs, accumulating: false };
     } catch (error) {
       this.failure = error;
       throw error;
@@ -292,7 +386,8 @@ export class DataParallelTrainer {
       const done = await this.complete(previous);
       this.pending = undefined;
       this.idle = previous.buffer;
-      const r = await this.apply(previous.buffer, done);
+      const r = await this.apply(previous.buffer, done, previous.unscale);
+      this.updateLossScale(r);
       // The next update applies a gradient computed at the current weights: nothing to compensate.
       const backup = this.optimizer.stateBuffer('backup');
       if (backup) backup.array.set(this.params.weights.array);
@@ -363,7 +458,7 @@ export class DataParallelTrainer {
       const buffer = this.idle!;
       buffer.array.set(p.averaged);
       const result = { nonFiniteCount: p.nonFiniteCount };
-      this.pending = { buffer, reduction: Promise.resolve(result), result };
+      this.pending = { buffer, reduction: Promise.resolve(result), result, unscale: this.currentUnscale() };
       this.idle = undefined;
     }
   }
@@ -383,8 +478,8 @@ export class DataParallelTrainer {
     this.localCopy?.dispose();
   }
 
-  private startReduction(buffer: FlatBuffer): Pending {
-    const pending: Pending = { buffer, reduction: this.comm.allreduce(buffer, { op: 'avg' }), result: undefined };
+  private startReduction(buffer: FlatBuffer, unscale: number): Pending {
+    const pending: Pending = { buffer, reduction: this.comm.allreduce(buffer, { op: 'avg' }), result: undefined, unscale };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
     pending.reduction.then(
@@ -400,7 +495,58 @@ export class DataParallelTrainer {
     return r;
   }
 
-  private async apply(averaged: FlatBuffer, reduced: ReduceResult): Promise<StepResult> {
+  /**
+   * The loss scale the caller multiplies this step's loss gradient by (1 without lossScaling). It
+   * changes only between updates: halved after a step the non-finite guard skipped, grown after
+   * growthInterval good steps.
+   */
+  get lossScale(): number {
+    return this.lossScaler?.scale ?? 1;
+  }
+
+  /** 1 / (accumulation steps x loss scale): what the gradient now being computed is multiplied by when applied. */
+  private currentUnscale(): number {
+    return 1 / (this.accumulationSteps * this.lossScale);
+  }
+
+  /** Runs `step` with the optimizer's gradScale multiplied by `factor` (folded into the update's read of the gradient). */
+  private async withGradScale<T>(factor: number, step: () => Promise<T>): Promise<T> {
+    const base = this.optimizer.gradScale;
+    if (factor === 1) return step();
+    this.optimizer.gradScale = base * factor;
+    try {
+      return await step();
+    } finally {
+      this.optimizer.gradScale = base;
+    }
+  }
+
+  private updateLossScale(r: StepResult): void {
+    const s = this.lossScaler;
+    if (!s) return;
+    if (!r.applied && r.nonFiniteCount > 0) {
+      s.scale *= s.backoffFactor;
+      s.goodSteps = 0;
+    } else if (++s.goodSteps >= s.growthInterval) {
+      s.scale *= s.growthFactor;
+      s.goodSteps = 0;
+    }
+  }
+
+  private async apply(averaged: FlatBuffer, reduced: ReduceResult, unscale: number): Promise<StepResult & { gradNorm?: number }> {
+    let factor = unscale;
+    let gradNorm: number | undefined;
+    if (this.clipGradNorm !== undefined) {
+      // In the units the optimizer applies: the averaged sum times gradScale and the unscale.
+      gradNorm = Math.sqrt(squaredNorm(averaged)) * this.optimizer.gradScale * unscale;
+      // A non-finite norm means a non-finite gradient: the guard skips the step, nothing to clip.
+      if (Number.isFinite(gradNorm) && gradNorm > this.clipGradNorm) factor *= this.clipGradNorm / (gradNorm + 1e-6);
+    }
+    const r = await this.withGradScale(factor, () => this.stepOn(averaged, reduced));
+    return gradNorm === undefined ? r : { ...r, gradNorm };
+  }
+
+  private async stepOn(averaged: FlatBuffer, reduced: ReduceResult): Promise<StepResult> {
     const local = this.localCopy;
     // Whether a step is skipped must be decided alike on every rank, or the replicas diverge. The
     // averaged gradient is the same everywhere, but a NaN/Inf in this rank's own newest gradient
@@ -448,6 +594,9 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   compensation: true,
   estimate: true,
   compensateEstimate: true,
+  clipGradNorm: true,
+  accumulationSteps: true,
+  lossScaling: true,
 });
 
 /**

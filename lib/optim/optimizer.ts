@@ -71,7 +71,7 @@ export abstract class Optimizer {
   protected readonly state: Partial<Record<StateBufferName, FlatBuffer>> = {};
   private learningRate: number;
   private readonly weightDecay: number;
-  private readonly gradScale: number;
+  private gradScaleValue: number;
   private readonly queue: ExecutionQueue;
   private stepCount = 0;
   private skipped = 0;
@@ -92,7 +92,7 @@ export abstract class Optimizer {
     this.params = params;
     this.learningRate = checkNumber(options.lr, 'lr', 0, Number.MAX_VALUE);
     this.weightDecay = checkNumber(options.weightDecay ?? 0, 'weightDecay', 0, Number.MAX_VALUE);
-    this.gradScale = checkNumber(options.gradScale ?? 1, 'gradScale', 0, Number.MAX_VALUE, { loOpen: true });
+    this.gradScaleValue = checkNumber(options.gradScale ?? 1, 'gradScale', 0, Number.MAX_VALUE, { loOpen: true });
     this.compensation = resolveCompensation(options.compensation);
     this.prediction = resolvePrediction(options.prediction, this.compensation);
     this.queue = options.queue ?? defaultExecutionQueue();
@@ -118,6 +118,17 @@ export abstract class Optimizer {
   }
   set lr(value: number) {
     this.learningRate = checkNumber(value, 'lr', 0, Number.MAX_VALUE);
+  }
+
+  /**
+   * The multiplier applied to every gradient element on read (1/n averaging, loss-scale unscale,
+   * accumulation); changeable between steps, like `lr`.
+   */
+  get gradScale(): number {
+    return this.gradScaleValue;
+  }
+  set gradScale(value: number) {
+    this.gradScaleValue = checkNumber(value, 'gradScale', 0, Number.MAX_VALUE, { loOpen: true });
   }
 
   /** Steps applied so far. */
@@ -288,7 +299,7 @@ export abstract class Optimizer {
       ...this.optimizerConfig(first),
       lr: this.learningRate,
       weightDecay: this.weightDecay,
-      gradScale: this.gradScale,
+      gradScale: this.gradScaleValue,
       step: this.stepCount + 1,
     };
     if (this.compensation) {
