@@ -8,9 +8,10 @@
  * One file, run in order, because both scenarios pack from the same prebuilds/ folder.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 
@@ -25,6 +26,7 @@ import {
   type PackResult,
   type TrainOutput,
 } from './install-helpers.js';
+import { referenceUserLoop } from '../reference/user-loop.js';
 
 const run = promisify(execFile);
 const work = mkdtempSync(path.join(tmpdir(), 'sapipe-install-'));
@@ -35,6 +37,8 @@ const EXPECTED_BIAS = [-0.1, -0.1];
 
 let packed: PackResult;
 let dependencies: string[];
+/** The project of the offline install, once it has installed (for the user-loop test after it). */
+let installedProject: { dir: string; env: NodeJS.ProcessEnv } | undefined;
 
 t.before(async () => {
   mkdirSync(path.join(work, 'pkgs'));
@@ -74,6 +78,7 @@ t.test('installs offline with no compiler, make or python on PATH, and trains', 
 
   const out = await train(project, env);
   checkStep(t, out);
+  installedProject = { dir: project, env };
   t.equal(out.addon, path.join(installed, 'prebuilds', 'linux-x64', 'node.napi.glibc.node'), 'the prebuilt binary served the step');
 
   const text = await npm(['exec', '--offline', '--', 'sapipe', 'info'], { cwd: project, env });
@@ -86,6 +91,19 @@ t.test('installs offline with no compiler, make or python on PATH, and trains', 
   t.equal(info.backends.find((b) => b.name === 'cpu')?.available, true);
   for (const b of info.backends) if (!b.available) t.ok(b.reason, `${b.name} says why it is unavailable`);
   t.ok(['cpu', 'cuda'].includes(info.selected.compute.name));
+});
+
+t.test('a user loop from the README: createCommunicator, a schedule, clipping after the all-reduce, accumulation', async (t) => {
+  if (!installedProject) return t.fail('the offline install above did not finish');
+  const script = path.join(installedProject.dir, 'user-loop.mjs');
+  copyFileSync(fileURLToPath(new URL('../fixtures/packaging/user-loop.mjs', import.meta.url)), script);
+  const { stdout } = await run(process.execPath, [script], { cwd: installedProject.dir, env: installedProject.env, timeout: 120_000 });
+  const got = JSON.parse(stdout) as Record<'sync' | 'sapipe-wp', number[]>;
+  for (const mode of ['sync', 'sapipe-wp'] as const) {
+    const want = referenceUserLoop(mode);
+    const worst = got[mode].reduce((w, x, i) => Math.max(w, Math.abs(x - want[i]!)), 0);
+    t.ok(worst < 1e-5, `${mode}: weights match the plain-TypeScript reference (worst difference ${worst.toExponential(2)}, tolerance 1e-5)`);
+  }
 });
 
 /** The same tarball with its addon overwritten by bytes that are not a shared library. */
