@@ -106,6 +106,18 @@ t.test('a user loop from the README: createCommunicator, a schedule, clipping af
   }
 });
 
+t.test("require('sapipe') says the package is ESM and how to import it", async (t) => {
+  if (!installedProject) return t.fail('the offline install above did not finish');
+  const probe = "try { require('sapipe'); console.log('loaded') } catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })) }";
+  const { stdout } = await run(process.execPath, ['-e', probe], { cwd: installedProject.dir, env: installedProject.env });
+  const error = JSON.parse(stdout) as { code: string; message: string };
+  t.equal(error.code, 'ERR_REQUIRE_ESM');
+  t.match(error.message, /import \{ ParamSet, SGD \} from 'sapipe'/);
+  t.match(error.message, /await import\('sapipe'\)/);
+  const esm = await run(process.execPath, ['--input-type=module', '-e', "import { ParamSet } from 'sapipe'; console.log(typeof ParamSet)"], { cwd: installedProject.dir, env: installedProject.env });
+  t.equal(esm.stdout.trim(), 'function', 'import still works');
+});
+
 /** The same tarball with its addon overwritten by bytes that are not a shared library. */
 async function corruptTarball(): Promise<string> {
   const tarball = path.join(work, 'sapipe-corrupt-prebuilt.tgz');
