@@ -6,7 +6,7 @@
  */
 import { cudaBenchUpdate, cudaStatus, parseDevice, requireCudaDevice } from '../backends/cuda.js';
 import { InvalidArgumentError } from '../errors.js';
-import { KERNEL_VARIANTS } from '../optim/variants.js';
+import { selectVariants } from './kernels.js';
 
 export interface CudaKernelBenchRow {
   name: string;
@@ -40,7 +40,7 @@ export function benchCudaKernels(options: CudaKernelBenchOptions): CudaKernelBen
   const device = parseDevice(options.device);
   if (device.kind !== 'cuda') throw new InvalidArgumentError(`benchCudaKernels needs a cuda:N device, not ${options.device}`);
   requireCudaDevice(device.index);
-  const variants = KERNEL_VARIANTS.filter((v) => options.filter === undefined || v.name.includes(options.filter));
+  const variants = selectVariants(options.filter);
   const rows: CudaKernelBenchRow[] = [];
   const copies: number[] = [];
   for (const v of variants) {

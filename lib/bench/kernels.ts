@@ -13,6 +13,7 @@ import { nativeAddon, type NativeBufferHandle } from '../native.js';
 import { KERNEL_VARIANTS, allocateBuffers } from '../optim/variants.js';
 import { gigabytesPerSecond, median, type TimingOptions } from './timing.js';
 import { performance } from 'node:perf_hooks';
+import { InvalidArgumentError } from '../errors.js';
 
 export interface KernelBenchRow {
   name: string;
@@ -107,7 +108,7 @@ function timeAgainstTriad(kernel: () => void, triad: Triad, { warmup, reps }: Ti
 export function benchKernels(options: KernelBenchOptions): KernelBenchResult {
   const addon = nativeAddon();
   const info = addon.info();
-  const variants = KERNEL_VARIANTS.filter((v) => !options.filter || v.name.includes(options.filter));
+  const variants = selectVariants(options.filter);
   const total = variants.length;
   let done = 0;
   const progress = (label: string): void => options.onProgress?.(done, total, label);
@@ -163,4 +164,12 @@ export function benchKernels(options: KernelBenchOptions): KernelBenchResult {
     triad: { medianMs: triadMs, gbps: gigabytesPerSecond(options.elements, 24, triadMs) },
     rows,
   };
+}
+
+/** The variants whose name contains `filter` (all without one); none is an error that lists the names. */
+export function selectVariants(filter: string | undefined): typeof KERNEL_VARIANTS {
+  const variants = KERNEL_VARIANTS.filter((v) => filter === undefined || filter === '' || v.name.includes(filter));
+  if (variants.length === 0)
+    throw new InvalidArgumentError(`--filter ${JSON.stringify(filter)} matches no kernel; the kernels are: ${KERNEL_VARIANTS.map((v) => v.name).join(', ')}`);
+  return variants;
 }

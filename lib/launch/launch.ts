@@ -6,6 +6,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 
@@ -117,6 +119,10 @@ const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   checkOptions(options, LAUNCH_OPTION_KEYS, 'launch(options)');
   if (typeof options.script !== 'string' || options.script === '') throw new InvalidArgumentError('script must be a non-empty path');
+  if (options.cwd !== undefined && typeof options.cwd !== 'string') throw new InvalidArgumentError(`launch: cwd must be a path, got ${describeValue(options.cwd)}`);
+  // Checked once here: otherwise every rank's node prints its own stack trace for the missing file.
+  const scriptPath = resolvePath(options.cwd ?? process.cwd(), options.script);
+  if (!existsSync(scriptPath)) throw new InvalidArgumentError(`launch: the script ${scriptPath} does not exist`);
   const nproc = checkInteger(options.nproc, 'nproc', 1, 4096);
   const nnodes = checkInteger(options.nnodes ?? 1, 'nnodes', 1, 65536);
   const nodeRank = checkInteger(options.nodeRank ?? 0, 'nodeRank', 0, nnodes - 1);

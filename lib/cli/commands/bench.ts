@@ -1,5 +1,5 @@
 import { SingleBar } from 'cli-progress';
-import Table from 'cli-table3';
+import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
 import { benchAllreduce } from '../../bench/allreduce.js';
@@ -57,10 +57,7 @@ function runCudaKernels(options: KernelsOptions): void {
   }
   console.log(`fused update kernels on ${result.device} (${result.deviceName}): ${formatCount(result.elements)} fp32 elements, median of ${options.reps} runs after ${options.warmup} warm-up`);
   console.log(`device-to-device copy (8 B/element): ${result.copy.gbps.toFixed(1)} GB/s`);
-  const table = new Table({
-    head: ['kernel', 'B/elem', 'median ms', 'GB/s', 'x copy', 'with guard ms', 'x copy'],
-    ...(!process.stdout.isTTY ? { style: { head: [], border: [] } } : {}),
-  });
+  const table = cliTable(['kernel', 'B/elem', 'median ms', 'GB/s', 'x copy', 'with guard ms', 'x copy']);
   for (const r of result.rows)
     table.push([r.name, r.bytesPerElement, r.medianMs.toFixed(3), r.gbps.toFixed(1), r.ratioToCopy.toFixed(3), r.guardedMs.toFixed(3), r.guardedRatioToCopy.toFixed(3)]);
   console.log(table.toString());
@@ -103,10 +100,7 @@ function runKernels(options: KernelsOptions): void {
   );
   console.log(`triad a[i] = b[i] + s*c[i] on doubles (STREAM, 24 B/element): ${result.triad.medianMs.toFixed(3)} ms, ${result.triad.gbps.toFixed(2)} GB/s`);
   const plain = !process.stdout.isTTY;
-  const table = new Table({
-    head: ['kernel', 'B/elem', 'median ms', 'GB/s', 'x triad', 'with guard ms', 'x triad'],
-    ...(plain ? { style: { head: [], border: [] } } : {}),
-  });
+  const table = cliTable(['kernel', 'B/elem', 'median ms', 'GB/s', 'x triad', 'with guard ms', 'x triad'], plain);
   for (const r of result.rows)
     table.push([
       r.name,
@@ -177,13 +171,10 @@ export function registerBenchCommand(program: Command): void {
       console.log(`all-reduce (avg, fp32, in place), backend ${r.backend} (${r.algorithm}), ${r.nproc} ranks as ${ranks}; median of repeated runs`);
       console.log(`single-thread memcpy of ${formatCount(r.copy.bytes)}B in the same run: ${r.copy.GBps.toFixed(2)} GB/s (bytes copied per second)`);
       const plain = !process.stdout.isTTY;
-      const table = new Table({ head: ['size (B)', 'time (ms)', 'algbw (GB/s)', 'busbw (GB/s)', 'busbw / memcpy'], ...(plain ? { style: { head: [], border: [] } } : {}) });
+      const table = cliTable(['size (B)', 'time (ms)', 'algbw (GB/s)', 'busbw (GB/s)', 'busbw / memcpy'], plain);
       for (const row of r.rows) table.push([formatCount(row.bytes), row.ms.toFixed(3), row.algbwGBps.toFixed(2), row.busbwGBps.toFixed(2), row.ratioToCopy.toFixed(3)]);
       console.log(table.toString());
-      const fused = new Table({
-        head: ['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused, replicated ms', 'ratio', 'fused, sharded ms', 'ratio'],
-        ...(plain ? { style: { head: [], border: [] } } : {}),
-      });
+      const fused = cliTable(['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused, replicated ms', 'ratio', 'fused, sharded ms', 'ratio'], plain);
       for (const f of r.fused)
         fused.push([f.optimizer, formatCount(f.bytes), f.allreduceMs.toFixed(3), f.fusedMs.toFixed(3), f.ratio.toFixed(3), f.shardedMs.toFixed(3), f.shardedRatio.toFixed(3)]);
       if (r.fused.length) console.log(fused.toString());

@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 
 import { MultiBar } from 'cli-progress';
-import Table from 'cli-table3';
+import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
 import { emulatedMs } from '../../comm/emulation.js';
@@ -105,10 +105,7 @@ function printTable(result: DemoResult): void {
     `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
       `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}`,
   );
-  const table = new Table({
-    head: ['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms'],
-    ...(!process.stdout.isTTY ? { style: { head: [], border: [] } } : {}),
-  });
+  const table = cliTable(['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
   for (const m of result.modes)
     table.push([
       m.mode,

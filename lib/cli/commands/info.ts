@@ -71,13 +71,38 @@ export function registerInfoCommand(program: Command): void {
       if (info.simd) console.log(`simd:    ${info.simd} (supported: ${info.simdSupported}; SAPIPE_SIMD lowers it)`);
       if (info.threads) console.log(`threads: ${info.threads} (SAPIPE_NUM_THREADS overrides)`);
       console.log('backends:');
+      const width = Math.max(60, Math.min(process.stdout.columns ?? 100, 120));
+      const indent = ' '.repeat(17);
+      const reasons = new Map(info.backends.map((b) => [b.name, b.reason ?? '']));
       for (const b of info.backends) {
-        console.log(`  ${b.name.padEnd(6)} ${b.kind.padEnd(7)} ${b.available ? 'available' : `unavailable: ${b.reason ?? ''}`}`);
+        // A backend that is missing because another one is (nccl needs cuda) points at it instead
+        // of repeating its reason.
+        let reason = b.reason ?? '';
+        for (const [other, text] of reasons) if (other !== b.name && text && reason.includes(text)) reason = reason.replace(text, `see ${other} above`);
+        const head = `  ${b.name.padEnd(6)} ${b.kind.padEnd(7)} `;
+        console.log(wrap(head + (b.available ? 'available' : `unavailable: ${reason}`), width, indent));
         const known = [...COMPUTE_BACKENDS, ...COMM_BACKENDS].find((name) => name === b.name);
-        if (!b.available && known) console.log(`                 to use it: ${installHint(known)}`);
+        if (!b.available && known) console.log(wrap(`${indent}to use it: ${installHint(known)}`, width, indent));
       }
       console.log('auto selects:');
-      for (const [kind, choice] of Object.entries(info.selected))
-        console.log(`  ${kind.padEnd(7)} ${choice.name === null ? `none: ${choice.error}` : `${choice.name} (${choice.why})`}`);
+      for (const [kind, choice] of Object.entries(info.selected)) {
+        // The reasons a backend was passed over are listed above; the line names them only.
+        const why = choice.name === null ? `none: ${choice.error}` : `${choice.name} (${choice.why.replace(/ is unavailable \(.*\)$/s, ' is unavailable')})`;
+        console.log(wrap(`  ${kind.padEnd(7)} ${why}`, width, ' '.repeat(10)));
+      }
     });
+}
+
+/** Wraps `text` at spaces to `width` columns, continuing lines with `indent`. */
+function wrap(text: string, width: number, indent: string): string {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(/(?<=\S) (?=\S)/)) {
+    if (line !== '' && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = indent + word.trimStart();
+    } else line = line === '' ? word : `${line} ${word}`;
+  }
+  lines.push(line);
+  return lines.join('\n');
 }

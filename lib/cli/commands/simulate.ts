@@ -3,7 +3,7 @@
  * with the next step's compute) at cluster scale from a per-step compute time, a model size and
  * the ring all-reduce cost model. Every figure it prints is modelled, and it says so.
  */
-import Table from 'cli-table3';
+import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
 import { InvalidArgumentError } from '../../errors.js';
@@ -104,12 +104,10 @@ export function renderProjection(p: DataParallelProjection, tty = false): string
     `MODELLED projection: compute ${Number(p.profile.computeMs.toPrecision(4))} ms per step per worker, ${p.profile.samplesPerStep} samples per step per worker, ` +
       `gradient ${(p.gradientBytes / 1e6).toFixed(3)} MB, links ${p.network.gbps} Gbit/s, ${p.network.latencyUs} us latency${src}`,
   ];
-  const table = new Table({
-    head: ['workers', 'all-reduce ms', 'comm/compute', 'sync step ms', 'SAPipe step ms', 'sync samples/s', 'SAPipe samples/s', 'SAPipe speedup', 'scaling eff. sync / SAPipe'],
-    // No rule between rows: a sweep reads as one block.
-    chars: { mid: '', 'left-mid': '', 'mid-mid': '', 'right-mid': '' },
-    ...(!tty ? { style: { head: [], border: [] } } : {}),
-  });
+  const table = cliTable(
+    ['workers', 'all-reduce ms', 'comm/compute', 'sync step ms', 'SAPipe step ms', 'sync samples/s', 'SAPipe samples/s', 'SAPipe speedup', 'scaling eff. sync / SAPipe'],
+    !tty,
+  );
   for (const r of p.rows)
     table.push([
       r.workers,

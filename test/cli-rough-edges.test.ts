@@ -1,0 +1,43 @@
+/**
+ * The command line's rough edges, as a user met them: `info` lines that broke the table, an empty
+ * kernel table with `NaN ms` for a filter that matched nothing, and a stack trace per rank from
+ * `launch` with a missing script.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+
+const bin = fileURLToPath(new URL('../bin/sapipe.js', import.meta.url));
+function sapipe(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) =>
+    execFile(process.execPath, [bin, ...args], { env, timeout: 120_000 }, (error, stdout, stderr) =>
+      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    ),
+  );
+}
+
+t.test('info: lines fit the width, and a backend missing for another one points at it', async (t) => {
+  const { code, stdout } = await sapipe(['info']);
+  t.equal(code, 0);
+  const long = stdout.split('\n').filter((line) => line.length > 120 && !/\S{60,}/.test(line));
+  t.same(long, [], 'no line over 120 columns (unless one word is)');
+  const nccl = stdout.slice(stdout.indexOf('  nccl'), stdout.indexOf('  local'));
+  const cudaReason = /cuda\s+compute unavailable: ([^\n]+)/.exec(stdout)?.[1];
+  if (cudaReason) t.notOk(nccl.includes(cudaReason.trim()), "nccl's line does not repeat cuda's reason");
+  t.notMatch(stdout, /since \w+ is unavailable \(/, 'auto selects names what it passed over without repeating why');
+});
+
+t.test('bench kernels --filter that matches nothing: an error that lists the kernels', async (t) => {
+  const { code, stdout, stderr } = await sapipe(['bench', 'kernels', '--filter', 'nothing', '--size', '1024']);
+  t.not(code, 0);
+  t.match(stderr, /--filter "nothing" matches no kernel; the kernels are: sgd, /);
+  t.notMatch(stdout, /NaN/);
+});
+
+t.test('launch with a missing script: one line, no stack traces', async (t) => {
+  const { code, stdout, stderr } = await sapipe(['launch', '--nproc', '2', 'no-such-script.js']);
+  t.not(code, 0);
+  t.match(stderr, /launch: the script .*no-such-script\.js does not exist/);
+  t.equal(stderr.trim().split('\n').length, 1, stderr);
+  t.equal(stdout, '');
+});
