@@ -1,7 +1,8 @@
 /**
  * What `npm pack` ships: everything a user needs (compiled JS with types, the CLI, the install
- * step, the prebuilt addon, and the sources a fallback source build compiles), and nothing that is
- * only for tests or for building the package here.
+ * step, the prebuilt addon, the sources a fallback source build compiles, and the documents,
+ * pictures and examples the README links to), and nothing that is only for tests or for building
+ * the package here.
  */
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
@@ -65,7 +66,12 @@ t.test('nothing test-only or build-only is packed', async (t) => {
     [/\.test\.[cm]?[jt]s$/, 'test files'],
     [/^native\/(tests|bench|cuda)\//, 'C++ harnesses and CUDA sources (only the full CMake build uses them)'],
     [/^native\/comm\/ucx\//, 'the UCX plugin sources (built by CMake only)'],
-    [/^(lib|bench|examples|docs|\.ci|\.github|build)\//, 'sources, benchmarks, docs and build output'],
+    [/^(lib|\.ci|\.github|build)\//, 'sources and build output'],
+    // What the README links to is shipped (its page on the registry must not have dead links):
+    // the documents, their pictures, the examples and the recorded results; nothing else there.
+    [/^bench\/(?!RESULTS\.md$)/, 'benchmark sources'],
+    [/^docs\/(?!([^/]+\.md|demo-report\.png|api\/README\.md|schedules\/[^/]+\.(svg|png|json))$)/, 'generated or build-only documentation'],
+    [/^examples\/(?![^/]+\.mjs$)/, 'anything in examples/ but the examples'],
     [/^scripts\/(?!install\.js$)/, 'scripts other than the install step'],
     [/^(CMakeLists\.txt|tsconfig.*\.json|typedoc\.json|package-lock\.json|\.gitignore|\.npmignore)$/, 'build configuration'],
     [/\.(map|tsbuildinfo|o|tgz)$/, 'source maps and build leftovers'],
@@ -101,4 +107,27 @@ t.test('the prebuilt addon is where node-gyp-build looks and loads in this Node.
   t.ok(nodeGypBuild.resolve(root), 'the default resolution still finds an addon');
   const addon = require(prebuilt) as { info(): { simd: string } };
   t.ok(['baseline', 'avx2', 'avx512'].includes(addon.info().simd), 'the prebuilt binary loads and reports its SIMD level');
+});
+
+t.test('every relative link of the packed README, and of the documents it ships, resolves in the pack', async (t) => {
+  // The README is the package's page on the registry: a link there to a file the tarball lacks is
+  // a dead link for every user. Absolute links (http, mailto) and anchors are not checked here.
+  const { files } = await dryRunFiles();
+  const shipped = new Set(files);
+  const markdown = files.filter((f) => f.endsWith('.md'));
+  t.ok(markdown.includes('README.md'), 'the README is packed');
+  let links = 0;
+  const dead: string[] = [];
+  for (const file of markdown) {
+    const text = readFileSync(path.join(root, file), 'utf8');
+    for (const match of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      const target = match[1]!.split('#')[0]!;
+      if (target === '' || /^[a-z]+:/i.test(target)) continue;
+      links++;
+      const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(file), target));
+      if (!shipped.has(resolved)) dead.push(`${file} -> ${target}`);
+    }
+  }
+  t.ok(links > 10, `${links} relative links checked`);
+  t.same(dead, [], 'no relative link points outside the pack');
 });
