@@ -41,3 +41,16 @@ t.test('launch with a missing script: one line, no stack traces', async (t) => {
   t.equal(stderr.trim().split('\n').length, 1, stderr);
   t.equal(stdout, '');
 });
+
+t.test('tune: the profile format in --help, and the settings that fit listed first', async (t) => {
+  const help = await sapipe(['tune', '--help']);
+  t.match(help.stdout, /"microBatchSize": 8/);
+  t.match(help.stdout, /forwardMs\/backwardMs are required per stage/);
+  const profile = fileURLToPath(new URL('../docs/schedules/example-profile.json', import.meta.url));
+  const { code, stdout } = await sapipe(['tune', '--profile', profile, '--memory-gb', '4']);
+  t.equal(code, 0);
+  const rows = stdout.split('\n').filter((line) => /^\s+\d+\s+\d+\s+(\d+|AFF)\s/.test(line));
+  t.ok(rows.length > 0, 'settings listed');
+  t.ok(rows[0]!.endsWith('yes'), `the first listed setting fits: ${rows[0]}`);
+  t.match(stdout, /faster but over the cap/, 'the faster settings over the cap are still named');
+});

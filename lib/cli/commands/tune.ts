@@ -25,6 +25,22 @@ export function registerTuneCommand(program: Command): void {
     .option('--max-microbatches <M>', 'largest M to try', '64')
     .option('--top <K>', 'also list the K fastest settings', '5')
     .option('--json', 'print the result as JSON')
+    .addHelpText(
+      'after',
+      `
+Profile (JSON; costs measured at microBatchSize samples per micro-batch; docs/pipeline.md has more):
+  {
+    "stages": [ { "forwardMs": 6, "backwardMs": 12, "activationBytes": 50331648,
+                  "storedActivationBytes": 50331648, "weightBytes": 1073741824,
+                  "optimizerStateBytes": 2147483648 }, ... one per stage ],
+    "microBatchSize": 8,        samples per micro-batch of the measurement (required)
+    "batchSize": 64,            samples per pipeline per iteration, split into M (required)
+    "overheadMs": 0.3,          part of each time that does not shrink with the micro-batch
+    "p2pLatencyMs": 1.5, "p2pBandwidthGBps": 12     the link between stages
+  }
+  forwardMs/backwardMs are required per stage; the byte sizes default to 0 (storedActivationBytes
+  to activationBytes). A profile measured by profileStages() works as is.`,
+    )
     .action((options: TuneCommandOptions) => {
       let text: string;
       try {
@@ -46,9 +62,14 @@ export function registerTuneCommand(program: Command): void {
       } else {
         for (const line of result.explanation) console.log(line);
         if (top > 0) {
-          console.log(`\nfastest ${Math.min(top, result.candidates.length)} settings:`);
+          // The settings that fit first (fastest first), then the faster ones that would need more
+          // memory, so the list is never all `fits: no` while settings that fit exist.
+          const fitting = result.candidates.filter((c) => c.fits).slice(0, top);
+          const faster = result.candidates.filter((c) => !c.fits && c.samplesPerSecond > (fitting[0]?.samplesPerSecond ?? 0)).slice(0, Math.max(0, top - fitting.length));
+          const shown = [...fitting, ...faster];
+          console.log(`\nfastest ${fitting.length} settings that fit${faster.length > 0 ? `, then ${faster.length} faster that do not` : ''}:`);
           console.log('     N    M    A  samples/s  bubble  peak GiB  fits');
-          for (const c of result.candidates.slice(0, top)) {
+          for (const c of shown) {
             const a = c.advance >= c.microBatches + (c.peakMemoryBytes.length) ? 'AFF' : String(c.advance);
             console.log(
               `  ${String(c.pipelines).padStart(4)} ${String(c.microBatches).padStart(4)} ${a.padStart(4)} ${c.samplesPerSecond.toFixed(1).padStart(10)} ` +
