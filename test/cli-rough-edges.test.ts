@@ -54,3 +54,20 @@ t.test('tune: the profile format in --help, and the settings that fit listed fir
   t.ok(rows[0]!.endsWith('yes'), `the first listed setting fits: ${rows[0]}`);
   t.match(stdout, /faster but over the cap/, 'the faster settings over the cap are still named');
 });
+
+t.test('schedule pictures: workers for the data-parallel forms, the all-reduce shown, interleaved chunks told apart', async (t) => {
+  const sapipe_ = await sapipe(['schedule', 'sapipe', '-s', '2', '-m', '2']);
+  t.match(sapipe_.stdout, /^worker  0 \|/m, 'SAPipe rows are workers');
+  t.match(sapipe_.stdout, /^\s+\|\s*A+/m, 'the all-reduce lane is drawn by default (non-zero --allreduce)');
+  const wavelet = await sapipe(['schedule', 'wavelet', '-s', '2', '-m', '2']);
+  t.match(wavelet.stdout, /^worker  1 \|/m);
+  const gpipe = await sapipe(['schedule', 'gpipe', '-s', '2', '-m', '2']);
+  t.match(gpipe.stdout, /^stage  0 \|/m, 'pipeline rows stay stages');
+  const zero = await sapipe(['schedule', 'sapipe', '-s', '2', '-m', '2', '--allreduce', '0']);
+  t.notMatch(zero.stdout, /^\s+\|\s*A+/m, '--allreduce 0 still hides it');
+  const interleaved = await sapipe(['schedule', 'interleaved-1f1b', '-s', '2', '-m', '4']);
+  const row0 = /^stage  0 \|(.*)\|/m.exec(interleaved.stdout)?.[1] ?? '';
+  t.match(row0, /F0/, 'chunk 0 in upper case');
+  t.match(row0, /f0/, 'chunk 1 in lower case');
+  t.match(interleaved.stdout, /lower case: odd chunks/);
+});

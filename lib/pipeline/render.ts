@@ -55,12 +55,12 @@ export function summarize(result: SimulationResult): string[] {
     `makespan:        ${round(result.makespan)}`,
     `bubble fraction: ${round(result.bubbleFraction, 4)}`,
     `throughput:      ${round(result.throughput, 4)} micro-batches per time unit`,
-    `stage  forwards-before-first-backward  peak-activations  weight-versions  max-staleness` +
+    `${rowName(result.schedule).padStart(6)}  forwards-before-first-backward  peak-activations  weight-versions  max-staleness` +
       (result.peakMemoryBytes.some((b) => b > 0) ? '  peak-memory-bytes' : ''),
   ];
   for (let s = 0; s < result.schedule.stages; s++) {
     lines.push(
-      `${String(s).padStart(5)}  ${String(a.forwardsBeforeFirstBackward[s]).padStart(30)}  ${String(a.peakActivations[s]).padStart(16)}  ` +
+      `${String(s).padStart(6)}  ${String(a.forwardsBeforeFirstBackward[s]).padStart(30)}  ${String(a.peakActivations[s]).padStart(16)}  ` +
         `${String(a.weightVersions[s]).padStart(15)}  ${String(a.maxStaleness[s]).padStart(13)}` +
         (result.peakMemoryBytes.some((b) => b > 0) ? `  ${String(Math.round(result.peakMemoryBytes[s]!)).padStart(17)}` : ''),
     );
@@ -74,7 +74,22 @@ function sharesStages(result: SimulationResult): boolean {
   return result.schedule.actions.some((row) => new Set(row.filter((a) => computeKinds.has(a.kind)).map((a) => a.pipeline)).size > 1);
 }
 
-const letterOf = (a: Action): string => (a.kind === 'forward' ? 'F' : a.kind === 'backward' ? 'B' : 'W');
+/**
+ * What a row of the picture is: a `worker` holding a whole model replica in the data-parallel
+ * forms (SAPipe, Wavelet's data-parallel form), a pipeline `stage` otherwise.
+ */
+export function rowName(schedule: Pick<SimulationResult['schedule'], 'name' | 'params'>): 'worker' | 'stage' {
+  return schedule.name === 'sapipe' || (schedule.name === 'wavelet' && schedule.params.form === 'data-parallel') ? 'worker' : 'stage';
+}
+
+/** Model chunk of an action where stages hold several (interleaved 1F1B): part = stage + chunk * S. */
+const chunkOf = (a: Action, stages: number): number => Math.floor(a.part / stages);
+
+/** F, B, W; lower case for the odd chunks of an interleaved schedule, so its two chunks differ. */
+function letterOf(a: Action, stages: number, chunked: boolean): string {
+  const letter = a.kind === 'forward' ? 'F' : a.kind === 'backward' ? 'B' : 'W';
+  return chunked && chunkOf(a, stages) % 2 === 1 ? letter.toLowerCase() : letter;
+}
 
 /**
  * The timeline as text: one line per stage, `F3` a forward of micro-batch 3 (`F1.3` of pipeline 1
@@ -84,7 +99,10 @@ export function renderAscii(result: SimulationResult, options: RenderOptions = {
   checkResult(result);
   checkOptions(options, RENDER_OPTION_KEYS, 'renderAscii(result, options)');
   const many = sharesStages(result);
-  const labelOf = (a: Action): string => `${letterOf(a)}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
+  const S = result.schedule.stages;
+  const chunked = result.schedule.parts > S;
+  const labelOf = (a: Action): string => `${letterOf(a, S, chunked)}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
+  const rowLabel = rowName(result.schedule);
   let longest = 2;
   for (const row of result.timeline) for (const t of row) if (computeKinds.has(t.action.kind)) longest = Math.max(longest, labelOf(t.action).length);
   const cellWidth = options.cellWidth ?? Math.min(12, longest + 1);
@@ -113,9 +131,20 @@ export function renderAscii(result: SimulationResult, options: RenderOptions = {
         else if (from < width && cells[from] === '.') cells[from] = mark;
       }
     }
-    lines.push(`stage ${String(s).padStart(2)} |${cells.join('')}|`);
+    lines.push(`${rowLabel} ${String(s).padStart(2)} |${cells.join('')}|`);
+    // The all-reduce runs beside the compute (that overlap is what SAPipe and Wavelet are for), so
+    // it gets a lane of its own under the row.
+    const reduces = row.filter((t) => t.action.kind === 'allReduce' && t.end > t.start);
+    if (reduces.length > 0) {
+      const lane = new Array<string>(width).fill(' ');
+      for (const t of reduces) for (let c = col(t.start); c < Math.max(col(t.start) + 1, col(t.end)) && c < width; c++) lane[c] = 'A';
+      lines.push(`${''.padStart(rowLabel.length + 3)} |${lane.join('')}|`);
+    }
   });
-  lines.push('legend: F forward, B backward (=), W weight gradient (~), | optimizer step, * elastic averaging, . idle');
+  lines.push(
+    'legend: F forward, B backward (=), W weight gradient (~), | optimizer step, * elastic averaging, A all-reduce (the lane under a row), . idle' +
+      (chunked ? '; upper case: even model chunks (0, 2, ...), lower case: odd chunks (1, 3, ...)' : ''),
+  );
   lines.push(...summarize(result));
   return lines.join('\n');
 }
@@ -138,6 +167,7 @@ function fillOf(a: Action): string {
 export function renderSvg(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
   checkOptions(options, RENDER_OPTION_KEYS, 'renderSvg(result, options)');
+  const chunkedSvg = result.schedule.parts > result.schedule.stages;
   const S = result.schedule.stages;
   const makespan = result.makespan > 0 ? result.makespan : 1;
   const scale = options.scale ?? Math.max(2, Math.min(60, 1100 / makespan));
@@ -178,7 +208,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
   }
   result.timeline.forEach((row, s) => {
     const y = top + s * rowPitch;
-    out.push(`<text x="${left - 8}" y="${y + rowHeight / 2 + 4}" font-size="12" text-anchor="end">stage ${s}</text>`);
+    out.push(`<text x="${left - 8}" y="${y + rowHeight / 2 + 4}" font-size="12" text-anchor="end">${rowName(result.schedule)} ${s}</text>`);
     out.push(`<rect x="${left}" y="${y}" width="${chartWidth}" height="${rowHeight}" fill="url(#idle)" stroke="#ccc" stroke-width="0.5"/>`);
     for (const t of row) {
       const a = t.action;
@@ -188,7 +218,9 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
       if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
         const dashed = a.kind === 'weightGrad' ? ' stroke-dasharray="3,2"' : '';
         out.push(`<rect x="${x}" y="${y}" width="${Math.max(w, 0.5)}" height="${rowHeight}" fill="${fillOf(a)}" stroke="#222" stroke-width="0.6"${dashed}>${tip}</rect>`);
-        const label = `${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
+        // Interleaved chunks: the chunk's letter before the micro-batch (a1 = chunk 0, b1 = chunk 1).
+        const chunk = chunkedSvg ? String.fromCharCode(97 + (chunkOf(a, result.schedule.stages) % 26)) : '';
+        const label = `${chunk}${many ? `${a.pipeline}.` : ''}${a.microBatch}`;
         if (w >= 7 * label.length + 2) {
           const color = a.kind === 'backward' ? 'white' : '#111';
           out.push(`<text x="${x + w / 2}" y="${y + rowHeight / 2 + 4}" font-size="11" text-anchor="middle" fill="${color}">${label}</text>`);

@@ -20,7 +20,7 @@ interface ScheduleCommandOptions {
   backward: string;
   weightGrad?: string;
   latency: string;
-  allreduce: string;
+  allreduce?: string;
   svg?: string;
   html?: string;
   ascii?: boolean;
@@ -57,7 +57,7 @@ export function registerScheduleCommand(program: Command): void {
     .option('--backward <t>', 'backward time of a micro-batch on a stage', '2')
     .option('--weight-grad <t>', 'weight-gradient share of the backward (zb-h1; default backward/2)')
     .option('--latency <t>', 'point-to-point latency', '0')
-    .option('--allreduce <t>', 'all-reduce time (sapipe, wavelet)', '0')
+    .option('--allreduce <t>', 'all-reduce time (sapipe, wavelet; default: the backward time, so the picture shows the overlap)')
     .option('--svg <file>', 'write the timeline as SVG')
     .option('--html <file>', 'write the timeline as an HTML page')
     .option('--ascii', 'print the timeline as text (the default when no file is asked for)')
@@ -87,7 +87,7 @@ export function registerScheduleCommand(program: Command): void {
         backward: number('--backward', options.backward) * share,
         ...(options.weightGrad !== undefined ? { weightGrad: number('--weight-grad', options.weightGrad) * share } : {}),
         p2pLatency: number('--latency', options.latency),
-        allReduce: number('--allreduce', options.allreduce),
+        allReduce: options.allreduce === undefined ? number('--backward', options.backward) : number('--allreduce', options.allreduce),
       });
       if (options.json) {
         console.log(
