@@ -22,13 +22,13 @@ import type { Optimizer, StateBufferName, StepResult } from './optim/optimizer.j
 import { ALIGN_ELEMENTS, FlatBuffer, type ParamSet } from './tensor.js';
 import { describeValue } from './validate.js';
 
-/** A CUDA device: `cuda:N`, or `cuda` for `cuda:0`. */
+/** A CUDA device: `cuda:N`, or `cuda` for `cuda:0`. @category Tensors and memory */
 export type CudaDevice = 'cuda' | `cuda:${number}`;
 
 /** Highest device index accepted (the addon's limit). */
 const MAX_DEVICE_INDEX = 1023;
 
-/** The index N of a `cuda:N` string; InvalidArgumentError for anything else (`cpu` included). */
+/** The index N of a `cuda:N` string; InvalidArgumentError for anything else (`cpu` included). @category Tensors and memory */
 export function cudaDeviceIndex(device: unknown, whatArg: string = 'device'): number {
   const what = typeof whatArg === 'string' ? whatArg : 'device';
   if (typeof device !== 'string') throw new InvalidArgumentError(`${what} must be a string like "cuda:0", got ${typeof device}`);
@@ -39,6 +39,7 @@ export function cudaDeviceIndex(device: unknown, whatArg: string = 'device'): nu
   return parsed.index;
 }
 
+/** @category Tensors and memory */
 export interface DeviceOptions {
   /** Where the memory lives: `cuda:N`. */
   device: CudaDevice;
@@ -72,7 +73,7 @@ function hostArray(value: unknown, what: string): Float32Array {
   throw new InvalidArgumentError(`${what} must be a FlatBuffer or a Float32Array`);
 }
 
-/** fp32 memory on one CUDA device, owned by native code. Zero-filled when allocated. */
+/** fp32 memory on one CUDA device, owned by native code. Zero-filled when allocated. @category Tensors and memory */
 export class DeviceBuffer {
   /** @internal */
   readonly handle: CudaBufferHandle;
@@ -175,6 +176,7 @@ export class DeviceBuffer {
   }
 }
 
+/** @category Tensors and memory */
 export interface DeviceParamSetOptions extends DeviceOptions {
   /**
    * The optimizer whose state moves to the device with the parameters; needed by step() and the
@@ -196,6 +198,8 @@ type DeviceState = Partial<Record<StateBufferName, DeviceBuffer>>;
  * A ParamSet's weights and gradients (and its optimizer's state) in device memory, laid out as
  * on the host (tensors at the same offsets), so one kernel launch covers the whole set. The host
  * ParamSet stays the source of the layout and the staging area for initialisation and checkpoints.
+ *
+ * @category Tensors and memory
  */
 export class DeviceParamSet {
   readonly params: ParamSet;

@@ -1,6 +1,8 @@
 /**
  * Every error sapipe throws is a {@link SapipeError} with a stable `code`. Catch by class or
  * compare `error.code`; messages may change, codes do not.
+ *
+ * @category Errors
  */
 export type SapipeErrorCode =
   | 'ERR_INVALID_ARGUMENT'
@@ -17,6 +19,11 @@ export type SapipeErrorCode =
   | 'ERR_RANK_FAILED'
   | 'ERR_INTERNAL';
 
+/**
+ * The base of every error sapipe throws; `code` is stable (see SapipeErrorCode), messages may change.
+ *
+ * @category Errors
+ */
 export class SapipeError extends Error {
   readonly code: SapipeErrorCode;
   constructor(code: SapipeErrorCode, message: string, options?: { cause?: unknown }) {
@@ -26,36 +33,41 @@ export class SapipeError extends Error {
   }
 }
 
-/** An argument is missing, of the wrong type, or out of range. */
+/** An argument is missing, of the wrong type, or out of range. @category Errors */
 export class InvalidArgumentError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_INVALID_ARGUMENT', message, options);
   }
 }
-/** Buffers or tensors whose lengths must agree do not. */
+/** Buffers or tensors whose lengths must agree do not. @category Errors */
 export class SizeMismatchError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_SIZE_MISMATCH', message, options);
   }
 }
-/** Two buffers that must be distinct memory are the same. */
+/** Two buffers that must be distinct memory are the same. @category Errors */
 export class AliasingError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_ALIASING', message, options);
   }
 }
-/** An object was used after dispose(). */
+/** An object was used after dispose(). @category Errors */
 export class DisposedError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_DISPOSED', message, options);
   }
 }
-/** An asynchronous operation still uses the object; await it first. */
+/** An asynchronous operation still uses the object; await it first. @category Errors */
 export class BusyError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_BUSY', message, options);
   }
 }
+/**
+ * Memory could not be allocated (host or device); free buffers with dispose() or use less.
+ *
+ * @category Errors
+ */
 export class OutOfMemoryError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_OUT_OF_MEMORY', message, options);
@@ -64,37 +76,39 @@ export class OutOfMemoryError extends SapipeError {
 /**
  * A JavaScript view of more floats than one can hold (2^30, 4 GiB): a buffer that large is used
  * whole by native kernels and collectives, and from JavaScript through views of ranges.
+ *
+ * @category Errors
  */
 export class ViewTooLargeError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_VIEW_TOO_LARGE', message, options);
   }
 }
-/** The requested backend (native addon, CUDA, UCX, ...) cannot be used here; the message says why. */
+/** The requested backend (native addon, CUDA, UCX, ...) cannot be used here; the message says why. @category Errors */
 export class BackendUnavailableError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_BACKEND_UNAVAILABLE', message, options);
   }
 }
-/** A peer of a collective disappeared. */
+/** A peer of a collective disappeared. @category Errors */
 export class PeerLostError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_PEER_LOST', message, options);
   }
 }
-/** A wait ran past its timeout. */
+/** A wait ran past its timeout. @category Errors */
 export class TimeoutError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_TIMEOUT', message, options);
   }
 }
-/** A pipeline schedule breaks a dependency or would deadlock; the message names the first broken action. */
+/** A pipeline schedule breaks a dependency or would deadlock; the message names the first broken action. @category Errors */
 export class InvalidScheduleError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_INVALID_SCHEDULE', message, options);
   }
 }
-/** A rank of a job failed (threw, or exited with a non-zero code); `rank` says which, `cause` holds its error. */
+/** A rank of a job failed (threw, or exited with a non-zero code); `rank` says which, `cause` holds its error. @category Errors */
 export class RankFailedError extends SapipeError {
   readonly rank: number;
   constructor(message: string, options?: { cause?: unknown; rank?: number }) {
@@ -102,6 +116,11 @@ export class RankFailedError extends SapipeError {
     this.rank = options?.rank ?? -1;
   }
 }
+/**
+ * An invariant of sapipe itself broke: a bug to report, with the message.
+ *
+ * @category Errors
+ */
 export class InternalError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_INTERNAL', message, options);
@@ -124,7 +143,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_INTERNAL: InternalError,
 };
 
-/** Turns an error thrown by the native addon (an Error with a `code`) into its SapipeError subclass. */
+/** Turns an error thrown by the native addon (an Error with a `code`) into its SapipeError subclass. @category Errors */
 export function fromNativeError(error: unknown): SapipeError {
   if (error instanceof SapipeError) return error;
   const code = (error as { code?: unknown } | null)?.code;

@@ -1,7 +1,7 @@
 /** Inputs that may be given as an object or as its JSON text (profiles read from files or flags). */
 import { InvalidArgumentError } from './errors.js';
 
-/** `input` itself, or the value its JSON text describes when it is a string. */
+/** @internal `input` itself, or the value its JSON text describes when it is a string. */
 export function fromJsonText(input: unknown, what: string): unknown {
   if (typeof input !== 'string') return input;
   try {

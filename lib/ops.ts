@@ -19,6 +19,8 @@ function checkSameLength(op: string, a: FlatBuffer, b: FlatBuffer): void {
 /**
  * Elastic averaging between a worker's weights and the center copy (ALGORITHMS.md section 5,
  * AvgPipe): d = alpha*(worker - center); worker -= d; center += d. alpha in [0, 1].
+ *
+ * @category Kernels
  */
 export function elasticAverage(worker: FlatBuffer, center: FlatBuffer, alpha: number): void {
   checkBuffer(worker, 'elasticAverage(worker)');
@@ -29,6 +31,7 @@ export function elasticAverage(worker: FlatBuffer, center: FlatBuffer, alpha: nu
   callNative(() => nativeAddon().elasticAverage(worker.handle, center.handle, alpha));
 }
 
+/** @category Kernels */
 export interface SumOptions {
   /** Divide by the number of inputs (an average). Default false. */
   average?: boolean;
@@ -40,6 +43,8 @@ export interface SumOptions {
  * out = scale * (inputs[0] + ... + inputs[k-1]) (divided by k when averaging). `out` may be
  * inputs[0]. Returns the count of non-finite results: the non-finite guard for free, so a step on
  * the result can pass `gradChecked`.
+ *
+ * @category Kernels
  */
 export function sum(out: FlatBuffer, inputs: readonly FlatBuffer[], options: SumOptions = {}): { nonFiniteCount: number } {
   checkBuffer(out, 'sum(out)');
@@ -55,14 +60,14 @@ export function sum(out: FlatBuffer, inputs: readonly FlatBuffer[], options: Sum
   return { nonFiniteCount };
 }
 
-/** x *= s. */
+/** x *= s. @category Kernels */
 export function scale(x: FlatBuffer, s: number): void {
   checkBuffer(x, 'scale(x)');
   checkNumber(s, 'scale(s)', -Number.MAX_VALUE, Number.MAX_VALUE);
   callNative(() => nativeAddon().scale(x.handle, s));
 }
 
-/** y += a*x. */
+/** y += a*x. @category Kernels */
 export function axpy(y: FlatBuffer, a: number, x: FlatBuffer): void {
   checkBuffer(y, 'axpy(y)');
   checkBuffer(x, 'axpy(x)');
@@ -71,13 +76,13 @@ export function axpy(y: FlatBuffer, a: number, x: FlatBuffer): void {
   callNative(() => nativeAddon().axpy(y.handle, x.handle, a));
 }
 
-/** Sum of squares, accumulated in double (for gradient-norm clipping). */
+/** Sum of squares, accumulated in double (for gradient-norm clipping). @category Kernels */
 export function squaredNorm(x: FlatBuffer): number {
   checkBuffer(x, 'squaredNorm(x)');
   return callNative(() => nativeAddon().squaredNorm(x.handle));
 }
 
-/** Number of NaN/Inf elements. */
+/** Number of NaN/Inf elements. @category Kernels */
 export function countNonFinite(x: FlatBuffer): number {
   checkBuffer(x, 'countNonFinite(x)');
   return callNative(() => nativeAddon().countNonFinite(x.handle));
@@ -85,6 +90,8 @@ export function countNonFinite(x: FlatBuffer): number {
 
 /**
  * Scales x so that its L2 norm is at most maxNorm; returns the norm before clipping.
+ *
+ * @category Kernels
  */
 export function clipByNorm(x: FlatBuffer, maxNorm: number): number {
   checkNumber(maxNorm, 'clipByNorm(maxNorm)', 0, Number.MAX_VALUE, { loOpen: true });

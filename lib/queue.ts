@@ -4,6 +4,12 @@
  */
 import { callNative, nativeAddon, type QueueHandle } from './native.js';
 
+/**
+ * An in-order native execution queue (one worker thread), like a CUDA stream: async steps and
+ * collectives run on one off the JavaScript thread, in the order they were issued.
+ *
+ * @category Tensors and memory
+ */
 export class ExecutionQueue {
   /** @internal */
   readonly handle: QueueHandle;
@@ -19,7 +25,7 @@ export class ExecutionQueue {
 
 let defaultQueue: ExecutionQueue | undefined;
 
-/** The process-wide queue (created on first use). */
+/** The process-wide queue (created on first use). @category Tensors and memory */
 export function defaultExecutionQueue(): ExecutionQueue {
   defaultQueue ??= new ExecutionQueue();
   return defaultQueue;

@@ -7,13 +7,15 @@ import { DisposedError, InvalidArgumentError, SizeMismatchError } from './errors
 import { callNative, nativeAddon, type NativeBufferHandle } from './native.js';
 import { checkArrayLike, checkInteger, checkObject, describeValue } from './validate.js';
 
-/** Elements per cache line: every tensor of a ParamSet starts on one, so views are 64-byte aligned. */
+/** Elements per cache line: every tensor of a ParamSet starts on one, so views are 64-byte aligned. @category Tensors and memory */
 export const ALIGN_ELEMENTS = 16;
 
 /**
  * The most floats one JavaScript view of native memory holds: 2^30 (4 GiB), Node's limit for an
  * external ArrayBuffer. Larger buffers work whole in every kernel and collective; JavaScript sees
  * them through {@link FlatBuffer.view} ranges (a ParamSet's tensor views are such ranges).
+ *
+ * @category Tensors and memory
  */
 export const MAX_VIEW_LENGTH = 2 ** 30;
 
@@ -26,6 +28,8 @@ export const MAX_VIEW_LENGTH = 2 ** 30;
  * The memory is reported to the JavaScript engine, so a buffer dropped without `dispose()` is
  * collected under memory pressure like any ArrayBuffer (after a garbage collection, on a later turn
  * of the event loop); `dispose()` frees it at once.
+ *
+ * @category Tensors and memory
  */
 export class FlatBuffer {
   /** @internal */
@@ -97,7 +101,7 @@ export class FlatBuffer {
   }
 }
 
-/** @internal Throws InvalidArgumentError unless `length` is a valid FlatBuffer length. */
+/** @internal Throws InvalidArgumentError unless `length` is a valid FlatBuffer length. @category Tensors and memory */
 export function checkLength(length: unknown, what: string): void {
   checkInteger(length, `${what}: length`, 0, Number.MAX_SAFE_INTEGER);
 }
@@ -106,11 +110,14 @@ export function checkLength(length: unknown, what: string): void {
  * Where buffers are allocated. A communicator is one: `comm.allocate(n)` gives memory its
  * collectives handle fastest (on the ucx backend, shared memory that the other ranks of the machine
  * read directly instead of receiving the bytes in messages).
+ *
+ * @category Tensors and memory
  */
 export interface MemorySource {
   allocate(length: number): FlatBuffer;
 }
 
+/** @category Tensors and memory */
 export interface ParamSetOptions {
   /**
    * Where the weights, gradients and optimizer state are allocated (default: ordinary memory). A
@@ -121,13 +128,13 @@ export interface ParamSetOptions {
   memory?: MemorySource;
 }
 
-/** Shape of a tensor: non-negative integer dimensions. `[]` is a scalar. */
+/** Shape of a tensor: non-negative integer dimensions. `[]` is a scalar. @category Tensors and memory */
 export type Shape = readonly number[];
 
-/** Tensor names and shapes, in packing order. */
+/** Tensor names and shapes, in packing order. @category Tensors and memory */
 export type ParamSpec = Readonly<Record<string, Shape>> | ReadonlyArray<readonly [string, Shape]>;
 
-/** Where one named tensor lives inside the flat buffers of a ParamSet. */
+/** Where one named tensor lives inside the flat buffers of a ParamSet. @category Tensors and memory */
 export interface TensorLayout {
   readonly name: string;
   readonly shape: Shape;
@@ -137,7 +144,7 @@ export interface TensorLayout {
   readonly offset: number;
 }
 
-/** One named tensor of a ParamSet: views of its weights and gradient. */
+/** One named tensor of a ParamSet: views of its weights and gradient. @category Tensors and memory */
 export class Tensor {
   /** @internal ParamSet makes its tensors: use `paramSet.get(name)`. */
   constructor(
@@ -167,6 +174,8 @@ export class Tensor {
  * Named tensors packed into one flat weight buffer and one flat gradient buffer. Each tensor starts
  * on a cache line; the padding between tensors is zero and stays zero under every update, so
  * kernels run over the whole flat buffer in one call.
+ *
+ * @category Tensors and memory
  */
 export class ParamSet {
   readonly weights: FlatBuffer;

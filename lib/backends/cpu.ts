@@ -1,7 +1,7 @@
 import { nativeAddon, nativeUnavailableReason } from '../native.js';
 import type { BackendStatus } from './status.js';
 
-/** The CPU kernels live in the addon itself: available whenever the addon loads. */
+/** The CPU kernels live in the addon itself: available whenever the addon loads. @category Backends */
 export function probeCpu(): BackendStatus {
   const reason = nativeUnavailableReason();
   if (reason !== undefined) return { name: 'cpu', kind: 'compute', available: false, reason };

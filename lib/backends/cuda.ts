@@ -9,6 +9,7 @@ import { callNative, nativeAddon, nativeUnavailableReason, type NativeUpdateConf
 import type { BackendStatus } from './status.js';
 import { describeValue } from '../validate.js';
 
+/** @category Backends */
 export interface CudaDeviceInfo {
   name?: string;
   computeCapability?: string;
@@ -18,6 +19,7 @@ export interface CudaDeviceInfo {
   error?: string;
 }
 
+/** @category Backends */
 export interface CudaStatus {
   available: boolean;
   reason?: string;
@@ -28,6 +30,7 @@ export interface CudaStatus {
   devices?: CudaDeviceInfo[];
 }
 
+/** @category Backends */
 export interface NcclStatus {
   available: boolean;
   reason?: string;
@@ -35,7 +38,7 @@ export interface NcclStatus {
   path?: string;
 }
 
-/** fp32 memory on one CUDA device (native/addon/cuda_buffer.h). Copies are synchronous. */
+/** fp32 memory on one CUDA device (native/addon/cuda_buffer.h). Copies are synchronous. @category Backends */
 export interface CudaBufferHandle {
   readonly length: number;
   readonly device: number;
@@ -46,7 +49,7 @@ export interface CudaBufferHandle {
   dispose(): void;
 }
 
-/** NativeUpdateBuffers with device buffers. */
+/** NativeUpdateBuffers with device buffers. @category Backends */
 export interface CudaUpdateBuffers {
   weights: CudaBufferHandle;
   grad: CudaBufferHandle;
@@ -58,16 +61,16 @@ export interface CudaUpdateBuffers {
   prevLocalGrad?: CudaBufferHandle | undefined;
 }
 
-/** What a fused NCCL step did (sapipe_nccl_step_result). */
+/** What a fused NCCL step did (sapipe_nccl_step_result). @category Backends */
 export interface NcclStepResult extends NativeUpdateResult {
   /** Skipped only because a sum of the inputs could overflow: the recheck finishes the step. */
   overflowRisk: boolean;
 }
 
-/** Collective kinds, numbered as native/addon/nccl_comm_binding.cpp numbers them. */
+/** Collective kinds, numbered as native/addon/nccl_comm_binding.cpp numbers them. @category Backends */
 export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, broadcast: 3, send: 4, recv: 5 } as const;
 
-/** One rank's NCCL communicator (native/addon/nccl_comm_binding.cpp). */
+/** One rank's NCCL communicator (native/addon/nccl_comm_binding.cpp). @category Backends */
 export interface NcclCommHandle {
   init(queue: QueueHandle, id: Uint8Array): Promise<void>;
   /**
@@ -95,7 +98,7 @@ export interface NcclCommHandle {
   destroy(): void;
 }
 
-/** What the native side of the CUDA backend needs from the addon. */
+/** What the native side of the CUDA backend needs from the addon. @category Backends */
 export interface CudaAddon {
   cudaStatus(): CudaStatus;
   ncclStatus(): NcclStatus;
@@ -109,6 +112,7 @@ export interface CudaAddon {
   ncclUniqueId(): Uint8Array;
 }
 
+/** @category Backends */
 export interface CudaBenchTiming {
   updateMs: number;
   guardedMs: number;
@@ -116,12 +120,12 @@ export interface CudaBenchTiming {
   bytesPerElement: number;
 }
 
-/** @internal The addon's CUDA entries, typed. */
+/** @internal The addon's CUDA entries, typed. @category Backends */
 export function cudaAddon(): CudaAddon {
   return nativeAddon() as unknown as CudaAddon;
 }
 
-/** The CUDA plugin's state; never throws. */
+/** The CUDA plugin's state; never throws. @category Backends */
 export function cudaStatus(): CudaStatus {
   const reason = nativeUnavailableReason();
   if (reason !== undefined) return { available: false, reason };
@@ -132,6 +136,7 @@ export function cudaStatus(): CudaStatus {
   }
 }
 
+/** @category Backends */
 export function probeCuda(): BackendStatus {
   const s = cudaStatus();
   const details: Record<string, string | number | boolean> = {};
@@ -150,6 +155,7 @@ export function probeCuda(): BackendStatus {
   };
 }
 
+/** @category Backends */
 export function probeNccl(): BackendStatus {
   const reason = nativeUnavailableReason();
   let s: NcclStatus;
@@ -170,7 +176,7 @@ export function probeNccl(): BackendStatus {
   return { name: 'nccl', kind: 'comm', available: true, details };
 }
 
-/** Parses `cpu` or `cuda:N` (`cuda` alone is `cuda:0`). */
+/** Parses `cpu` or `cuda:N` (`cuda` alone is `cuda:0`). @category Backends */
 export function parseDevice(spec: string): { kind: 'cpu' } | { kind: 'cuda'; index: number } {
   if (spec === 'cpu') return { kind: 'cpu' };
   const m = /^cuda(?::(\d{1,4}))?$/.exec(spec);
@@ -178,7 +184,7 @@ export function parseDevice(spec: string): { kind: 'cpu' } | { kind: 'cuda'; ind
   return { kind: 'cuda', index: m[1] === undefined ? 0 : Number(m[1]) };
 }
 
-/** Checks that cuda:index can run the kernels; throws BackendUnavailableError saying why not. */
+/** Checks that cuda:index can run the kernels; throws BackendUnavailableError saying why not. @category Backends */
 export function requireCudaDevice(index: number): void {
   if (!Number.isInteger(index) || index < 0) throw new InvalidArgumentError(`CUDA device index must be a non-negative integer, not ${index}`);
   const s = cudaStatus();
@@ -189,7 +195,7 @@ export function requireCudaDevice(index: number): void {
     throw new BackendUnavailableError(`cuda:${index} (${device.name ?? '?'}, sm ${device.computeCapability ?? '?'}) cannot run this build's kernels (built for ${s.architectures ?? '?'})`);
 }
 
-/** Times one update variant on cuda:index against a device-to-device copy (see native/cuda/bench_update.cu). */
+/** Times one update variant on cuda:index against a device-to-device copy (see native/cuda/bench_update.cu). @category Backends */
 export function cudaBenchUpdate(index: number, config: NativeUpdateConfig, elements: number, reps: number, warmup: number): CudaBenchTiming {
   requireCudaDevice(index);
   return callNative(() => cudaAddon().cudaBenchUpdate(index, config, elements, reps, warmup));

@@ -18,7 +18,7 @@ const probes: BackendProbe[] = [
   probeUcx,
 ];
 
-/** Probes every backend; never throws. */
+/** Probes every backend; never throws. @category Backends */
 export function backendStatuses(): BackendStatus[] {
   return probes.map((probe) => {
     try {

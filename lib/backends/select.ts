@@ -8,15 +8,21 @@ import { backendStatuses } from './index.js';
 import type { BackendStatus } from './status.js';
 import { describeValue } from '../validate.js';
 
+/** @category Backends */
 export const COMPUTE_BACKENDS = ['cpu', 'cuda'] as const;
+/** @category Backends */
 export const COMM_BACKENDS = ['local', 'ucx', 'nccl'] as const;
 
+/** @category Backends */
 export type ComputeBackendName = (typeof COMPUTE_BACKENDS)[number];
+/** @category Backends */
 export type CommBackendName = (typeof COMM_BACKENDS)[number];
+/** @category Backends */
 export type ComputeBackendPreference = 'auto' | ComputeBackendName;
+/** @category Backends */
 export type CommBackendPreference = 'auto' | CommBackendName;
 
-/** The outcome of a selection: the backend, its status, and in words why it was chosen. */
+/** The outcome of a selection: the backend, its status, and in words why it was chosen. @category Backends */
 export interface BackendSelection<Name extends string> {
   name: Name;
   status: BackendStatus;
@@ -36,7 +42,7 @@ const INSTALL_HINTS: Record<ComputeBackendName | CommBackendName, string> = {
   ucx: 'install UCX (libucp.so.0: `apt-get install libucx-dev` on Debian/Ubuntu, or UCX from your distribution) and build the UCX plugin with `npm run build:native`; ranks are processes started by `sapipe launch` (or torchrun, mpirun, Slurm)',
 };
 
-/** How to make `name` available, in one sentence. */
+/** How to make `name` available, in one sentence. @category Backends */
 export function installHint(name: ComputeBackendName | CommBackendName): string {
   return INSTALL_HINTS[name];
 }
@@ -101,6 +107,8 @@ function select<Name extends ComputeBackendName | CommBackendName>(
  * are present, else the CPU. Throws InvalidArgumentError for an unknown preference and
  * BackendUnavailableError (code ERR_BACKEND_UNAVAILABLE) when the named backend, or for `auto`
  * every backend, is unavailable.
+ *
+ * @category Backends
  */
 export function selectBackend(
   preference: ComputeBackendPreference = 'auto',
@@ -113,6 +121,8 @@ export function selectBackend(
  * The communication backend for collectives. `auto` picks UCX when its plugin and library load,
  * else the in-process `local` transport; `nccl` (collectives on GPU memory, see NcclCommunicator)
  * is chosen only by name. Errors as {@link selectBackend}.
+ *
+ * @category Backends
  */
 export function selectCommBackend(
   preference: CommBackendPreference = 'auto',

@@ -2,6 +2,8 @@
  * What each backend needs and whether this machine has it. Every backend contributes one probe
  * (a file beside this one); `sapipe info` and backend selection read them. A probe never throws:
  * a missing plugin, library or device is reported with the reason.
+ *
+ * @category Backends
  */
 export interface BackendStatus {
   /** `cpu`, `cuda`, `local`, `ucx`, `nccl`, ... */
@@ -15,4 +17,5 @@ export interface BackendStatus {
   details?: Record<string, string | number | boolean>;
 }
 
+/** @category Backends */
 export type BackendProbe = () => BackendStatus;

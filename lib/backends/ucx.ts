@@ -2,7 +2,7 @@ import { ucxAddon, type UcxPluginStatus } from '../comm/ucx-native.js';
 import { nativeUnavailableReason } from '../native.js';
 import type { BackendStatus } from './status.js';
 
-/** The UCX plugin's state; never throws. */
+/** The UCX plugin's state; never throws. @category Backends */
 export function ucxStatus(): UcxPluginStatus {
   const reason = nativeUnavailableReason();
   if (reason !== undefined) return { available: false, reason };
@@ -17,6 +17,8 @@ export function ucxStatus(): UcxPluginStatus {
  * The ucx communication backend: the plugin sapipe_ucx.so beside the addon (or SAPIPE_UCX_PLUGIN)
  * and the UCX library it links (libucp.so.0). Unavailable with the reason and the fix when either
  * is missing.
+ *
+ * @category Backends
  */
 export function probeUcx(): BackendStatus {
   const s = ucxStatus();

@@ -13,6 +13,7 @@ import { FlatBuffer } from '../tensor.js';
 import { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Communication */
 export type ReduceOp = 'sum' | 'avg';
 
 /**
@@ -20,17 +21,19 @@ export type ReduceOp = 'sum' | 'avg';
  * as it reduces them (the caller must first establish that every sum will be finite), `reduced`
  * when it reduces its whole part first and skips the update on every rank if any part holds a
  * non-finite sum (no extra read of the gradient).
+ *
+ * @category Communication
  */
 export type ShardedGuard = 'prescan' | 'reduced';
 
-/** @internal */
+/** @internal @category Communication */
 export interface ShardedStepResult {
   applied: boolean;
   /** Non-finite sums found (a skipped step), or 0. */
   nonFiniteCount: number;
 }
 
-/** @internal One optimizer step of the sharded update (fused-step.ts), as a backend runs it. */
+/** @internal One optimizer step of the sharded update (fused-step.ts), as a backend runs it. @category Communication */
 export interface ShardedStep {
   /** The step's configuration (gradChecked set) and buffers over the whole ParamSet. */
   config: NativeUpdateConfig;
@@ -43,11 +46,13 @@ export interface ShardedStep {
   predicted: FlatBuffer | undefined;
 }
 
+/** @category Communication */
 export interface ReduceOptions {
   /** `sum` (default) or `avg` (sum divided by the world size). */
   op?: ReduceOp;
 }
 
+/** @category Communication */
 export interface AllreduceOptions extends ReduceOptions {
   /** First element of the range to reduce (default 0): buckets of one flat gradient buffer. */
   offset?: number;
@@ -55,22 +60,32 @@ export interface AllreduceOptions extends ReduceOptions {
   count?: number;
 }
 
+/** @category Communication */
 export interface ReduceResult {
   /** NaN/Inf values in the result (the same on every rank): the non-finite guard for free. */
   nonFiniteCount: number;
 }
 
-/** Names of the backends. */
+/** Names of the backends. @category Communication */
 export type CommBackendName = 'local' | 'ucx' | 'nccl';
 
+/** @category Communication */
 export const DEFAULT_COMM_TIMEOUT_MS = 30_000;
 
-/** What a collective moves: host FlatBuffers, or device buffers for `nccl`. */
+/** What a collective moves: host FlatBuffers, or device buffers for `nccl`. @category Communication */
 export interface CommBuffer {
   readonly length: number;
   readonly disposed: boolean;
 }
 
+/**
+ * Collectives and point-to-point messages among the ranks of a group: allreduce, reduceScatter,
+ * allgather, broadcast, barrier, send/recv. Every wait is bounded (`timeoutMs`); a lost peer fails
+ * every pending and later operation with PeerLostError. Backends: LocalCommunicator,
+ * UcxCommunicator, NcclCommunicator; createCommunicator picks one.
+ *
+ * @category Communication
+ */
 export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
   abstract readonly backend: CommBackendName;
   private isDestroyed = false;

@@ -14,7 +14,7 @@ import { NcclCommunicator, type NcclCommunicatorOptions } from './nccl.js';
 import { fromEnv } from './rendezvous/env.js';
 import { UcxCommunicator, type UcxCommunicatorOptions } from './ucx.js';
 
-/** Options passed on to the backend's create(); the rank and world come from where this rank runs. */
+/** Options passed on to the backend's create(); the rank and world come from where this rank runs. @category Communication */
 export type CreateCommunicatorOptions = Omit<LocalCommunicatorOptions, 'group' | 'rank' | 'size'> &
   Omit<UcxCommunicatorOptions, 'rank' | 'size'> &
   Partial<Omit<NcclCommunicatorOptions, 'rank' | 'size'>>;
@@ -43,6 +43,8 @@ function launchedByEnvironment(env: NodeJS.ProcessEnv): boolean {
  *
  * Outside any launcher it throws InvalidArgumentError saying how to start the ranks. Every rank
  * of the job must call it.
+ *
+ * @category Communication
  */
 export async function createCommunicator(backend: 'nccl', options?: CreateCommunicatorOptions): Promise<NcclCommunicator>;
 export async function createCommunicator(backend?: Exclude<CommBackendPreference, 'nccl'>, options?: CreateCommunicatorOptions): Promise<LocalCommunicator | UcxCommunicator>;

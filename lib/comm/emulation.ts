@@ -7,6 +7,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { checkInteger, checkNumber, checkOneOf, describeValue } from '../validate.js';
 
+/** @category Communication */
 export interface NetworkEmulation {
   /** Link bandwidth in gigabits per second (> 0). */
   gbps: number;
@@ -14,6 +15,7 @@ export interface NetworkEmulation {
   latencyUs?: number;
 }
 
+/** @category Communication */
 export function checkEmulation(e: unknown): NetworkEmulation | undefined {
   if (e === undefined) return undefined;
   if (e === null || typeof e !== 'object') throw new InvalidArgumentError('emulate must be an object like { gbps: 10, latencyUs: 5 }');
@@ -25,7 +27,7 @@ export function checkEmulation(e: unknown): NetworkEmulation | undefined {
   return { gbps, latencyUs: latencyUs ?? 0 };
 }
 
-/** What a ring moves per rank, in units of the collective's volume, and its number of steps. */
+/** What a ring moves per rank, in units of the collective's volume, and its number of steps. @category Communication */
 export type RingPattern = 'allreduce' | 'reduceScatter' | 'allgather' | 'broadcast' | 'barrier' | 'p2p';
 
 /**
@@ -33,6 +35,8 @@ export type RingPattern = 'allreduce' | 'reduceScatter' | 'allgather' | 'broadca
  * reduce-scatter input, the all-gather output) takes on n ranks: all-reduce moves 2(n-1)/n of it in
  * 2(n-1) steps; reduce-scatter and all-gather (n-1)/n in n-1 steps; a pipelined broadcast and a
  * point-to-point message the whole volume once.
+ *
+ * @category Communication
  */
 export function emulatedMs(e: NetworkEmulation, pattern: RingPattern, bytes: number, n: number): number {
   if (checkEmulation(e) === undefined) throw new InvalidArgumentError('emulatedMs: pass the emulation, e.g. { gbps: 10, latencyUs: 5 }');

@@ -42,10 +42,13 @@ import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { Communicator } from './communicator.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Communication */
 export const DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024;
+/** @category Communication */
 export const DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024;
 const FLT_MAX = 3.4028234663852886e38;
 
+/** @category Communication */
 export interface FusedStepOptions {
   /** Bytes per bucket (default 25 MB). */
   bucketBytes?: number;
@@ -59,6 +62,7 @@ export interface FusedStepOptions {
   update?: 'replicated' | 'sharded';
 }
 
+/** @category Communication */
 export interface FusedStepResult extends StepResult {
   /** Buckets the gradient was reduced in. */
   buckets: number;
@@ -75,7 +79,7 @@ function checkCommAndOptimizer(what: string, comm: unknown, optimizer: unknown):
     throw new InvalidArgumentError(`${what}(comm, optimizer): optimizer must be an SGD, Adam or AdamW, got ${describeValue(optimizer)}`);
 }
 
-/** [offset, count] of each bucket over `length` floats; every boundary on a cache line. */
+/** [offset, count] of each bucket over `length` floats; every boundary on a cache line. @category Communication */
 export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES, firstBucketBytes = DEFAULT_FIRST_BUCKET_BYTES): [number, number][] {
   checkInteger(length, 'bucketRanges(length): length', 0, Number.MAX_SAFE_INTEGER);
   for (const [v, what] of [[bucketBytes, 'bucketBytes'], [firstBucketBytes, 'firstBucketBytes']] as const)
@@ -98,6 +102,8 @@ export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES,
 /**
  * Averages the optimizer's ParamSet gradients over the communicator's ranks and applies one
  * optimizer step, bucket by bucket. Every rank must call it with the same bucket options.
+ *
+ * @category Communication
  */
 export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer, options: FusedStepOptions = {}): Promise<FusedStepResult> {
   checkOptions(options, FUSED_STEP_OPTION_KEYS, 'allreduceAndStep(comm, optimizer, options)');
@@ -215,6 +221,8 @@ async function prescan(comm: Communicator, grads: FlatBuffer): Promise<{ nonFini
  * After sharded steps each rank's optimizer state is current on its own part only; this copies
  * every part to every rank (one all-gather per state buffer), so exportState() or a replicated
  * step sees the whole state. Every rank must call it.
+ *
+ * @category Communication
  */
 export async function gatherShardedState(comm: Communicator, optimizer: Optimizer): Promise<void> {
   checkCommAndOptimizer('gatherShardedState', comm, optimizer);

@@ -24,6 +24,7 @@ function advertisedHost(masterAddr: string | undefined): string {
   return '127.0.0.1';
 }
 
+/** @category Communication */
 export class LivenessMesh {
   private readonly sockets = new Map<number, Socket>();
   private closed = false;

@@ -2,7 +2,7 @@
 import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
 import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 
-/** Collective kinds, numbered as native/comm/local/local_group.h numbers them. */
+/** Collective kinds, numbered as native/comm/local/local_group.h numbers them. @category Communication */
 export const CollectiveKind = {
   barrier: 0,
   allreduce: 1,
@@ -13,6 +13,7 @@ export const CollectiveKind = {
   allgatherInPlace: 6,
 } as const;
 
+/** @category Communication */
 export interface LocalCommHandle extends QueuedCommHandle {
   ready(queue: QueueHandle): Promise<void>;
   /** The collective, run by the ring algorithm over the local channels when `ring` is set. */
@@ -21,11 +22,13 @@ export interface LocalCommHandle extends QueuedCommHandle {
   reduceUpdate(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number>;
 }
 
+/** @category Communication */
 export interface CommAddon {
   LocalComm: new (group: string, size: number, rank: number, timeoutMs: number) => LocalCommHandle;
   copySingleThread(dst: NativeBufferHandle, src: NativeBufferHandle): void;
 }
 
+/** @category Communication */
 export function commAddon(): CommAddon {
   return nativeAddon() as unknown as CommAddon;
 }

@@ -21,6 +21,7 @@ import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } fr
 
 export { partition } from './partition.js';
 
+/** @category Communication */
 export interface LocalCommunicatorOptions {
   /** Name shared by the ranks of one group (any string; one group per name at a time). */
   group: string;
@@ -43,6 +44,13 @@ const LOCAL_OPTION_KEYS = optionKeys<LocalCommunicatorOptions>({ group: true, ra
 /** Most ranks a local group holds (the native group's limit). */
 const MAX_LOCAL_RANKS = 4096;
 
+/**
+ * The `local` backend: ranks are worker threads of one process (runLocalRanks or
+ * spawnLocalRanks start them), and each rank reduces its slice of every peer's buffer in place in
+ * shared memory. No system dependency.
+ *
+ * @category Communication
+ */
 export class LocalCommunicator extends QueuedCommunicator {
   readonly backend = 'local' as const;
   readonly group: string;
@@ -129,6 +137,7 @@ export class LocalCommunicator extends QueuedCommunicator {
 }
 
 
+/** @category Communication */
 export interface LocalRankData {
   sapipeLocal: { group: string; rank: number; size: number };
   [key: string]: unknown;
@@ -137,6 +146,8 @@ export interface LocalRankData {
 /**
  * Starts `nproc` worker threads running `file`, each with `workerData.sapipeLocal = { group, rank,
  * size }` (pass it to LocalCommunicator.create) plus the given extra data.
+ *
+ * @category Communication
  */
 export function spawnLocalRanks(file: string | URL, nproc: number, options: { workerData?: Record<string, unknown>; group?: string; worker?: WorkerOptions } = {}): Worker[] {
   if (typeof file !== 'string' && !(file instanceof URL))
@@ -161,7 +172,7 @@ export function spawnLocalRanks(file: string | URL, nproc: number, options: { wo
   return workers;
 }
 
-/** Options of {@link runLocalRanks}. */
+/** Options of {@link runLocalRanks}. @category Communication */
 export interface RunLocalRanksOptions {
   /** Extra data for every rank, beside `sapipeLocal`. */
   workerData?: Record<string, unknown>;
@@ -179,6 +190,8 @@ const RUN_OPTION_KEYS = optionKeys<RunLocalRanksOptions>({ workerData: true, gro
  * rank has ended well, like torch.multiprocessing.spawn: the first rank that throws or exits with a
  * non-zero code rejects the whole run with a RankFailedError naming the rank (its error is the
  * `cause`), and every other rank is terminated.
+ *
+ * @category Communication
  */
 export async function runLocalRanks(file: string | URL, nproc: number, options: RunLocalRanksOptions = {}): Promise<void> {
   checkOptions(options, RUN_OPTION_KEYS, 'runLocalRanks(file, nproc, options)');

@@ -29,6 +29,7 @@ import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Communication */
 export interface NcclCommunicatorOptions {
   rank: number;
   size: number;
@@ -47,6 +48,7 @@ export interface NcclCommunicatorOptions {
   timeoutMs?: number;
 }
 
+/** @category Communication */
 export interface NcclStepOptions {
   /** Bytes per bucket (default 25 MB), replicated only. */
   bucketBytes?: number;
@@ -58,6 +60,7 @@ export interface NcclStepOptions {
   localGrad?: DeviceBuffer;
 }
 
+/** @category Communication */
 export interface NcclStepResultInfo extends StepResult {
   buckets: number;
   update: 'replicated' | 'sharded';
@@ -80,6 +83,12 @@ function checkInteger(value: unknown, lo: number, hi: number, what: string): num
 const NCCL_OPTION_KEYS = optionKeys<NcclCommunicatorOptions>({ rank: true, size: true, device: true, store: true, env: true, key: true, timeoutMs: true });
 const NCCL_STEP_OPTION_KEYS = optionKeys<NcclStepOptions>({ bucketBytes: true, firstBucketBytes: true, update: true, localGrad: true });
 
+/**
+ * The `nccl` backend: collectives on GPU buffers (DeviceBuffer, DeviceParamSet) through NCCL,
+ * and the fused all-reduce and update on the device. Needs the CUDA plugin, a GPU and NCCL.
+ *
+ * @category Communication
+ */
 export class NcclCommunicator extends Communicator<DeviceBuffer> {
   readonly backend = 'nccl' as const;
   /** This rank's device, `cuda:N`. */

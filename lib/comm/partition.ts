@@ -1,7 +1,7 @@
 // How a range of n elements is split among ranks, as native/comm/partition.h splits it.
 import { checkInteger } from '../validate.js';
 
-/** Part `index` of `parts` of [0, n), as native/comm/partition.h computes it (16-float aligned). */
+/** Part `index` of `parts` of [0, n), as native/comm/partition.h computes it (16-float aligned). @category Communication */
 export function partition(n: number, parts: number, index: number): [number, number] {
   checkInteger(n, 'partition(n, parts, index): n', 0, Number.MAX_SAFE_INTEGER);
   checkInteger(parts, 'partition(n, parts, index): parts', 1, 1 << 24);

@@ -11,7 +11,7 @@ import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, t
 import { partition } from './partition.js';
 import { CollectiveKind } from './local-native.js';
 
-/** collective(queue, kind, input, inOffset, inCount, output, outOffset, outCount, scale, root) of a native handle. */
+/** collective(queue, kind, input, inOffset, inCount, output, outOffset, outCount, scale, root) of a native handle. @category Communication */
 export type CollectiveCall = [
   queue: QueueHandle,
   kind: number,
@@ -25,13 +25,14 @@ export type CollectiveCall = [
   root: number,
 ];
 
-/** The native side of a queued backend (LocalComm, UcxComm). */
+/** The native side of a queued backend (LocalComm, UcxComm). @category Communication */
 export interface QueuedCommHandle {
   send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
   recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
   destroy(): void;
 }
 
+/** @category Communication */
 export abstract class QueuedCommunicator extends Communicator {
   /** @internal */
   protected readonly collectives = new ExecutionQueue();

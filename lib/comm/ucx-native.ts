@@ -2,6 +2,7 @@
 import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
 import type { CollectiveCall, QueuedCommHandle } from './queued.js';
 
+/** @category Communication */
 export interface UcxCommHandle extends QueuedCommHandle {
   /** This rank's UCP worker address, to publish through the rendezvous store. */
   address(): Buffer;
@@ -16,6 +17,7 @@ export interface UcxCommHandle extends QueuedCommHandle {
   peerLost(peer: number, reason: string): void;
 }
 
+/** @category Communication */
 export interface UcxPluginStatus {
   available: boolean;
   reason?: string;
@@ -24,6 +26,7 @@ export interface UcxPluginStatus {
   library?: string;
 }
 
+/** @category Communication */
 export interface UcxAddon {
   /** `direct`: read peers' shared buffers directly where every rank's buffer is one (else always the ring). */
   UcxComm: new (rank: number, size: number, timeoutMs: number, chunkElements: number, direct: boolean) => UcxCommHandle;
@@ -49,6 +52,7 @@ const UCX_DEFAULTS: Record<string, string> = {
   UCX_LOG_LEVEL: 'error',
 };
 
+/** @category Communication */
 export function ucxAddon(): UcxAddon {
   for (const [name, value] of Object.entries(UCX_DEFAULTS)) if (process.env[name] === undefined) process.env[name] = value;
   return nativeAddon() as unknown as UcxAddon;

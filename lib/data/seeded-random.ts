@@ -5,7 +5,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { describeValue } from '../validate.js';
 
-/** Returns a generator of uniform numbers in [0, 1) determined by `seed` (an integer). */
+/** Returns a generator of uniform numbers in [0, 1) determined by `seed` (an integer). @category Data */
 export function seededRandom(seed: number): () => number {
   checkSeed(seed, 'seededRandom(seed)');
   let a = seed >>> 0;
@@ -18,7 +18,7 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
-/** A permutation of 0..n-1 (Fisher-Yates) determined by `seed`. */
+/** A permutation of 0..n-1 (Fisher-Yates) determined by `seed`. @category Data */
 export function shuffledIndices(n: number, seed: number): Uint32Array {
   // 2^30 indices are 4 GiB: past that, shuffle in shards.
   if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > 2 ** 30)
@@ -35,6 +35,7 @@ export function shuffledIndices(n: number, seed: number): Uint32Array {
   return out;
 }
 
+/** @category Data */
 export function checkSeed(seed: unknown, what: string): number {
   if (typeof seed !== 'number' || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff)
     throw new InvalidArgumentError(`${what} must be an integer in [0, 2^32 - 1], got ${describeValue(seed)}`);

@@ -8,6 +8,7 @@ import type { Dataset } from './dataset.js';
 import { checkSeed, seededRandom } from './seeded-random.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Data */
 export interface SyntheticOptions {
   count: number;
   features: number;
@@ -19,6 +20,7 @@ export interface SyntheticOptions {
 
 const SYNTHETIC_OPTION_KEYS = optionKeys<SyntheticOptions>({ count: true, features: true, classes: true, noise: true, seed: true });
 
+/** @category Data */
 export function syntheticDataset(options: SyntheticOptions): Dataset {
   checkOptions(options, SYNTHETIC_OPTION_KEYS, 'syntheticDataset(options)');
   const { count, features, classes } = options;

@@ -15,13 +15,18 @@ import { describeValue } from '../validate.js';
  * - `sapipe-dc`: as pipe-sgd, the late gradient delay-compensated.
  * - `sapipe-wp`: as pipe-sgd, and forward passes read weights predicted one update ahead with a
  *   gradient estimate (`local`, `prev-sync`, `local-prev-sync`), optionally with compensation.
+ *
+ * @category Data parallel
  */
 export type DataParallelMode = 'sync' | 'pipe-sgd' | 'sapipe-dc' | 'sapipe-wp';
+/** @category Data parallel */
 export const DATA_PARALLEL_MODES: readonly DataParallelMode[] = ['sync', 'pipe-sgd', 'sapipe-dc', 'sapipe-wp'];
 
 /**
  * The estimate `sapipe-wp` uses when none is given, chosen by the accuracy experiment recorded in
  * bench/RESULTS.md ("Staleness-1 accuracy on MNIST").
+ *
+ * @category Data parallel
  */
 export const DEFAULT_WP_ESTIMATE: GradientEstimate = 'prev-sync';
 /**
@@ -30,16 +35,20 @@ export const DEFAULT_WP_ESTIMATE: GradientEstimate = 'prev-sync';
  * experiment the elementwise form won back 3-32% of pipe-sgd's loss at any lambda from 0.05 to 2
  * and diverged from 200 on; the adaptive form at lambda 10 won back 60-88%, and at 20-30 more, but
  * 50 diverged at lr 0.2: 10 stays 3 to 5 times below that edge (RESULTS.md).
+ *
+ * @category Data parallel
  */
 export const DEFAULT_DC_KIND = 'adaptive' as const;
+/** @category Data parallel */
 export const DEFAULT_ADAPTIVE_DC_LAMBDA = 10;
-/** lambda of `{ kind: 'elementwise' }` given without one: ALGORITHMS.md's 0.2, as the optimizers use. */
+/** lambda of `{ kind: 'elementwise' }` given without one: ALGORITHMS.md's 0.2, as the optimizers use. @category Data parallel */
 export const DEFAULT_ELEMENTWISE_DC_LAMBDA = 0.2;
 
 type Excluded = 'compensation' | 'prediction' | 'queue';
-/** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. */
+/** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. @category Data parallel */
 export type DataParallelOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, Excluded>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, Excluded>);
 
+/** @category Data parallel */
 export interface DataParallelModeOptions {
   mode: DataParallelMode;
   /** Updates between the weights a gradient was computed at and the weights it is applied to: 0 for `sync`, 1 otherwise (the default per mode). */
@@ -56,6 +65,7 @@ export interface DataParallelModeOptions {
   compensateEstimate?: boolean;
 }
 
+/** @category Data parallel */
 export interface ResolvedMode {
   mode: DataParallelMode;
   staleness: 0 | 1;
@@ -67,6 +77,7 @@ export interface ResolvedMode {
 
 const LAMBDA_MAX = 1e6;
 
+/** @category Data parallel */
 export function resolveMode(o: DataParallelModeOptions, worldSize: number): ResolvedMode {
   const mode = o.mode;
   if (!DATA_PARALLEL_MODES.includes(mode))

@@ -10,6 +10,7 @@ import { FlatBuffer, ParamSet } from '../tensor.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Data parallel */
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   comm: Communicator;
   /** The model's parameters; the trainer updates its weights. */
@@ -55,7 +56,7 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   lossScaling?: true | LossScalingOptions;
 }
 
-/** Dynamic loss scaling; the defaults are torch.amp.GradScaler's. */
+/** Dynamic loss scaling; the defaults are torch.amp.GradScaler's. @category Data parallel */
 export interface LossScalingOptions {
   /** Default 2^16. */
   initScale?: number;
@@ -89,6 +90,7 @@ function resolveLossScaling(o: true | LossScalingOptions | undefined): LossScale
   };
 }
 
+/** @category Data parallel */
 export interface DataParallelStepResult extends StepResult {
   /** False on a step that only started a reduction (the first pipelined step, or the first after flush()). */
   updated: boolean;
@@ -100,7 +102,7 @@ export interface DataParallelStepResult extends StepResult {
   gradNorm?: number;
 }
 
-/** The trainer's state for a checkpoint: exact resumption, in-flight gradient included. */
+/** The trainer's state for a checkpoint: exact resumption, in-flight gradient included. @category Data parallel */
 export interface DataParallelTrainerState {
   version: 1;
   mode: DataParallelTrainer['mode'];
@@ -152,6 +154,8 @@ interface Pending {
  * every step rather than keeping it. The first pipelined step only starts its reduction; the first
  * update comes one step later and applies that gradient to the weights it was computed at (no
  * staleness); every later update applies a gradient one update late.
+ *
+ * @category Data parallel
  */
 export class DataParallelTrainer {
   readonly comm: Communicator;

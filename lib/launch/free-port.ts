@@ -36,6 +36,8 @@ function ephemeralRange(): [number, number] {
  * sockets that ranks and transports open meanwhile (UCX's TCP interfaces listen on ephemeral ports)
  * cannot take it; only a program binding that very port could. If no such port is free, any port
  * the kernel gives out (another process could then take it first, a short window: torchrun's trade).
+ *
+ * @category Launch
  */
 export async function findFreePort(): Promise<number> {
   const [ephemeralLow] = ephemeralRange();

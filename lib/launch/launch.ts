@@ -16,7 +16,7 @@ import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
-/** Options of {@link launch}. */
+/** Options of {@link launch}. @category Launch */
 export interface LaunchOptions {
   /** The script each rank runs (a path, resolved against `cwd`). */
   script: string;
@@ -48,7 +48,7 @@ export interface LaunchOptions {
   forwardSignals?: boolean;
 }
 
-/** How one rank ended. */
+/** How one rank ended. @category Launch */
 export interface RankExit {
   rank: number;
   localRank: number;
@@ -59,7 +59,7 @@ export interface RankExit {
   error?: Error;
 }
 
-/** Outcome of {@link launch}. */
+/** Outcome of {@link launch}. @category Launch */
 export interface LaunchResult {
   /** 0 when every rank exited 0; otherwise the failed rank's code (128 + signal number if killed). */
   exitCode: number;
@@ -115,6 +115,8 @@ const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
  * Runs `nproc` ranks of `script` and resolves when all have exited. Never rejects for a rank's
  * failure: the result says which rank failed and how. Rejects with InvalidArgumentError for bad
  * options.
+ *
+ * @category Launch
  */
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   checkOptions(options, LAUNCH_OPTION_KEYS, 'launch(options)');

@@ -31,6 +31,8 @@ function write(out: Writable, data: Buffer, source: Readable): void {
 /**
  * Pipes `source` into `out`, each line prefixed with `prefix`. A last line without a newline is
  * completed with one when `source` ends. Resolves when `source` has ended.
+ *
+ * @category Launch
  */
 export function pipeWithPrefix(source: Readable, out: Writable, prefix: string): Promise<void> {
   const head = Buffer.from(prefix, 'utf8');

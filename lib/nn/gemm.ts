@@ -8,6 +8,7 @@ import { callNative, nativeAddon } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
 import { describeValue } from '../validate.js';
 
+/** @category Models */
 export interface GemmOptions {
   /** op(A) = A^T: A is stored k x m. */
   transA?: boolean;
@@ -51,7 +52,7 @@ function checkView(buffer: unknown, offset: unknown, elements: number, name: str
   return at;
 }
 
-/** C = alpha * op(A) * op(B) + beta * C, computed by the native blocked kernel over the thread pool. */
+/** C = alpha * op(A) * op(B) + beta * C, computed by the native blocked kernel over the thread pool. @category Models */
 export function sgemm(options: GemmOptions): void {
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('sgemm: pass an options object { m, n, k, a, b, c, ... }');
   const m = checkDim(options.m, 'm');

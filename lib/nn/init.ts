@@ -10,6 +10,8 @@ function checkInit(what: string, out: unknown, fanIn: unknown, next: unknown): v
 /**
  * Kaiming (He) uniform for a layer followed by ReLU: U(-sqrt(6 / fanIn), sqrt(6 / fanIn)) keeps the
  * activations' second moment roughly constant from layer to layer.
+ *
+ * @category Models
  */
 export function kaimingUniform(out: Float32Array, fanIn: number, next: () => number): void {
   checkInit('kaimingUniform', out, fanIn, next);
@@ -17,7 +19,7 @@ export function kaimingUniform(out: Float32Array, fanIn: number, next: () => num
   for (let i = 0; i < out.length; i++) out[i] = (2 * next() - 1) * bound;
 }
 
-/** Biases as PyTorch's Linear draws them: U(-1/sqrt(fanIn), 1/sqrt(fanIn)). */
+/** Biases as PyTorch's Linear draws them: U(-1/sqrt(fanIn), 1/sqrt(fanIn)). @category Models */
 export function biasUniform(out: Float32Array, fanIn: number, next: () => number): void {
   checkInit('biasUniform', out, fanIn, next);
   const bound = 1 / Math.sqrt(fanIn);

@@ -12,12 +12,19 @@ import { FlatBuffer, ParamSet, type TensorLayout } from '../tensor.js';
 import { describeValue } from '../validate.js';
 import { sgemm } from './gemm.js';
 
-/** A matrix stored row-major from `offset` in `buffer`. */
+/** A matrix stored row-major from `offset` in `buffer`. @category Models */
 export interface MatrixRef {
   buffer: FlatBuffer;
   offset?: number;
 }
 
+/**
+ * A fully connected layer over two tensors of a ParamSet (weight [out, in], bias [out]),
+ * with forward and backward through the native SGEMM, reading any weights buffer of the
+ * ParamSet's layout (the real weights or an optimizer's predicted ones).
+ *
+ * @category Models
+ */
 export class Linear {
   readonly inFeatures: number;
   readonly outFeatures: number;

@@ -18,6 +18,7 @@ import { reluBackward, reluForward } from './relu.js';
 import { softmaxCrossEntropy } from './softmax-cross-entropy.js';
 import { checkArrayLike, checkOptions, describeValue, optionKeys } from '../validate.js';
 
+/** @category Models */
 export interface MLPOptions {
   /** Seed of the initial weights (default 0). */
   seed?: number;
@@ -30,6 +31,13 @@ export interface MLPOptions {
 
 const MLP_OPTION_KEYS = optionKeys<MLPOptions>({ seed: true, memory: true });
 
+/**
+ * A multi-layer perceptron (Linear + ReLU layers, softmax cross-entropy) on one ParamSet: the
+ * reference model of the demo and the tests. `forward` can read predicted weights; `backward`
+ * writes every gradient.
+ *
+ * @category Models
+ */
 export class MLP {
   readonly sizes: readonly number[];
   readonly params: ParamSet;

@@ -6,6 +6,7 @@
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { checkArrayLike, checkFloat32Array, describeValue } from '../validate.js';
 
+/** @category Models */
 export function softmaxCrossEntropy(
   logits: Float32Array,
   labels: ArrayLike<number>,

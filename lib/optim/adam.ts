@@ -5,6 +5,7 @@ import { type CommonOptimizerOptions } from './options.js';
 import { checkNumber, optionKeys } from '../validate.js';
 import { Optimizer } from './optimizer.js';
 
+/** @category Optimizers */
 export interface AdamOptions extends CommonOptimizerOptions {
   /** [beta1, beta2], each in [0, 1). Default [0.9, 0.999]. */
   betas?: readonly [number, number];
@@ -12,7 +13,7 @@ export interface AdamOptions extends CommonOptimizerOptions {
   eps?: number;
 }
 
-/** Every option Adam and AdamW take. */
+/** Every option Adam and AdamW take. @category Optimizers */
 export const ADAM_OPTION_KEYS = optionKeys<AdamOptions>({
   lr: true,
   weightDecay: true,
@@ -50,14 +51,14 @@ abstract class AdamBase extends Optimizer {
   }
 }
 
-/** Adam with coupled L2 weight decay (PyTorch semantics), fused with compensation and prediction. */
+/** Adam with coupled L2 weight decay (PyTorch semantics), fused with compensation and prediction. @category Optimizers */
 export class Adam extends AdamBase {
   constructor(params: ParamSet, options: AdamOptions) {
     super(params, options, 'adam');
   }
 }
 
-/** AdamW: Adam with decoupled weight decay w *= (1 - lr*wd). */
+/** AdamW: Adam with decoupled weight decay w *= (1 - lr*wd). @category Optimizers */
 export class AdamW extends AdamBase {
   constructor(params: ParamSet, options: AdamOptions) {
     super(params, options, 'adamw');

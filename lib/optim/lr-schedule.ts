@@ -8,27 +8,27 @@
 import { InvalidArgumentError } from '../errors.js';
 import { checkFunction, checkInteger, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
-/** A learning-rate factor as a function of the scheduler's step count t (t = 0, 1, 2, ...). */
+/** A learning-rate factor as a function of the scheduler's step count t (t = 0, 1, 2, ...). @category Optimizers */
 export type LrSchedule = (t: number) => number;
 
-/** Anything whose learning rate can be set between steps: an optimizer, a DataParallelTrainer. */
+/** Anything whose learning rate can be set between steps: an optimizer, a DataParallelTrainer. @category Optimizers */
 export type LrTarget = { lr: number } | { readonly optimizer: { lr: number } };
 
-/** Linear warm-up over `steps` steps from `startFactor` (default 0.1) to 1, then 1 (torch's LinearLR). */
+/** Linear warm-up over `steps` steps from `startFactor` (default 0.1) to 1, then 1 (torch's LinearLR). @category Optimizers */
 export function linearWarmup(steps: number, startFactor = 0.1): LrSchedule {
   checkInteger(steps, 'linearWarmup(steps)', 1, Number.MAX_SAFE_INTEGER);
   checkNumber(startFactor, 'linearWarmup(steps, startFactor)', 0, 1);
   return (t) => (t >= steps ? 1 : startFactor + ((1 - startFactor) * t) / steps);
 }
 
-/** Cosine annealing from 1 to `minFactor` (default 0) over `steps` steps, then `minFactor` (torch's CosineAnnealingLR, one half period). */
+/** Cosine annealing from 1 to `minFactor` (default 0) over `steps` steps, then `minFactor` (torch's CosineAnnealingLR, one half period). @category Optimizers */
 export function cosineDecay(steps: number, minFactor = 0): LrSchedule {
   checkInteger(steps, 'cosineDecay(steps)', 1, Number.MAX_SAFE_INTEGER);
   checkNumber(minFactor, 'cosineDecay(steps, minFactor)', 0, 1);
   return (t) => (t >= steps ? minFactor : minFactor + ((1 - minFactor) * (1 + Math.cos((Math.PI * t) / steps))) / 2);
 }
 
-/** Multiply by `gamma` every `stepSize` steps (torch's StepLR). */
+/** Multiply by `gamma` every `stepSize` steps (torch's StepLR). @category Optimizers */
 export function stepDecay(stepSize: number, gamma = 0.1): LrSchedule {
   checkInteger(stepSize, 'stepDecay(stepSize)', 1, Number.MAX_SAFE_INTEGER);
   checkNumber(gamma, 'stepDecay(stepSize, gamma)', 0, Number.MAX_VALUE);
@@ -38,6 +38,8 @@ export function stepDecay(stepSize: number, gamma = 0.1): LrSchedule {
 /**
  * `schedules[0]` until `milestones[0]`, then `schedules[1]` (counting its steps from the milestone),
  * and so on (torch's SequentialLR): `sequential([linearWarmup(500), cosineDecay(9500)], [500])`.
+ *
+ * @category Optimizers
  */
 export function sequential(schedules: readonly LrSchedule[], milestones: readonly number[]): LrSchedule {
   if (!Array.isArray(schedules) || schedules.length === 0)
@@ -53,13 +55,13 @@ export function sequential(schedules: readonly LrSchedule[], milestones: readonl
   };
 }
 
-/** The product of several schedules' factors (e.g. a step decay under a warm-up). */
+/** The product of several schedules' factors (e.g. a step decay under a warm-up). @category Optimizers */
 export function product(...schedules: LrSchedule[]): LrSchedule {
   schedules.forEach((s, i) => checkFunction(s, `product: schedules[${i}]`));
   return (t) => schedules.reduce((f, s) => f * s(t), 1);
 }
 
-/** Options of {@link LrScheduler}. */
+/** Options of {@link LrScheduler}. @category Optimizers */
 export interface LrSchedulerOptions {
   /** The learning rate the factors multiply. Default: the target's lr when the scheduler is made. */
   baseLr?: number;
@@ -69,6 +71,8 @@ const SCHEDULER_OPTION_KEYS = optionKeys<LrSchedulerOptions>({ baseLr: true });
 /**
  * Applies a schedule to an optimizer or trainer: sets lr = baseLr * schedule(0) at once, and
  * lr = baseLr * schedule(t) at the t-th step(). Call step() once per optimizer step, after it.
+ *
+ * @category Optimizers
  */
 export class LrScheduler {
   readonly baseLr: number;

@@ -25,7 +25,7 @@ import {
   type ResolvedPrediction,
 } from './options.js';
 
-/** Buffers a step reads besides the ParamSet's own. */
+/** Buffers a step reads besides the ParamSet's own. @category Optimizers */
 export interface StepInputs {
   /** The gradient to apply (e.g. an all-reduced average). Default: the ParamSet's grads. */
   grad?: FlatBuffer;
@@ -38,6 +38,7 @@ export interface StepInputs {
   gradChecked?: boolean;
 }
 
+/** @category Optimizers */
 export interface StepResult {
   /** False when a NaN/Inf gradient made the non-finite guard skip the step (nothing was written). */
   applied: boolean;
@@ -50,11 +51,12 @@ export interface StepResult {
 /** Names of the state buffers an optimizer may hold. */
 const OPTIMIZER_CLASS_NAMES = { sgd: 'SGD', adam: 'Adam', adamw: 'AdamW' } as const;
 
-/** The optimizer state buffers, by name. */
+/** The optimizer state buffers, by name. @category Optimizers */
 export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predicted', 'prevLocalGrad'] as const;
+/** @category Optimizers */
 export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
 
-/** A snapshot of an optimizer's state (copies), for checkpoints. */
+/** A snapshot of an optimizer's state (copies), for checkpoints. @category Optimizers */
 export interface OptimizerState {
   kind: 'sgd' | 'adam' | 'adamw';
   step: number;
@@ -64,6 +66,13 @@ export interface OptimizerState {
   buffers: Partial<Record<StateBufferName, Float32Array>>;
 }
 
+/**
+ * The base of SGD, Adam and AdamW: one fused native step over a whole ParamSet (update,
+ * compensation, prediction and the all-or-nothing non-finite guard), its state buffers, the
+ * weights a forward pass reads (`forwardWeights`), and `lr`/`gradScale` changeable between steps.
+ *
+ * @category Optimizers
+ */
 export abstract class Optimizer {
   readonly params: ParamSet;
   readonly compensation: ResolvedCompensation | undefined;

@@ -6,7 +6,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { ExecutionQueue } from '../queue.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, describeValue, optionKeys } from '../validate.js';
 
-/** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). */
+/** Delay compensation of the applied gradient (SAPipe-DC, after DC-ASGD). @category Optimizers */
 export interface CompensationOptions {
   /** `elementwise` (default): g + lambda*g*g*(w - w_c); `adaptive` divides the term by sqrt(g*g + eps). */
   kind?: 'elementwise' | 'adaptive';
@@ -16,10 +16,10 @@ export interface CompensationOptions {
   eps?: number;
 }
 
-/** The gradient SAPipe's shadow step assumes for the update still in flight. */
+/** The gradient SAPipe's shadow step assumes for the update still in flight. @category Optimizers */
 export type GradientEstimate = 'local' | 'prev-sync' | 'local-prev-sync';
 
-/** SAPipe weight prediction: a shadow optimizer step with an estimated gradient. */
+/** SAPipe weight prediction: a shadow optimizer step with an estimated gradient. @category Optimizers */
 export interface SapipePrediction {
   kind: 'sapipe';
   estimate: GradientEstimate;
@@ -31,14 +31,14 @@ export interface SapipePrediction {
   localGradScale?: number;
 }
 
-/** PipeOptim: stage `stage` of `stages` predicts s = stages - stage - 1 updates ahead. */
+/** PipeOptim: stage `stage` of `stages` predicts s = stages - stage - 1 updates ahead. @category Optimizers */
 export interface PipeOptimPrediction {
   kind: 'pipeoptim';
   stage: number;
   stages: number;
 }
 
-/** SpecTrain: forward s = floor(k/2) + S - k - 1, backward s = floor(k/2). */
+/** SpecTrain: forward s = floor(k/2) + S - k - 1, backward s = floor(k/2). @category Optimizers */
 export interface SpecTrainPrediction {
   kind: 'spectrain';
   stage: number;
@@ -47,14 +47,16 @@ export interface SpecTrainPrediction {
   pass?: 'forward' | 'backward';
 }
 
-/** Linear weight prediction w_hat = w - lr*s*D with an explicit s (Pipelined Backpropagation uses s = D_k). */
+/** Linear weight prediction w_hat = w - lr*s*D with an explicit s (Pipelined Backpropagation uses s = D_k). @category Optimizers */
 export interface LinearPrediction {
   kind: 'linear';
   steps: number;
 }
 
+/** @category Optimizers */
 export type PredictionOptions = SapipePrediction | PipeOptimPrediction | SpecTrainPrediction | LinearPrediction;
 
+/** @category Optimizers */
 export interface CommonOptimizerOptions {
   /** Learning rate, finite and >= 0. May be changed between steps through `optimizer.lr`. */
   lr: number;
@@ -68,7 +70,7 @@ export interface CommonOptimizerOptions {
   queue?: ExecutionQueue;
 }
 
-/** The option names each optimizer options object takes (one source: the compiler ties them to the types). */
+/** The option names each optimizer options object takes (one source: the compiler ties them to the types). @category Optimizers */
 export const COMMON_OPTIMIZER_KEYS = optionKeys<CommonOptimizerOptions>({
   lr: true,
   weightDecay: true,
@@ -85,13 +87,14 @@ const PREDICTION_KEYS: Record<PredictionOptions['kind'], readonly string[]> = {
   linear: optionKeys<LinearPrediction>({ kind: true, steps: true }),
 };
 
-/** Resolved delay compensation. */
+/** Resolved delay compensation. @category Optimizers */
 export interface ResolvedCompensation {
   kind: 'elementwise' | 'adaptive';
   lambda: number;
   eps: number;
 }
 
+/** @category Optimizers */
 export function resolveCompensation(c: CompensationOptions | undefined): ResolvedCompensation | undefined {
   if (c === undefined) return undefined;
   checkObject(c, 'compensation');
@@ -106,7 +109,7 @@ export function resolveCompensation(c: CompensationOptions | undefined): Resolve
   };
 }
 
-/** Resolved prediction: the shadow step, or a linear prediction with its step count s. */
+/** Resolved prediction: the shadow step, or a linear prediction with its step count s. @category Optimizers */
 export type ResolvedPrediction =
   | { kind: 'shadow'; estimate: GradientEstimate; compensate: boolean; worldSize: number; localGradScale: number }
   | { kind: 'linear'; steps: number; source: PredictionOptions['kind'] };
@@ -117,6 +120,7 @@ function checkStage(p: { stage: unknown; stages: unknown }, kind: string): { k: 
   return { k, S };
 }
 
+/** @category Optimizers */
 export function resolvePrediction(
   p: PredictionOptions | undefined,
   compensation: ResolvedCompensation | undefined,
@@ -162,7 +166,7 @@ export function resolvePrediction(
   }
 }
 
-/** Delay of stage k of S in Pipelined Backpropagation: D_k = 2(S-k)-1 (for linear prediction and spike compensation). */
+/** Delay of stage k of S in Pipelined Backpropagation: D_k = 2(S-k)-1 (for linear prediction and spike compensation). @category Optimizers */
 export function pipelinedBackpropDelay(stage: number, stages: number): number {
   const S = checkInteger(stages, 'stages', 1, 1 << 20);
   const k = checkInteger(stage, 'stage', 0, S - 1);

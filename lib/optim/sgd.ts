@@ -5,6 +5,7 @@ import { type CommonOptimizerOptions } from './options.js';
 import { checkInteger, checkNumber, checkOptions, optionKeys } from '../validate.js';
 import { Optimizer } from './optimizer.js';
 
+/** @category Optimizers */
 export interface SGDOptions extends CommonOptimizerOptions {
   /** Momentum mu in [0, 1). Default 0. */
   momentum?: number;
@@ -20,8 +21,7 @@ export interface SGDOptions extends CommonOptimizerOptions {
   spikeCompensation?: { delay: number };
 }
 
-/** SGD with momentum, dampening, Nesterov and weight decay (PyTorch semantics), fused with compensation and prediction. */
-/** Every option SGD takes. */
+/** Every option SGD takes. @category Optimizers */
 export const SGD_OPTION_KEYS = optionKeys<SGDOptions>({
   lr: true,
   weightDecay: true,
@@ -35,6 +35,13 @@ export const SGD_OPTION_KEYS = optionKeys<SGDOptions>({
   spikeCompensation: true,
 });
 
+/**
+ * SGD with momentum, dampening, Nesterov and weight decay (PyTorch semantics), and spike
+ * compensation, fused in one pass with delay compensation, weight prediction and the non-finite
+ * guard (docs/ALGORITHMS.md sections 1-4).
+ *
+ * @category Optimizers
+ */
 export class SGD extends Optimizer {
   readonly momentum: number;
   readonly dampening: number;

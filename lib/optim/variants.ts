@@ -13,6 +13,7 @@ import {
   type NativeUpdateConfig,
 } from '../native.js';
 
+/** @category Optimizers */
 export interface KernelVariant {
   name: string;
   config: NativeUpdateConfig;
@@ -32,6 +33,7 @@ const wp = (estimate: keyof typeof EstimateKind, extra: Partial<NativeUpdateConf
 });
 const linear = (steps: number): Partial<NativeUpdateConfig> => ({ prediction: PredictionKind.linear, predictionSteps: steps });
 
+/** @category Optimizers */
 export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd', config: sgd },
   { name: 'sgd-momentum', config: sgdMomentum },
@@ -63,7 +65,7 @@ export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd-spike+wp-local', config: { ...sgdMomentum, spikeDelay: 2, ...wp('local') } },
 ];
 
-/** The buffers a configuration reads or writes, besides weights and grad. */
+/** The buffers a configuration reads or writes, besides weights and grad. @category Optimizers */
 export function requiredBuffers(config: NativeUpdateConfig): (keyof NativeUpdateBuffers)[] {
   const names: (keyof NativeUpdateBuffers)[] = [];
   if (config.optimizer !== OptimizerKind.sgd || (config.momentum ?? 0) !== 0) names.push('momentum');
@@ -76,7 +78,7 @@ export function requiredBuffers(config: NativeUpdateConfig): (keyof NativeUpdate
   return names;
 }
 
-/** Builds the buffer set of a configuration, allocating each buffer through `allocate`. */
+/** Builds the buffer set of a configuration, allocating each buffer through `allocate`. @category Optimizers */
 export function allocateBuffers(config: NativeUpdateConfig, allocate: (name: string) => NativeBufferHandle): NativeUpdateBuffers {
   const buffers: NativeUpdateBuffers = { weights: allocate('weights'), grad: allocate('grad') };
   for (const name of requiredBuffers(config)) (buffers as unknown as Record<string, NativeBufferHandle>)[name] = allocate(name);

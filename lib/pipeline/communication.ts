@@ -22,6 +22,8 @@ interface Placed {
 /**
  * Returns the schedule with its sends and receives (re)placed so that it runs without deadlock
  * under blocking point-to-point. Existing sends and receives are dropped first.
+ *
+ * @category Pipeline schedules
  */
 export function withCommunication(schedule: Schedule): Schedule {
   if (schedule === null || typeof schedule !== 'object' || !Array.isArray(schedule.actions)) {

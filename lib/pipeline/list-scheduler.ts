@@ -7,12 +7,13 @@
 import { InternalError } from '../errors.js';
 import { type Action, unitKey } from './schedule.js';
 
-/** A task whose inputs have all arrived by `ready`. */
+/** A task whose inputs have all arrived by `ready`. @category Pipeline schedules */
 export interface ReadyTask {
   readonly action: Action;
   readonly ready: number;
 }
 
+/** @category Pipeline schedules */
 export interface ListScheduleOptions {
   readonly stages: number;
   readonly parts: number;
@@ -34,7 +35,7 @@ export interface ListScheduleOptions {
 
 const letter = (a: Action): string => (a.kind === 'forward' ? 'F' : a.kind === 'backward' ? 'B' : 'W');
 
-/** Returns, per stage, the tasks in the order the rule runs them. */
+/** Returns, per stage, the tasks in the order the rule runs them. @category Pipeline schedules */
 export function listSchedule(options: ListScheduleOptions): Action[][] {
   const { stages, parts, tasks } = options;
   const byKey = new Map<string, Action>();

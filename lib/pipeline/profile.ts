@@ -9,7 +9,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { fromJsonText } from '../json-input.js';
 import { describeValue } from '../validate.js';
 
-/** One pipeline stage as measured at `microBatchSize` samples per micro-batch. */
+/** One pipeline stage as measured at `microBatchSize` samples per micro-batch. @category Pipeline schedules */
 export interface StageProfile {
   /** Forward time of one micro-batch, milliseconds. */
   readonly forwardMs: number;
@@ -25,7 +25,7 @@ export interface StageProfile {
   readonly optimizerStateBytes?: number;
 }
 
-/** A profile of a model split into stages. */
+/** A profile of a model split into stages. @category Pipeline schedules */
 export interface PipelineProfile {
   /** One entry per stage, in order. */
   readonly stages: readonly StageProfile[];
@@ -48,7 +48,7 @@ const nonNegative = (where: string, value: unknown, optional: boolean): void => 
   }
 };
 
-/** Checks a profile (an object, or JSON text) and returns it. */
+/** Checks a profile (an object, or JSON text) and returns it. @category Pipeline schedules */
 export function parseProfile(input: unknown): PipelineProfile {
   const value = fromJsonText(input, 'the profile');
   if (value === null || typeof value !== 'object') throw new InvalidArgumentError('a profile must be an object with stages, microBatchSize and batchSize');
@@ -82,7 +82,7 @@ export function parseProfile(input: unknown): PipelineProfile {
   return value as PipelineProfile;
 }
 
-/** A stage given as functions to time: each runs one micro-batch of `microBatchSize` samples. */
+/** A stage given as functions to time: each runs one micro-batch of `microBatchSize` samples. @category Pipeline schedules */
 export interface StageFunctions {
   forward(): unknown;
   backward(): unknown;
@@ -92,6 +92,7 @@ export interface StageFunctions {
   optimizerStateBytes?: number;
 }
 
+/** @category Pipeline schedules */
 export interface ProfileOptions {
   readonly microBatchSize: number;
   readonly batchSize: number;
@@ -119,6 +120,8 @@ async function medianMs(fn: () => unknown, warmup: number, repeats: number): Pro
 /**
  * Builds a profile by timing user stage functions (which may return promises): the median of
  * `repeats` calls after `warmup` untimed ones, per stage and pass.
+ *
+ * @category Pipeline schedules
  */
 export async function profileStages(stages: readonly StageFunctions[], options: ProfileOptions): Promise<PipelineProfile> {
   if (!Array.isArray(stages) || stages.length === 0) throw new InvalidArgumentError('profileStages expects a non-empty array of { forward, backward } stages');

@@ -8,7 +8,7 @@ import { type Action, computeKinds, formatAction } from './schedule.js';
 import type { SimulationResult } from './simulate.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
-/** Options for the pictures. */
+/** Options for the pictures. @category Pipeline schedules */
 export interface RenderOptions {
   /** Title above the picture. Default: the schedule name and its parameters. */
   readonly title?: string;
@@ -36,7 +36,7 @@ function checkResult(result: SimulationResult): void {
   }
 }
 
-/** The default title: name and parameters. */
+/** The default title: name and parameters. @category Pipeline schedules */
 export function scheduleTitle(result: SimulationResult): string {
   checkResult(result);
   const params = Object.entries(result.schedule.params)
@@ -47,7 +47,7 @@ export function scheduleTitle(result: SimulationResult): string {
 
 const round = (x: number, digits = 3): string => String(Number(x.toFixed(digits)));
 
-/** Human-readable figures: makespan, bubble fraction, throughput, memory and staleness per stage. */
+/** Human-readable figures: makespan, bubble fraction, throughput, memory and staleness per stage. @category Pipeline schedules */
 export function summarize(result: SimulationResult): string[] {
   checkResult(result);
   const a = result.analysis;
@@ -77,6 +77,8 @@ function sharesStages(result: SimulationResult): boolean {
 /**
  * What a row of the picture is: a `worker` holding a whole model replica in the data-parallel
  * forms (SAPipe, Wavelet's data-parallel form), a pipeline `stage` otherwise.
+ *
+ * @category Pipeline schedules
  */
 export function rowName(schedule: Pick<SimulationResult['schedule'], 'name' | 'params'>): 'worker' | 'stage' {
   return schedule.name === 'sapipe' || (schedule.name === 'wavelet' && schedule.params.form === 'data-parallel') ? 'worker' : 'stage';
@@ -94,6 +96,8 @@ function letterOf(a: Action, stages: number, chunked: boolean): string {
 /**
  * The timeline as text: one line per stage, `F3` a forward of micro-batch 3 (`F1.3` of pipeline 1
  * where a stage runs several pipelines), `.` idle.
+ *
+ * @category Pipeline schedules
  */
 export function renderAscii(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
@@ -163,7 +167,7 @@ function fillOf(a: Action): string {
   return `hsl(${h},60%,84%)`;
 }
 
-/** The timeline as a standalone SVG document. */
+/** The timeline as a standalone SVG document. @category Pipeline schedules */
 export function renderSvg(result: SimulationResult, options: RenderOptions = {}): string {
   checkResult(result);
   checkOptions(options, RENDER_OPTION_KEYS, 'renderSvg(result, options)');
@@ -271,7 +275,7 @@ export function renderSvg(result: SimulationResult, options: RenderOptions = {})
   return out.join('\n');
 }
 
-/** A self-contained HTML page with the SVG picture and the figures. */
+/** A self-contained HTML page with the SVG picture and the figures. @category Pipeline schedules */
 export function renderHtml(result: SimulationResult, options: RenderOptions = {}): string {
   checkOptions(options, RENDER_OPTION_KEYS, 'renderHtml(result, options)');
   const title = options.title ?? scheduleTitle(result);

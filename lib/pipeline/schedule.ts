@@ -13,7 +13,7 @@
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
 import { checkObject, describeValue } from '../validate.js';
 
-/** What an action does. */
+/** What an action does. @category Pipeline schedules */
 export type ActionKind =
   | 'forward'
   | 'backward'
@@ -29,7 +29,7 @@ export type ActionKind =
   | 'elasticAverage'
   | 'allReduce';
 
-/** One step of one stage. Fields that do not apply are -1. */
+/** One step of one stage. Fields that do not apply are -1. @category Pipeline schedules */
 export interface Action {
   readonly kind: ActionKind;
   /** The stage (device row) that executes it. */
@@ -55,7 +55,7 @@ export interface Action {
   readonly peer: number;
 }
 
-/** A complete schedule. Build one with a generator, {@link createSchedule} or {@link parseSchedule}. */
+/** A complete schedule. Build one with a generator, {@link createSchedule} or {@link parseSchedule}. @category Pipeline schedules */
 export interface Schedule {
   /** Generator name (`gpipe`, `1f1b`, ...) or `custom`. */
   readonly name: string;
@@ -73,9 +73,9 @@ export interface Schedule {
   readonly params: Readonly<Record<string, number | string>>;
 }
 
-/** Kinds that occupy the compute engine with model work. */
+/** Kinds that occupy the compute engine with model work. @category Pipeline schedules */
 export const computeKinds: ReadonlySet<ActionKind> = new Set(['forward', 'backward', 'weightGrad']);
-/** Point-to-point kinds. */
+/** Point-to-point kinds. @category Pipeline schedules */
 export const p2pKinds: ReadonlySet<ActionKind> = new Set([
   'sendActivation',
   'recvActivation',
@@ -115,7 +115,7 @@ const needsMicroBatch: ReadonlySet<ActionKind> = new Set([
   'restoreWeights',
 ]);
 
-/** Builds an action; unspecified fields default to part = stage, pipeline 0, and -1 elsewhere. */
+/** Builds an action; unspecified fields default to part = stage, pipeline 0, and -1 elsewhere. @category Pipeline schedules */
 export function action(
   kind: ActionKind,
   stage: number,
@@ -139,6 +139,8 @@ export function action(
  * sends or `<{peer}` for receives. Codes: F forward, B backward, W weight gradient, sa/ra send and
  * receive activation, sg/rg send and receive gradient, U optimizer step, P weight prediction,
  * S stash, R restore, E elastic averaging, A all-reduce. Examples: `0F1`, `1B3@2`, `0sa1>1`, `3U`.
+ *
+ * @category Pipeline schedules
  */
 export function formatAction(a: Action): string {
   if (a === null || typeof a !== 'object' || typeof a.kind !== 'string' || !Object.hasOwn(codeOfKind, a.kind))
@@ -156,7 +158,7 @@ export function formatAction(a: Action): string {
 
 const actionPattern = /^(\d+)(sa|ra|sg|rg|F|B|W|U|P|S|R|E|A)(\d+)?(?:\/(\d+))?(?:p(\d+))?(?:@(\d+))?(?:([<>])(\d+))?$/;
 
-/** Parses the text form written by {@link formatAction}. */
+/** Parses the text form written by {@link formatAction}. @category Pipeline schedules */
 export function parseAction(text: string): Action {
   if (typeof text !== 'string') throw new InvalidArgumentError('parseAction expects a string such as "0F1"');
   const match = actionPattern.exec(text.trim());
@@ -193,14 +195,14 @@ export function parseAction(text: string): Action {
   };
 }
 
-/** Formats a whole schedule, one line per stage. */
+/** Formats a whole schedule, one line per stage. @category Pipeline schedules */
 export function formatSchedule(schedule: Schedule): string {
   if (schedule === null || typeof schedule !== 'object' || !Array.isArray(schedule.actions) || !schedule.actions.every(Array.isArray))
     throw new InvalidArgumentError(`formatSchedule: pass a Schedule, got ${describeValue(schedule)}`);
   return schedule.actions.map((row, s) => `${s}: ${row.map(formatAction).join(' ')}`).join('\n');
 }
 
-/** Shape of a schedule before checking, as a user may write it. */
+/** Shape of a schedule before checking, as a user may write it. @category Pipeline schedules */
 export interface ScheduleInit {
   name?: string;
   stages: number;
@@ -211,7 +213,7 @@ export interface ScheduleInit {
   params?: Record<string, number | string>;
 }
 
-/** Checks that `value` is an integer in [min, max] and returns it. */
+/** Checks that `value` is an integer in [min, max] and returns it. @category Pipeline schedules */
 export function checkInteger(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `in [${min}, ${max}]`;
@@ -223,6 +225,8 @@ export function checkInteger(name: string, value: unknown, min: number, max = Nu
 /**
  * Builds a schedule and checks its shape (counts, field ranges, each action on its own stage's
  * list). It does not check dependencies or deadlock: {@link validateSchedule} does.
+ *
+ * @category Pipeline schedules
  */
 export function createSchedule(init: ScheduleInit): Schedule {
   if (init === null || typeof init !== 'object') throw new InvalidArgumentError('createSchedule expects an object');
@@ -273,6 +277,8 @@ export function createSchedule(init: ScheduleInit): Schedule {
 /**
  * Parses a hand-written schedule: one string per stage, actions in text form separated by spaces
  * (see {@link formatAction}). Lines may start with a `{stage}:` label.
+ *
+ * @category Pipeline schedules
  */
 export function parseSchedule(
   lines: string | readonly string[],
@@ -291,7 +297,7 @@ export function parseSchedule(
   return createSchedule({ ...shape, stages: rows.length, actions });
 }
 
-/** A key naming the (pipeline, micro-batch, part) an action belongs to. */
+/** A key naming the (pipeline, micro-batch, part) an action belongs to. @category Pipeline schedules */
 export function unitKey(pipeline: number, microBatch: number, part: number): string {
   return `${pipeline}:${microBatch}:${part}`;
 }

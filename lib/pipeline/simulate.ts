@@ -15,10 +15,10 @@ import { type TimedAction, computeTimeline } from './timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from './validate.js';
 import { describeValue } from '../validate.js';
 
-/** A cost for every part, or one per part (index = part). */
+/** A cost for every part, or one per part (index = part). @category Pipeline schedules */
 export type PerPart = number | readonly number[];
 
-/** Costs in any time unit (the results are in the same unit), sizes in bytes. */
+/** Costs in any time unit (the results are in the same unit), sizes in bytes. @category Pipeline schedules */
 export interface SimulationCosts {
   /** Forward time of a micro-batch on a part. Default 1. */
   readonly forward?: PerPart;
@@ -52,7 +52,7 @@ export interface SimulationCosts {
   readonly optimizerStateBytes?: PerPart;
 }
 
-/** What a simulation gives. Arrays are indexed by stage. */
+/** What a simulation gives. Arrays are indexed by stage. @category Pipeline schedules */
 export interface SimulationResult {
   readonly schedule: Schedule;
   readonly analysis: ScheduleAnalysis;
@@ -144,6 +144,8 @@ function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
 /**
  * Validates and simulates a schedule. Throws InvalidScheduleError for a broken schedule and
  * InvalidArgumentError for bad costs.
+ *
+ * @category Pipeline schedules
  */
 export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}): SimulationResult {
   const analysis = validateSchedule(schedule);
@@ -221,7 +223,7 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
   };
 }
 
-/** True for actions drawn as work on a stage's row. */
+/** True for actions drawn as work on a stage's row. @category Pipeline schedules */
 export function isWork(a: Action): boolean {
   return computeKinds.has(a.kind);
 }

@@ -8,7 +8,7 @@
 import { InvalidScheduleError } from '../errors.js';
 import { type Action, type Schedule, formatAction, unitKey } from './schedule.js';
 
-/** How long things take; supplied by the simulator (real costs) or by placement (unit costs). */
+/** How long things take; supplied by the simulator (real costs) or by placement (unit costs). @category Pipeline schedules */
 export interface TimingModel {
   /** Engine time of an action (sends, receives and all-reduces are given 0 by the core). */
   duration(action: Action): number;
@@ -18,7 +18,7 @@ export interface TimingModel {
   allReduce(action: Action): number;
 }
 
-/** An action with its times. For an all-reduce, `start`/`end` span the reduction itself. */
+/** An action with its times. For an all-reduce, `start`/`end` span the reduction itself. @category Pipeline schedules */
 export interface TimedAction {
   readonly action: Action;
   readonly start: number;
@@ -32,7 +32,7 @@ function messageKey(kind: 'a' | 'g', pipeline: number, microBatch: number, part:
   return `${kind}${unitKey(pipeline, microBatch, part)}`;
 }
 
-/** The message a send or receive action carries. */
+/** The message a send or receive action carries. @category Pipeline schedules */
 export function messageOf(a: Action): string | undefined {
   switch (a.kind) {
     case 'sendActivation':
@@ -48,7 +48,7 @@ export function messageOf(a: Action): string | undefined {
   }
 }
 
-/** Key matching the stages that take part in one all-reduce. */
+/** Key matching the stages that take part in one all-reduce. @category Pipeline schedules */
 export function collectiveKey(a: Action): string {
   return `${a.pipeline}:${a.part}:${a.microBatch}`;
 }
@@ -56,6 +56,8 @@ export function collectiveKey(a: Action): string {
 /**
  * Times a schedule. Throws {@link InvalidScheduleError} if some stage can never proceed (an input
  * that is never produced, or produced later on the same stage).
+ *
+ * @category Pipeline schedules
  */
 export function computeTimeline(schedule: Schedule, model: TimingModel): TimedAction[][] {
   const S = schedule.stages;

@@ -11,6 +11,7 @@ import { type SimulationCosts, simulateSchedule } from './simulate.js';
 import { describeValue } from '../validate.js';
 import { checkNumber as checkNumberArg } from '../validate.js';
 
+/** @category Pipeline schedules */
 export interface TuneOptions {
   /** Memory available on each stage's device, bytes. */
   readonly memoryBytes: number;
@@ -20,7 +21,7 @@ export interface TuneOptions {
   readonly maxMicroBatches?: number;
 }
 
-/** One simulated (N, M, A). */
+/** One simulated (N, M, A). @category Pipeline schedules */
 export interface TuneCandidate {
   readonly pipelines: number;
   readonly microBatches: number;
@@ -37,6 +38,7 @@ export interface TuneCandidate {
   readonly fits: boolean;
 }
 
+/** @category Pipeline schedules */
 export interface TuneResult {
   /** The fastest candidate that fits, or undefined if none does. */
   readonly best: TuneCandidate | undefined;
@@ -48,7 +50,7 @@ export interface TuneResult {
 
 const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 
-/** Simulation costs of a profile at micro-batch size `b` (linear in b beyond the fixed overhead). */
+/** Simulation costs of a profile at micro-batch size `b` (linear in b beyond the fixed overhead). @category Pipeline schedules */
 export function costsAt(profileInput: PipelineProfile, microBatchSize: number): SimulationCosts {
   const profile = parseProfile(profileInput);
   checkNumberArg(microBatchSize, 'costsAt: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
@@ -72,6 +74,8 @@ export function costsAt(profileInput: PipelineProfile, microBatchSize: number): 
  * Simulates AvgPipe for every N up to `maxPipelines`, every M dividing the batch up to
  * `maxMicroBatches`, and every A from 0 (1F1B) to S-1 plus all-forward-first, and picks the
  * highest throughput that fits in `memoryBytes` on every stage (ties: less memory).
+ *
+ * @category Pipeline schedules
  */
 export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions): TuneResult {
   const profile = parseProfile(profileInput);

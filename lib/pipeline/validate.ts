@@ -11,7 +11,7 @@ import { type Action, type Schedule, checkInteger, createSchedule, formatAction,
 import { checkObject, describeValue } from '../validate.js';
 import { collectiveKey, messageOf } from './timeline.js';
 
-/** Staleness of one micro-batch's gradient on one stage and part. */
+/** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
 export interface StalenessEntry {
   readonly stage: number;
   readonly part: number;
@@ -25,7 +25,7 @@ export interface StalenessEntry {
   readonly staleness: number | null;
 }
 
-/** One set of weights: a part of one pipeline's model on one stage. */
+/** One set of weights: a part of one pipeline's model on one stage. @category Pipeline schedules */
 export interface ReplicaAnalysis {
   readonly stage: number;
   readonly pipeline: number;
@@ -36,7 +36,7 @@ export interface ReplicaAnalysis {
   readonly updates: number;
 }
 
-/** What the validator measures. Arrays indexed by stage. */
+/** What the validator measures. Arrays indexed by stage. @category Pipeline schedules */
 export interface ScheduleAnalysis {
   /** Forwards a stage runs before its first backward (all pipelines and parts). */
   readonly forwardsBeforeFirstBackward: readonly number[];
@@ -66,6 +66,8 @@ function fail(s: number, i: number, a: Action, problem: string): never {
 /**
  * Validates a schedule and returns its analysis. Throws {@link InvalidScheduleError} naming the
  * first broken action, and saying what to change.
+ *
+ * @category Pipeline schedules
  */
 export function validateSchedule(input: Schedule): ScheduleAnalysis {
   if (input === null || typeof input !== 'object') throw new InvalidArgumentError('validateSchedule expects a Schedule');
@@ -406,6 +408,8 @@ function analyse(schedule: Schedule, weightGrads: ReadonlyMap<string, Location>)
 /**
  * The staleness of each micro-batch (index = micro-batch) on one stage, part and pipeline; null
  * where the gradient is never applied or the micro-batch does not run there.
+ *
+ * @category Pipeline schedules
  */
 export function stalenessOf(
   analysis: ScheduleAnalysis,

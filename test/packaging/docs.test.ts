@@ -43,3 +43,31 @@ t.test("the guide's relative links point at files that exist", async (t) => {
   t.ok(links.length >= 3, `${links.length} relative links`);
   for (const link of links) t.ok(existsSync(path.join(root, 'docs', link)), `docs/${link} exists`);
 });
+
+t.test('every export of the public API is filed under an area of the reference', async (t) => {
+  // The reference groups the API by area (tensors, optimizers, communication, ...) through
+  // @category tags (typedoc.json's categoryOrder); an export without one would land in the default
+  // area unnoticed. The CLI, benchmark, demo and simulator modules are not API.
+  const { readdirSync } = await import('node:fs');
+  const files: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const file = path.join(dir, entry.name);
+      if (entry.isDirectory()) {
+        if (!['cli', 'bench', 'demo', 'simulate'].includes(entry.name)) walk(file);
+      } else if (file.endsWith('.ts') && !file.endsWith('validate.ts') && !file.endsWith('native.ts')) files.push(file);
+    }
+  };
+  walk(path.join(root, 'lib'));
+  const missing: string[] = [];
+  for (const file of files) {
+    const text = readFileSync(file, 'utf8');
+    const seen = new Set<string>();
+    for (const m of text.matchAll(/(?:\/\*\*((?:(?!\*\/)[\s\S])*)\*\/\s*)?\nexport (?:declare )?(?:abstract )?(?:async )?(?:class|function|interface|type|const|enum) (\w+)/g)) {
+      if (seen.has(m[2]!)) continue; // overloads: the first carries the doc
+      seen.add(m[2]!);
+      if (!m[1]?.includes('@category') && !m[1]?.includes('@internal')) missing.push(`${path.relative(root, file)}: ${m[2]}`);
+    }
+  }
+  t.same(missing, [], 'every exported declaration has a @category (or is marked @internal)');
+});

@@ -26,10 +26,10 @@ import {
 import { checkMaxMessageBytes, checkPort, checkTimeoutMs, encodeKey, encodeValue } from './validate.js';
 import { describeValue, checkObject } from '../../validate.js';
 
-/** Default deadline of every rendezvous call, connecting included: 30 s. */
+/** Default deadline of every rendezvous call, connecting included: 30 s. @category Communication */
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 30_000;
 
-/** Options of {@link RendezvousClient.connect}. */
+/** Options of {@link RendezvousClient.connect}. @category Communication */
 export interface RendezvousClientOptions {
   /** Host name or address of the store. Default `127.0.0.1`. */
   host?: string;
@@ -45,7 +45,7 @@ export interface RendezvousClientOptions {
   maxMessageBytes?: number;
 }
 
-/** Per-call options. */
+/** Per-call options. @category Communication */
 export interface CallOptions {
   /** Deadline of this call in milliseconds, instead of the client's default. */
   timeoutMs?: number;
@@ -59,7 +59,7 @@ interface Pending {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A client of the rendezvous store. Create it with {@link RendezvousClient.connect}. */
+/** A client of the rendezvous store. Create it with {@link RendezvousClient.connect}. @category Communication */
 export class RendezvousClient {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;

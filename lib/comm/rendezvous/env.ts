@@ -7,10 +7,10 @@ import type { RendezvousOptions } from './rendezvous.js';
 import { checkRank } from './validate.js';
 import { checkObject } from '../../validate.js';
 
-/** Port used when MASTER_PORT is unset (mpirun and Slurm do not set it); torchrun's default. */
+/** Port used when MASTER_PORT is unset (mpirun and Slurm do not set it); torchrun's default. @category Communication */
 export const DEFAULT_MASTER_PORT = 29500;
 
-/** {@link RendezvousOptions} plus the rank's place on its node. */
+/** {@link RendezvousOptions} plus the rank's place on its node. @category Communication */
 export interface RendezvousEnv extends RendezvousOptions {
   /** Index of this rank among the ranks of its node. */
   localRank: number;
@@ -46,6 +46,8 @@ function readInt(env: NodeJS.ProcessEnv, name: string, min: number): number | un
  * torchrun's, mpirun's and Slurm's variables found wins; MASTER_ADDR (default 127.0.0.1),
  * MASTER_PORT (default 29500), SAPIPE_TOKEN, SAPIPE_BIND_ADDR and SAPIPE_RENDEZVOUS_TIMEOUT_MS
  * apply to all. Throws InvalidArgumentError naming the variable that is missing or malformed.
+ *
+ * @category Communication
  */
 export function fromEnv(env: NodeJS.ProcessEnv = process.env): RendezvousEnv {
   checkObject(env, 'fromEnv(env): env');

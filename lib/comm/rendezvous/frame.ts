@@ -6,16 +6,18 @@
  * never makes the reader buffer more than the maximum.
  */
 
-/** Default largest frame body either side accepts: 16 MiB. */
+/** Default largest frame body either side accepts: 16 MiB. @category Communication */
 export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
-/** Sent first in a HELLO so a connection from something that is not a rendezvous client is refused at once. */
+/** Sent first in a HELLO so a connection from something that is not a rendezvous client is refused at once. @category Communication */
 export const PROTOCOL_MAGIC = 0x53415052; // 'SAPR'
+/** @category Communication */
 export const PROTOCOL_VERSION = 1;
 
-/** Longest key in UTF-8 bytes (keys carry a 2-byte length). */
+/** Longest key in UTF-8 bytes (keys carry a 2-byte length). @category Communication */
 export const MAX_KEY_BYTES = 0xffff;
 
+/** @category Communication */
 export enum Op {
   Hello = 0x01,
   Set = 0x02,
@@ -25,6 +27,7 @@ export enum Op {
   Response = 0x80,
 }
 
+/** @category Communication */
 export enum Status {
   Ok = 0,
   NotFound = 1,
@@ -33,17 +36,17 @@ export enum Status {
   AuthFailed = 4,
 }
 
-/** Thrown by the decoders on a malformed body; the receiver closes the connection. */
+/** Thrown by the decoders on a malformed body; the receiver closes the connection. @category Communication */
 export class ProtocolViolation extends Error {}
 
-/** Frames a body: prefixes it with its length. */
+/** Frames a body: prefixes it with its length. @category Communication */
 export function frame(body: Buffer): Buffer {
   const header = Buffer.allocUnsafe(4);
   header.writeUInt32BE(body.length, 0);
   return Buffer.concat([header, body]);
 }
 
-/** Builds a body from an opcode, a request id and the fields that follow. */
+/** Builds a body from an opcode, a request id and the fields that follow. @category Communication */
 export function body(op: Op, id: number, ...fields: Buffer[]): Buffer {
   const head = Buffer.allocUnsafe(5);
   head.writeUInt8(op, 0);
@@ -51,30 +54,33 @@ export function body(op: Op, id: number, ...fields: Buffer[]): Buffer {
   return Buffer.concat([head, ...fields]);
 }
 
+/** @category Communication */
 export function u8(value: number): Buffer {
   const b = Buffer.allocUnsafe(1);
   b.writeUInt8(value, 0);
   return b;
 }
 
+/** @category Communication */
 export function u32(value: number): Buffer {
   const b = Buffer.allocUnsafe(4);
   b.writeUInt32BE(value >>> 0, 0);
   return b;
 }
 
+/** @category Communication */
 export function i64(value: number): Buffer {
   const b = Buffer.allocUnsafe(8);
   b.writeBigInt64BE(BigInt(value), 0);
   return b;
 }
 
-/** A byte string with a 2-byte length (keys, tokens). */
+/** A byte string with a 2-byte length (keys, tokens). @category Communication */
 export function short(bytes: Buffer): Buffer {
   return Buffer.concat([u16(bytes.length), bytes]);
 }
 
-/** A list of keys: 2-byte count, then each key as a short string. */
+/** A list of keys: 2-byte count, then each key as a short string. @category Communication */
 export function keyList(keys: readonly Buffer[]): Buffer {
   return Buffer.concat([u16(keys.length), ...keys.map(short)]);
 }
@@ -85,7 +91,7 @@ function u16(value: number): Buffer {
   return b;
 }
 
-/** Sequential reader over one body; every read checks bounds and throws ProtocolViolation. */
+/** Sequential reader over one body; every read checks bounds and throws ProtocolViolation. @category Communication */
 export class BodyReader {
   private offset = 0;
   constructor(private readonly buf: Buffer) {}
@@ -153,6 +159,8 @@ export class BodyReader {
 /**
  * Splits a byte stream into frame bodies. push() returns the complete bodies received so far and
  * throws ProtocolViolation on a zero or oversized length.
+ *
+ * @category Communication
  */
 export class FrameDecoder {
   private chunks: Buffer[] = [];

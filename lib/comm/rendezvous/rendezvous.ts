@@ -8,7 +8,7 @@ import { RendezvousClient, type CallOptions } from './client.js';
 import { RendezvousServer } from './server.js';
 import { checkPort, checkRank } from './validate.js';
 
-/** Options of {@link createRendezvous}; {@link fromEnv} builds them from the environment. */
+/** Options of {@link createRendezvous}; {@link fromEnv} builds them from the environment. @category Communication */
 export interface RendezvousOptions {
   rank: number;
   worldSize: number;
@@ -29,7 +29,7 @@ export interface RendezvousOptions {
   bindAddr?: string;
 }
 
-/** A rank's handle on the rendezvous store; returned by {@link createRendezvous}. */
+/** A rank's handle on the rendezvous store; returned by {@link createRendezvous}. @category Communication */
 export class Rendezvous {
   /** @internal use {@link createRendezvous}. */
   constructor(
@@ -88,6 +88,8 @@ export class Rendezvous {
 /**
  * Joins the rendezvous: rank 0 starts the store and connects to it, other ranks connect (retrying
  * until `timeoutMs` while rank 0 starts up).
+ *
+ * @category Communication
  */
 export async function createRendezvous(options: RendezvousOptions): Promise<Rendezvous> {
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');

@@ -24,7 +24,7 @@ import {
 import { checkMaxMessageBytes, checkPort, checkTimeoutMs } from './validate.js';
 import { checkObject } from '../../validate.js';
 
-/** Options of {@link RendezvousServer.listen}. */
+/** Options of {@link RendezvousServer.listen}. @category Communication */
 export interface RendezvousServerOptions {
   /** Address to bind. Default `127.0.0.1`: other machines cannot connect unless this is widened. */
   host?: string;
@@ -65,7 +65,7 @@ function digest(token: string): Buffer {
   return createHash('sha256').update(token, 'utf8').digest();
 }
 
-/** A running rendezvous store. Create it with {@link RendezvousServer.listen}. */
+/** A running rendezvous store. Create it with {@link RendezvousServer.listen}. @category Communication */
 export class RendezvousServer {
   private readonly values = new Map<string, Buffer>();
   private readonly waitersByKey = new Map<string, Set<Waiter>>();

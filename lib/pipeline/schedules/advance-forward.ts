@@ -4,7 +4,7 @@
 import { checkInteger } from '../schedule.js';
 import { limits } from './options.js';
 
-/** One step of a per-stage order: a forward or backward of a micro-batch. */
+/** One step of a per-stage order: a forward or backward of a micro-batch. @category Pipeline schedules */
 export interface Step {
   readonly kind: 'forward' | 'backward';
   readonly microBatch: number;
@@ -17,13 +17,13 @@ function checkShape(what: string, S: unknown, M: unknown, A: unknown, k: unknown
   checkInteger(`${what}: k (stage)`, k, 0, (S as number) - 1);
 }
 
-/** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. */
+/** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. @category Pipeline schedules */
 export function forwardsBeforeBackward(S: number, M: number, A: number, k: number): number {
   checkShape('forwardsBeforeBackward', S, M, A, k);
   return Math.min(M, S - k + Math.max(0, A - k));
 }
 
-/** Stage k's order: F_k forwards, then alternately one backward and one forward, then the remaining backwards. */
+/** Stage k's order: F_k forwards, then alternately one backward and one forward, then the remaining backwards. @category Pipeline schedules */
 export function advanceForwardOrder(S: number, M: number, A: number, k: number): Step[] {
   const warm = forwardsBeforeBackward(S, M, A, k);
   const steps: Step[] = [];

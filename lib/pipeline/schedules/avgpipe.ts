@@ -10,6 +10,8 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  * its first backward). The pipelines' orders are merged per stage by running whichever pipeline's
  * next step is ready first, so one pipeline's bubbles are filled by another's work. Each pipeline
  * then steps its own replica and exchanges with the center copy (elastic averaging).
+ *
+ * @category Pipeline schedules
  */
 export function avgpipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('avgpipe', options);

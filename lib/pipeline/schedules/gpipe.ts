@@ -6,6 +6,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * GPipe: every stage runs all M forwards, then all backwards in reverse order, then one
  * synchronous optimizer step (the flush). Bubble fraction `(S-1)/(M+S-1)`; every stage stores
  * all M activations.
+ *
+ * @category Pipeline schedules
  */
 export function gpipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('gpipe', options);

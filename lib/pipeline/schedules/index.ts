@@ -23,7 +23,7 @@ export type { Step } from './advance-forward.js';
 export type { ScheduleOptions } from './options.js';
 export { avgpipe, gpipe, interleaved1F1B, oneFOneB, pipedream, pipedream2BW, pipelinedBackprop, pipeoptim, sapipe, spectrain, wavelet, zbH1 };
 
-/** Names accepted by {@link generateSchedule} and the `sapipe schedule` command. */
+/** Names accepted by {@link generateSchedule} and the `sapipe schedule` command. @category Pipeline schedules */
 export const scheduleNames = [
   'gpipe',
   '1f1b',
@@ -39,6 +39,7 @@ export const scheduleNames = [
   'zb-h1',
 ] as const;
 
+/** @category Pipeline schedules */
 export type ScheduleName = (typeof scheduleNames)[number];
 
 const generators: Record<ScheduleName, (options: ScheduleOptions) => Schedule> = {
@@ -56,7 +57,7 @@ const generators: Record<ScheduleName, (options: ScheduleOptions) => Schedule> =
   'zb-h1': zbH1,
 };
 
-/** Builds the named schedule. */
+/** Builds the named schedule. @category Pipeline schedules */
 export function generateSchedule(name: ScheduleName, options: ScheduleOptions): Schedule {
   if (typeof name !== 'string' || !Object.hasOwn(generators, name)) {
     throw new InvalidArgumentError(`unknown schedule ${typeof name === 'string' ? `"${name}"` : describeValue(name)}; use one of: ${scheduleNames.join(', ')}`);

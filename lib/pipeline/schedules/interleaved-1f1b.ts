@@ -7,6 +7,8 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  * Interleaved 1F1B (Megatron-LM): each stage holds V model chunks; chunk c of stage d is model
  * part `c*S + d`. Micro-batches go through the chunks in groups of S, which is why M must be a
  * multiple of S. Stage d warms up with `(S-d-1)*2 + (V-1)*S` forwards, then alternates, then drains.
+ *
+ * @category Pipeline schedules
  */
 export function interleaved1F1B(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('interleaved-1f1b', options);

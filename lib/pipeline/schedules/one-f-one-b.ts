@@ -7,6 +7,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * 1F1B with flush (PipeDream-Flush): stage k runs `min(M, S-k)` forwards, then alternates one
  * backward and one forward, drains the backwards, and takes one synchronous optimizer step.
  * Peak stored activations at stage k: `min(M, S-k)`.
+ *
+ * @category Pipeline schedules
  */
 export function oneFOneB(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('1f1b', options);

@@ -5,7 +5,7 @@ import { InvalidArgumentError } from '../../errors.js';
 import { checkInteger } from '../schedule.js';
 import { checkKnownKeys, optionKeys } from '../../validate.js';
 
-/** Generator parameters. Each generator reads the ones that apply to it and ignores the rest. */
+/** Generator parameters. Each generator reads the ones that apply to it and ignores the rest. @category Pipeline schedules */
 export interface ScheduleOptions {
   /** S: pipeline stages (devices); for data-parallel forms, workers. */
   readonly stages: number;
@@ -23,7 +23,7 @@ export interface ScheduleOptions {
   readonly form?: 'data-parallel' | 'model-parallel';
 }
 
-/** Largest sizes accepted: schedules are data, and these keep them to a few hundred thousand actions. */
+/** Largest sizes accepted: schedules are data, and these keep them to a few hundred thousand actions. @category Pipeline schedules */
 export const limits = { stages: 256, microBatches: 4096, pipelines: 64, virtualStages: 64, iterations: 64 } as const;
 
 const SCHEDULE_OPTION_KEYS = optionKeys<ScheduleOptions>({
@@ -36,6 +36,7 @@ const SCHEDULE_OPTION_KEYS = optionKeys<ScheduleOptions>({
   form: true,
 });
 
+/** @category Pipeline schedules */
 export function checkOptions(name: string, options: ScheduleOptions): { S: number; M: number } {
   if (options === null || typeof options !== 'object') {
     throw new InvalidArgumentError(`${name}: pass an options object such as { stages: 4, microBatches: 8 }`);

@@ -8,6 +8,8 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  * (double buffering: the new version and the shadow), so every gradient is exactly one update
  * stale after the first batch. Micro-batches are numbered globally: batch b holds
  * `b*M ... b*M+M-1`; the schedule has `M * iterations` of them.
+ *
+ * @category Pipeline schedules
  */
 export function pipedream2BW(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipedream-2bw', options);

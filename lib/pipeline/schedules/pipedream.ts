@@ -7,6 +7,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * PipeDream: asynchronous 1F1B without flush. Stage k takes an optimizer step after every
  * backward; each forward stashes the version it read and its backward restores it, so stage k
  * keeps `S-k` versions and a gradient is `S-k-1` updates stale in steady state.
+ *
+ * @category Pipeline schedules
  */
 export function pipedream(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipedream', options);

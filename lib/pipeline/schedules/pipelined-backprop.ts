@@ -6,6 +6,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * Pipelined Backpropagation (fine-grained, batch size 1): in slot t stage k forwards sample `t-k`
  * (reading linearly predicted weights) and then backwards sample `t-(2S-1-k)`, updating after
  * every backward; the delay is `D_k = 2(S-k)-1`.
+ *
+ * @category Pipeline schedules
  */
 export function pipelinedBackprop(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipelined-backprop', options);

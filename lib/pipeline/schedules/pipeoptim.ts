@@ -8,6 +8,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * updates ahead (a predict action before it) instead of a stash, and the backward reads the
  * current weights. Two versions per stage (`w`, `w_hat`); staleness `S-k-1` in steady state,
  * which the prediction compensates.
+ *
+ * @category Pipeline schedules
  */
 export function pipeoptim(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipeoptim', options);

@@ -7,6 +7,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * all-reduce of `g_{t-1}` is in flight, then applies `A_{t-1}` (compensated) and writes
  * `w_hat_{t+1}`. The first iteration only starts its all-reduce, so every later gradient is one
  * update stale and the first is fresh; a last step applies `A_{M-1}`.
+ *
+ * @category Pipeline schedules
  */
 export function sapipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('sapipe', options);

@@ -6,6 +6,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
 /**
  * SpecTrain: asynchronous 1F1B where both passes read predicted weights, `floor(k/2) + S-k-1`
  * updates ahead for the forward and `floor(k/2)` for the backward; a predict action precedes each.
+ *
+ * @category Pipeline schedules
  */
 export function spectrain(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('spectrain', options);

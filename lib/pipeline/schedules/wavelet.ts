@@ -19,6 +19,8 @@ import { describeValue } from '../../validate.js';
  * backward steps run the parts in reverse; the forward steps of round r+1 (tock) interleave with
  * the backward steps of round r (tick). Each device runs every part, so each part is all-reduced
  * across devices and stepped after each round's backward.
+ *
+ * @category Pipeline schedules
  */
 export function wavelet(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('wavelet', options);

@@ -12,6 +12,8 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  * same peak), else a pending W. Built by greedy list scheduling with unit costs for F, B and W;
  * one synchronous step. At S=4, M=8 it takes 29 units against 1F1B's 33 and the hand-made
  * schedule's 27.
+ *
+ * @category Pipeline schedules
  */
 export function zbH1(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('zb-h1', options);
