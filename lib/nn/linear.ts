@@ -75,13 +75,29 @@ export class Linear {
   }
 
   /**
-   * Gradients of this layer from dY[batch, out]: dW and db are written (not accumulated) into
-   * `grads` at the ParamSet's offsets; dX[batch, in] into `dx` unless it is undefined (first layer).
-   * `weights` must be the buffer the forward pass read.
+   * Gradients of this layer from dY[batch, out]: dW and db are written into `grads` at the
+   * ParamSet's offsets (added to what is there when `accumulate`, as gradient accumulation over
+   * micro-batches needs, in the same SGEMM pass); dX[batch, in] into `dx` unless it is undefined
+   * (first layer). `weights` must be the buffer the forward pass read.
    */
-  backward(x: MatrixRef, dy: MatrixRef, batch: number, dx: MatrixRef | undefined, grads: FlatBuffer, weights: FlatBuffer = this.params.weights): void {
+  backward(
+    x: MatrixRef,
+    dy: MatrixRef,
+    batch: number,
+    dx: MatrixRef | undefined,
+    grads: FlatBuffer,
+    weights: FlatBuffer = this.params.weights,
+    accumulate = false,
+  ): void {
     this.checkWeights(weights, 'backward');
     this.checkWeights(grads, 'backward (grads)');
+    this.weightGrad(x, dy, batch, grads, accumulate);
+    if (dx) this.inputGrad(dy, batch, dx, weights);
+  }
+
+  /** dW = dY^T X and db = column sums of dY, written (or added, when `accumulate`) into `grads`. */
+  weightGrad(x: MatrixRef, dy: MatrixRef, batch: number, grads: FlatBuffer, accumulate = false): void {
+    this.checkWeights(grads, 'weightGrad (grads)');
     sgemm({
       transA: true,
       m: this.outFeatures,
@@ -93,28 +109,33 @@ export class Linear {
       bOffset: x.offset ?? 0,
       c: grads,
       cOffset: this.weight.offset,
+      beta: accumulate ? 1 : 0,
     });
     const out = this.outFeatures;
     const db = grads.array.subarray(this.bias.offset, this.bias.offset + out);
-    db.fill(0);
+    if (!accumulate) db.fill(0);
     const d = dy.buffer.array;
     const base = dy.offset ?? 0;
     for (let r = 0; r < batch; r++) {
       const row = base + r * out;
       for (let j = 0; j < out; j++) db[j]! += d[row + j]!;
     }
-    if (dx)
-      sgemm({
-        m: batch,
-        n: this.inFeatures,
-        k: this.outFeatures,
-        a: dy.buffer,
-        aOffset: base,
-        b: weights,
-        bOffset: this.weight.offset,
-        c: dx.buffer,
-        cOffset: dx.offset ?? 0,
-      });
+  }
+
+  /** dX[batch, in] = dY W, with W read from `weights` (the buffer the forward pass read). */
+  inputGrad(dy: MatrixRef, batch: number, dx: MatrixRef, weights: FlatBuffer = this.params.weights): void {
+    this.checkWeights(weights, 'inputGrad');
+    sgemm({
+      m: batch,
+      n: this.inFeatures,
+      k: this.outFeatures,
+      a: dy.buffer,
+      aOffset: dy.offset ?? 0,
+      b: weights,
+      bOffset: this.weight.offset,
+      c: dx.buffer,
+      cOffset: dx.offset ?? 0,
+    });
   }
 
   private checkWeights(buffer: FlatBuffer, what: string): void {

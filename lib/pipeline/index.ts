@@ -1,6 +1,7 @@
 /**
- * Pipeline schedules as data: representation, generators, validator and analysis, simulator,
- * pictures and the AvgPipe tuner. Pure TypeScript; nothing here needs the native addon.
+ * Pipeline schedules as data (representation, generators, validator and analysis, simulator,
+ * pictures, the AvgPipe tuner: pure TypeScript), and the runtime that executes them on stage
+ * workers with the native kernels (runtime/).
  */
 export {
   type Action,
@@ -31,3 +32,4 @@ export {
   profileStages,
 } from './profile.js';
 export { type TuneCandidate, type TuneOptions, type TuneResult, costsAt, tuneAvgPipe } from './tune.js';
+export * from './runtime/index.js';

@@ -1,0 +1,207 @@
+/**
+ * What runs around a {@link StageRunner} on one stage, wherever the stage lives (a worker thread
+ * over `local`, a launched process over `ucx`): building the stage's model parts and optimizers
+ * from a plain-data description, serving micro-batches from the data set, and the messages the
+ * trainer and the stage exchange. The description is data (no functions) so it crosses threads
+ * and processes unchanged.
+ */
+import { pathToFileURL } from 'node:url';
+
+import type { Communicator } from '../../comm/communicator.js';
+import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
+import { Sequential, type LayerSpec } from '../../nn/sequential.js';
+import type { StageModel } from '../../nn/stage-model.js';
+import { Adam, AdamW, type AdamOptions } from '../../optim/adam.js';
+import type { Optimizer } from '../../optim/optimizer.js';
+import { SGD, type SGDOptions } from '../../optim/sgd.js';
+import { FlatBuffer } from '../../tensor.js';
+import type { Schedule } from '../schedule.js';
+import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunner } from './stage-runner.js';
+import { backwardPredictionRatio, predictionFor } from './weights.js';
+
+/** The optimizer each part gets; the schedule adds its weight prediction. @category Pipeline runtime */
+export type PipelineOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, 'prediction' | 'queue'>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, 'prediction' | 'queue'>);
+
+/**
+ * The model, as data. `sequential`: sapipe's own layers cut at `boundaries` (one part per entry
+ * plus one). `module`: a user's ES module (a path or file URL) exporting
+ * `createStage(part, parts, options)` that returns a {@link StageModel}.
+ *
+ * @category Pipeline runtime
+ */
+export type PipelineModelSpec =
+  | { kind: 'sequential'; layers: readonly LayerSpec[]; seed?: number; boundaries: readonly number[] }
+  | { kind: 'module'; module: string; parts: number; options?: unknown };
+
+/** The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
+export interface PipelineData {
+  inputs: Float32Array;
+  labels: Uint8Array | Int32Array;
+  features: number;
+}
+
+/** Everything one stage needs to start. */
+export interface StageDescription {
+  stage: number;
+  schedule: Schedule;
+  model: PipelineModelSpec;
+  optimizer: PipelineOptimizerSpec;
+  microBatchSize: number;
+  /** The parts this stage holds (from the schedule's actions). */
+  parts: number[];
+}
+
+/** Trainer -> stage. */
+export type ToStage =
+  | { type: 'round'; startAt: number; samples: Int32Array }
+  | { type: 'weights' }
+  | { type: 'lr'; lr: number }
+  | { type: 'stop' };
+
+/** Stage -> trainer. */
+export type FromStage =
+  | { type: 'ready'; stage: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number }[] }
+  | { type: 'round'; result: StageRoundResult }
+  | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
+  | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
+
+/** Builds part `part` of the model described by `spec`. */
+export async function buildStageModel(spec: PipelineModelSpec, part: number): Promise<StageModel> {
+  if (spec.kind === 'sequential') return Sequential.part(spec.layers, spec.boundaries, part, spec.seed === undefined ? {} : { seed: spec.seed });
+  const url = spec.module.startsWith('file:') ? spec.module : pathToFileURL(spec.module).href;
+  const mod = (await import(url)) as { createStage?: unknown };
+  if (typeof mod.createStage !== 'function')
+    throw new InvalidArgumentError(`model module ${spec.module} must export createStage(part, parts, options) returning a StageModel`);
+  const model = (await (mod.createStage as (part: number, parts: number, options: unknown) => unknown)(part, spec.parts, spec.options)) as StageModel;
+  if (model === null || typeof model !== 'object' || typeof model.forward !== 'function' || typeof model.backward !== 'function' || typeof model.dispose !== 'function')
+    throw new InvalidArgumentError(`model module ${spec.module}: createStage(${part}, ${spec.parts}) must return a StageModel (params, inputSize, outputSize, forward, backward, dispose)`);
+  for (const key of ['inputSize', 'outputSize'] as const)
+    if (!Number.isInteger(model[key]) || model[key] < 1)
+      throw new SizeMismatchError(`model module ${spec.module}: part ${part}'s ${key} must be a positive integer, got ${String(model[key])}`);
+  return model;
+}
+
+/** The part's optimizer, with the schedule's prediction. */
+export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number): Optimizer {
+  const { kind, ...rest } = spec;
+  const prediction = predictionFor(schedule.name, part, schedule.parts);
+  const options = { ...rest, ...(prediction ? { prediction } : {}) };
+  if (kind === 'sgd') return new SGD(model.params, options as SGDOptions);
+  if (kind === 'adam') return new Adam(model.params, options as AdamOptions);
+  return new AdamW(model.params, options as AdamOptions);
+}
+
+/** Micro-batches from the shared data set: round `samples[m*b + i]` is sample i of micro-batch m. */
+export class SharedDataSource implements MicroBatchSource {
+  private samples: Int32Array = new Int32Array(0);
+  private readonly inputs = new Map<number, FlatBuffer>();
+  private readonly pool: FlatBuffer[] = [];
+
+  constructor(
+    private readonly data: PipelineData,
+    readonly batch: number,
+  ) {}
+
+  /** Starts a round: frees the previous round's inputs. */
+  startRound(samples: Int32Array): void {
+    for (const b of this.inputs.values()) this.pool.push(b);
+    this.inputs.clear();
+    this.samples = samples;
+  }
+
+  input(microBatch: number): FlatBuffer {
+    const { features, inputs } = this.data;
+    const buffer = this.pool.pop() ?? FlatBuffer.allocate(this.batch * features);
+    const out = buffer.array;
+    for (let i = 0; i < this.batch; i++) {
+      const s = this.samples[microBatch * this.batch + i]!;
+      out.set(inputs.subarray(s * features, (s + 1) * features), i * features);
+    }
+    this.inputs.set(microBatch, buffer);
+    return buffer;
+  }
+
+  labels(microBatch: number): ArrayLike<number> {
+    const out = new Int32Array(this.batch);
+    for (let i = 0; i < this.batch; i++) out[i] = this.data.labels[this.samples[microBatch * this.batch + i]!]!;
+    return out;
+  }
+
+  dispose(): void {
+    for (const b of [...this.inputs.values(), ...this.pool]) b.dispose();
+    this.inputs.clear();
+    this.pool.length = 0;
+  }
+}
+
+/** One stage's models, optimizers, runner and data, built from its description. */
+export class StageHost {
+  private constructor(
+    readonly description: StageDescription,
+    readonly parts: StagePart[],
+    readonly runner: StageRunner,
+    readonly source: SharedDataSource,
+  ) {}
+
+  static async create(description: StageDescription, comm: Communicator<FlatBuffer> | undefined, data: PipelineData): Promise<StageHost> {
+    const parts: StagePart[] = [];
+    try {
+      for (const part of description.parts) {
+        const model = await buildStageModel(description.model, part);
+        let optimizer: Optimizer;
+        try {
+          optimizer = buildOptimizer(model, description.optimizer, description.schedule, part);
+        } catch (error) {
+          model.dispose();
+          throw error;
+        }
+        parts.push({ part, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(description.schedule.name, part, description.schedule.parts) });
+      }
+      const runner = new StageRunner(description.stage, description.schedule, comm, parts);
+      return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize));
+    } catch (error) {
+      for (const p of parts) {
+        p.optimizer.dispose();
+        p.model.dispose();
+      }
+      throw error;
+    }
+  }
+
+  async runRound(samples: Int32Array, startAt: number): Promise<StageRoundResult> {
+    this.source.startRound(samples);
+    return this.runner.runRound(this.source, startAt);
+  }
+
+  weights(): { part: number; weights: Float32Array }[] {
+    return this.parts.map((p) => ({ part: p.part, weights: p.model.params.weights.array.slice() }));
+  }
+
+  setLr(lr: number): void {
+    for (const p of this.parts) p.optimizer.lr = lr;
+  }
+
+  dispose(): void {
+    this.runner.dispose();
+    this.source.dispose();
+    for (const p of this.parts) {
+      p.optimizer.dispose();
+      p.model.dispose();
+    }
+  }
+}
+
+/** Serialises an error for the trainer. */
+export function describeError(stage: number, error: unknown): FromStage {
+  const e = error as { name?: unknown; code?: unknown; message?: unknown; stack?: unknown } | null;
+  return {
+    type: 'error',
+    stage,
+    error: {
+      name: typeof e?.name === 'string' ? e.name : 'Error',
+      ...(typeof e?.code === 'string' ? { code: e.code } : {}),
+      message: typeof e?.message === 'string' ? e.message : String(error),
+      ...(typeof e?.stack === 'string' ? { stack: e.stack } : {}),
+    },
+  };
+}

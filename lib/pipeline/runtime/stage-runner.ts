@@ -1,0 +1,407 @@
+/**
+ * Executes one stage's action list of a validated schedule, in order, on real model parts: the
+ * interpreter at the centre of the pipeline runtime. It knows nothing of threads or processes: it
+ * is given a communicator (any backend), the model part(s) this stage holds with their optimizers,
+ * and where micro-batches come from; the worker (thread or launched process) around it does the rest.
+ *
+ * Weights. A forward, backward or weight-gradient action reads, in this order of precedence: the
+ * predicted weights when a `predictWeights` action for the same micro-batch came before it
+ * (PipeOptim, SpecTrain); a stashed copy when its `version` is older than the current one
+ * (PipeDream's stash, 2BW's double buffer); else the current weights. Stashing is driven by the
+ * versions alone: before an optimizer step, the current weights are copied (one native copy)
+ * exactly when a later action still reads that version, and a copy is freed after its last
+ * reader. So `stashWeights`/`restoreWeights` actions need no work of their own, and a schedule
+ * that reads old versions without them (2BW) holds the same buffers.
+ *
+ * Gradients. Each part accumulates the gradients of its backwards into its ParamSet's gradient
+ * buffer (the first backward after a step overwrites, the next ones add, inside the same SGEMM);
+ * an optimizer step applies the mean over the micro-batches accumulated (`gradScale / count`), so
+ * GPipe over M micro-batches of b samples equals one step on the batch of M*b samples.
+ */
+import { performance } from 'node:perf_hooks';
+
+import type { Communicator } from '../../comm/communicator.js';
+import { InvalidScheduleError } from '../../errors.js';
+import { callNative, nativeAddon } from '../../native.js';
+import type { StageModel } from '../../nn/stage-model.js';
+import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
+import type { Optimizer } from '../../optim/optimizer.js';
+import { FlatBuffer } from '../../tensor.js';
+import { type Action, type Schedule, formatAction } from '../schedule.js';
+import { messageOf, type TimedAction } from '../timeline.js';
+
+/** Where a stage's micro-batches come from. @category Pipeline runtime */
+export interface MicroBatchSource {
+  /** Samples per micro-batch. */
+  readonly batch: number;
+  /** The input of a micro-batch (batch x the first part's inputSize); asked of the stage holding part 0. */
+  input(microBatch: number): FlatBuffer;
+  /** Its labels (class indices); asked of the stage holding the last part. */
+  labels(microBatch: number): ArrayLike<number>;
+}
+
+/** One part of the model on this stage, with its optimizer. @category Pipeline runtime */
+export interface StagePart {
+  readonly part: number;
+  readonly model: StageModel;
+  readonly optimizer: Optimizer;
+  /** SpecTrain: the backward prediction's share of the forward one (0: the backward reads no prediction). */
+  readonly backwardPredictionRatio: number;
+}
+
+/** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
+export interface VersionRead {
+  readonly kind: 'forward' | 'backward' | 'weightGrad';
+  readonly part: number;
+  readonly microBatch: number;
+  /** Optimizer steps of the part applied to the weights read (absolute, counted from the start of training). */
+  readonly version: number;
+  readonly predicted: boolean;
+}
+
+/** What a stage reports after a round. @category Pipeline runtime */
+export interface StageRoundResult {
+  readonly stage: number;
+  /** Start and end of every action, milliseconds from the round's start. */
+  readonly timeline: TimedAction[];
+  /** The loss of every micro-batch whose last part ran here (index = micro-batch), else empty. */
+  readonly losses: number[];
+  readonly versions: VersionRead[];
+  /** Most stashed weight copies held at once (beside the current and predicted weights). */
+  readonly peakStashed: number;
+  /** Most micro-batch activations held at once. */
+  readonly peakActivations: number;
+  /** Steps the non-finite guard skipped in this round, over this stage's parts. */
+  readonly skippedSteps: number;
+}
+
+interface PartState {
+  readonly spec: StagePart;
+  /** Optimizer steps run by this stage on the part (applied or skipped by the non-finite guard): the version counter. */
+  updates: number;
+  /** `updates` at the start of this round (the absolute version of round version 0). */
+  base: number;
+  /** Steps the non-finite guard skipped. */
+  skipped: number;
+  /** Backwards accumulated since the last step. */
+  accumulated: number;
+  /** Round version -> stashed copy. */
+  readonly stash: Map<number, FlatBuffer>;
+  /** Round version -> index of the last action on this stage that reads it. */
+  lastRead: Map<number, number>;
+  /** SpecTrain's backward prediction, and the step count it was computed at. */
+  backwardPrediction: FlatBuffer | undefined;
+  backwardPredictionAt: number;
+}
+
+const now = (): number => performance.timeOrigin + performance.now();
+
+/**
+ * Runs one stage of a schedule, round after round (a round is one pass over the schedule's
+ * micro-batches). Not reentrant: one round at a time.
+ *
+ * @category Pipeline runtime
+ */
+export class StageRunner {
+  private readonly actions: readonly Action[];
+  private readonly parts = new Map<number, PartState>();
+  private readonly lastPart: number;
+  private readonly classes: number;
+  private readonly free: FlatBuffer[] = [];
+  private disposed = false;
+
+  constructor(
+    readonly stage: number,
+    private readonly schedule: Schedule,
+    private readonly comm: Communicator<FlatBuffer> | undefined,
+    parts: readonly StagePart[],
+  ) {
+    this.actions = schedule.actions[stage] ?? [];
+    for (const spec of parts) {
+      this.parts.set(spec.part, {
+        spec,
+        updates: 0,
+        base: 0,
+        skipped: 0,
+        accumulated: 0,
+        stash: new Map(),
+        lastRead: new Map(),
+        backwardPrediction: undefined,
+        backwardPredictionAt: -1,
+      });
+    }
+    this.lastPart = schedule.parts - 1;
+    this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
+    for (const a of this.actions) {
+      if (a.kind === 'allReduce' || a.kind === 'elasticAverage')
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} (${a.kind}) needs parallel pipelines, which the runtime does not run yet (planned)`);
+      if (a.pipeline !== 0) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} belongs to pipeline ${a.pipeline}; the runtime runs one pipeline (parallel pipelines are planned)`);
+      if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && !this.parts.has(a.part))
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
+    }
+    if (comm === undefined && this.actions.some((a) => messageOf(a) !== undefined))
+      throw new InvalidScheduleError(`stage ${stage} sends or receives but has no communicator`);
+  }
+
+  /**
+   * Runs the stage's actions once. `startAt` is the round's start on the shared clock
+   * (performance.timeOrigin + performance.now()), so that the stages' timelines line up.
+   */
+  async runRound(source: MicroBatchSource, startAt: number = now()): Promise<StageRoundResult> {
+    if (this.disposed) throw new InvalidScheduleError('StageRunner.runRound: the runner was disposed');
+    const timeline: TimedAction[] = [];
+    const versions: VersionRead[] = [];
+    const losses: number[] = [];
+    let skippedBefore = 0;
+    for (const p of this.parts.values()) {
+      skippedBefore += p.skipped;
+      p.base = p.updates;
+      p.accumulated = 0;
+      p.lastRead = this.lastReads(p.spec.part);
+    }
+    // Message id -> buffer: received inputs, local outputs, gradients to send or consume.
+    const messages = new Map<string, { buffer: FlatBuffer; owner: 'runtime' | 'model'; part: number }>();
+    const predicted = new Set<string>();
+    const sends: Promise<void>[] = [];
+    // Activation sends still in flight, by message id: the model may reuse an output buffer only
+    // once its send is done (the peer can answer with the gradient before this side has seen the
+    // send complete).
+    const activationSends = new Map<string, Promise<void>>();
+    let sendError: unknown;
+    let peakStashed = 0;
+    let live = 0;
+    let peakActivations = 0;
+    const versionOf = (p: PartState): number => p.updates - p.base;
+
+    const weightsFor = (a: Action, index: number): { buffer: FlatBuffer; version: number; predicted: boolean } => {
+      const p = this.parts.get(a.part)!;
+      const current = versionOf(p);
+      const key = `${a.part}:${a.microBatch}`;
+      if (predicted.has(key)) {
+        predicted.delete(key);
+        if (a.kind === 'forward') return { buffer: p.spec.optimizer.forwardWeights, version: p.base + current, predicted: true };
+        return { buffer: this.backwardPrediction(p), version: p.base + current, predicted: true };
+      }
+      const version = a.version >= 0 ? a.version : current;
+      if (version === current) return { buffer: p.spec.model.params.weights, version: p.base + version, predicted: false };
+      const stashed = p.stash.get(version);
+      if (!stashed) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}) reads version ${version}, which was never stashed (current: ${current})`);
+      return { buffer: stashed, version: p.base + version, predicted: false };
+    };
+    const releaseStashes = (p: PartState, index: number): void => {
+      for (const [v, buffer] of p.stash) {
+        if ((p.lastRead.get(v) ?? -1) <= index) {
+          p.stash.delete(v);
+          this.free.push(buffer);
+        }
+      }
+    };
+    const take = (length: number): FlatBuffer => {
+      const i = this.free.findIndex((b) => b.length === length);
+      return i >= 0 ? this.free.splice(i, 1)[0]! : FlatBuffer.allocate(length);
+    };
+    const dropMessage = (id: string): void => {
+      const m = messages.get(id);
+      if (!m) return;
+      messages.delete(id);
+      if (m.owner === 'runtime') this.free.push(m.buffer);
+      else this.parts.get(m.part)?.spec.model.recycle?.(m.buffer);
+    };
+
+    for (const [index, a] of this.actions.entries()) {
+      if (sendError !== undefined) throw sendError;
+      const start = now() - startAt;
+      const p = this.parts.get(a.part);
+      switch (a.kind) {
+        case 'forward': {
+          const part = p!;
+          const w = weightsFor(a, index);
+          versions.push({ kind: 'forward', part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+          const input = a.part === 0 ? source.input(a.microBatch) : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
+          if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
+          const output = part.spec.model.forward(a.microBatch, input, source.batch, w.buffer);
+          messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
+          peakActivations = Math.max(peakActivations, ++live);
+          break;
+        }
+        case 'backward':
+        case 'weightGrad': {
+          const part = p!;
+          const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
+          if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
+          const w = weightsFor(a, index);
+          versions.push({ kind: a.kind, part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+          const accumulate = part.accumulated > 0;
+          if (a.kind === 'weightGrad') {
+            part.spec.model.weightGrad!(a.microBatch, { grads: part.spec.model.params.grads, accumulate });
+          } else {
+            let gradOutput: FlatBuffer;
+            const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
+            if (a.part === this.lastPart) {
+              const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
+              gradOutput = take(logits.length);
+              const n = source.batch * this.classes;
+              losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
+              messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
+            } else {
+              const m = messages.get(gradId);
+              if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its output gradient never arrived`);
+              gradOutput = m.buffer;
+            }
+            const outputId = `a${a.pipeline}:${a.microBatch}:${a.part + 1}`;
+            const sending = activationSends.get(outputId);
+            if (sending) {
+              await sending;
+              activationSends.delete(outputId);
+            }
+            const inputGrad = part.spec.model.backward(a.microBatch, gradOutput, {
+              grads: part.spec.model.params.grads,
+              weights: w.buffer,
+              accumulate,
+              inputGrad: a.part > 0,
+              weightGrad: !split,
+            });
+            dropMessage(gradId);
+            messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
+            dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`); // the received input
+            if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: a.part });
+          }
+          if (a.kind === 'weightGrad' || !split) {
+            part.accumulated++;
+            live--;
+          }
+          break;
+        }
+        case 'optimizerStep': {
+          const part = p!;
+          const version = versionOf(part);
+          if ((part.lastRead.get(version) ?? -1) > index) {
+            const copy = take(part.spec.model.params.length);
+            callNative(() => nativeAddon().copy(copy.handle, part.spec.model.params.weights.handle));
+            part.stash.set(version, copy);
+            peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
+          }
+          if (part.accumulated > 0) {
+            const opt = part.spec.optimizer;
+            const scale = opt.gradScale;
+            opt.gradScale = scale / part.accumulated;
+            try {
+              const result = await opt.step();
+              if (!result.applied) part.skipped++;
+            } finally {
+              opt.gradScale = scale;
+            }
+            part.accumulated = 0;
+          }
+          part.updates++;
+          break;
+        }
+        case 'predictWeights':
+          predicted.add(`${a.part}:${a.microBatch}`);
+          break;
+        case 'stashWeights':
+        case 'restoreWeights':
+          break;
+        case 'sendActivation':
+        case 'sendGradient': {
+          const id = messageOf(a)!;
+          const m = messages.get(id);
+          if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
+          const isGradient = a.kind === 'sendGradient';
+          const sent = this.comm!.send(m.buffer, a.peer).then(
+              () => {
+                // A sent gradient is not read again here; a sent activation stays with the model until its backward.
+                if (isGradient) dropMessage(id);
+              },
+              (error: unknown) => {
+                sendError ??= error;
+              },
+            );
+          sends.push(sent);
+          if (!isGradient) {
+            messages.delete(id);
+            activationSends.set(id, sent);
+          }
+          break;
+        }
+        case 'recvActivation':
+        case 'recvGradient': {
+          const id = messageOf(a)!;
+          const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
+          const buffer = take(source.batch * width);
+          messages.set(id, { buffer, owner: 'runtime', part: a.part });
+          await this.comm!.recv(buffer, a.peer);
+          break;
+        }
+        default:
+          throw new InvalidScheduleError(`stage ${this.stage}: the runtime cannot run ${formatAction(a)} (${a.kind})`);
+      }
+      if (p && (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad')) releaseStashes(p, index);
+      timeline.push({ action: a, start, end: now() - startAt, index });
+    }
+    await Promise.all(sends);
+    if (sendError !== undefined) throw sendError;
+    for (const id of [...messages.keys()]) dropMessage(id);
+    for (const p of this.parts.values()) releaseStashes(p, Infinity);
+    const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
+    return { stage: this.stage, timeline, losses, versions, peakStashed, peakActivations, skippedSteps };
+  }
+
+  /** Frees the runtime's buffers (not the models or optimizers, which their owner disposes). */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    for (const b of this.free) b.dispose();
+    this.free.length = 0;
+    for (const p of this.parts.values()) {
+      for (const b of p.stash.values()) b.dispose();
+      p.stash.clear();
+      p.backwardPrediction?.dispose();
+    }
+  }
+
+  /** For each round version of `part`, the index of the last action on this stage reading it. */
+  private lastReads(part: number): Map<number, number> {
+    const last = new Map<number, number>();
+    let count = 0;
+    const predictedNext = new Set<number>();
+    this.actions.forEach((a, i) => {
+      if (a.part !== part) return;
+      if (a.kind === 'optimizerStep') count++;
+      else if (a.kind === 'predictWeights') predictedNext.add(a.microBatch);
+      else if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
+        if (predictedNext.delete(a.microBatch)) return;
+        last.set(a.version >= 0 ? a.version : count, i);
+      }
+    });
+    return last;
+  }
+
+  private hasWeightGrad(a: Action): boolean {
+    return this.actions.some((b) => b.kind === 'weightGrad' && b.part === a.part && b.microBatch === a.microBatch && b.pipeline === a.pipeline);
+  }
+
+  /** SpecTrain's backward weights: w + r * (w_f - w), recomputed once per optimizer step. */
+  private backwardPrediction(p: PartState): FlatBuffer {
+    const { model, optimizer, backwardPredictionRatio: r } = p.spec;
+    if (r === 0) return model.params.weights;
+    if (p.backwardPrediction && p.backwardPredictionAt === p.updates) return p.backwardPrediction;
+    const out = (p.backwardPrediction ??= FlatBuffer.allocate(model.params.length));
+    const addon = nativeAddon();
+    const forward = optimizer.forwardWeights;
+    callNative(() => {
+      addon.copy(out.handle, forward.handle);
+      addon.scale(out.handle, r);
+      addon.axpy(out.handle, model.params.weights.handle, 1 - r);
+    });
+    p.backwardPredictionAt = p.updates;
+    return out;
+  }
+
+  private inputSizeOf(part: number): number {
+    return this.parts.get(part)!.spec.model.inputSize;
+  }
+  private outputSizeOf(part: number): number {
+    return this.parts.get(part)!.spec.model.outputSize;
+  }
+}

@@ -1,0 +1,557 @@
+/**
+ * PipelineTrainer: trains a model cut into stages by executing a schedule from
+ * `lib/pipeline/schedules/` on one worker per stage. This file is the trainer's side: it checks
+ * the whole configuration before any worker starts, starts the stage workers (threads over the
+ * `local` backend), feeds them rounds of micro-batches, gathers their measured timelines, and
+ * fails the whole job with the first stage's error.
+ */
+import { performance } from 'node:perf_hooks';
+import type { Worker } from 'node:worker_threads';
+
+import { spawnLocalRanks } from '../../comm/local.js';
+import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
+import { shuffledIndices } from '../../data/seeded-random.js';
+import { BusyError, DisposedError, InvalidArgumentError, RankFailedError, SapipeError, SizeMismatchError, TimeoutError } from '../../errors.js';
+import { Sequential, balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
+import { ADAM_OPTION_KEYS } from '../../optim/adam.js';
+import { SGD_OPTION_KEYS } from '../../optim/sgd.js';
+import { FlatBuffer } from '../../tensor.js';
+import { checkInteger, checkKnownKeys, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
+import type { Schedule } from '../schedule.js';
+import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
+import type { TimedAction } from '../timeline.js';
+import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
+import { profileLayers } from './measure.js';
+import { type FromStage, type PipelineData, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, type ToStage, buildStageModel } from './stage-host.js';
+import type { StageRoundResult, VersionRead } from './stage-runner.js';
+import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
+
+/**
+ * The model: sapipe's layers (`layers`, cut at `boundaries`: explicit layer indices, `'measured'`
+ * (default: balanced by each layer's measured time) or `'params'` (balanced by parameter count)),
+ * or a user module exporting `createStage(part, parts, options)`.
+ *
+ * @category Pipeline runtime
+ */
+export type PipelineModelOptions =
+  | { layers: readonly LayerSpec[]; seed?: number; boundaries?: readonly number[] | 'measured' | 'params' }
+  | { module: string | URL; options?: unknown };
+
+/** @category Pipeline runtime */
+export interface PipelineTrainerOptions {
+  /** A schedule the runtime executes (see {@link RUNTIME_SCHEDULES}). */
+  schedule: RuntimeScheduleName;
+  /** S: stages (one worker each). */
+  stages: number;
+  /** M: micro-batches per round (a round is one pass over the schedule; for 2BW, per batch). */
+  microBatches: number;
+  /** Samples per micro-batch. */
+  microBatchSize: number;
+  /** Batches per round (PipeDream-2BW). Default 1 for 2BW. */
+  iterations?: number;
+  /** Model chunks per stage (interleaved 1F1B). Default 2. */
+  virtualStages?: number;
+  model: PipelineModelOptions;
+  /** The optimizer of every part; the schedule adds its weight prediction (PipeOptim, SpecTrain). */
+  optimizer: PipelineOptimizerSpec;
+  /** Training data: `inputs` holds `labels.length` rows of `features` values. */
+  data: { inputs: Float32Array; labels: ArrayLike<number>; features: number };
+  /** Shuffle the samples every epoch (default true). */
+  shuffle?: boolean;
+  /** Seed of the shuffle (default 0). */
+  seed?: number;
+  /** Bound of every wait between stages, and of the trainer's waits for them, in ms. Default 30 000. */
+  timeoutMs?: number;
+}
+const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
+  schedule: true,
+  stages: true,
+  microBatches: true,
+  microBatchSize: true,
+  iterations: true,
+  virtualStages: true,
+  model: true,
+  optimizer: true,
+  data: true,
+  shuffle: true,
+  seed: true,
+  timeoutMs: true,
+});
+
+/** One round: every stage's measured timeline and what it saw. @category Pipeline runtime */
+export interface RoundReport {
+  /** Rounds run before this one. */
+  readonly round: number;
+  /** Mean loss over the round's micro-batches. */
+  readonly loss: number;
+  /** Loss per micro-batch. */
+  readonly losses: readonly number[];
+  /** Wall time of the round on the trainer's clock, ms. */
+  readonly wallMs: number;
+  /** The measured timeline, per stage, ms from the round's start, in the simulator's format. */
+  readonly timeline: readonly (readonly TimedAction[])[];
+  /** Weight versions read, per stage (absolute optimizer-step counts). */
+  readonly versions: readonly (readonly VersionRead[])[];
+  readonly peakActivations: readonly number[];
+  readonly peakStashed: readonly number[];
+  readonly skippedSteps: number;
+}
+
+/** @category Pipeline runtime */
+export interface EpochReport {
+  readonly epoch: number;
+  readonly rounds: number;
+  /** Mean loss over the epoch's micro-batches. */
+  readonly loss: number;
+  readonly wallMs: number;
+}
+
+interface Pending {
+  readonly type: 'round' | 'weights' | 'ready';
+  readonly replies: Map<number, FromStage>;
+  resolve(replies: FromStage[]): void;
+  reject(error: unknown): void;
+  timer: NodeJS.Timeout;
+}
+
+const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
+  m !== null && typeof m === 'object' && Object.hasOwn(m, 'layers');
+
+/** Copies into shared memory, so the stage threads read one copy of the data set. */
+function shared<T extends Float32Array | Int32Array>(values: ArrayLike<number>, Ctor: { new (buffer: SharedArrayBuffer): T; BYTES_PER_ELEMENT: number }): T {
+  if (ArrayBuffer.isView(values) && (values as unknown as { buffer: unknown }).buffer instanceof SharedArrayBuffer && values instanceof (Ctor as unknown as typeof Float32Array))
+    return values as unknown as T;
+  const out = new Ctor(new SharedArrayBuffer(values.length * Ctor.BYTES_PER_ELEMENT));
+  for (let i = 0; i < values.length; i++) out[i] = values[i]!;
+  return out;
+}
+
+/**
+ * Trains a model cut into pipeline stages with a schedule, one worker thread per stage over the
+ * `local` backend. Every weight operation (updates, predictions, stashes) is a native kernel on
+ * native buffers; activations and gradients travel through `Communicator.send`/`recv`.
+ *
+ * ```ts
+ * const trainer = await PipelineTrainer.create({
+ *   schedule: '1f1b', stages: 4, microBatches: 8, microBatchSize: 16,
+ *   model: { layers: mlpLayers([784, 256, 256, 256, 10]) },
+ *   optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 },
+ *   data: { inputs, labels, features: 784 },
+ * });
+ * await trainer.trainEpoch();
+ * console.log(await trainer.evaluate(testInputs, testLabels));
+ * await trainer.dispose();
+ * ```
+ *
+ * @category Pipeline runtime
+ */
+export class PipelineTrainer {
+  /** The analysis of the schedule (peak activations, versions, staleness per stage). */
+  readonly analysis: ScheduleAnalysis;
+  private readonly pending = new Set<Pending>();
+  private failure: unknown;
+  private isDisposed = false;
+  private busy = false;
+  private roundsRun = 0;
+  private epochsRun = 0;
+  private order: Int32Array;
+  private orderPosition = 0;
+
+  private constructor(
+    readonly schedule: Schedule,
+    /** The model as the stages build it (layer boundaries resolved). */
+    readonly model: PipelineModelSpec,
+    private readonly workers: Worker[],
+    private readonly samples: number,
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs'>>,
+  ) {
+    this.analysis = validateSchedule(schedule);
+    this.order = this.epochOrder(0);
+    workers.forEach((worker, stage) => {
+      worker.on('message', (message: FromStage) => this.onMessage(stage, message));
+      worker.on('error', (error) => this.fail(new RankFailedError(`pipeline stage ${stage} threw: ${error.message}`, { cause: error, rank: stage })));
+      worker.on('exit', (code) => {
+        if (!this.isDisposed) this.fail(new RankFailedError(`pipeline stage ${stage} exited${code ? ` with code ${code}` : ''} while the trainer was running`, { rank: stage }));
+      });
+    });
+  }
+
+  /**
+   * Checks the configuration (a typed error names what is wrong, before any worker starts),
+   * starts one worker per stage and resolves once every stage has built its model part.
+   */
+  static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
+    checkOptions(options, TRAINER_OPTION_KEYS, 'PipelineTrainer.create(options)');
+    const name = checkOneOf(options.schedule, 'PipelineTrainer: schedule', scheduleNames) as ScheduleName;
+    if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
+      throw new InvalidArgumentError(
+        `PipelineTrainer: the runtime does not run '${name}' yet (parallel pipelines, Wavelet, Pipelined Backpropagation and SAPipe's data-parallel form are planned); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+      );
+    const stages = checkInteger(options.stages, 'PipelineTrainer: stages', 1, 256);
+    const microBatches = checkInteger(options.microBatches, 'PipelineTrainer: microBatches', 1, 4096);
+    const microBatchSize = checkInteger(options.microBatchSize, 'PipelineTrainer: microBatchSize', 1, 1 << 20);
+    const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'PipelineTrainer: timeoutMs', 1, 2 ** 31 - 1);
+    const seed = checkInteger(options.seed ?? 0, 'PipelineTrainer: seed', 0, 2 ** 32 - 1);
+    const shuffle = options.shuffle ?? true;
+    if (typeof shuffle !== 'boolean') throw new InvalidArgumentError(`PipelineTrainer: shuffle must be a boolean, got ${describeValue(shuffle)}`);
+    const schedule = generateSchedule(name, {
+      stages,
+      microBatches,
+      ...(options.iterations !== undefined ? { iterations: options.iterations } : name === 'pipedream-2bw' ? { iterations: 1 } : {}),
+      ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
+    });
+    validateSchedule(schedule);
+    checkOptimizer(options.optimizer, name);
+
+    // The data set.
+    checkObject(options.data, 'PipelineTrainer: data');
+    checkKnownKeys(options.data, ['inputs', 'labels', 'features'], 'PipelineTrainer: data');
+    const { inputs, labels } = options.data;
+    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer: data.inputs must be a Float32Array (rows of features)');
+    if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number') throw new InvalidArgumentError('PipelineTrainer: data.labels must be an array of class indices');
+    const features = checkInteger(options.data.features, 'PipelineTrainer: data.features', 1, 1 << 24);
+    if (inputs.length !== labels.length * features)
+      throw new SizeMismatchError(`PipelineTrainer: data.inputs holds ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+    const perRound = schedule.microBatches * microBatchSize;
+    if (labels.length < perRound)
+      throw new InvalidArgumentError(`PipelineTrainer: one round needs ${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${labels.length}; use fewer or smaller micro-batches`);
+
+    // The model: resolved to data every stage can build, and checked part to part.
+    const model = await resolveModel(options.model, schedule.parts, microBatchSize);
+    const sizes = await partSizes(model, schedule.parts);
+    if (sizes[0]!.inputSize !== features)
+      throw new SizeMismatchError(`PipelineTrainer: the model's first part takes ${sizes[0]!.inputSize} features, the data has ${features}`);
+    for (let j = 0; j + 1 < sizes.length; j++)
+      if (sizes[j]!.outputSize !== sizes[j + 1]!.inputSize)
+        throw new SizeMismatchError(`PipelineTrainer: part ${j} outputs ${sizes[j]!.outputSize} features but part ${j + 1} takes ${sizes[j + 1]!.inputSize}; make the stage models agree`);
+    const classes = sizes[sizes.length - 1]!.outputSize;
+    for (let i = 0; i < labels.length; i++) {
+      const l = labels[i];
+      if (!Number.isInteger(l) || l! < 0 || l! >= classes)
+        throw new InvalidArgumentError(`PipelineTrainer: data.labels[${i}] = ${describeValue(l)} is not a class index in [0, ${classes}) (the last part outputs ${classes} values)`);
+    }
+
+    const data: PipelineData = { inputs: shared(inputs, Float32Array), labels: shared(labels, Int32Array), features };
+    const descriptions: StageDescription[] = schedule.actions.map((row, stage) => ({
+      stage,
+      schedule,
+      model,
+      optimizer: options.optimizer,
+      microBatchSize,
+      parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
+    }));
+    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), stages, { workerData: { descriptions, data, timeoutMs } });
+    const trainer = new PipelineTrainer(schedule, model, workers, labels.length, { microBatchSize, shuffle, seed, timeoutMs });
+    try {
+      await trainer.request('ready', undefined);
+    } catch (error) {
+      await trainer.dispose();
+      throw error;
+    }
+    return trainer;
+  }
+
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+  /** Rounds run so far. */
+  get rounds(): number {
+    return this.roundsRun;
+  }
+  /** Rounds in one epoch: the data set's samples over one round's samples, rounded down. */
+  get roundsPerEpoch(): number {
+    return Math.floor(this.samples / (this.schedule.microBatches * this.options.microBatchSize));
+  }
+
+  /** Runs one round (one pass over the schedule) on the next samples. */
+  async trainRound(): Promise<RoundReport> {
+    this.checkUsable('trainRound');
+    this.busy = true;
+    try {
+      return await this.runRound();
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** Runs the rounds of one epoch; the data are reshuffled (when `shuffle`) at its start. */
+  async trainEpoch(onRound?: (report: RoundReport) => void): Promise<EpochReport> {
+    this.checkUsable('trainEpoch');
+    if (onRound !== undefined && typeof onRound !== 'function') throw new InvalidArgumentError('PipelineTrainer.trainEpoch(onRound): onRound must be a function');
+    this.busy = true;
+    try {
+      const start = performance.now();
+      this.order = this.epochOrder(this.epochsRun);
+      this.orderPosition = 0;
+      let total = 0;
+      let count = 0;
+      const rounds = this.roundsPerEpoch;
+      for (let r = 0; r < rounds; r++) {
+        const report = await this.runRound();
+        for (const l of report.losses) {
+          total += l;
+          count++;
+        }
+        onRound?.(report);
+      }
+      const epoch = this.epochsRun++;
+      return { epoch, rounds, loss: count > 0 ? total / count : NaN, wallMs: performance.now() - start };
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** Copies of every part's weights, index = part. */
+  async weights(): Promise<Float32Array[]> {
+    this.checkUsable('weights');
+    this.busy = true;
+    try {
+      const replies = await this.request('weights', { type: 'weights' });
+      const out: Float32Array[] = [];
+      for (const r of replies) if (r.type === 'weights') for (const p of r.parts) out[p.part] = p.weights;
+      return out;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** Sets the learning rate of every part's optimizer (for a schedule of your own, between rounds). */
+  setLr(lr: number): void {
+    this.checkUsable('setLr');
+    if (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0) throw new InvalidArgumentError(`PipelineTrainer.setLr: lr must be a finite number >= 0, got ${describeValue(lr)}`);
+    for (const w of this.workers) w.postMessage({ type: 'lr', lr } satisfies ToStage);
+  }
+
+  /**
+   * Accuracy of the whole model (sapipe's layers) on `inputs`/`labels`: the parts' weights are
+   * gathered and the unpartitioned model is evaluated on this thread.
+   */
+  async evaluate(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
+    this.checkUsable('evaluate');
+    if (this.model.kind !== 'sequential')
+      throw new InvalidArgumentError('PipelineTrainer.evaluate works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
+    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluate: inputs must be a Float32Array');
+    if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
+      throw new InvalidArgumentError('PipelineTrainer.evaluate: labels must be a non-empty array of class indices');
+    const features = this.model.layers[0]!.kind === 'linear' ? this.model.layers[0]!.in : 0;
+    if (inputs.length !== labels.length * features)
+      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+    const parts = await this.weights();
+    return evaluateSequential(this.model, parts, inputs, labels);
+  }
+
+  /** Stops the stage workers and frees everything; idempotent. The trainer cannot be used afterwards. */
+  async dispose(): Promise<void> {
+    if (this.isDisposed) return;
+    this.isDisposed = true;
+    for (const p of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new DisposedError('PipelineTrainer was disposed while waiting for its stages'));
+    }
+    this.pending.clear();
+    const exits = this.workers.map(
+      (w) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => void w.terminate().then(() => resolve()), 2000);
+          w.once('exit', () => {
+            clearTimeout(timer);
+            resolve();
+          });
+        }),
+    );
+    for (const w of this.workers) {
+      try {
+        if (this.failure === undefined) w.postMessage({ type: 'stop' } satisfies ToStage);
+        else void w.terminate();
+      } catch {
+        void w.terminate();
+      }
+    }
+    await Promise.all(exits);
+  }
+
+  private async runRound(): Promise<RoundReport> {
+    const perRound = this.schedule.microBatches * this.options.microBatchSize;
+    if (this.orderPosition + perRound > this.order.length) {
+      this.order = this.epochOrder(++this.epochsRun);
+      this.orderPosition = 0;
+    }
+    const samples = this.order.slice(this.orderPosition, this.orderPosition + perRound);
+    this.orderPosition += perRound;
+    const startAt = performance.timeOrigin + performance.now();
+    const start = performance.now();
+    const replies = await this.request('round', { type: 'round', startAt, samples });
+    const wallMs = performance.now() - start;
+    const results = replies.map((r) => (r as Extract<FromStage, { type: 'round' }>).result).sort((a, b) => a.stage - b.stage);
+    const losses: number[] = [];
+    for (const r of results) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
+    const dense = losses.filter((l) => l !== undefined);
+    return {
+      round: this.roundsRun++,
+      loss: dense.reduce((a, b) => a + b, 0) / Math.max(1, dense.length),
+      losses: dense,
+      wallMs,
+      timeline: results.map((r) => r.timeline),
+      versions: results.map((r) => r.versions),
+      peakActivations: results.map((r: StageRoundResult) => r.peakActivations),
+      peakStashed: results.map((r) => r.peakStashed),
+      skippedSteps: results.reduce((n, r) => n + r.skippedSteps, 0),
+    };
+  }
+
+  private epochOrder(epoch: number): Int32Array {
+    if (!this.options.shuffle) return Int32Array.from({ length: this.samples }, (_, i) => i);
+    return Int32Array.from(shuffledIndices(this.samples, (this.options.seed * 7919 + epoch * 104729) >>> 0));
+  }
+
+  /** Sends `message` to every stage (none for 'ready') and waits for one reply of `type` from each. */
+  private request(type: Pending['type'], message: ToStage | undefined): Promise<FromStage[]> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    return new Promise<FromStage[]>((resolve, reject) => {
+      const entry: Pending = {
+        type,
+        replies: new Map(),
+        resolve,
+        reject,
+        timer: setTimeout(() => {
+          const missing = this.workers.map((_, s) => s).filter((s) => !entry.replies.has(s));
+          this.fail(new TimeoutError(`PipelineTrainer: stage(s) ${missing.join(', ')} did not answer (${type}) within ${this.options.timeoutMs} ms; every stage was stopped`));
+        }, this.options.timeoutMs + 5000),
+      };
+      this.pending.add(entry);
+      if (message) for (const w of this.workers) w.postMessage(message);
+    });
+  }
+
+  private onMessage(stage: number, message: FromStage): void {
+    if (message.type === 'error') {
+      const { name, code, message: text, stack } = message.error;
+      const cause = Object.assign(new Error(text), { name, code, stack });
+      this.fail(new RankFailedError(`pipeline stage ${stage} failed: ${code ? `${code}: ` : ''}${text}`, { cause, rank: stage }));
+      return;
+    }
+    for (const p of this.pending) {
+      if (p.type !== message.type || p.replies.has(stage)) continue;
+      p.replies.set(stage, message);
+      if (p.replies.size === this.workers.length) {
+        clearTimeout(p.timer);
+        this.pending.delete(p);
+        p.resolve([...p.replies.values()]);
+      }
+      return;
+    }
+  }
+
+  /** The first failure ends the job: every stage is stopped and every wait rejects with it. */
+  private fail(error: unknown): void {
+    if (this.failure !== undefined || this.isDisposed) return;
+    this.failure = error;
+    for (const p of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(error);
+    }
+    this.pending.clear();
+    for (const w of this.workers) void w.terminate();
+  }
+
+  private checkUsable(what: string): void {
+    if (this.isDisposed) throw new DisposedError(`PipelineTrainer.${what}: the trainer was disposed; create a new one`);
+    if (this.failure !== undefined) throw this.failure instanceof SapipeError ? this.failure : new RankFailedError(`PipelineTrainer.${what}: the job failed earlier`, { cause: this.failure, rank: -1 });
+    if (this.busy) throw new BusyError(`PipelineTrainer.${what}: another call is in flight; await it first`);
+  }
+}
+
+/** The optimizer spec: a known kind with that optimizer's options; prediction comes from the schedule. */
+function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName): void {
+  checkObject(spec, 'PipelineTrainer: optimizer');
+  const kind = (spec as { kind?: unknown }).kind;
+  checkOneOf(kind, 'PipelineTrainer: optimizer.kind', ['sgd', 'adam', 'adamw'] as const);
+  for (const key of ['prediction', 'queue'])
+    if (Object.hasOwn(spec, key)) throw new InvalidArgumentError(`PipelineTrainer: optimizer.${key} is set by the runtime from the schedule; remove it`);
+  checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], 'PipelineTrainer: optimizer');
+  if (schedule === 'spectrain' && kind === 'adamw' && ((spec as { weightDecay?: number }).weightDecay ?? 0) !== 0)
+    throw new InvalidArgumentError("PipelineTrainer: SpecTrain's backward prediction is linear in the steps ahead, which AdamW's weight decay is not; use SGD or Adam, or weightDecay 0");
+  if ((schedule === 'pipeoptim' || schedule === 'spectrain') && kind === 'sgd' && !((spec as { momentum?: number }).momentum ?? 0))
+    throw new InvalidArgumentError(`PipelineTrainer: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
+}
+
+/** The model option resolved to a description every stage can build. */
+async function resolveModel(model: PipelineModelOptions, parts: number, microBatchSize: number): Promise<PipelineModelSpec> {
+  checkObject(model, 'PipelineTrainer: model');
+  if (isSequential(model)) {
+    checkKnownKeys(model, ['layers', 'seed', 'boundaries'], 'PipelineTrainer: model');
+    checkLayers(model.layers, 'PipelineTrainer: model.layers');
+    const seed = checkInteger(model.seed ?? 0, 'PipelineTrainer: model.seed', 0, 2 ** 32 - 1);
+    if (model.layers.length < parts)
+      throw new InvalidArgumentError(`PipelineTrainer: the model has ${model.layers.length} layers for ${parts} parts; every part needs at least one layer (use fewer stages or a deeper model)`);
+    const how = model.boundaries ?? 'measured';
+    let boundaries: number[];
+    if (how === 'measured') boundaries = balancedBoundaries((await profileLayers(model.layers, microBatchSize, { seed })).costs, parts);
+    else if (how === 'params') boundaries = balancedBoundaries(layerParams(model.layers).map((p) => p + 1), parts);
+    else if (Array.isArray(how)) {
+      if (how.length !== parts - 1) throw new InvalidArgumentError(`PipelineTrainer: model.boundaries must hold ${parts - 1} layer indices for ${parts} parts, got ${how.length}`);
+      partRanges(model.layers.length, how);
+      boundaries = [...how];
+    } else throw new InvalidArgumentError(`PipelineTrainer: model.boundaries must be an array of layer indices, 'measured' or 'params', got ${describeValue(how)}`);
+    return { kind: 'sequential', layers: model.layers.map((l) => ({ ...l })), seed, boundaries };
+  }
+  if (!Object.hasOwn(model, 'module')) throw new InvalidArgumentError('PipelineTrainer: model must be { layers, ... } (sapipe layers) or { module, options } (your createStage module)');
+  checkKnownKeys(model, ['module', 'options'], 'PipelineTrainer: model');
+  const m = (model as { module: unknown }).module;
+  const module = m instanceof URL ? m.href : m;
+  if (typeof module !== 'string' || module === '') throw new InvalidArgumentError(`PipelineTrainer: model.module must be a path or file URL, got ${describeValue(m)}`);
+  return { kind: 'module', module, parts, options: (model as { options?: unknown }).options };
+}
+
+/** Builds each part once on this thread to check that the parts fit together, then frees them. */
+async function partSizes(model: PipelineModelSpec, parts: number): Promise<{ inputSize: number; outputSize: number }[]> {
+  if (model.kind === 'sequential') {
+    const widths = checkLayers(model.layers);
+    return partRanges(model.layers.length, model.boundaries).map(([s, e]) => ({ inputSize: widths[s]!, outputSize: widths[e]! }));
+  }
+  const out: { inputSize: number; outputSize: number }[] = [];
+  for (let j = 0; j < parts; j++) {
+    const stage = await buildStageModel(model, j);
+    out.push({ inputSize: stage.inputSize, outputSize: stage.outputSize });
+    stage.dispose();
+  }
+  return out;
+}
+
+/** Accuracy of a sequential model from its parts' weights, on this thread. */
+export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'sequential' }>, parts: readonly Float32Array[], inputs: Float32Array, labels: ArrayLike<number>): number {
+  const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
+  const ranges = partRanges(model.layers.length, model.boundaries);
+  const batch = 1024;
+  const x = FlatBuffer.allocate(batch * whole.inputSize);
+  try {
+    ranges.forEach(([s, e], j) => {
+      const part = new Sequential(model.layers, { seed: model.seed ?? 0, range: [s, e] });
+      try {
+        part.params.weights.array.set(parts[j]!);
+        for (const name of part.params.names) if (name !== 'unused') whole.params.view(whole.params.weights, name).set(part.params.view(part.params.weights, name));
+      } finally {
+        part.dispose();
+      }
+    });
+    const features = whole.inputSize;
+    const classes = whole.outputSize;
+    let correct = 0;
+    for (let start = 0; start < labels.length; start += batch) {
+      const n = Math.min(batch, labels.length - start);
+      x.array.set(inputs.subarray(start * features, (start + n) * features));
+      const logits = whole.forward(0, x, n, whole.params.weights).array;
+      for (let r = 0; r < n; r++) {
+        let best = 0;
+        for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
+        if (best === labels[start + r]) correct++;
+      }
+      whole.release(0);
+    }
+    return correct / labels.length;
+  } finally {
+    x.dispose();
+    whole.dispose();
+  }
+}
+

@@ -1,0 +1,42 @@
+/**
+ * What each schedule asks of a stage's weights beyond the current version: which schedules the
+ * runtime executes, and the weight prediction (docs/ALGORITHMS.md section 3) each one's optimizer
+ * is built with. The schedule says *when* a pass reads predicted weights (a `predictWeights`
+ * action before it) and *which* version it reads (`version`); this table says *how far ahead* the
+ * prediction looks, which the action list does not carry.
+ */
+import type { PredictionOptions } from '../../optim/options.js';
+import type { ScheduleName } from '../schedules/index.js';
+
+/** The schedules the pipeline runtime executes (the others need parallel pipelines or all-reduces: planned). @category Pipeline runtime */
+export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain'] as const;
+/** @category Pipeline runtime */
+export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
+
+/** Schedules whose stages each take one synchronous step per batch (accumulating over its micro-batches). */
+export const SYNCHRONOUS_SCHEDULES: ReadonlySet<ScheduleName> = new Set(['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1']);
+
+/**
+ * The prediction the optimizer of part `part` of `parts` is built with, or undefined. PipeOptim's
+ * forward reads `s = S-k-1` updates ahead; SpecTrain's forward `floor(k/2) + S-k-1` (the
+ * optimizer's predicted buffer) and its backward `floor(k/2)` (see {@link backwardPredictionRatio}).
+ */
+export function predictionFor(schedule: string, part: number, parts: number): PredictionOptions | undefined {
+  if (schedule === 'pipeoptim') return { kind: 'pipeoptim', stage: part, stages: parts };
+  if (schedule === 'spectrain') return { kind: 'spectrain', stage: part, stages: parts, pass: 'forward' };
+  return undefined;
+}
+
+/**
+ * SpecTrain's backward prediction as a share of its forward one: both are `w - lr*s*D` with the
+ * same `D`, so `w_b = w + (s_b/s_f) * (w_f - w)` is computed from the optimizer's fused forward
+ * prediction with two native passes and no second prediction kernel. Exact for SGD-momentum and
+ * Adam; AdamW's decay factor `(1-lr*wd)^s` is not linear in s, so SpecTrain with AdamW and weight
+ * decay is refused before the run.
+ */
+export function backwardPredictionRatio(schedule: string, part: number, parts: number): number {
+  if (schedule !== 'spectrain') return 0;
+  const half = Math.floor(part / 2);
+  const forward = half + parts - part - 1;
+  return forward === 0 ? 0 : half / forward;
+}
