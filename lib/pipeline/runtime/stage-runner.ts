@@ -234,6 +234,7 @@ export class StageRunner {
           const accumulate = part.accumulated > 0;
           if (a.kind === 'weightGrad') {
             part.spec.model.weightGrad!(a.microBatch, { grads: part.spec.model.params.grads, accumulate });
+            dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
           } else {
             let gradOutput: FlatBuffer;
             const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
@@ -263,7 +264,8 @@ export class StageRunner {
             });
             dropMessage(gradId);
             messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
-            dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`); // the received input
+            // The received input: a split backward's weight gradient still reads it.
+            if (!split) dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
             if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: a.part });
           }
           if (a.kind === 'weightGrad' || !split) {

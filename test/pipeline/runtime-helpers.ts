@@ -1,0 +1,95 @@
+/**
+ * Shared set-up of the pipeline runtime tests: a small classification data set, the model, its
+ * initial weights per part as the reference stores them, and the reference optimizer's config.
+ */
+import { Sequential, mlpLayers, type LayerSpec, type PipelineOptimizerSpec } from '../../dist/index.js';
+import type { RefConfig } from '../reference/optimizer.js';
+import type { RefPartWeights } from '../reference/pipeline.js';
+
+export const FEATURES = 12;
+export const CLASSES = 5;
+export const LAYERS: LayerSpec[] = mlpLayers([FEATURES, 16, 16, 16, 16, CLASSES]); // 9 layers
+export const SEED = 3;
+
+/** `n` samples whose class shows in some features, so training has something to learn. */
+export function dataset(n: number, seed = 7): { inputs: Float32Array; labels: Int32Array } {
+  let s = seed >>> 0;
+  const next = (): number => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+  const inputs = new Float32Array(n * FEATURES);
+  const labels = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    labels[i] = Math.floor(next() * CLASSES);
+    for (let k = 0; k < FEATURES; k++) inputs[i * FEATURES + k] = next() * 2 - 1 + (k % CLASSES === labels[i] ? 1 : 0);
+  }
+  return { inputs, labels };
+}
+
+/** Evenly spread boundaries cutting `layers` layers into `parts` parts. */
+export function evenBoundaries(layers: number, parts: number): number[] {
+  return Array.from({ length: parts - 1 }, (_, i) => Math.round(((i + 1) * layers) / parts));
+}
+
+/** The layer ranges of a cut. */
+export function ranges(layers: number, boundaries: readonly number[]): [number, number][] {
+  const edges = [0, ...boundaries, layers];
+  return edges.slice(1).map((e, i) => [edges[i]!, e]);
+}
+
+/** The initial weights of layers [start, end) as the library draws them, stored per layer. */
+export function initialPart(start: number, end: number): RefPartWeights {
+  const model = new Sequential(LAYERS, { seed: SEED, range: [start, end] });
+  try {
+    return LAYERS.slice(start, end).map((l, k) => {
+      if (l.kind !== 'linear') return null;
+      const i = start + k;
+      return { w: model.params.view(model.params.weights, `layer${i}.weight`).slice(), b: model.params.view(model.params.weights, `layer${i}.bias`).slice() };
+    });
+  } finally {
+    model.dispose();
+  }
+}
+
+/** A part's weights as the trainer returns them (its ParamSet layout), stored per layer. */
+export function partFromTrainer(start: number, end: number, flat: Float32Array): RefPartWeights {
+  const model = new Sequential(LAYERS, { seed: SEED, range: [start, end] });
+  try {
+    model.params.weights.array.set(flat);
+    return LAYERS.slice(start, end).map((l, k) => {
+      if (l.kind !== 'linear') return null;
+      const i = start + k;
+      return { w: model.params.view(model.params.weights, `layer${i}.weight`).slice(), b: model.params.view(model.params.weights, `layer${i}.bias`).slice() };
+    });
+  } finally {
+    model.dispose();
+  }
+}
+
+/** The reference optimizer config of a spec, with a linear prediction of `steps` (or none). */
+export function refConfig(spec: PipelineOptimizerSpec, steps?: number): RefConfig {
+  const s = spec as { kind: 'sgd' | 'adam' | 'adamw'; lr: number; momentum?: number; weightDecay?: number; betas?: readonly [number, number]; eps?: number };
+  return {
+    optimizer: s.kind,
+    lr: s.lr,
+    weightDecay: s.weightDecay ?? 0,
+    momentum: s.momentum ?? 0,
+    dampening: 0,
+    nesterov: false,
+    beta1: s.betas?.[0] ?? 0.9,
+    beta2: s.betas?.[1] ?? 0.999,
+    eps: s.eps ?? 1e-8,
+    gradScale: 1,
+    ...(steps === undefined ? {} : { prediction: { kind: 'linear', steps } }),
+  };
+}
+
+/** Largest absolute difference between two part weight lists, over every tensor. */
+export function maxDiff(a: RefPartWeights, b: RefPartWeights): number {
+  let worst = 0;
+  a.forEach((l, i) => {
+    if (!l) return;
+    const m = b[i]!;
+    for (let k = 0; k < l.w.length; k++) worst = Math.max(worst, Math.abs(l.w[k]! - m.w[k]!));
+    for (let k = 0; k < l.b.length; k++) worst = Math.max(worst, Math.abs(l.b[k]! - m.b[k]!));
+  });
+  return worst;
+}

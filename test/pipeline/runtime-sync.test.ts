@@ -1,0 +1,64 @@
+/**
+ * Synchronous schedules are exact: GPipe, 1F1B, interleaved 1F1B and ZB-H1 on 2, 3 and 4 stage
+ * workers end, after 10 batches, with the weights of single-process mini-batch training of the
+ * unpartitioned model on the same batches (test/reference/pipeline.ts, double precision).
+ *
+ * Tolerance: 1e-6 absolute on every weight (weights are O(0.5)). The runtime accumulates the
+ * micro-batch gradients in fp32 in schedule order (GPipe backwards in reverse), the reference
+ * takes each batch's gradient in one double pass; what remains is fp32 rounding (measured
+ * at most 1.2e-7).
+ */
+import t from 'tap';
+
+import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
+import { referenceMiniBatch } from '../reference/pipeline.js';
+import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, partFromTrainer, ranges, refConfig } from './runtime-helpers.js';
+
+const TOLERANCE = 1e-6;
+const BATCHES = 10;
+// M is a multiple of 2, 3 and 4 (interleaved 1F1B needs a multiple of the stages).
+const M = 12;
+const B = 2;
+const optimizer: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.1, momentum: 0.9 };
+
+const cases: { schedule: RuntimeScheduleName; stages: number; parts: number }[] = [];
+for (const stages of [2, 3, 4]) {
+  cases.push({ schedule: 'gpipe', stages, parts: stages }, { schedule: '1f1b', stages, parts: stages }, { schedule: 'zb-h1', stages, parts: stages });
+  cases.push({ schedule: 'interleaved-1f1b', stages, parts: 2 * stages });
+}
+
+const { inputs, labels } = dataset(BATCHES * M * B);
+const batches = Array.from({ length: BATCHES }, (_, r) => Array.from({ length: M * B }, (_, i) => r * M * B + i));
+const whole = referenceMiniBatch(LAYERS, initialPart(0, LAYERS.length), refConfig(optimizer), { inputs, labels, features: FEATURES, batch: M * B }, batches);
+
+for (const c of cases) {
+  t.test(`${c.schedule} on ${c.stages} stages (${c.parts} parts) equals mini-batch training`, async (t) => {
+    const boundaries = evenBoundaries(LAYERS.length, c.parts);
+    const trainer = await PipelineTrainer.create({
+      schedule: c.schedule,
+      stages: c.stages,
+      microBatches: M,
+      microBatchSize: B,
+      model: { layers: LAYERS, seed: SEED, boundaries },
+      optimizer,
+      data: { inputs, labels, features: FEATURES },
+      shuffle: false,
+    });
+    try {
+      t.equal(trainer.schedule.parts, c.parts);
+      for (let r = 0; r < BATCHES; r++) {
+        const report = await trainer.trainRound();
+        t.equal(report.losses.length, M, 'a loss per micro-batch');
+      }
+      const weights = await trainer.weights();
+      let worst = 0;
+      ranges(LAYERS.length, boundaries).forEach(([s, e], j) => {
+        worst = Math.max(worst, maxDiff(partFromTrainer(s, e, weights[j]!), whole.slice(s, e)));
+      });
+      t.ok(worst <= TOLERANCE, `largest weight difference ${worst.toExponential(2)} <= ${TOLERANCE}`);
+      t.ok(maxDiff(initialPart(0, LAYERS.length), whole) > 1e-2, 'the weights moved');
+    } finally {
+      await trainer.dispose();
+    }
+  });
+}
