@@ -183,6 +183,7 @@ export interface RefPart {
 
 /** A compute action's read, as the replay derived it from the action list. */
 export interface RefRead {
+  round: number;
   kind: 'forward' | 'backward';
   part: number;
   microBatch: number;
@@ -260,7 +261,7 @@ export function replaySchedule(
       const read = readF.get(key)!;
       const input = j === 0 ? gather(data, samplesOf(round, m)).x : forward(j - 1, m).outputs.at(-1)!;
       f = refForward(parts[j]!.layers, weightsAt(j, read.version, 'forward', read.predicted), input, data.batch);
-      reads.push({ kind: 'forward', part: j, microBatch: m, ...read });
+      reads.push({ round, kind: 'forward', part: j, microBatch: m, ...read });
       fwdMemo.set(key, f);
       return f;
     };
@@ -277,7 +278,7 @@ export function replaySchedule(
       } else dy = backward(j + 1, m).dx;
       const read = readB.get(key)!;
       const r = refBackward(parts[j]!.layers, weightsAt(j, read.version, 'backward', read.predicted), f, dy, data.batch);
-      reads.push({ kind: 'backward', part: j, microBatch: m, ...read });
+      reads.push({ round, kind: 'backward', part: j, microBatch: m, ...read });
       b = { grads: flatGrads(r.grads), dx: r.dx };
       bwdMemo.set(key, b);
       return b;
