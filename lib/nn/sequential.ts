@@ -35,7 +35,7 @@ export function mlpLayers(sizes: readonly number[]): LayerSpec[] {
   return layers;
 }
 
-/** Checks a layer list: known kinds, positive sizes, each layer's input the previous output. Returns the feature counts between layers. */
+/** @internal Checks a layer list: known kinds, positive sizes, each layer's input the previous output. Returns the feature counts between layers. */
 export function checkLayers(layers: readonly LayerSpec[], what = 'layers'): number[] {
   if (!Array.isArray(layers) || layers.length === 0) throw new InvalidArgumentError(`${what} must be a non-empty array of layers, e.g. mlpLayers([784, 256, 10])`);
   const widths: number[] = [];
@@ -56,7 +56,7 @@ export function checkLayers(layers: readonly LayerSpec[], what = 'layers'): numb
   return widths;
 }
 
-/** The parameter count of each layer (0 for ReLU). */
+/** @internal The parameter count of each layer (0 for ReLU). */
 export function layerParams(layers: readonly LayerSpec[]): number[] {
   return layers.map((l) => (l.kind === 'linear' ? l.out * l.in + l.out : 0));
 }
@@ -160,6 +160,8 @@ export class Sequential implements StageModel {
    * increasing order: [2, 4] cuts 6 layers into [0, 2), [2, 4), [4, 6)).
    */
   static part(layers: readonly LayerSpec[], boundaries: readonly number[], index: number, options: { seed?: number } = {}): Sequential {
+    checkOptions(options, ['seed'], 'Sequential.part(layers, boundaries, index, options)');
+    checkLayers(layers, 'Sequential.part: layers');
     const ranges = partRanges(layers.length, boundaries);
     checkInteger(index, 'Sequential.part: index', 0, ranges.length - 1);
     return new Sequential(layers, { ...options, range: ranges[index]! });
@@ -320,11 +322,12 @@ export class Sequential implements StageModel {
 
 /** The [start, end) layer ranges of a cut; throws a typed error for boundaries that do not cut `count` layers into non-empty parts. @category Models */
 export function partRanges(count: number, boundaries: readonly number[]): Array<[number, number]> {
+  checkInteger(count, 'partRanges(count, boundaries): count', 1, 1 << 24);
   if (!Array.isArray(boundaries)) throw new InvalidArgumentError(`boundaries must be an array of layer indices, got ${describeValue(boundaries)}`);
   const ranges: Array<[number, number]> = [];
   let start = 0;
   for (const [i, b] of boundaries.entries()) {
-    if (!Number.isInteger(b) || b <= start || b >= count)
+    if (typeof b !== 'number' || !Number.isInteger(b) || b <= start || b >= count)
       throw new InvalidArgumentError(
         `boundaries[${i}] = ${describeValue(b)}: each boundary must be a layer index greater than the previous one and below the layer count ${count}, so that every part holds at least one layer`,
       );

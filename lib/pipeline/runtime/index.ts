@@ -1,5 +1,5 @@
 /** The pipeline runtime: stage workers that execute schedules on real model parts with the native kernels. */
-export { PipelineTrainer, evaluateSequential, type EpochReport, type PipelineModelOptions, type PipelineTrainerOptions, type RoundReport } from './trainer.js';
+export { PipelineTrainer, type EpochReport, type PipelineModelOptions, type PipelineTrainerOptions, type RoundReport } from './trainer.js';
 export { StageRunner, type MicroBatchSource, type StagePart, type StageRoundResult, type VersionRead } from './stage-runner.js';
 export type { PipelineModelSpec, PipelineOptimizerSpec } from './stage-host.js';
 export { measuredCosts, measuredResult, profileLayers } from './measure.js';

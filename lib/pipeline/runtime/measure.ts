@@ -4,8 +4,10 @@
  * measured as {@link SimulationCosts} (to ask the simulator what it predicts for them), and the
  * per-layer costs that balance a cut.
  */
+import { InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
-import { Sequential, type LayerSpec } from '../../nn/sequential.js';
+import { Sequential, checkLayers, type LayerSpec } from '../../nn/sequential.js';
+import { checkInteger, checkOptions, describeValue } from '../../validate.js';
 import { type PipelineProfile, profileStages } from '../profile.js';
 import type { Schedule } from '../schedule.js';
 import { type SimulationCosts, type SimulationResult } from '../simulate.js';
@@ -28,6 +30,10 @@ export function measuredResult(
   timeline: readonly (readonly TimedAction[])[],
   peakActivations: readonly number[] = [],
 ): SimulationResult {
+  checkSchedule(schedule, 'measuredResult(schedule, analysis, timeline)');
+  if (analysis === null || typeof analysis !== 'object') throw new InvalidArgumentError('measuredResult: pass the analysis validateSchedule() returns');
+  checkTimeline(timeline, schedule.stages, 'measuredResult');
+  if (!Array.isArray(peakActivations)) throw new InvalidArgumentError('measuredResult: peakActivations must be an array, one count per stage');
   let origin = Infinity;
   for (const row of timeline) for (const t of row) origin = Math.min(origin, t.start);
   if (!Number.isFinite(origin)) origin = 0;
@@ -55,6 +61,23 @@ export function measuredResult(
   };
 }
 
+function checkSchedule(schedule: unknown, what: string): asserts schedule is Schedule {
+  const s = schedule as Partial<Schedule> | null;
+  if (s === null || typeof s !== 'object' || !Number.isInteger(s.stages) || !Number.isInteger(s.parts) || !Array.isArray(s.actions))
+    throw new InvalidArgumentError(`${what}: pass a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
+}
+
+function checkTimeline(timeline: unknown, stages: number, what: string): asserts timeline is readonly (readonly TimedAction[])[] {
+  if (!Array.isArray(timeline) || timeline.length !== stages || !timeline.every(Array.isArray))
+    throw new InvalidArgumentError(`${what}: pass one list of timed actions per stage (${stages}), as RoundReport.timeline holds, got ${describeValue(timeline)}`);
+  for (const row of timeline as unknown[][])
+    for (const t of row) {
+      const x = t as Partial<TimedAction> | null;
+      if (x === null || typeof x !== 'object' || typeof x.start !== 'number' || typeof x.end !== 'number' || x.action === null || typeof x.action !== 'object')
+        throw new InvalidArgumentError(`${what}: every entry must be { action, start, end, index }, got ${describeValue(t)}`);
+    }
+}
+
 const median = (values: number[]): number => {
   if (values.length === 0) return 0;
   const sorted = [...values].sort((a, b) => a - b);
@@ -70,6 +93,10 @@ const median = (values: number[]): number => {
  * @category Pipeline runtime
  */
 export function measuredCosts(schedule: Schedule, timelines: readonly (readonly (readonly TimedAction[])[])[], extra: SimulationCosts = {}): SimulationCosts {
+  checkSchedule(schedule, 'measuredCosts(schedule, timelines)');
+  if (!Array.isArray(timelines)) throw new InvalidArgumentError('measuredCosts: timelines must be an array of round timelines');
+  for (const t of timelines) checkTimeline(t, schedule.stages, 'measuredCosts');
+  if (extra === null || typeof extra !== 'object') throw new InvalidArgumentError('measuredCosts: extra must be simulator costs');
   const parts = schedule.parts;
   const by = (): number[][] => Array.from({ length: parts }, () => [] as number[]);
   const samples: Record<string, number[][]> = {
@@ -104,6 +131,11 @@ export function measuredCosts(schedule: Schedule, timelines: readonly (readonly 
  * @category Pipeline runtime
  */
 export async function profileLayers(layers: readonly LayerSpec[], microBatchSize: number, options: { seed?: number; repeats?: number } = {}): Promise<{ costs: number[]; profile: PipelineProfile }> {
+  checkLayers(layers, 'profileLayers(layers)');
+  checkInteger(microBatchSize, 'profileLayers: microBatchSize', 1, 1 << 16);
+  checkOptions(options, ['seed', 'repeats'], 'profileLayers(layers, microBatchSize, options)');
+  if (options.seed !== undefined) checkInteger(options.seed, 'profileLayers: options.seed', 0, 2 ** 32 - 1);
+  if (options.repeats !== undefined) checkInteger(options.repeats, 'profileLayers: options.repeats', 1, 1000);
   const models = layers.map((_, i) => new Sequential(layers, { seed: options.seed ?? 0, range: [i, i + 1] }));
   const buffers: FlatBuffer[] = [];
   try {

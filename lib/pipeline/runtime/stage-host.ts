@@ -33,14 +33,14 @@ export type PipelineModelSpec =
   | { kind: 'sequential'; layers: readonly LayerSpec[]; seed?: number; boundaries: readonly number[] }
   | { kind: 'module'; module: string; parts: number; options?: unknown };
 
-/** The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
+/** @internal The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
 export interface PipelineData {
   inputs: Float32Array;
   labels: Uint8Array | Int32Array;
   features: number;
 }
 
-/** Everything one stage needs to start. */
+/** @internal Everything one stage needs to start. */
 export interface StageDescription {
   stage: number;
   schedule: Schedule;
@@ -51,21 +51,21 @@ export interface StageDescription {
   parts: number[];
 }
 
-/** Trainer -> stage. */
+/** @internal Trainer -> stage. */
 export type ToStage =
   | { type: 'round'; startAt: number; samples: Int32Array }
   | { type: 'weights' }
   | { type: 'lr'; lr: number }
   | { type: 'stop' };
 
-/** Stage -> trainer. */
+/** @internal Stage -> trainer. */
 export type FromStage =
   | { type: 'ready'; stage: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number }[] }
   | { type: 'round'; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
   | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
 
-/** Builds part `part` of the model described by `spec`. */
+/** @internal Builds part `part` of the model described by `spec`. */
 export async function buildStageModel(spec: PipelineModelSpec, part: number): Promise<StageModel> {
   if (spec.kind === 'sequential') return Sequential.part(spec.layers, spec.boundaries, part, spec.seed === undefined ? {} : { seed: spec.seed });
   const url = spec.module.startsWith('file:') ? spec.module : pathToFileURL(spec.module).href;
@@ -81,7 +81,7 @@ export async function buildStageModel(spec: PipelineModelSpec, part: number): Pr
   return model;
 }
 
-/** The part's optimizer, with the schedule's prediction. */
+/** @internal The part's optimizer, with the schedule's prediction. */
 export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number): Optimizer {
   const { kind, ...rest } = spec;
   const prediction = predictionFor(schedule.name, part, schedule.parts);
@@ -91,7 +91,7 @@ export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, s
   return new AdamW(model.params, options as AdamOptions);
 }
 
-/** Micro-batches from the shared data set: round `samples[m*b + i]` is sample i of micro-batch m. */
+/** @internal Micro-batches from the shared data set: round `samples[m*b + i]` is sample i of micro-batch m. */
 export class SharedDataSource implements MicroBatchSource {
   private samples: Int32Array = new Int32Array(0);
   private readonly inputs = new Map<number, FlatBuffer>();
@@ -134,7 +134,7 @@ export class SharedDataSource implements MicroBatchSource {
   }
 }
 
-/** One stage's models, optimizers, runner and data, built from its description. */
+/** @internal One stage's models, optimizers, runner and data, built from its description. */
 export class StageHost {
   private constructor(
     readonly description: StageDescription,
@@ -191,7 +191,7 @@ export class StageHost {
   }
 }
 
-/** Serialises an error for the trainer. */
+/** @internal Serialises an error for the trainer. */
 export function describeError(stage: number, error: unknown): FromStage {
   const e = error as { name?: unknown; code?: unknown; message?: unknown; stack?: unknown } | null;
   return {

@@ -20,13 +20,15 @@
  */
 import { performance } from 'node:perf_hooks';
 
-import type { Communicator } from '../../comm/communicator.js';
-import { InvalidScheduleError } from '../../errors.js';
+import { Communicator } from '../../comm/communicator.js';
+import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
 import type { StageModel } from '../../nn/stage-model.js';
 import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
-import type { Optimizer } from '../../optim/optimizer.js';
+import { Optimizer } from '../../optim/optimizer.js';
 import { FlatBuffer } from '../../tensor.js';
+import { checkInteger, checkNumber, checkObject, describeValue } from '../../validate.js';
+import { validateSchedule } from '../validate.js';
 import { type Action, type Schedule, formatAction } from '../schedule.js';
 import { messageOf, type TimedAction } from '../timeline.js';
 
@@ -109,6 +111,7 @@ export class StageRunner {
   private readonly classes: number;
   private readonly free: FlatBuffer[] = [];
   private disposed = false;
+  private running = false;
 
   constructor(
     readonly stage: number,
@@ -116,6 +119,22 @@ export class StageRunner {
     private readonly comm: Communicator<FlatBuffer> | undefined,
     parts: readonly StagePart[],
   ) {
+    const s = schedule as Partial<Schedule> | null;
+    if (s === null || typeof s !== 'object' || !Number.isInteger(s.stages) || !Array.isArray(s.actions) || !Number.isInteger(s.parts))
+      throw new InvalidArgumentError(`StageRunner: schedule must be a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
+    validateSchedule(schedule);
+    checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
+    if (comm !== undefined && !(comm instanceof Communicator)) throw new InvalidArgumentError(`StageRunner: comm must be a Communicator or undefined, got ${describeValue(comm)}`);
+    if (!Array.isArray(parts)) throw new InvalidArgumentError('StageRunner: parts must be an array of { part, model, optimizer, backwardPredictionRatio }');
+    for (const [i, p] of parts.entries()) {
+      checkObject(p, `StageRunner: parts[${i}]`);
+      checkInteger(p.part, `StageRunner: parts[${i}].part`, 0, schedule.parts - 1);
+      if (!(p.optimizer instanceof Optimizer)) throw new InvalidArgumentError(`StageRunner: parts[${i}].optimizer must be an Optimizer (SGD, Adam, AdamW)`);
+      const m = p.model as Partial<StageModel> | null;
+      if (m === null || typeof m !== 'object' || typeof m.forward !== 'function' || typeof m.backward !== 'function' || m.params !== p.optimizer.params)
+        throw new InvalidArgumentError(`StageRunner: parts[${i}].model must be a StageModel whose params the optimizer updates`);
+      checkNumber(p.backwardPredictionRatio, `StageRunner: parts[${i}].backwardPredictionRatio`, 0, 1);
+    }
     this.actions = schedule.actions[stage] ?? [];
     for (const spec of parts) {
       this.parts.set(spec.part, {
@@ -148,7 +167,21 @@ export class StageRunner {
    * (performance.timeOrigin + performance.now()), so that the stages' timelines line up.
    */
   async runRound(source: MicroBatchSource, startAt: number = now()): Promise<StageRoundResult> {
-    if (this.disposed) throw new InvalidScheduleError('StageRunner.runRound: the runner was disposed');
+    if (this.disposed) throw new DisposedError('StageRunner.runRound: the runner was disposed; create a new one');
+    const src = source as Partial<MicroBatchSource> | null;
+    if (src === null || typeof src !== 'object' || typeof src.input !== 'function' || typeof src.labels !== 'function' || !Number.isInteger(src.batch) || src.batch! < 1)
+      throw new InvalidArgumentError('StageRunner.runRound(source): source must be { batch, input(microBatch), labels(microBatch) }');
+    checkNumber(startAt, 'StageRunner.runRound: startAt', 0, Number.MAX_VALUE);
+    if (this.running) throw new BusyError('StageRunner.runRound: a round is running; await it first');
+    this.running = true;
+    try {
+      return await this.round(source, startAt);
+    } finally {
+      this.running = false;
+    }
+  }
+
+  private async round(source: MicroBatchSource, startAt: number): Promise<StageRoundResult> {
     const timeline: TimedAction[] = [];
     const versions: VersionRead[] = [];
     const losses: number[] = [];

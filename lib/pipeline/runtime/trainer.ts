@@ -106,6 +106,9 @@ export interface EpochReport {
   readonly wallMs: number;
 }
 
+/** How long a stage's "peer lost" waits for the failure that caused it before failing the job itself. */
+const SECONDARY_GRACE_MS = 250;
+
 interface Pending {
   readonly type: 'round' | 'weights' | 'ready';
   readonly replies: Map<number, FromStage>;
@@ -150,6 +153,7 @@ export class PipelineTrainer {
   readonly analysis: ScheduleAnalysis;
   private readonly pending = new Set<Pending>();
   private failure: unknown;
+  private secondary: NodeJS.Timeout | undefined;
   private isDisposed = false;
   private busy = false;
   private roundsRun = 0;
@@ -344,6 +348,7 @@ export class PipelineTrainer {
   async dispose(): Promise<void> {
     if (this.isDisposed) return;
     this.isDisposed = true;
+    clearTimeout(this.secondary);
     for (const p of this.pending) {
       clearTimeout(p.timer);
       p.reject(new DisposedError('PipelineTrainer was disposed while waiting for its stages'));
@@ -427,7 +432,14 @@ export class PipelineTrainer {
     if (message.type === 'error') {
       const { name, code, message: text, stack } = message.error;
       const cause = Object.assign(new Error(text), { name, code, stack });
-      this.fail(new RankFailedError(`pipeline stage ${stage} failed: ${code ? `${code}: ` : ''}${text}`, { cause, rank: stage }));
+      const error = new RankFailedError(`pipeline stage ${stage} failed: ${code ? `${code}: ` : ''}${text}`, { cause, rank: stage });
+      if (code === 'ERR_PEER_LOST' || code === 'ERR_TIMEOUT') {
+        // A stage that lost its peer is a consequence; the stage that died or threw usually says so
+        // a moment later, and the job should fail with that cause.
+        this.secondary ??= setTimeout(() => this.fail(error), SECONDARY_GRACE_MS);
+        return;
+      }
+      this.fail(error);
       return;
     }
     for (const p of this.pending) {
@@ -446,6 +458,7 @@ export class PipelineTrainer {
   private fail(error: unknown): void {
     if (this.failure !== undefined || this.isDisposed) return;
     this.failure = error;
+    clearTimeout(this.secondary);
     for (const p of this.pending) {
       clearTimeout(p.timer);
       p.reject(error);
@@ -518,7 +531,7 @@ async function partSizes(model: PipelineModelSpec, parts: number): Promise<{ inp
   return out;
 }
 
-/** Accuracy of a sequential model from its parts' weights, on this thread. */
+/** @internal Accuracy of a sequential model from its parts' weights, on this thread. */
 export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'sequential' }>, parts: readonly Float32Array[], inputs: Float32Array, labels: ArrayLike<number>): number {
   const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
   const ranges = partRanges(model.layers.length, model.boundaries);

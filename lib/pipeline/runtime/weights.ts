@@ -6,17 +6,13 @@
  * prediction looks, which the action list does not carry.
  */
 import type { PredictionOptions } from '../../optim/options.js';
-import type { ScheduleName } from '../schedules/index.js';
 
 /** The schedules the pipeline runtime executes (the others need parallel pipelines or all-reduces: planned). @category Pipeline runtime */
 export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain'] as const;
 /** @category Pipeline runtime */
 export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
 
-/** Schedules whose stages each take one synchronous step per batch (accumulating over its micro-batches). */
-export const SYNCHRONOUS_SCHEDULES: ReadonlySet<ScheduleName> = new Set(['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1']);
-
-/**
+/** @internal
  * The prediction the optimizer of part `part` of `parts` is built with, or undefined. PipeOptim's
  * forward reads `s = S-k-1` updates ahead; SpecTrain's forward `floor(k/2) + S-k-1` (the
  * optimizer's predicted buffer) and its backward `floor(k/2)` (see {@link backwardPredictionRatio}).
@@ -27,7 +23,7 @@ export function predictionFor(schedule: string, part: number, parts: number): Pr
   return undefined;
 }
 
-/**
+/** @internal
  * SpecTrain's backward prediction as a share of its forward one: both are `w - lr*s*D` with the
  * same `D`, so `w_b = w + (s_b/s_f) * (w_f - w)` is computed from the optimizer's fused forward
  * prediction with two native passes and no second prediction kernel. Exact for SGD-momentum and
