@@ -11,6 +11,7 @@ import { registerScheduleCommand } from './commands/schedule.js';
 import { registerSimulateCommand } from './commands/simulate.js';
 import { registerTuneCommand } from './commands/tune.js';
 import { registerLaunchCommand } from './commands/launch.js';
+import { registerTrainCommand } from './commands/train.js';
 import { packageVersion } from '../version.js';
 
 export function buildProgram(): Command {
@@ -26,6 +27,7 @@ export function buildProgram(): Command {
   registerScheduleCommand(program);
   registerTuneCommand(program);
   registerDemoCommand(program);
+  registerTrainCommand(program);
   registerSimulateCommand(program);
   return program;
 }

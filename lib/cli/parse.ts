@@ -1,5 +1,7 @@
 import { InvalidArgumentError } from 'commander';
 
+import { InvalidArgumentError as SapipeInvalidArgumentError } from '../errors.js';
+
 const SUFFIX: Record<string, number> = { '': 1, k: 1 << 10, m: 1 << 20, g: 1 << 30 };
 
 /** Parses an element count such as `16M`, `1K` or `1048576` (binary suffixes). */
@@ -23,4 +25,14 @@ export function formatCount(n: number): string {
   for (const [suffix, unit] of [['G', 1 << 30], ['M', 1 << 20], ['K', 1 << 10]] as const)
     if (n >= unit && n % unit === 0) return `${n / unit}${suffix}`;
   return String(n);
+}
+
+/**
+ * A number option's value, or a typed InvalidArgumentError (the package's, not commander's) naming
+ * the option, so that every bad value fails the same way as bad values of the API.
+ */
+export function numberOption(value: string, name: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n)) throw new SapipeInvalidArgumentError(`${name} must be a number, got "${value}"`);
+  return n;
 }

@@ -340,7 +340,7 @@ export function partRanges(count: number, boundaries: readonly number[]): Array<
 
 /**
  * Cuts `layers` into `parts` contiguous parts with the most even total cost (the largest part's
- * cost as small as possible; ties broken towards earlier cuts), given a cost per layer, e.g.
+ * cost as small as possible, then the parts as even as possible), given a cost per layer, e.g.
  * measured times or parameter counts. Returns the boundaries for {@link Sequential.part}.
  *
  * @category Models
@@ -354,15 +354,21 @@ export function balancedBoundaries(costs: readonly number[], parts: number): num
   checkInteger(parts, 'balancedBoundaries: parts', 1, n);
   const prefix = [0];
   for (const c of costs) prefix.push(prefix[prefix.length - 1]! + c);
-  // best[p][i]: smallest largest-part cost cutting the first i layers into p parts.
-  const best: number[][] = Array.from({ length: parts + 1 }, () => new Array<number>(n + 1).fill(Infinity));
+  // best[p][i]: for the first i layers in p parts, the smallest largest-part cost and, among cuts
+  // reaching it, the smallest sum of squared part costs (so that the parts not on the critical
+  // path are balanced too, instead of any cut that keeps under the largest).
+  type Cost = { max: number; squares: number };
+  const better = (a: Cost, b: Cost): boolean => a.max < b.max - 1e-12 || (Math.abs(a.max - b.max) <= 1e-12 && a.squares < b.squares - 1e-12);
+  const best: Cost[][] = Array.from({ length: parts + 1 }, () => Array.from({ length: n + 1 }, () => ({ max: Infinity, squares: Infinity })));
   const cut: number[][] = Array.from({ length: parts + 1 }, () => new Array<number>(n + 1).fill(0));
-  best[0]![0] = 0;
+  best[0]![0] = { max: 0, squares: 0 };
   for (let p = 1; p <= parts; p++) {
     for (let i = p; i <= n; i++) {
       for (let j = p - 1; j < i; j++) {
-        const value = Math.max(best[p - 1]![j]!, prefix[i]! - prefix[j]!);
-        if (value < best[p]![i]! - 1e-12) {
+        const part = prefix[i]! - prefix[j]!;
+        const before = best[p - 1]![j]!;
+        const value = { max: Math.max(before.max, part), squares: before.squares + part * part };
+        if (better(value, best[p]![i]!)) {
           best[p]![i] = value;
           cut[p]![i] = j;
         }

@@ -35,10 +35,14 @@ export function ranges(layers: number, boundaries: readonly number[]): [number, 
   return edges.slice(1).map((e, i) => [edges[i]!, e]);
 }
 
-/** The initial weights of layers [start, end) as the library draws them, stored per layer. */
-export function initialPart(start: number, end: number): RefPartWeights {
+/**
+ * A part's weights stored per layer: the initial ones as the library draws them, or those of `flat`
+ * (a part's weights as the trainer returns them, in its ParamSet layout).
+ */
+export function partWeights(start: number, end: number, flat?: Float32Array): RefPartWeights {
   const model = new Sequential(LAYERS, { seed: SEED, range: [start, end] });
   try {
+    if (flat) model.params.weights.array.set(flat);
     return LAYERS.slice(start, end).map((l, k) => {
       if (l.kind !== 'linear') return null;
       const i = start + k;
@@ -48,21 +52,8 @@ export function initialPart(start: number, end: number): RefPartWeights {
     model.dispose();
   }
 }
-
-/** A part's weights as the trainer returns them (its ParamSet layout), stored per layer. */
-export function partFromTrainer(start: number, end: number, flat: Float32Array): RefPartWeights {
-  const model = new Sequential(LAYERS, { seed: SEED, range: [start, end] });
-  try {
-    model.params.weights.array.set(flat);
-    return LAYERS.slice(start, end).map((l, k) => {
-      if (l.kind !== 'linear') return null;
-      const i = start + k;
-      return { w: model.params.view(model.params.weights, `layer${i}.weight`).slice(), b: model.params.view(model.params.weights, `layer${i}.bias`).slice() };
-    });
-  } finally {
-    model.dispose();
-  }
-}
+export const initialPart = (start: number, end: number): RefPartWeights => partWeights(start, end);
+export const partFromTrainer = (start: number, end: number, flat: Float32Array): RefPartWeights => partWeights(start, end, flat);
 
 /** The reference optimizer config of a spec, with a linear prediction of `steps` (or none). */
 export function refConfig(spec: PipelineOptimizerSpec, steps?: number): RefConfig {

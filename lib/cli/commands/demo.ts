@@ -7,6 +7,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 
 import { MultiBar } from 'cli-progress';
+import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
@@ -38,11 +39,7 @@ interface DemoCliOptions {
 
 // Options arrive as strings and are checked here (not by commander parsers) so every bad value
 // fails as a typed InvalidArgumentError with the option's name.
-function num(value: string, name: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError(`${name} must be a number, got "${value}"`);
-  return n;
-}
+const num = numberOption;
 
 export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
   const latencyUs = o.latencyUs === undefined ? undefined : num(o.latencyUs, '--latency-us');

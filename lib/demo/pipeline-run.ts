@@ -1,0 +1,173 @@
+/**
+ * A whole pipeline-training run on the MNIST digits, as `sapipe train pipeline`, `sapipe bench
+ * pipeline` and the accuracy study run it: train for some epochs with one schedule, test accuracy
+ * after each, and the measured timeline of a round next to what the simulator predicts from the
+ * stage costs the runtime measured.
+ */
+import { loadMnist } from '../data/mnist.js';
+import { trainTestSplit } from '../data/dataset.js';
+import { InvalidArgumentError } from '../errors.js';
+import { mlpLayers } from '../nn/sequential.js';
+import { checkInteger, checkNumber, checkOneOf } from '../validate.js';
+import { simulateSchedule, type SimulationResult } from '../pipeline/simulate.js';
+import { measuredCosts, measuredResult } from '../pipeline/runtime/measure.js';
+import type { PipelineOptimizerSpec } from '../pipeline/runtime/stage-host.js';
+import { PipelineTrainer, type RoundReport } from '../pipeline/runtime/trainer.js';
+import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from '../pipeline/runtime/weights.js';
+
+/** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
+export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
+
+/** @internal */
+export interface MnistPipelineConfig {
+  schedule: RuntimeScheduleName;
+  stages: number;
+  microBatches: number;
+  microBatchSize: number;
+  epochs: number;
+  optimizer: 'sgd' | 'adam' | 'adamw';
+  lr: number;
+  momentum: number;
+  seed: number;
+  /** Training samples to use (the rest of the 80 % split is left out), or all. */
+  trainSamples?: number;
+  /** Batches per round (2BW). */
+  iterations?: number;
+  boundaries: 'measured' | 'params' | number[];
+  sizes: readonly number[];
+}
+
+/** @internal */
+export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
+  schedule: '1f1b',
+  stages: 4,
+  microBatches: 8,
+  microBatchSize: 16,
+  epochs: 3,
+  optimizer: 'sgd',
+  lr: 0.05,
+  momentum: 0.9,
+  seed: 1,
+  boundaries: 'measured',
+  sizes: PIPELINE_DEMO_SIZES,
+};
+
+/** @internal */
+export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineConfig {
+  checkOneOf(c.schedule, '--schedule', RUNTIME_SCHEDULES);
+  checkInteger(c.stages, '--stages', 1, 64);
+  checkInteger(c.microBatches, '--microbatches', 1, 4096);
+  checkInteger(c.microBatchSize, '--microbatch-size', 1, 8192);
+  checkInteger(c.epochs, '--epochs', 1, 1000);
+  checkOneOf(c.optimizer, '--optimizer', ['sgd', 'adam', 'adamw'] as const);
+  checkNumber(c.lr, '--lr', 0, 10, { loOpen: true });
+  checkNumber(c.momentum, '--momentum', 0, 1, { hiOpen: true });
+  checkInteger(c.seed, '--seed', 0, 2 ** 31 - 1);
+  if (c.trainSamples !== undefined) checkInteger(c.trainSamples, '--train-samples', 1, 1 << 24);
+  if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, 64);
+  if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
+  return c;
+}
+
+/** @internal */
+export interface MnistPipelineEpoch {
+  epoch: number;
+  loss: number;
+  accuracy: number;
+  wallMs: number;
+}
+
+/** @internal */
+export interface MnistPipelineResult {
+  config: MnistPipelineConfig;
+  boundaries: readonly number[];
+  epochs: MnistPipelineEpoch[];
+  trainSamples: number;
+  testSamples: number;
+  /** A round of the last epoch (the median by wall time), measured. */
+  measured: SimulationResult;
+  /** The simulator's prediction from the stage costs measured over the last epoch. */
+  simulated: SimulationResult;
+  /** Wall time of training (all epochs), ms. */
+  trainMs: number;
+  /** Per-action overhead of the runtime on the measured round: time between actions, and in sends/stash bookkeeping. */
+  overhead: { perActionMs: number; shareOfRound: number };
+  peakStashed: readonly number[];
+}
+
+/** Runtime overhead of a round: on each stage, the time not spent in an action (gaps) plus in posting sends; the worst stage over the makespan. */
+export function roundOverhead(report: RoundReport): { perActionMs: number; shareOfRound: number } {
+  let worst = 0;
+  let total = 0;
+  let actions = 0;
+  let makespan = 0;
+  for (const row of report.timeline) for (const t of row) makespan = Math.max(makespan, t.end);
+  for (const row of report.timeline) {
+    let overhead = 0;
+    let previous = row[0]?.start ?? 0;
+    for (const t of row) {
+      overhead += Math.max(0, t.start - previous);
+      if (t.action.kind === 'sendActivation' || t.action.kind === 'sendGradient' || t.action.kind === 'stashWeights' || t.action.kind === 'restoreWeights' || t.action.kind === 'predictWeights')
+        overhead += t.end - t.start;
+      previous = t.end;
+    }
+    worst = Math.max(worst, overhead);
+    total += overhead;
+    actions += row.length;
+  }
+  return { perActionMs: actions > 0 ? total / actions : 0, shareOfRound: makespan > 0 ? worst / makespan : 0 };
+}
+
+/** @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. */
+export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void): Promise<MnistPipelineResult> {
+  const c = checkMnistPipelineConfig(config);
+  const { train, test } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  const n = Math.min(train.count, c.trainSamples ?? train.count);
+  const optimizer: PipelineOptimizerSpec = c.optimizer === 'sgd' ? { kind: 'sgd', lr: c.lr, momentum: c.momentum } : { kind: c.optimizer, lr: c.lr };
+  const trainer = await PipelineTrainer.create({
+    schedule: c.schedule,
+    stages: c.stages,
+    microBatches: c.microBatches,
+    microBatchSize: c.microBatchSize,
+    ...(c.iterations !== undefined ? { iterations: c.iterations } : {}),
+    model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
+    optimizer,
+    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
+    seed: c.seed,
+    timeoutMs: 60_000,
+  });
+  try {
+    const epochs: MnistPipelineEpoch[] = [];
+    let last: RoundReport[] = [];
+    let trainMs = 0;
+    for (let e = 0; e < c.epochs; e++) {
+      const rounds: RoundReport[] = [];
+      const report = await trainer.trainEpoch((r) => rounds.push(r));
+      trainMs += report.wallMs;
+      const accuracy = await trainer.evaluate(test.inputs, test.labels);
+      const entry = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      epochs.push(entry);
+      onEpoch?.(entry);
+      last = rounds;
+    }
+    const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
+    const typical = byWall[Math.floor(byWall.length / 2)]!;
+    const measured = measuredResult(trainer.schedule, trainer.analysis, typical.timeline, typical.peakActivations);
+    const simulated = simulateSchedule(trainer.schedule, measuredCosts(trainer.schedule, last.map((r) => r.timeline)));
+    const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
+    return {
+      config: c,
+      boundaries,
+      epochs,
+      trainSamples: n,
+      testSamples: test.count,
+      measured,
+      simulated,
+      trainMs,
+      overhead: roundOverhead(typical),
+      peakStashed: typical.peakStashed,
+    };
+  } finally {
+    await trainer.dispose();
+  }
+}

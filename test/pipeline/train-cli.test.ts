@@ -1,0 +1,43 @@
+/**
+ * `sapipe train pipeline` end to end in a child process: trains, prints the tables, writes the
+ * report with the measured and simulated timelines, and refuses bad options with a message.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import t from 'tap';
+
+const run = promisify(execFile);
+const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
+
+t.test('trains on MNIST, prints measured against simulated, writes the report', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const report = join(dir, 'report.html');
+  const { stdout } = await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', 'pipeoptim', '--stages', '3', '--epochs', '2', '--train-samples', '3000', '--report', report, '--json'], { timeout: 120_000 });
+  const result = JSON.parse(stdout) as { epochs: { accuracy: number; loss: number }[]; measured: { makespanMs: number; bubbleFraction: number }; simulated: { makespanMs: number }; boundaries: number[] };
+  t.equal(result.epochs.length, 2);
+  t.ok(result.epochs[1]!.accuracy > 0.7, `test accuracy ${result.epochs[1]!.accuracy} after 2 short epochs`);
+  t.ok(result.epochs[1]!.loss < result.epochs[0]!.loss, 'the loss falls');
+  t.equal(result.boundaries.length, 2, 'cut into 3 parts');
+  t.ok(result.measured.makespanMs > 0 && result.simulated.makespanMs > 0);
+  const html = readFileSync(report, 'utf8');
+  t.match(html, /Measured round/);
+  t.match(html, /Simulated from the measured costs/);
+  t.equal((html.match(/<svg/g) ?? []).length, 2, 'two timelines, drawn by the same renderer');
+});
+
+t.test('bad options are refused with what to change', async (t) => {
+  for (const [args, message] of [
+    [['--schedule', 'avgpipe'], /--schedule must be one of/],
+    [['--stages', 'four'], /--stages must be a number/],
+    [['--layers', '10,10'], /--layers must start with 784/],
+    [['--stages', '12'], /9 layers for 12 parts/],
+  ] as const) {
+    const error = (await run(process.execPath, [bin, 'train', 'pipeline', '--epochs', '1', '--train-samples', '500', ...args], { timeout: 60_000 }).catch((e: unknown) => e)) as { stderr: string; code: number };
+    t.not(error.code, 0, args.join(' '));
+    t.match(error.stderr, message, args.join(' '));
+  }
+});
