@@ -115,7 +115,7 @@ export class StageRunner {
 
   constructor(
     readonly stage: number,
-    private readonly schedule: Schedule,
+    schedule: Schedule,
     private readonly comm: Communicator<FlatBuffer> | undefined,
     parts: readonly StagePart[],
   ) {

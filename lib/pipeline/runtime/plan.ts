@@ -1,0 +1,224 @@
+/**
+ * A pipeline job's plan: every check of a configuration (schedule, model, optimizer, data), done
+ * once before any stage starts, and what each stage is given. Shared by the trainer of worker
+ * threads and by stages started as processes (`sapipe launch`).
+ */
+import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
+import { shuffledIndices } from '../../data/seeded-random.js';
+import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
+import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
+import { ADAM_OPTION_KEYS } from '../../optim/adam.js';
+import { SGD_OPTION_KEYS } from '../../optim/sgd.js';
+import { checkInteger, checkKnownKeys, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
+import type { Schedule } from '../schedule.js';
+import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
+import { validateSchedule } from '../validate.js';
+import { profileLayers } from './measure.js';
+import { type PipelineData, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
+import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
+
+/**
+ * The model: sapipe's layers (`layers`, cut at `boundaries`: explicit layer indices, `'measured'`
+ * (default: balanced by each layer's measured time) or `'params'` (balanced by parameter count)),
+ * or a user module exporting `createStage(part, parts, options)`.
+ *
+ * @category Pipeline runtime
+ */
+export type PipelineModelOptions =
+  | { layers: readonly LayerSpec[]; seed?: number; boundaries?: readonly number[] | 'measured' | 'params' }
+  | { module: string | URL; options?: unknown };
+
+/** @category Pipeline runtime */
+export interface PipelineTrainerOptions {
+  /** A schedule the runtime executes (see {@link RUNTIME_SCHEDULES}). */
+  schedule: RuntimeScheduleName;
+  /** S: stages (one worker each). */
+  stages: number;
+  /** M: micro-batches per round (a round is one pass over the schedule; for 2BW, per batch). */
+  microBatches: number;
+  /** Samples per micro-batch. */
+  microBatchSize: number;
+  /** Batches per round (PipeDream-2BW). Default 1 for 2BW. */
+  iterations?: number;
+  /** Model chunks per stage (interleaved 1F1B). Default 2. */
+  virtualStages?: number;
+  model: PipelineModelOptions;
+  /** The optimizer of every part; the schedule adds its weight prediction (PipeOptim, SpecTrain). */
+  optimizer: PipelineOptimizerSpec;
+  /** Training data: `inputs` holds `labels.length` rows of `features` values. */
+  data: { inputs: Float32Array; labels: ArrayLike<number>; features: number };
+  /** Shuffle the samples every epoch (default true). */
+  shuffle?: boolean;
+  /** Seed of the shuffle (default 0). */
+  seed?: number;
+  /** Bound of every wait between stages, and of the trainer's waits for them, in ms. Default 30 000. */
+  timeoutMs?: number;
+}
+/** @internal Every option of PipelineTrainer.create. */
+export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
+  schedule: true,
+  stages: true,
+  microBatches: true,
+  microBatchSize: true,
+  iterations: true,
+  virtualStages: true,
+  model: true,
+  optimizer: true,
+  data: true,
+  shuffle: true,
+  seed: true,
+  timeoutMs: true,
+});
+
+const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
+  m !== null && typeof m === 'object' && Object.hasOwn(m, 'layers');
+
+/** @internal A checked configuration and what each stage is given. */
+export interface PipelinePlan {
+  schedule: Schedule;
+  model: PipelineModelSpec;
+  descriptions: StageDescription[];
+  data: PipelineData;
+  samples: number;
+  microBatchSize: number;
+  shuffle: boolean;
+  seed: number;
+  timeoutMs: number;
+}
+
+/** @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what` names the caller in messages. */
+export async function planPipeline(options: PipelineTrainerOptions, what: string, keys: readonly string[] = TRAINER_OPTION_KEYS): Promise<PipelinePlan> {
+  checkOptions(options, keys, `${what}(options)`);
+  const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
+  if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
+    throw new InvalidArgumentError(
+      `${what}: the runtime does not run '${name}' yet (parallel pipelines, Wavelet, Pipelined Backpropagation and SAPipe's data-parallel form are planned); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+    );
+  const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
+  const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
+  const microBatchSize = checkInteger(options.microBatchSize, `${what}: microBatchSize`, 1, 1 << 20);
+  const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, `${what}: timeoutMs`, 1, 2 ** 31 - 1);
+  const seed = checkInteger(options.seed ?? 0, `${what}: seed`, 0, 2 ** 32 - 1);
+  const shuffle = options.shuffle ?? true;
+  if (typeof shuffle !== 'boolean') throw new InvalidArgumentError(`${what}: shuffle must be a boolean, got ${describeValue(shuffle)}`);
+  const schedule = generateSchedule(name, {
+    stages,
+    microBatches,
+    ...(options.iterations !== undefined ? { iterations: options.iterations } : name === 'pipedream-2bw' ? { iterations: 1 } : {}),
+    ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
+  });
+  validateSchedule(schedule);
+  checkOptimizer(options.optimizer, name, what);
+
+  // The data set.
+  checkObject(options.data, `${what}: data`);
+  checkKnownKeys(options.data, ['inputs', 'labels', 'features'], `${what}: data`);
+  const { inputs, labels } = options.data;
+  if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError(`${what}: data.inputs must be a Float32Array (rows of features)`);
+  if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number') throw new InvalidArgumentError(`${what}: data.labels must be an array of class indices`);
+  const features = checkInteger(options.data.features, `${what}: data.features`, 1, 1 << 24);
+  if (inputs.length !== labels.length * features)
+    throw new SizeMismatchError(`${what}: data.inputs holds ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+  const perRound = schedule.microBatches * microBatchSize;
+  if (labels.length < perRound)
+    throw new InvalidArgumentError(`${what}: one round needs ${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${labels.length}; use fewer or smaller micro-batches`);
+
+  // The model: resolved to data every stage can build, and checked part to part.
+  const model = await resolveModel(options.model, schedule.parts, microBatchSize, what);
+  const sizes = await partSizes(model, schedule.parts);
+  if (sizes[0]!.inputSize !== features)
+    throw new SizeMismatchError(`${what}: the model's first part takes ${sizes[0]!.inputSize} features, the data has ${features}`);
+  for (let j = 0; j + 1 < sizes.length; j++)
+    if (sizes[j]!.outputSize !== sizes[j + 1]!.inputSize)
+      throw new SizeMismatchError(`${what}: part ${j} outputs ${sizes[j]!.outputSize} features but part ${j + 1} takes ${sizes[j + 1]!.inputSize}; make the stage models agree`);
+  const classes = sizes[sizes.length - 1]!.outputSize;
+  for (let i = 0; i < labels.length; i++) {
+    const l = labels[i];
+    if (!Number.isInteger(l) || l! < 0 || l! >= classes)
+      throw new InvalidArgumentError(`${what}: data.labels[${i}] = ${describeValue(l)} is not a class index in [0, ${classes}) (the last part outputs ${classes} values)`);
+  }
+
+  const data: PipelineData = { inputs: shared(inputs, Float32Array), labels: shared(labels, Int32Array), features };
+  const descriptions: StageDescription[] = schedule.actions.map((row, stage) => ({
+    stage,
+    schedule,
+    model,
+    optimizer: options.optimizer,
+    microBatchSize,
+    parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
+  }));
+  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs };
+}
+
+/** @internal The sample order of an epoch: seeded per epoch, the same in every stage and process. */
+export function epochOrder(samples: number, shuffle: boolean, seed: number, epoch: number): Int32Array {
+  if (!shuffle) return Int32Array.from({ length: samples }, (_, i) => i);
+  return Int32Array.from(shuffledIndices(samples, (seed * 7919 + epoch * 104729) >>> 0));
+}
+
+/** Copies into shared memory, so the stage threads read one copy of the data set. */
+function shared<T extends Float32Array | Int32Array>(values: ArrayLike<number>, Ctor: { new (buffer: SharedArrayBuffer): T; BYTES_PER_ELEMENT: number }): T {
+  if (ArrayBuffer.isView(values) && (values as unknown as { buffer: unknown }).buffer instanceof SharedArrayBuffer && values instanceof (Ctor as unknown as typeof Float32Array))
+    return values as unknown as T;
+  const out = new Ctor(new SharedArrayBuffer(values.length * Ctor.BYTES_PER_ELEMENT));
+  for (let i = 0; i < values.length; i++) out[i] = values[i]!;
+  return out;
+}
+
+/** The optimizer spec: a known kind with that optimizer's options; prediction comes from the schedule. */
+function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, what: string): void {
+  checkObject(spec, `${what}: optimizer`);
+  const kind = (spec as { kind?: unknown }).kind;
+  checkOneOf(kind, `${what}: optimizer.kind`, ['sgd', 'adam', 'adamw'] as const);
+  for (const key of ['prediction', 'queue'])
+    if (Object.hasOwn(spec, key)) throw new InvalidArgumentError(`${what}: optimizer.${key} is set by the runtime from the schedule; remove it`);
+  checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], `${what}: optimizer`);
+  if (schedule === 'spectrain' && kind === 'adamw' && ((spec as { weightDecay?: number }).weightDecay ?? 0) !== 0)
+    throw new InvalidArgumentError(`${what}: SpecTrain's backward prediction is linear in the steps ahead, which AdamW's weight decay is not; use SGD or Adam, or weightDecay 0`);
+  if ((schedule === 'pipeoptim' || schedule === 'spectrain') && kind === 'sgd' && !((spec as { momentum?: number }).momentum ?? 0))
+    throw new InvalidArgumentError(`${what}: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
+}
+
+/** The model option resolved to a description every stage can build. */
+async function resolveModel(model: PipelineModelOptions, parts: number, microBatchSize: number, what: string): Promise<PipelineModelSpec> {
+  checkObject(model, `${what}: model`);
+  if (isSequential(model)) {
+    checkKnownKeys(model, ['layers', 'seed', 'boundaries'], `${what}: model`);
+    checkLayers(model.layers, `${what}: model.layers`);
+    const seed = checkInteger(model.seed ?? 0, `${what}: model.seed`, 0, 2 ** 32 - 1);
+    if (model.layers.length < parts)
+      throw new InvalidArgumentError(`${what}: the model has ${model.layers.length} layers for ${parts} parts; every part needs at least one layer (use fewer stages or a deeper model)`);
+    const how = model.boundaries ?? 'measured';
+    let boundaries: number[];
+    if (how === 'measured') boundaries = balancedBoundaries((await profileLayers(model.layers, microBatchSize, { seed })).costs, parts);
+    else if (how === 'params') boundaries = balancedBoundaries(layerParams(model.layers).map((p) => p + 1), parts);
+    else if (Array.isArray(how)) {
+      if (how.length !== parts - 1) throw new InvalidArgumentError(`${what}: model.boundaries must hold ${parts - 1} layer indices for ${parts} parts, got ${how.length}`);
+      partRanges(model.layers.length, how);
+      boundaries = [...how];
+    } else throw new InvalidArgumentError(`${what}: model.boundaries must be an array of layer indices, 'measured' or 'params', got ${describeValue(how)}`);
+    return { kind: 'sequential', layers: model.layers.map((l) => ({ ...l })), seed, boundaries };
+  }
+  if (!Object.hasOwn(model, 'module')) throw new InvalidArgumentError(`${what}: model must be { layers, ... } (sapipe layers) or { module, options } (your createStage module)`);
+  checkKnownKeys(model, ['module', 'options'], `${what}: model`);
+  const m = (model as { module: unknown }).module;
+  const module = m instanceof URL ? m.href : m;
+  if (typeof module !== 'string' || module === '') throw new InvalidArgumentError(`${what}: model.module must be a path or file URL, got ${describeValue(m)}`);
+  return { kind: 'module', module, parts, options: (model as { options?: unknown }).options };
+}
+
+/** Builds each part once on this thread to check that the parts fit together, then frees them. */
+async function partSizes(model: PipelineModelSpec, parts: number): Promise<{ inputSize: number; outputSize: number }[]> {
+  if (model.kind === 'sequential') {
+    const widths = checkLayers(model.layers);
+    return partRanges(model.layers.length, model.boundaries).map(([s, e]) => ({ inputSize: widths[s]!, outputSize: widths[e]! }));
+  }
+  const out: { inputSize: number; outputSize: number }[] = [];
+  for (let j = 0; j < parts; j++) {
+    const stage = await buildStageModel(model, j);
+    out.push({ inputSize: stage.inputSize, outputSize: stage.outputSize });
+    stage.dispose();
+  }
+  return out;
+}
+
