@@ -6,11 +6,16 @@ import { benchAllreduce } from '../../bench/allreduce.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
+import { benchPipeline } from '../../bench/pipeline.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
+import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
+import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
+import { checkOneOf } from '../../validate.js';
+import { availableParallelism } from 'node:os';
 import { InvalidArgumentError } from 'commander';
 
 import { SapipeError } from '../../errors.js';
-import { formatCount, parseCount, parsePositiveInt } from '../parse.js';
+import { formatCount, numberOption, parseCount, parsePositiveInt } from '../parse.js';
 
 interface KernelsOptions {
   size: number;
@@ -220,6 +225,45 @@ export function registerBenchCommand(program: Command): void {
       console.log(`sgemm C = ${op}, m=${r.m} n=${r.n} k=${r.k}, ${r.threads} thread(s), simd ${r.simd}: ${r.medianMs.toFixed(4)} ms, ${r.gflops.toFixed(1)} GFLOP/s (median of ${options.reps})`);
       console.log(`assumed peak ${r.peak.gflops.toFixed(1)} GFLOP/s = ${r.peak.formula} (clock ${r.peak.clockSource})`);
       console.log(`ratio to peak: ${(r.ratioToPeak * 100).toFixed(1)}%`);
+    });
+  bench
+    .command('pipeline')
+    .description(
+      'the pipeline runtime on the demo MLP: per schedule, the measured round against the simulator fed the stage costs measured in the same run, ' +
+        'and the runtime\'s overhead (time outside model work on the busiest stage) as a share of the round',
+    )
+    .option('--schedules <list>', `comma-separated, from ${RUNTIME_SCHEDULES.join(', ')}`, 'gpipe,1f1b')
+    .option('--stages <S>', 'stages (worker threads)', parsePositiveInt, 4)
+    .option('--microbatches <M>', 'micro-batches per round', parsePositiveInt, 8)
+    .option('--microbatch-size <b>', 'samples per micro-batch', parsePositiveInt, 64)
+    .option('--layers <sizes>', 'MLP widths', PIPELINE_DEMO_SIZES.join(','))
+    .option('--rounds <n>', 'measured rounds', parsePositiveInt, 20)
+    .option('--warmup <n>', 'unmeasured rounds first', parsePositiveInt, 5)
+    .option('--json', 'print JSON')
+    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; json?: boolean }) => {
+      const schedules = options.schedules.split(',').map((name) => checkOneOf(name.trim(), '--schedules', RUNTIME_SCHEDULES));
+      const sizes = options.layers.split(',').map((x) => numberOption(x, '--layers'));
+      const rows = await benchPipeline({ schedules, stages: options.stages, microBatches: options.microbatches, microBatchSize: options.microbatchSize, sizes, rounds: options.rounds, warmup: options.warmup });
+      if (options.json) {
+        console.log(JSON.stringify(rows, null, 2));
+        return;
+      }
+      console.log(
+        `MLP ${sizes.join('-')}, ${options.stages} stages (worker threads, local), M=${options.microbatches} x ${options.microbatchSize} samples, ` +
+          `median of ${options.rounds} rounds after ${options.warmup}; ${availableParallelism()} cores`,
+      );
+      const table = cliTable(['schedule', 'measured ms (min-max)', 'simulated ms', 'measured / simulated', 'bubble measured / simulated', 'overhead per action ms', 'overhead share']);
+      for (const r of rows)
+        table.push([
+          r.schedule,
+          `${r.measuredMs.toFixed(2)} (${r.measuredMinMs.toFixed(2)}-${r.measuredMaxMs.toFixed(2)})`,
+          r.simulatedMs.toFixed(2),
+          `${r.ratio.toFixed(3)} ${Math.abs(r.ratio - 1) <= 0.15 ? '(within 15%)' : '(outside 15%)'}`,
+          `${(r.bubbleMeasured * 100).toFixed(1)}% / ${(r.bubbleSimulated * 100).toFixed(1)}%`,
+          r.overheadPerActionMs.toFixed(4),
+          `${(r.overheadShare * 100).toFixed(2)}% ${r.overheadShare <= 0.05 ? '(<= 5%)' : '(> 5%)'}`,
+        ]);
+      console.log(table.toString());
     });
   bench
     .command('step-overhead')
