@@ -24,6 +24,23 @@ export function pipelineComparison(r: MnistPipelineResult): [string, string, str
   ];
 }
 
+/** The measured round above the simulated one, one SVG at one scale (the picture the docs link). */
+export function renderPipelineSvg(r: MnistPipelineResult): string {
+  const c = r.config;
+  const span = Math.max(r.measured.makespan, r.simulated.makespan);
+  const scale = span > 0 ? 1000 / span : 1;
+  const title = `${c.schedule}, ${c.stages} stages, M=${c.microBatches} x ${c.microBatchSize} samples`;
+  const top = renderSvg(r.measured, { title: `measured round: ${title} (${r.measured.makespan.toFixed(1)} ms, bubble ${pct(r.measured.bubbleFraction)})`, scale });
+  const bottom = renderSvg(r.simulated, { title: `simulated from the measured stage costs (${r.simulated.makespan.toFixed(1)} ms, bubble ${pct(r.simulated.bubbleFraction)})`, scale });
+  const size = (svg: string): { w: number; h: number } => ({ w: Number(/width="([\d.]+)"/.exec(svg)?.[1] ?? 0), h: Number(/height="([\d.]+)"/.exec(svg)?.[1] ?? 0) });
+  const a = size(top);
+  const b = size(bottom);
+  const w = Math.max(a.w, b.w);
+  const h = a.h + b.h + 10;
+  const at = (svg: string, y: number): string => svg.replace('<svg ', `<svg x="0" y="${y}" `);
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}"><rect width="100%" height="100%" fill="white"/>${at(top, 0)}${at(bottom, a.h + 10)}</svg>\n`;
+}
+
 export function renderPipelineReport(r: MnistPipelineResult): string {
   const c = r.config;
   const span = Math.max(r.measured.makespan, r.simulated.makespan);

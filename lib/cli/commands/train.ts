@@ -11,7 +11,7 @@ import type { Command } from 'commander';
 
 import { InvalidArgumentError } from '../../errors.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
-import { pipelineComparison, renderPipelineReport } from '../../demo/pipeline-report.js';
+import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { MNIST_PIPELINE_DEFAULTS, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
@@ -31,6 +31,7 @@ interface TrainCliOptions {
   boundaries: string;
   layers: string;
   report: string;
+  svg?: string;
   json?: boolean;
 }
 
@@ -81,6 +82,7 @@ export function registerTrainCommand(program: Command): void {
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
+    .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
       const config = pipelineConfigFromCli(o);
@@ -94,6 +96,7 @@ export function registerTrainCommand(program: Command): void {
       }
       const report = resolve(o.report);
       writeFileSync(report, renderPipelineReport(result));
+      if (o.svg !== undefined) writeFileSync(resolve(o.svg), renderPipelineSvg(result));
       if (o.json) {
         console.log(
           JSON.stringify(
