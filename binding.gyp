@@ -12,7 +12,7 @@
         "native/addon/js_args.cpp",
         "native/addon/kernels_binding.cpp",
         "native/addon/native_buffer.cpp",
-        "native/addon/nccl_comm_binding.cpp",
+        "native/addon/comm_nccl_binding.cpp",
         "native/addon/nn_binding.cpp",
         "native/addon/queue.cpp",
         "native/addon/shared_regions.cpp",
@@ -30,7 +30,7 @@
         "native/cpu/gemm.cpp",
         "native/cpu/kernel_table.cpp",
         "native/cpu/simd.cpp",
-        "native/cpu/update_plan.cpp"
+        "native/core/update_plan.cpp"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

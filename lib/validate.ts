@@ -60,7 +60,7 @@ function notANumber(value: unknown, what: string, expected: string): InvalidArgu
 }
 
 function rangeText(lo: number, hi: number, loOpen: boolean, hiOpen: boolean): string {
-  const unboundedAbove = hi >= Number.MAX_VALUE;
+  const unboundedAbove = hi >= Number.MAX_SAFE_INTEGER;
   const unboundedBelow = lo <= -Number.MAX_VALUE;
   if (unboundedAbove && unboundedBelow) return 'finite';
   if (unboundedAbove) return `${loOpen ? '>' : '>='} ${lo}`;

@@ -1,30 +1,4 @@
-/**
- * The backend registry: one probe per backend. Backends added later register their probe here.
- */
-import { probeCpu } from './cpu.js';
-import { probeCuda, probeNccl } from './cuda.js';
-import { probeLocal } from './local.js';
-import { probeUcx } from './ucx.js';
-import type { BackendProbe, BackendStatus } from './status.js';
-
+/** The backends: what each probe reports (registry.ts) and the choice among them (select.ts). */
 export type { BackendProbe, BackendStatus } from './status.js';
+export { backendStatuses } from './registry.js';
 export * from './select.js';
-
-const probes: BackendProbe[] = [
-  probeCpu,
-  probeCuda,
-  probeNccl,
-  probeLocal,
-  probeUcx,
-];
-
-/** Probes every backend; never throws. @category Backends */
-export function backendStatuses(): BackendStatus[] {
-  return probes.map((probe) => {
-    try {
-      return probe();
-    } catch (error) {
-      return { name: probe.name, kind: 'compute', available: false, reason: `probe failed: ${(error as Error).message}` };
-    }
-  });
-}

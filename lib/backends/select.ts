@@ -4,7 +4,7 @@
  * usable here is an error that says why and what to install, never a silent fallback.
  */
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { backendStatuses } from './index.js';
+import { backendStatuses } from './registry.js';
 import type { BackendStatus } from './status.js';
 import { describeValue } from '../validate.js';
 

@@ -11,6 +11,7 @@ import { PipelineTrainer, type RoundReport } from '../pipeline/runtime/trainer.j
 import { measuredCosts, measuredResult } from '../pipeline/runtime/measure.js';
 import type { RuntimeScheduleName } from '../pipeline/runtime/weights.js';
 import { simulateSchedule } from '../pipeline/simulate.js';
+import { median } from './timing.js';
 
 export interface PipelineBenchOptions {
   schedules: RuntimeScheduleName[];
@@ -38,7 +39,6 @@ export interface PipelineBenchRow {
   boundaries: number[];
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: PipelineBenchRow) => void): Promise<PipelineBenchRow[]> {
   const features = o.sizes[0]!;

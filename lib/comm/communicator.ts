@@ -7,6 +7,7 @@
  * isBuffer(), so a buffer of the wrong kind is an InvalidArgumentError, and TypeScript refuses it.
  */
 import { AliasingError, BackendUnavailableError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import type { CommBackendName } from '../backends/select.js';
 import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import type { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
@@ -66,8 +67,7 @@ export interface ReduceResult {
   nonFiniteCount: number;
 }
 
-/** Names of the backends. @category Communication */
-export type CommBackendName = 'local' | 'ucx' | 'nccl';
+export type { CommBackendName };
 
 /** @category Communication */
 export const DEFAULT_COMM_TIMEOUT_MS = 30_000;

@@ -122,7 +122,7 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${describeValue(update)}`);
   if (update === 'sharded') {
     const p = optimizer.prediction;
-    if (p?.kind === 'shadow' && p.estimate !== 'prev-sync')
+    if (p?.kind === 'sapipe' && p.estimate !== 'prev-sync')
       throw new InvalidArgumentError(
         `allreduceAndStep: the '${p.estimate}' estimate needs each rank's own gradient over the whole model, so it cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'`,
       );

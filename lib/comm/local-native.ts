@@ -1,17 +1,6 @@
 /** The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp). */
 import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
-import type { CollectiveCall, QueuedCommHandle } from './queued.js';
-
-/** Collective kinds, numbered as native/comm/local/local_group.h numbers them. @category Communication */
-export const CollectiveKind = {
-  barrier: 0,
-  allreduce: 1,
-  reduceScatter: 2,
-  allgather: 3,
-  broadcast: 4,
-  reduceScatterInPlace: 5,
-  allgatherInPlace: 6,
-} as const;
+import type { CollectiveCall, QueuedCommHandle } from './native-handle.js';
 
 /** @category Communication */
 export interface LocalCommHandle extends QueuedCommHandle {

@@ -15,7 +15,8 @@ import { InvalidArgumentError, RankFailedError, TimeoutError } from '../errors.j
 import type { FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
-import { CollectiveKind, commAddon, type LocalCommHandle } from './local-native.js';
+import { commAddon, type LocalCommHandle } from './local-native.js';
+import { CollectiveKind } from './native-handle.js';
 import { QueuedCommunicator } from './queued.js';
 import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 

@@ -27,7 +27,7 @@ import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './comm
 import { bucketRanges } from './fused-step.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
-import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** @category Communication */
 export interface NcclCommunicatorOptions {
@@ -74,11 +74,6 @@ const AVG = 1;
 // so the n-th one of each rank meets the others' n-th under the same key.
 const created = new WeakMap<Rendezvous, Map<string, number>>();
 
-function checkInteger(value: unknown, lo: number, hi: number, what: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < lo || value > hi)
-    throw new InvalidArgumentError(`NcclCommunicator: ${what} must be an integer in [${lo}, ${hi}], got ${describeValue(value)}`);
-  return value;
-}
 
 const NCCL_OPTION_KEYS = optionKeys<NcclCommunicatorOptions>({ rank: true, size: true, device: true, store: true, env: true, key: true, timeoutMs: true });
 const NCCL_STEP_OPTION_KEYS = optionKeys<NcclStepOptions>({ bucketBytes: true, firstBucketBytes: true, update: true, localGrad: true });
@@ -112,10 +107,10 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
    */
   static async create(options: NcclCommunicatorOptions): Promise<NcclCommunicator> {
     checkOptions(options, NCCL_OPTION_KEYS, 'NcclCommunicator.create(options)');
-    const size = checkInteger(options.size, 1, 65536, 'options.size');
-    const rank = checkInteger(options.rank, 0, size - 1, 'options.rank');
+    const size = checkInteger(options.size, 'NcclCommunicator: options.size', 1, 65536);
+    const rank = checkInteger(options.rank, 'NcclCommunicator: options.rank', 0, size - 1);
     const index = cudaDeviceIndex(options.device, 'NcclCommunicator: options.device');
-    const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 1, 2 ** 31 - 1, 'options.timeoutMs');
+    const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'NcclCommunicator: options.timeoutMs', 1, 2 ** 31 - 1);
     const key = options.key ?? 'sapipe/nccl';
     if (typeof key !== 'string' || key.length === 0) throw new InvalidArgumentError('NcclCommunicator: options.key must be a non-empty string');
     if (options.store === undefined && options.env === undefined)

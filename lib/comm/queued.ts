@@ -1,36 +1,14 @@
 /**
  * What the native backends share: a handle whose collectives run on one execution queue and whose
  * point-to-point operations run on one queue per peer and direction (a send waiting for its
- * receiver holds up nothing else), with collective kinds numbered as native/comm/local/local_group.h
- * numbers them.
+ * receiver holds up nothing else). The handles' shape is in native-handle.ts.
  */
 import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { partition } from './partition.js';
-import { CollectiveKind } from './local-native.js';
-
-/** collective(queue, kind, input, inOffset, inCount, output, outOffset, outCount, scale, root) of a native handle. @category Communication */
-export type CollectiveCall = [
-  queue: QueueHandle,
-  kind: number,
-  input: NativeBufferHandle | null,
-  inOffset: number,
-  inCount: number,
-  output: NativeBufferHandle | null,
-  outOffset: number,
-  outCount: number,
-  scale: number,
-  root: number,
-];
-
-/** The native side of a queued backend (LocalComm, UcxComm). @category Communication */
-export interface QueuedCommHandle {
-  send(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
-  recv(queue: QueueHandle, buffer: NativeBufferHandle, offset: number, count: number, peer: number): Promise<void>;
-  destroy(): void;
-}
+import { CollectiveKind, type QueuedCommHandle } from './native-handle.js';
 
 /** @category Communication */
 export abstract class QueuedCommunicator extends Communicator {

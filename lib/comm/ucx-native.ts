@@ -1,6 +1,6 @@
 /** The addon's UcxComm class and ucxStatus(), typed (see native/addon/comm_ucx_binding.cpp). */
 import { nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
-import type { CollectiveCall, QueuedCommHandle } from './queued.js';
+import type { CollectiveCall, QueuedCommHandle } from './native-handle.js';
 
 /** @category Communication */
 export interface UcxCommHandle extends QueuedCommHandle {

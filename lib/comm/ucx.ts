@@ -24,7 +24,7 @@ import { checkLength, FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { checkEmulation, type NetworkEmulation } from './emulation.js';
 import { LivenessMesh } from './liveness.js';
-import { CollectiveKind } from './local-native.js';
+import { CollectiveKind } from './native-handle.js';
 import { QueuedCommunicator } from './queued.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';

@@ -14,7 +14,7 @@ import type { Writable } from 'node:stream';
 import { InvalidArgumentError } from '../errors.js';
 import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
-import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Options of {@link launch}. @category Launch */
 export interface LaunchOptions {
@@ -88,11 +88,6 @@ function describe(exit: RankExit): string {
   return `${who} exited with code ${exit.code}`;
 }
 
-function checkInteger(value: unknown, name: string, min: number, max: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max)
-    throw new InvalidArgumentError(`${name} must be an integer in [${min}, ${max}], got ${describeValue(value)}`);
-  return value;
-}
 
 const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
   script: true,

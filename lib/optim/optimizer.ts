@@ -112,7 +112,7 @@ export abstract class Optimizer {
     const all = new Set(names);
     if (this.compensation) all.add('backup');
     if (this.prediction) all.add('predicted');
-    if (this.prediction?.kind === 'shadow' && this.prediction.estimate === 'local-prev-sync') all.add('prevLocalGrad');
+    if (this.prediction?.kind === 'sapipe' && this.prediction.estimate === 'local-prev-sync') all.add('prevLocalGrad');
     try {
       for (const name of all) this.state[name] = this.params.allocateLike();
     } catch (error) {
@@ -227,7 +227,7 @@ export abstract class Optimizer {
 
   /** Whether a step reads a local gradient besides the averaged one (the `local` estimates). */
   get readsLocalGrad(): boolean {
-    return this.prediction?.kind === 'shadow' && this.prediction.estimate !== 'prev-sync';
+    return this.prediction?.kind === 'sapipe' && this.prediction.estimate !== 'prev-sync';
   }
 
   /**
@@ -317,7 +317,7 @@ export abstract class Optimizer {
       config.compensationEps = this.compensation.eps;
     }
     const p = this.prediction;
-    if (p?.kind === 'shadow') {
+    if (p?.kind === 'sapipe') {
       config.prediction = PredictionKind.shadowStep;
       config.estimate = EstimateKind[p.estimate];
       config.compensateEstimate = p.compensate;
@@ -341,9 +341,9 @@ export abstract class Optimizer {
     if (this.inFlight) throw new BusyError(`Optimizer.${what}(): a step() is in flight; await it before stepping again`);
     checkObject(inputs as unknown, `${what}(inputs)`);
     const grad = inputs.grad ?? this.params.grads;
-    const needsLocal = this.prediction?.kind === 'shadow' && this.prediction.estimate !== 'prev-sync';
+    const needsLocal = this.prediction?.kind === 'sapipe' && this.prediction.estimate !== 'prev-sync';
     if (needsLocal && !inputs.localGrad)
-      throw new InvalidArgumentError(`Optimizer.${what}(): the '${this.prediction?.kind === 'shadow' ? this.prediction.estimate : ''}' estimate needs inputs.localGrad`);
+      throw new InvalidArgumentError(`Optimizer.${what}(): the '${this.prediction?.kind === 'sapipe' ? this.prediction.estimate : ''}' estimate needs inputs.localGrad`);
     for (const [name, b] of [['grad', inputs.grad], ['localGrad', inputs.localGrad]] as const) {
       if (b === undefined) continue;
       if (!(b instanceof FlatBuffer)) throw new InvalidArgumentError(`Optimizer.${what}(): inputs.${name} must be a FlatBuffer`);

@@ -109,9 +109,14 @@ export function resolveCompensation(c: CompensationOptions | undefined): Resolve
   };
 }
 
-/** Resolved prediction: the shadow step, or a linear prediction with its step count s. @category Optimizers */
+/**
+ * Resolved prediction: SAPipe's (the option's name; the kernel calls the operation a shadow step,
+ * `PredictionKind.shadowStep`), or a linear prediction with its step count s.
+ *
+ * @category Optimizers
+ */
 export type ResolvedPrediction =
-  | { kind: 'shadow'; estimate: GradientEstimate; compensate: boolean; worldSize: number; localGradScale: number }
+  | { kind: 'sapipe'; estimate: GradientEstimate; compensate: boolean; worldSize: number; localGradScale: number }
   | { kind: 'linear'; steps: number; source: PredictionOptions['kind'] };
 
 function checkStage(p: { stage: unknown; stages: unknown }, kind: string): { k: number; S: number } {
@@ -138,7 +143,7 @@ export function resolvePrediction(
       if (compensate && !compensation)
         throw new InvalidArgumentError('prediction.compensate needs delay compensation: also pass `compensation`');
       return {
-        kind: 'shadow',
+        kind: 'sapipe',
         estimate: p.estimate,
         compensate,
         worldSize: checkInteger(p.worldSize ?? 1, 'prediction.worldSize', 1, 1 << 24),

@@ -33,7 +33,12 @@ const wp = (estimate: keyof typeof EstimateKind, extra: Partial<NativeUpdateConf
 });
 const linear = (steps: number): Partial<NativeUpdateConfig> => ({ prediction: PredictionKind.linear, predictionSteps: steps });
 
-/** @category Optimizers */
+/**
+ * Every variant, by name. native/tests/variants.cpp holds the same list for the C++ harnesses
+ * (names, order and settings); test/native/lists.test.ts fails when the two drift.
+ *
+ * @category Optimizers
+ */
 export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd', config: sgd },
   { name: 'sgd-momentum', config: sgdMomentum },
@@ -41,6 +46,7 @@ export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd-momentum-dampening', config: { ...sgdMomentum, dampening: 0.1 } },
   { name: 'adam', config: adam },
   { name: 'adamw', config: adamw },
+  { name: 'adam-grad-scale', config: { ...adam, gradScale: 0.25 } },
   { name: 'sgd-momentum+dc', config: { ...sgdMomentum, ...dc } },
   { name: 'sgd-momentum+dc-adaptive', config: { ...sgdMomentum, ...dcAdaptive } },
   { name: 'adam+dc', config: { ...adam, ...dc } },

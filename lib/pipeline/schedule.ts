@@ -11,7 +11,7 @@
  * data-parallel forms (one part, one pipeline per worker).
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { checkObject, describeValue } from '../validate.js';
+import { checkInteger, checkObject, describeValue } from '../validate.js';
 
 /** What an action does. @category Pipeline schedules */
 export type ActionKind =
@@ -146,7 +146,7 @@ export function formatAction(a: Action): string {
   if (a === null || typeof a !== 'object' || typeof a.kind !== 'string' || !Object.hasOwn(codeOfKind, a.kind))
     throw new InvalidArgumentError(`formatAction: pass an action (see action()), got ${describeValue(a)}`);
   for (const field of ['stage', 'microBatch', 'part', 'pipeline', 'version', 'peer'] as const)
-    checkInteger(`formatAction: action.${field}`, a[field], -1, Number.MAX_SAFE_INTEGER);
+    checkInteger(a[field], `formatAction: action.${field}`, -1, Number.MAX_SAFE_INTEGER);
   let text = `${a.stage}${codeOfKind[a.kind]}`;
   if (a.microBatch >= 0) text += String(a.microBatch);
   if (a.part !== a.stage) text += `/${a.part}`;
@@ -213,15 +213,6 @@ export interface ScheduleInit {
   params?: Record<string, number | string>;
 }
 
-/** Checks that `value` is an integer in [min, max] and returns it. @category Pipeline schedules */
-export function checkInteger(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `in [${min}, ${max}]`;
-    throw new InvalidArgumentError(`${name} must be an integer ${range}, got ${describeValue(value)}`);
-  }
-  return value;
-}
-
 /**
  * Builds a schedule and checks its shape (counts, field ranges, each action on its own stage's
  * list). It does not check dependencies or deadlock: {@link validateSchedule} does.
@@ -230,10 +221,10 @@ export function checkInteger(name: string, value: unknown, min: number, max = Nu
  */
 export function createSchedule(init: ScheduleInit): Schedule {
   if (init === null || typeof init !== 'object') throw new InvalidArgumentError('createSchedule expects an object');
-  const stages = checkInteger('stages', init.stages, 1, 4096);
-  const microBatches = checkInteger('microBatches', init.microBatches, 1, 1 << 20);
-  const parts = checkInteger('parts', init.parts ?? stages, 1, 1 << 16);
-  const pipelines = checkInteger('pipelines', init.pipelines ?? 1, 1, 1 << 16);
+  const stages = checkInteger(init.stages, 'stages', 1, 4096);
+  const microBatches = checkInteger(init.microBatches, 'microBatches', 1, 1 << 20);
+  const parts = checkInteger(init.parts ?? stages, 'parts', 1, 1 << 16);
+  const pipelines = checkInteger(init.pipelines ?? 1, 'pipelines', 1, 1 << 16);
   if (!Array.isArray(init.actions) || init.actions.length !== stages) {
     throw new InvalidArgumentError(`actions must be an array with one list per stage (${stages} lists)`);
   }

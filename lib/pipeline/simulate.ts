@@ -10,7 +10,7 @@
  * exact for them and optimistic where links are shared.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { type Action, type Schedule, computeKinds, unitKey } from './schedule.js';
+import { type Action, type Schedule, unitKey } from './schedule.js';
 import { type TimedAction, computeTimeline } from './timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from './validate.js';
 import { describeValue } from '../validate.js';
@@ -221,9 +221,4 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
     peakActivationBytes,
     peakMemoryBytes,
   };
-}
-
-/** True for actions drawn as work on a stage's row. @category Pipeline schedules */
-export function isWork(a: Action): boolean {
-  return computeKinds.has(a.kind);
 }

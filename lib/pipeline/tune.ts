@@ -4,11 +4,10 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import { type PipelineProfile, parseProfile } from './profile.js';
-import { checkInteger } from './schedule.js';
 import { avgpipe } from './schedules/avgpipe.js';
 import { forwardsBeforeBackward } from './schedules/advance-forward.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
-import { describeValue } from '../validate.js';
+import { checkInteger, describeValue } from '../validate.js';
 import { checkNumber as checkNumberArg } from '../validate.js';
 
 /** @category Pipeline schedules */
@@ -82,8 +81,8 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('tuneAvgPipe expects options { memoryBytes }');
   const memory = options.memoryBytes;
   if (typeof memory !== 'number' || !(memory > 0)) throw new InvalidArgumentError(`memoryBytes must be a number > 0, got ${describeValue(memory)}`);
-  const maxN = checkInteger('maxPipelines', options.maxPipelines ?? 4, 1, 64);
-  const maxM = checkInteger('maxMicroBatches', options.maxMicroBatches ?? 64, 1, 4096);
+  const maxN = checkInteger(options.maxPipelines ?? 4, 'maxPipelines', 1, 64);
+  const maxM = checkInteger(options.maxMicroBatches ?? 64, 'maxMicroBatches', 1, 4096);
   const S = profile.stages.length;
   const candidates: TuneCandidate[] = [];
   for (let M = 1; M <= Math.min(maxM, profile.batchSize); M++) {

@@ -7,8 +7,8 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type Schedule, checkInteger, createSchedule, formatAction, p2pKinds, unitKey } from './schedule.js';
-import { checkObject, describeValue } from '../validate.js';
+import { type Action, type Schedule, createSchedule, formatAction, p2pKinds, unitKey } from './schedule.js';
+import { checkInteger, checkObject, describeValue } from '../validate.js';
 import { collectiveKey, messageOf } from './timeline.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
@@ -419,10 +419,10 @@ export function stalenessOf(
   if (analysis === null || typeof analysis !== 'object' || !Array.isArray(analysis.staleness))
     throw new InvalidArgumentError(`stalenessOf: pass the analysis that validateSchedule() returns, got ${describeValue(analysis)}`);
   checkObject(where, 'stalenessOf(analysis, where): where');
-  checkInteger('stalenessOf: where.stage', where.stage, 0, Number.MAX_SAFE_INTEGER);
-  checkInteger('stalenessOf: microBatches', microBatches, 0, 1 << 20);
-  const part = checkInteger('stalenessOf: where.part', where.part ?? where.stage, 0, Number.MAX_SAFE_INTEGER);
-  const pipeline = checkInteger('stalenessOf: where.pipeline', where.pipeline ?? 0, 0, Number.MAX_SAFE_INTEGER);
+  checkInteger(where.stage, 'stalenessOf: where.stage', 0, Number.MAX_SAFE_INTEGER);
+  checkInteger(microBatches, 'stalenessOf: microBatches', 0, 1 << 20);
+  const part = checkInteger(where.part ?? where.stage, 'stalenessOf: where.part', 0, Number.MAX_SAFE_INTEGER);
+  const pipeline = checkInteger(where.pipeline ?? 0, 'stalenessOf: where.pipeline', 0, Number.MAX_SAFE_INTEGER);
   const out = new Array<number | null>(microBatches).fill(null);
   for (const e of analysis.staleness) {
     if (e.stage === where.stage && e.part === part && e.pipeline === pipeline && e.microBatch < microBatches) out[e.microBatch] = e.staleness;

@@ -18,7 +18,7 @@
 #include "comm_ucx_binding.h"
 #include "kernels_binding.h"
 #include "native_buffer.h"
-#include "nccl_comm_binding.h"
+#include "comm_nccl_binding.h"
 #include "nn_binding.h"
 #include "queue.h"
 #include "update_binding.h"

@@ -16,7 +16,7 @@
 #include "../comm/local/local_transport.h"
 #include "../comm/ring.h"
 #include "../cpu/kernel_table.h"
-#include "../cpu/update_plan.h"
+#include "../core/update_plan.h"
 #include "comm_local_binding.h"
 #include "comm_op.h"
 #include "errors.h"
@@ -72,7 +72,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     Napi::Env env = info.Env();
     if (!info[0].IsString()) throw_error(env, "ERR_INVALID_ARGUMENT", "LocalComm: the group name must be a string");
     const std::string name = info[0].As<Napi::String>().Utf8Value();
-    const size_t size = arg_index(info, 1, "size"), rank = arg_index(info, 2, "rank");
+    const size_t size = index_arg(info.Env(), info[1], "size"), rank = index_arg(info.Env(), info[2], "rank");
     check_rank(env, "LocalComm", size, rank);
     timeout_ = arg_timeout(info, 3);
     auto m = std::make_shared<Membership>();
@@ -120,14 +120,14 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
     live(env, "collective");
-    const size_t kind = arg_index(info, 1, "kind");
+    const size_t kind = index_arg(info.Env(), info[1], "kind");
     if (kind > static_cast<size_t>(CollectiveKind::kAllgatherInPlace))
       throw_error(env, "ERR_INVALID_ARGUMENT", "collective: unknown kind");
     CollectiveArgs args;
     args.kind = static_cast<CollectiveKind>(kind);
     std::vector<BufferPtr> held;
     arg_collective(info, args, held);
-    args.root = static_cast<int32_t>(arg_index(info, 9, "root"));
+    args.root = static_cast<int32_t>(index_arg(info.Env(), info[9], "root"));
     const bool ring = info[10].ToBoolean().Value();
     if (ring && args.kind != CollectiveKind::kAllreduce)
       throw_error(env, "ERR_INVALID_ARGUMENT", "collective: the ring algorithm is offered for allreduce only");
@@ -176,15 +176,15 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     ParsedUpdate parsed = parse_update(env, info[1], info[2]);
     job->config = parsed.config;
     job->buffers = parsed.buffers;
-    if (sapipe_status s = cpu::check_update_config(job->config); s != SAPIPE_OK) throw_status(env, s, "reduceUpdate");
-    if (sapipe_status s = cpu::check_update_buffers(job->config, job->buffers); s != SAPIPE_OK)
+    if (sapipe_status s = core::check_update_config(job->config); s != SAPIPE_OK) throw_status(env, s, "reduceUpdate");
+    if (sapipe_status s = core::check_update_buffers(job->config, job->buffers); s != SAPIPE_OK)
       throw_status(env, s, "reduceUpdate");
-    if (cpu::update_reads_local_grad(job->config) || job->buffers.prev_local_grad != nullptr)
+    if (core::update_reads_local_grad(job->config) || job->buffers.prev_local_grad != nullptr)
       throw_error(env, "ERR_INVALID_ARGUMENT",
                   "reduceUpdate: weight prediction with a local or local-prev-sync estimate depends on each rank's own "
                   "gradient over the whole model, so it cannot be sharded; use the prev-sync estimate or the "
                   "replicated update");
-    job->plan = cpu::make_update_plan(job->config);
+    job->plan = core::make_update_plan(job->config);
     job->plan.stream_predicted = false;  // each predicted block is read back at once to copy it to the peers
     if (!info[3].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be a number");
     CollectiveArgs args;
@@ -219,7 +219,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     Queue* queue = Queue::FromValue(env, info[0]);
     Membership& m = live(env, op);
     Range r = arg_range(info, 1, "buffer");
-    const size_t peer = arg_index(info, 4, "peer");
+    const size_t peer = index_arg(info.Env(), info[4], "peer");
     if (peer >= static_cast<size_t>(m.group->size()) || static_cast<int>(peer) == m.rank)
       throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": peer must be another rank of the group");
     class P2POp : public CommOp {

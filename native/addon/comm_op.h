@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "../comm/local/local_group.h"
+#include "../comm/collective.h"
 #include "errors.h"
+#include "js_args.h"
 #include "native_buffer.h"
 #include "queue.h"
 
@@ -26,14 +27,6 @@ using BufferPtr = std::shared_ptr<AlignedBuffer>;
   throw_error(env, sapipe_status_code(status), op + ": " + detail);
 }
 
-inline size_t arg_index(const Napi::CallbackInfo& info, size_t i, const char* what) {
-  const Napi::Value v = info[i];
-  if (!v.IsNumber()) throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a number");
-  double d = v.As<Napi::Number>().DoubleValue();
-  if (!(d >= 0) || d > 9007199254740991.0 || static_cast<double>(static_cast<size_t>(d)) != d)
-    throw_error(info.Env(), "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
-  return static_cast<size_t>(d);
-}
 
 // A buffer range [offset, offset + count) taken from JS arguments, checked against the length.
 struct Range {
@@ -46,8 +39,8 @@ struct Range {
 inline Range arg_range(const Napi::CallbackInfo& info, size_t i, const char* what) {
   Range r;
   r.buffer = NativeBuffer::FromValue(info.Env(), info[i], what);
-  r.offset = arg_index(info, i + 1, "offset");
-  r.count = arg_index(info, i + 2, "count");
+  r.offset = index_arg(info.Env(), info[i + 1], "offset");
+  r.count = index_arg(info.Env(), info[i + 2], "count");
   if (r.offset > r.buffer->size() || r.count > r.buffer->size() - r.offset)
     throw_error(info.Env(), "ERR_SIZE_MISMATCH",
                 std::string(what) + ": offset + count exceeds the buffer's " + std::to_string(r.buffer->size()) + " elements");
@@ -62,14 +55,14 @@ inline void check_rank(Napi::Env env, const char* what, size_t size, size_t rank
 
 // A timeout in ms taken from JS, capped so that now + timeout cannot overflow.
 inline std::chrono::milliseconds arg_timeout(const Napi::CallbackInfo& info, size_t i) {
-  return std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(arg_index(info, i, "timeoutMs"), size_t{1} << 40)));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min<size_t>(index_arg(info.Env(), info[i], "timeoutMs"), size_t{1} << 40)));
 }
 
 // The buffers and scale of collective(queue, kind, input, inOffset, inCount, output|null,
 // outOffset, outCount, scale, ...), into args (whose kind is set), each buffer added to `held`.
-// Kinds are numbered as native/comm/local/local_group.h numbers them, for every backend.
-inline void arg_collective(const Napi::CallbackInfo& info, comm::local::CollectiveArgs& args, std::vector<BufferPtr>& held) {
-  using comm::local::CollectiveKind;
+// Kinds are numbered as native/comm/collective.h numbers them, for every backend.
+inline void arg_collective(const Napi::CallbackInfo& info, comm::CollectiveArgs& args, std::vector<BufferPtr>& held) {
+  using comm::CollectiveKind;
   Napi::Env env = info.Env();
   Range in, out;
   if (args.kind != CollectiveKind::kBarrier) {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "../comm/direct.h"
-#include "../comm/local/local_group.h"
+#include "../comm/collective.h"
 #include "../comm/plugin_transport.h"
 #include "../comm/ring.h"
 #include "../core/plugin_loader.h"
@@ -35,8 +35,8 @@ namespace sapipe::addon {
 namespace {
 
 using comm::Deadline;
-using comm::local::CollectiveArgs;
-using comm::local::CollectiveKind;
+using comm::CollectiveArgs;
+using comm::CollectiveKind;
 
 const sapipe_comm_plugin_v1* plugin_or_null(std::string* reason) {
   const PluginLoad& load = ucx_plugin();
@@ -247,10 +247,10 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
   // new UcxComm(rank, size, timeoutMs, chunkElements, direct)
   explicit UcxComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxComm>(info) {
     Napi::Env env = info.Env();
-    const size_t rank = arg_index(info, 0, "rank"), size = arg_index(info, 1, "size");
+    const size_t rank = index_arg(info.Env(), info[0], "rank"), size = index_arg(info.Env(), info[1], "size");
     check_rank(env, "UcxComm", size, rank);
     timeout_ = arg_timeout(info, 2);
-    const size_t chunk = arg_index(info, 3, "chunkElements");
+    const size_t chunk = index_arg(info.Env(), info[3], "chunkElements");
     std::string reason;
     const sapipe_comm_plugin_v1* plugin = plugin_or_null(&reason);
     if (plugin == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", "the ucx backend is unavailable: " + reason);
@@ -337,7 +337,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
   Napi::Value Allocate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Link& l = live(env, "allocate");
-    const size_t length = arg_index(info, 0, "length");
+    const size_t length = index_arg(info.Env(), info[0], "length");
     if (length > 4294967295u) throw_error(env, "ERR_INVALID_ARGUMENT", "allocate: length must be an integer in [0, 2^32 - 1]");
     sapipe_status status = SAPIPE_OK;
     std::string detail;
@@ -355,7 +355,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
     Link& l = live(env, "collective");
-    const size_t kind = arg_index(info, 1, "kind");
+    const size_t kind = index_arg(info.Env(), info[1], "kind");
     // Every kind but the local backend's fused kReduceUpdate (the ucx backend composes the sharded
     // update from the in-place shard collectives instead).
     if (kind > static_cast<size_t>(CollectiveKind::kAllgatherInPlace)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: unknown kind");
@@ -369,7 +369,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
       if (whole != part * static_cast<size_t>(l.size))
         throw_error(env, "ERR_SIZE_MISMATCH", "collective: the larger buffer must hold size x the smaller one's elements");
     }
-    const size_t root = arg_index(info, 9, "root");
+    const size_t root = index_arg(info.Env(), info[9], "root");
     if (root >= static_cast<size_t>(l.size)) throw_error(env, "ERR_INVALID_ARGUMENT", "collective: root must be a rank of the group");
     args.root = static_cast<int32_t>(root);
 
@@ -450,7 +450,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
     Queue* queue = Queue::FromValue(env, info[0]);
     Link& l = live(env, op);
     Range r = arg_range(info, 1, "buffer");
-    const size_t peer = arg_index(info, 4, "peer");
+    const size_t peer = index_arg(info.Env(), info[4], "peer");
     if (peer >= static_cast<size_t>(l.size) || static_cast<int>(peer) == l.rank)
       throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": peer must be another rank of the group");
     class P2POp : public CommOp {
@@ -486,7 +486,7 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
   // peerLost(peer, reason): the liveness signal the TypeScript side watches (a closed socket).
   Napi::Value PeerLost(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    const size_t peer = arg_index(info, 0, "peer");
+    const size_t peer = index_arg(info.Env(), info[0], "peer");
     const std::string reason = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string("reported lost");
     if (link_ && peer < static_cast<size_t>(link_->size)) link_->plugin->peer_lost(link_->transport, static_cast<int32_t>(peer), reason.c_str());
     return env.Undefined();

@@ -13,14 +13,6 @@
 namespace sapipe::addon {
 namespace {
 
-bool whole_in(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi && std::floor(x) == x; }
-
-size_t index_arg(Napi::Env env, const Napi::Value& v, const char* what) {
-  if (!v.IsNumber() || !whole_in(v.As<Napi::Number>().DoubleValue(), 0, 9007199254740991.0))
-    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a non-negative integer");
-  return static_cast<size_t>(v.As<Napi::Number>().DoubleValue());
-}
-
 Napi::Float32Array float32_arg(Napi::Env env, const Napi::Value& v, const char* what) {
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
     throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a Float32Array");

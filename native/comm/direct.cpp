@@ -5,7 +5,7 @@
 #include <cstring>
 #include <memory>
 
-#include "../cpu/kernel_table.h"
+#include "../core/host_kernels.h"
 #include "partition.h"
 
 namespace sapipe::comm {
@@ -18,7 +18,7 @@ constexpr size_t kBlock = 4096;  // floats summed per pass through L1 (16 KiB)
 // every input before it is written anywhere (so an output may be an input), and the inputs are
 // streamed once, which runs faster than one long in-place sum over the whole range.
 int64_t reduce_into(const Views& inputs, size_t lo, size_t hi, const std::vector<float*>& outputs, size_t out_lo, float scale) {
-  const cpu::KernelTable& k = cpu::active_kernels();
+  const core::HostKernels& k = core::host_kernels();
   alignas(64) float block[kBlock];
   std::vector<const float*> in(inputs.size());
   int64_t bad = 0;
@@ -32,7 +32,7 @@ int64_t reduce_into(const Views& inputs, size_t lo, size_t hi, const std::vector
 }
 
 void copy(float* dst, const float* src, size_t count) {
-  if (count > 0) cpu::active_kernels().copy(dst, src, count);
+  if (count > 0) core::host_kernels().copy(dst, src, count);
 }
 
 constexpr int64_t kAbandoned = INT64_MIN;  // a closing-exchange value no count can take

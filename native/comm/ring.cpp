@@ -4,7 +4,7 @@
 #include <functional>
 #include <vector>
 
-#include "../cpu/kernel_table.h"
+#include "../core/host_kernels.h"
 #include "partition.h"
 
 namespace sapipe::comm {
@@ -49,7 +49,7 @@ sapipe_status ring_step(Transport& t, float* data, std::pair<size_t, size_t> sen
     if (h) sends.push_back(std::move(h));
     if (s != SAPIPE_OK) return wait_all(t, sends, deadline, s);
   }
-  const cpu::KernelTable& k = cpu::active_kernels();
+  const core::HostKernels& k = core::host_kernels();
   const size_t recv_chunks = chunks_of(recv_count, chunk);
   for (size_t c = 0; c < recv_chunks; ++c) {
     const size_t lo = chunk ? std::min(recv_count, c * chunk) : 0;
@@ -76,7 +76,7 @@ sapipe_status reduce_scatter_parts(Transport& t, float* data, const Parts& part,
   if (n == 1) {
     auto [lo, hi] = part(0);
     const float* in[1] = {data + lo};
-    *non_finite = cpu::active_kernels().sum(data + lo, in, 1, hi - lo, scale);
+    *non_finite = core::host_kernels().sum(data + lo, in, 1, hi - lo, scale);
     return SAPIPE_OK;
   }
   std::vector<float> scratch;
@@ -127,7 +127,7 @@ sapipe_status ring_allreduce(Transport& t, float* data, size_t count, float scal
   if (sapipe_status s = ring_allgather(t, data, count, deadline); s != SAPIPE_OK) return s;
   // Each rank counted its own part only; one read of the result gives every rank the total
   // without another message (cheap beside a network transfer of the same bytes).
-  *non_finite = t.size() == 1 ? own_bad : cpu::active_kernels().count_non_finite(data, count);
+  *non_finite = t.size() == 1 ? own_bad : core::host_kernels().count_non_finite(data, count);
   return SAPIPE_OK;
 }
 

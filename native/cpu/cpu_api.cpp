@@ -10,6 +10,15 @@
 #include "sapipe/kernels.h"
 
 namespace sapipe::cpu {
+
+using core::at;
+using core::check_update_buffers;
+using core::check_update_config;
+using core::make_update_plan;
+using core::update_reads_local_grad;
+using core::UpdatePlan;
+using core::UpdatePointers;
+
 namespace {
 
 // Threads write disjoint ranges whose boundaries fall on cache lines (16 floats).

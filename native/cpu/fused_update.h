@@ -12,9 +12,12 @@
 #include "optim.h"
 #include "predict.h"
 #include "stream_store.h"
-#include "update_plan.h"
+#include "../core/update_plan.h"
 
 namespace sapipe::cpu {
+
+using core::UpdatePlan;
+using core::UpdatePointers;
 
 constexpr size_t kUpdateBlock = 512;  // floats per temporary: 2 KiB, well inside L1
 

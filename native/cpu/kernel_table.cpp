@@ -39,6 +39,9 @@
 
 namespace sapipe::cpu {
 
+using core::UpdatePlan;
+using core::UpdatePointers;
+
 SAPIPE_DEFINE_VARIANT(baseline, )
 SAPIPE_DEFINE_VARIANT(avx2, SAPIPE_TARGET_AVX2)
 SAPIPE_DEFINE_VARIANT(avx512, SAPIPE_TARGET_AVX512)
@@ -53,3 +56,7 @@ const KernelTable& kernel_table(SimdLevel level) {
 }
 
 }  // namespace sapipe::cpu
+
+namespace sapipe::core {
+const HostKernels& host_kernels() { return cpu::active_kernels(); }
+}  // namespace sapipe::core

@@ -8,9 +8,12 @@
 #include <cstddef>
 
 #include "inline.h"
-#include "update_plan.h"
+#include "../core/update_plan.h"
 
 namespace sapipe::cpu {
+
+using core::UpdatePlan;
+using core::UpdatePointers;
 
 SAPIPE_KERNEL_BODY void sgd_stage(const UpdatePlan& p, float* __restrict w, float* __restrict m,
                                   const float* __restrict g, float scale, float* __restrict d_out,

@@ -6,9 +6,12 @@
 #include <cstddef>
 
 #include "inline.h"
-#include "update_plan.h"
+#include "../core/update_plan.h"
 
 namespace sapipe::cpu {
+
+using core::UpdatePlan;
+using core::UpdatePointers;
 
 // The SAPipe gradient estimate, taken before the applied gradient is compensated.
 // ga*scale is the applied gradient A_{t-1}; local-prev-sync also rotates prev_local <- local.

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "../cpu/update_plan.h"
+#include "../core/update_plan.h"
 #include "device_errors.h"
 #include "fused_update.cuh"
 #include "launch.cuh"
@@ -57,7 +57,7 @@ sapipe_status enqueue_guard(const FusedStepRun& run, const sapipe_update_config&
   cudaStream_t cs = run.comm_stream;
   SAPIPE_TRY(from_cuda(cudaMemsetAsync(run.scratch, 0, kFusedStepScratchBytes, cs), "fused step: clear scratch"));
   enqueue_count_non_finite(b.grad + b.offset, b.count, s.local_bad, cs);
-  if (cpu::update_reads_local_grad(config)) enqueue_count_non_finite(b.local_grad + b.offset, b.count, s.local_bad, cs);
+  if (core::update_reads_local_grad(config)) enqueue_count_non_finite(b.local_grad + b.offset, b.count, s.local_bad, cs);
   SAPIPE_TRY(enqueue_squared_norm(b.grad + b.offset, b.count, s.norm, cs));
   guard_words_kernel<<<1, 1, 0, cs>>>(s.local_bad, s.norm, static_cast<float>(run.size), s.guard);
   SAPIPE_TRY(from_nccl(*run.nccl, run.nccl->AllReduce(s.guard, s.guard, 2, nccl::kFloat32, nccl::kSum, run.comm, cs),
@@ -130,7 +130,7 @@ sapipe_status enqueue_sharded_update(const FusedStepRun& run, const sapipe_updat
     return fail(SAPIPE_ERR_INVALID_ARGUMENT, "sharded update: missing communicator, events or scratch");
   if (run.size < 1 || buffers.count % static_cast<size_t>(run.size) != 0)
     return fail(SAPIPE_ERR_SIZE_MISMATCH, "sharded update: the element count must be a multiple of the world size");
-  if (cpu::update_reads_local_grad(config))
+  if (core::update_reads_local_grad(config))
     return fail(SAPIPE_ERR_INVALID_ARGUMENT,
                 "sharded update: the 'local' estimates read each rank's own gradient over the whole set; use 'prev-sync'");
   const Scratch s = scratch_of(run.scratch);

@@ -8,13 +8,11 @@
 // the same stream, reads that word and returns before writing anything when it is non-zero.
 #include <cuda_bf16.h>
 
-#include "compensate.cuh"
 #include "device_errors.h"
 #include "fused_update.cuh"
 #include "launch.cuh"
-#include "optim.cuh"
-#include "predict.cuh"
 #include "reduce.cuh"
+#include "update_element.cuh"
 
 namespace sapipe::cuda {
 namespace {
@@ -30,30 +28,6 @@ struct DeviceBuffers {
   float* prev_local;
   __nv_bfloat16* predicted_bf16;
 };
-
-// The whole step for one element; returns w_hat (meaningful when prediction is on).
-__device__ __forceinline__ float update_element(const UpdatePlan& p, float& w, float g, float& m, float& v,
-                                                float& backup, float local, float& prev_local) {
-  const float a = g * p.grad_scale;
-  float ge = 0.0f;
-  if (p.prediction == SAPIPE_PREDICTION_SHADOW_STEP) ge = gradient_estimate(p, a, local, prev_local);
-  float applied = a;
-  const float w_old = w;
-  if (p.compensation != SAPIPE_COMPENSATION_NONE) {
-    applied = compensate(a, w, backup, p.compensation, p.lambda, p.compensation_eps);
-    backup = w_old;  // the next step's gradient will have been computed at these weights
-  }
-  float d = 0.0f;
-  if (p.optimizer == SAPIPE_OPTIMIZER_SGD) sgd_element(p, w, m, applied, d);
-  else adam_element(p, w, m, v, applied);
-  if (p.prediction == SAPIPE_PREDICTION_SHADOW_STEP) {
-    // The estimate stands for the pre-update weights but meets the updated ones.
-    if (p.compensate_estimate) ge = compensate(ge, w, w_old, p.compensation, p.lambda, p.compensation_eps);
-    return shadow_step(p, w, m, v, ge);
-  }
-  if (p.prediction == SAPIPE_PREDICTION_LINEAR) return linear_prediction(p, w, m, v, d);
-  return 0.0f;
-}
 
 __device__ __forceinline__ float4 load4(const float* p, size_t i) {
   return p ? reinterpret_cast<const float4*>(p)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -124,7 +98,7 @@ DeviceBuffers device_buffers(const sapipe_update_config& config, const sapipe_up
       config.optimizer != SAPIPE_OPTIMIZER_SGD ? at(buffers.second_moment, o) : nullptr,
       config.compensation != SAPIPE_COMPENSATION_NONE ? at(buffers.backup, o) : nullptr,
       prediction ? at(buffers.predicted, o) : nullptr,
-      cpu::update_reads_local_grad(config) ? at(buffers.local_grad, o) : nullptr,
+      core::update_reads_local_grad(config) ? at(buffers.local_grad, o) : nullptr,
       config.prediction == SAPIPE_PREDICTION_SHADOW_STEP && config.estimate == SAPIPE_ESTIMATE_LOCAL_PREV_SYNC
           ? at(buffers.prev_local_grad, o)
           : nullptr,
@@ -144,7 +118,7 @@ sapipe_status enqueue_fused_update_guarded_by(const sapipe_update_config& config
                       (!b.predicted_bf16 || (reinterpret_cast<uintptr_t>(b.predicted_bf16) & 7u) == 0);
   const size_t groups = vector ? n / 4 : 0;
   const size_t items = groups + (n - groups * 4);
-  const cpu::UpdatePlan plan = cpu::make_update_plan(config);
+  const core::UpdatePlan plan = core::make_update_plan(config);
   fused_update_kernel<<<grid_for(items), kThreads, 0, stream>>>(plan, b, n, groups, skip_flag);
   return check_launch("update kernel");
 }
@@ -159,7 +133,7 @@ sapipe_status enqueue_fused_update(const sapipe_update_config& config, const sap
   const size_t o = buffers.offset, n = buffers.count;
   if (n == 0) return SAPIPE_OK;
   enqueue_count_non_finite(buffers.grad + o, n, guard_count, stream);
-  if (cpu::update_reads_local_grad(config)) enqueue_count_non_finite(buffers.local_grad + o, n, guard_count, stream);
+  if (core::update_reads_local_grad(config)) enqueue_count_non_finite(buffers.local_grad + o, n, guard_count, stream);
   return enqueue_fused_update_guarded_by(config, buffers, predicted_bf16, guard_count, stream);
 }
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "../cpu/update_plan.h"
+#include "../core/update_plan.h"
 #include "sapipe/kernels.h"
 
 namespace sapipe::cuda {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "../cpu/update_plan.h"
+#include "../core/update_plan.h"
 #include "bucket_update.h"
 #include "device_errors.h"
-#include "nccl_loader.h"
+#include "../core/nccl_loader.h"
 
 namespace sapipe::cuda {
 namespace {
@@ -69,9 +69,9 @@ bool valid_op(int32_t op) { return op == SAPIPE_NCCL_SUM || op == SAPIPE_NCCL_AV
 
 sapipe_status checked_update(const sapipe_update_config* config, const sapipe_update_buffers* buffers, const char* what) {
   if (config == nullptr || buffers == nullptr) return invalid(std::string(what) + ": config and buffers are required");
-  if (sapipe_status s = cpu::check_update_config(*config); s != SAPIPE_OK)
+  if (sapipe_status s = core::check_update_config(*config); s != SAPIPE_OK)
     return fail(s, std::string(what) + ": the configuration is out of range (see sapipe_update_config)");
-  if (sapipe_status s = cpu::check_update_buffers(*config, *buffers); s != SAPIPE_OK)
+  if (sapipe_status s = core::check_update_buffers(*config, *buffers); s != SAPIPE_OK)
     return fail(s, std::string(what) + (s == SAPIPE_ERR_ALIASING ? ": two buffers overlap" : ": a buffer the configuration needs is null"));
   return SAPIPE_OK;
 }

@@ -3,13 +3,15 @@
 // and compensated; `d` receives the direction plain SGD applied (linear prediction reads it).
 #pragma once
 
-#include "../cpu/update_plan.h"
+#include "element.cuh"
+
+#include "../core/update_plan.h"
 
 namespace sapipe::cuda {
 
-using cpu::UpdatePlan;
+using core::UpdatePlan;
 
-__device__ __forceinline__ void sgd_element(const UpdatePlan& p, float& w, float& m, float a, float& d) {
+SAPIPE_ELEMENT void sgd_element(const UpdatePlan& p, float& w, float& m, float a, float& d) {
   const float lr = p.lr, mu = p.momentum;
   d = a + p.weight_decay * w;
   if (mu == 0.0f) {
@@ -32,7 +34,7 @@ __device__ __forceinline__ void sgd_element(const UpdatePlan& p, float& w, float
   w -= lr * (p.nesterov ? d + mu * mi : mi);
 }
 
-__device__ __forceinline__ void adam_element(const UpdatePlan& p, float& w, float& m, float& v, float a) {
+SAPIPE_ELEMENT void adam_element(const UpdatePlan& p, float& w, float& m, float& v, float a) {
   const bool decoupled = p.optimizer == SAPIPE_OPTIMIZER_ADAMW;
   const float d = decoupled ? a : a + p.weight_decay * w;
   const float mi = p.beta1 * m + (1.0f - p.beta1) * d;

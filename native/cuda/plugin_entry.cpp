@@ -6,14 +6,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "../cpu/update_plan.h"
+#include "../core/update_plan.h"
 #include "bench_update.cuh"
 #include "device_errors.h"
 #include "device_runtime.h"
 #include "easgd.cuh"
 #include "fused_update.cuh"
 #include "nccl_entry.h"
-#include "nccl_loader.h"
+#include "../core/nccl_loader.h"
 #include "reduce.cuh"
 #include "sapipe/plugin.h"
 
@@ -33,9 +33,9 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 
 sapipe_status checked_update(const sapipe_update_config* config, const sapipe_update_buffers* buffers) {
   if (config == nullptr || buffers == nullptr) return invalid("update: config and buffers are required");
-  if (sapipe_status s = cpu::check_update_config(*config); s != SAPIPE_OK)
+  if (sapipe_status s = core::check_update_config(*config); s != SAPIPE_OK)
     return fail(s, "update: the configuration is out of range (see sapipe_update_config)");
-  if (sapipe_status s = cpu::check_update_buffers(*config, *buffers); s != SAPIPE_OK)
+  if (sapipe_status s = core::check_update_buffers(*config, *buffers); s != SAPIPE_OK)
     return fail(s, s == SAPIPE_ERR_ALIASING ? "update: two buffers overlap" : "update: a buffer the configuration needs is null");
   return SAPIPE_OK;
 }
@@ -237,7 +237,7 @@ sapipe_status c_bench_update(const sapipe_update_config* config, size_t count, i
                              sapipe_cuda_bench_result* out) {
   return guarded("benchUpdate", [&] {
     if (config == nullptr || out == nullptr) return invalid("benchUpdate: null argument");
-    if (sapipe_status s = cpu::check_update_config(*config); s != SAPIPE_OK)
+    if (sapipe_status s = core::check_update_config(*config); s != SAPIPE_OK)
       return fail(s, "benchUpdate: the configuration is out of range");
     int32_t n = 0;
     if (sapipe_status s = device_count(&n); s != SAPIPE_OK) return s;

@@ -3,15 +3,17 @@
 // prediction w - lr*s*D. Nothing here writes optimizer state.
 #pragma once
 
-#include "../cpu/update_plan.h"
+#include "element.cuh"
+
+#include "../core/update_plan.h"
 
 namespace sapipe::cuda {
 
-using cpu::UpdatePlan;
+using core::UpdatePlan;
 
 // g_est from the applied gradient a = A_{t-1} (scaled, not compensated) and the local gradient;
 // local-prev-sync also rotates prev_local <- local.
-__device__ __forceinline__ float gradient_estimate(const UpdatePlan& p, float a, float local, float& prev_local) {
+SAPIPE_ELEMENT float gradient_estimate(const UpdatePlan& p, float a, float local, float& prev_local) {
   if (p.estimate == SAPIPE_ESTIMATE_LOCAL) return local * p.local_grad_scale;
   if (p.estimate == SAPIPE_ESTIMATE_PREV_SYNC) return a;
   float ge = a;
@@ -21,7 +23,7 @@ __device__ __forceinline__ float gradient_estimate(const UpdatePlan& p, float a,
   return ge;
 }
 
-__device__ __forceinline__ float shadow_step(const UpdatePlan& p, float w, float m, float v, float ge) {
+SAPIPE_ELEMENT float shadow_step(const UpdatePlan& p, float w, float m, float v, float ge) {
   const float lr = p.lr, wd = p.weight_decay;
   if (p.optimizer == SAPIPE_OPTIMIZER_SGD) {
     const float mu = p.momentum;
@@ -40,7 +42,7 @@ __device__ __forceinline__ float shadow_step(const UpdatePlan& p, float w, float
 }
 
 // d: the direction plain SGD just applied (its momentum-free "D").
-__device__ __forceinline__ float linear_prediction(const UpdatePlan& p, float w, float m, float v, float d) {
+SAPIPE_ELEMENT float linear_prediction(const UpdatePlan& p, float w, float m, float v, float d) {
   const float s = p.prediction_steps;
   if (p.optimizer == SAPIPE_OPTIMIZER_SGD) return w - p.lr * s * (p.momentum == 0.0f ? d : m);
   const float decay = p.optimizer == SAPIPE_OPTIMIZER_ADAMW ? p.decay_pow_steps : 1.0f;

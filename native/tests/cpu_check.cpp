@@ -1,18 +1,19 @@
 // Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
 // data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
 // failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it.
-// test/cuda/harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
+// test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "../core/aligned_buffer.h"
 #include "../core/plugin_loader.h"
-#include "../cuda/nccl_loader.h"
+#include "../core/nccl_loader.h"
 #include "check.h"
 #include "sapipe/kernels.h"
 #include "scalar_reference.h"
@@ -159,11 +160,11 @@ void check_loaders(Checks& t, const std::string& fakes) {
   PluginLoad wrong_name = load_plugin(fakes + "/sapipe_test_plugin_without_device.so", "ucx", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
   t.expect(!wrong_name.table && contains(wrong_name.reason, "not the ucx plugin"), "a plugin of another kind is refused");
 
-  cuda::nccl::Api api{};
+  nccl::Api api{};
   std::string reason;
   const std::string nowhere = fakes + "/no-nccl-here";
   // Only meaningful where the system has no NCCL of its own.
-  sapipe_status s = cuda::nccl::load_uncached(nowhere.c_str(), &api, &reason);
+  sapipe_status s = nccl::load_uncached(nowhere.c_str(), &api, &reason);
   if (s != SAPIPE_OK) {
     t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "libnccl.so.2") && contains(reason, nowhere) &&
                  contains(reason, "SAPIPE_NCCL_PATH"),
@@ -171,7 +172,7 @@ void check_loaders(Checks& t, const std::string& fakes) {
   }
   reason.clear();
   const std::string fake_nccl = fakes + "/nccl-without-allreduce";
-  s = cuda::nccl::load_uncached(fake_nccl.c_str(), &api, &reason);
+  s = nccl::load_uncached(fake_nccl.c_str(), &api, &reason);
   t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "ncclAllReduce") && contains(reason, fake_nccl),
            "an NCCL without ncclAllReduce names the symbol and the file: " + reason);
 }
@@ -207,7 +208,25 @@ void check_buffers(Checks& t) {
   t.expect(AlignedBuffer::allocate(SIZE_MAX / sizeof(float)) == nullptr, "a size whose byte count overflows gives nullptr");
 }
 
+// One JSON object per line for each variant: what test/native/lists.test.ts compares with
+// lib/optim/variants.ts.
+int list_variants() {
+  for (const Variant& v : update_variants()) {
+    const sapipe_update_config& c = v.config;
+    std::printf(
+        "{\"name\":\"%s\",\"optimizer\":%d,\"lr\":%g,\"weightDecay\":%g,\"momentum\":%g,\"dampening\":%g,"
+        "\"nesterov\":%s,\"spikeDelay\":%d,\"gradScale\":%g,\"compensation\":%d,\"compensationLambda\":%g,"
+        "\"prediction\":%d,\"estimate\":%d,\"compensateEstimate\":%s,\"worldSize\":%g,\"predictionSteps\":%g}\n",
+        v.name.c_str(), c.optimizer, c.lr, c.weight_decay, c.momentum, c.dampening, c.nesterov ? "true" : "false",
+        c.spike_delay, c.grad_scale, c.compensation, c.compensation_lambda, c.prediction, c.estimate,
+        c.compensate_estimate ? "true" : "false", c.world_size, c.prediction_steps);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--list-variants") == 0) return list_variants();
   std::string fakes = self_directory() + "/test-fakes";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--fakes") == 0) fakes = argv[i + 1];

@@ -41,19 +41,24 @@ std::vector<Variant> update_variants() {
   nesterov.nesterov = 1;
   auto damp = sgd(0.9f);
   damp.dampening = 0.1f;
-  auto spike = sgd(0.9f);
-  spike.spike_delay = 3;
+  // Spike compensation at the delays of Pipelined Backpropagation's stages (D_k = 2(S-k)-1).
+  auto spike = [&](int delay) {
+    auto c = sgd(0.9f);
+    c.spike_delay = delay;
+    return c;
+  };
   auto scaled = adam(SAPIPE_OPTIMIZER_ADAM);
   scaled.grad_scale = 0.25f;
   const int A = SAPIPE_OPTIMIZER_ADAM, W = SAPIPE_OPTIMIZER_ADAMW, E = SAPIPE_COMPENSATION_ELEMENTWISE,
             D = SAPIPE_COMPENSATION_ADAPTIVE, L = SAPIPE_ESTIMATE_LOCAL, P = SAPIPE_ESTIMATE_PREV_SYNC,
             LP = SAPIPE_ESTIMATE_LOCAL_PREV_SYNC;
+  // The same names, order and settings as KERNEL_VARIANTS in lib/optim/variants.ts (the list the
+  // benchmarks and the TypeScript tests use); test/native/lists.test.ts fails when they drift.
   return {
       {"sgd", sgd(0)},
       {"sgd-momentum", sgd(0.9f)},
       {"sgd-nesterov", nesterov},
       {"sgd-momentum-dampening", damp},
-      {"sgd-spike", spike},
       {"adam", adam(A)},
       {"adamw", adam(W)},
       {"adam-grad-scale", scaled},
@@ -63,9 +68,9 @@ std::vector<Variant> update_variants() {
       {"adamw+dc-adaptive", dc(adam(W), D)},
       {"sgd+wp-prev-sync", wp(sgd(0), P)},
       {"sgd-momentum+wp-local", wp(sgd(0.9f), L)},
+      {"sgd-momentum+wp-prev-sync", wp(sgd(0.9f), P)},
       {"sgd-momentum+wp-local-prev-sync", wp(sgd(0.9f), LP)},
       {"sgd-nesterov+wp-local", wp(nesterov, L)},
-      {"sgd-spike+wp-local", wp(spike, L)},
       {"adam+wp-local", wp(adam(A), L)},
       {"adam+wp-prev-sync", wp(adam(A), P)},
       {"adamw+wp-local-prev-sync", wp(adam(W), LP)},
@@ -76,7 +81,9 @@ std::vector<Variant> update_variants() {
       {"sgd-momentum+pipeoptim", linear(sgd(0.9f), 3)},
       {"adam+pipeoptim", linear(adam(A), 3)},
       {"adamw+pipeoptim", linear(adam(W), 3)},
-      {"sgd-spike+linear", linear(spike, 5)},
+      {"sgd-spike", spike(5)},
+      {"sgd-spike+lwp", linear(spike(5), 5)},
+      {"sgd-spike+wp-local", wp(spike(2), L)},
   };
 }
 

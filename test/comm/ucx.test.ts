@@ -16,7 +16,7 @@ import t, { type Test } from 'tap';
 
 import { ucxStatus } from '../../lib/backends/ucx.js';
 import { selectCommBackend } from '../../lib/backends/index.js';
-import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, SizeMismatchError, TimeoutError, UcxCommunicator, AliasingError } from '../../lib/index.js';
+import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, TimeoutError, UcxCommunicator } from '../../lib/index.js';
 import { launch } from '../../lib/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
@@ -195,25 +195,8 @@ t.test('bad input is refused with typed errors; use after destroy() is ERR_DISPO
   await t.rejects(UcxCommunicator.create({ store, rank: 1, size: 2 }), InvalidArgumentError);
   const comm = await UcxCommunicator.create({ store, timeoutMs: 5000 });
   t.equal(comm.backend, 'ucx');
+  // The calls every backend shares are in test/comm/contract.test.ts; what follows is ucx's own.
   const b = FlatBuffer.from([1, 2, 3]);
-  t.same((await comm.allreduce(b, { op: 'avg' })).nonFiniteCount, 0);
-  t.same(Array.from(b.array), [1, 2, 3]);
-  b.array[1] = NaN;
-  t.equal((await comm.allreduce(b)).nonFiniteCount, 1);
-  await t.rejects(comm.allreduce(b, { op: 'max' as 'sum' }), InvalidArgumentError);
-  await t.rejects(comm.allreduce(b, { offset: 2, count: 5 }), SizeMismatchError);
-  await t.rejects(comm.allreduce(b, { offset: -1 }), InvalidArgumentError);
-  await t.rejects(comm.reduceScatter(b, FlatBuffer.allocate(2)), SizeMismatchError);
-  await t.rejects(comm.allgather(b, FlatBuffer.allocate(5)), SizeMismatchError);
-  await t.rejects(comm.allgather(b, b), AliasingError);
-  await t.rejects(comm.reduceScatter(b, b), AliasingError);
-  await t.rejects(comm.broadcast(b, 1), InvalidArgumentError);
-  await t.rejects(comm.send(b, 0), InvalidArgumentError);
-  await t.rejects(comm.recv(b, 5), InvalidArgumentError);
-  await t.rejects(comm.allreduce({} as FlatBuffer), InvalidArgumentError);
-  const disposed = FlatBuffer.allocate(4);
-  disposed.dispose();
-  await t.rejects(comm.allreduce(disposed), DisposedError);
   // Shared memory: zeroed, any length (0 too), bad lengths refused; a ParamSet and its optimizer state there.
   const shared = comm.allocate(1000);
   t.ok(shared.array.every((v) => v === 0), 'comm.allocate() memory is zero-filled');

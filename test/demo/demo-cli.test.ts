@@ -14,7 +14,7 @@ import t from 'tap';
 import { demoProfile } from '../../lib/cli/commands/demo.js';
 import { parseModes } from '../../lib/demo/config.js';
 import type { DemoResult } from '../../lib/demo/run-demo.js';
-import { parseDataParallelProfile } from '../../lib/simulate/dataparallel.js';
+import { parseDataParallelProfile } from '../../lib/dataparallel/projection.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));

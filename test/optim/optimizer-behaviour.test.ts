@@ -65,7 +65,7 @@ for (const [name, make] of FACTORIES) {
       t.same(after, before, `${bad}: every buffer unchanged`);
     }
     t.equal(opt.skippedSteps, 3);
-    if (opt.prediction?.kind === 'shadow' && opt.prediction.estimate !== 'prev-sync') {
+    if (opt.prediction?.kind === 'sapipe' && opt.prediction.estimate !== 'prev-sync') {
       fillGrads(opt.params, next);
       local.array[0] = NaN;
       const before = allBuffers(opt).map(bits);

@@ -17,7 +17,7 @@ import { DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAM
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
 import { renderDemoReport } from '../../demo/report.js';
 import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
-import type { DataParallelProfile } from '../../simulate/dataparallel.js';
+import type { DataParallelProfile } from '../../dataparallel/projection.js';
 
 interface DemoCliOptions {
   workers: string;

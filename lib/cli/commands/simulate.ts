@@ -14,7 +14,7 @@ import {
   readDataParallelProfile,
   type DataParallelProfile,
   type DataParallelProjection,
-} from '../../simulate/dataparallel.js';
+} from '../../dataparallel/projection.js';
 
 export interface SimulateDataParallelCliOptions {
   workers: string;

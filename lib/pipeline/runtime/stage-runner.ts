@@ -241,138 +241,145 @@ export class StageRunner {
       else this.parts.get(m.part)?.spec.model.recycle?.(m.buffer);
     };
 
-    for (const [index, a] of this.actions.entries()) {
-      if (sendError !== undefined) throw sendError;
-      const start = now() - startAt;
-      const p = this.parts.get(a.part);
-      switch (a.kind) {
-        case 'forward': {
-          const part = p!;
-          const w = weightsFor(a, index);
-          versions.push({ kind: 'forward', part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
-          const input = a.part === 0 ? source.input(a.microBatch) : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
-          if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
-          const output = part.spec.model.forward(a.microBatch, input, source.batch, w.buffer);
-          messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
-          peakActivations = Math.max(peakActivations, ++live);
-          break;
-        }
-        case 'backward':
-        case 'weightGrad': {
-          const part = p!;
-          const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
-          if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
-          const w = weightsFor(a, index);
-          versions.push({ kind: a.kind, part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
-          const accumulate = part.accumulated > 0;
-          if (a.kind === 'weightGrad') {
-            part.spec.model.weightGrad!(a.microBatch, { grads: part.spec.model.params.grads, accumulate });
-            dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
-          } else {
-            let gradOutput: FlatBuffer;
-            const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
-            if (a.part === this.lastPart) {
-              const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
-              gradOutput = take(logits.length);
-              const n = source.batch * this.classes;
-              losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
-              messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
+    try {
+      for (const [index, a] of this.actions.entries()) {
+        if (sendError !== undefined) throw sendError;
+        const start = now() - startAt;
+        const p = this.parts.get(a.part);
+        switch (a.kind) {
+          case 'forward': {
+            const part = p!;
+            const w = weightsFor(a, index);
+            versions.push({ kind: 'forward', part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+            const input = a.part === 0 ? source.input(a.microBatch) : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
+            if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
+            const output = part.spec.model.forward(a.microBatch, input, source.batch, w.buffer);
+            messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
+            peakActivations = Math.max(peakActivations, ++live);
+            break;
+          }
+          case 'backward':
+          case 'weightGrad': {
+            const part = p!;
+            const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
+            if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
+            const w = weightsFor(a, index);
+            versions.push({ kind: a.kind, part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+            const accumulate = part.accumulated > 0;
+            if (a.kind === 'weightGrad') {
+              part.spec.model.weightGrad!(a.microBatch, { grads: part.spec.model.params.grads, accumulate });
+              dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
             } else {
-              const m = messages.get(gradId);
-              if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its output gradient never arrived`);
-              gradOutput = m.buffer;
+              let gradOutput: FlatBuffer;
+              const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
+              if (a.part === this.lastPart) {
+                const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
+                gradOutput = take(logits.length);
+                const n = source.batch * this.classes;
+                losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
+                messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
+              } else {
+                const m = messages.get(gradId);
+                if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its output gradient never arrived`);
+                gradOutput = m.buffer;
+              }
+              const outputId = `a${a.pipeline}:${a.microBatch}:${a.part + 1}`;
+              const sending = activationSends.get(outputId);
+              if (sending) {
+                await sending;
+                activationSends.delete(outputId);
+              }
+              const inputGrad = part.spec.model.backward(a.microBatch, gradOutput, {
+                grads: part.spec.model.params.grads,
+                weights: w.buffer,
+                accumulate,
+                inputGrad: a.part > 0,
+                weightGrad: !split,
+              });
+              dropMessage(gradId);
+              messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
+              // The received input: a split backward's weight gradient still reads it.
+              if (!split) dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
+              if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: a.part });
             }
-            const outputId = `a${a.pipeline}:${a.microBatch}:${a.part + 1}`;
-            const sending = activationSends.get(outputId);
-            if (sending) {
-              await sending;
-              activationSends.delete(outputId);
+            if (a.kind === 'weightGrad' || !split) {
+              part.accumulated++;
+              live--;
             }
-            const inputGrad = part.spec.model.backward(a.microBatch, gradOutput, {
-              grads: part.spec.model.params.grads,
-              weights: w.buffer,
-              accumulate,
-              inputGrad: a.part > 0,
-              weightGrad: !split,
-            });
-            dropMessage(gradId);
-            messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
-            // The received input: a split backward's weight gradient still reads it.
-            if (!split) dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
-            if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: a.part });
+            break;
           }
-          if (a.kind === 'weightGrad' || !split) {
-            part.accumulated++;
-            live--;
-          }
-          break;
-        }
-        case 'optimizerStep': {
-          const part = p!;
-          const version = versionOf(part);
-          if ((part.lastRead.get(version) ?? -1) > index) {
-            const copy = take(part.spec.model.params.length);
-            callNative(() => nativeAddon().copy(copy.handle, part.spec.model.params.weights.handle));
-            part.stash.set(version, copy);
-            peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
-          }
-          if (part.accumulated > 0) {
-            const opt = part.spec.optimizer;
-            const scale = opt.gradScale;
-            opt.gradScale = scale / part.accumulated;
-            try {
-              const result = await opt.step();
-              if (!result.applied) part.skipped++;
-            } finally {
-              opt.gradScale = scale;
+          case 'optimizerStep': {
+            const part = p!;
+            const version = versionOf(part);
+            if ((part.lastRead.get(version) ?? -1) > index) {
+              const copy = take(part.spec.model.params.length);
+              callNative(() => nativeAddon().copy(copy.handle, part.spec.model.params.weights.handle));
+              part.stash.set(version, copy);
+              peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
             }
-            part.accumulated = 0;
+            if (part.accumulated > 0) {
+              const opt = part.spec.optimizer;
+              const scale = opt.gradScale;
+              opt.gradScale = scale / part.accumulated;
+              try {
+                const result = await opt.step();
+                if (!result.applied) part.skipped++;
+              } finally {
+                opt.gradScale = scale;
+              }
+              part.accumulated = 0;
+            }
+            part.updates++;
+            break;
           }
-          part.updates++;
-          break;
-        }
-        case 'predictWeights':
-          predicted.add(`${a.part}:${a.microBatch}`);
-          break;
-        case 'stashWeights':
-        case 'restoreWeights':
-          break;
-        case 'sendActivation':
-        case 'sendGradient': {
-          const id = messageOf(a)!;
-          const m = messages.get(id);
-          if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
-          const isGradient = a.kind === 'sendGradient';
-          const sent = this.comm!.send(m.buffer, a.peer).then(
-              () => {
-                // A sent gradient is not read again here; a sent activation stays with the model until its backward.
-                if (isGradient) dropMessage(id);
-              },
-              (error: unknown) => {
-                sendError ??= error;
-              },
-            );
-          sends.push(sent);
-          if (!isGradient) {
-            messages.delete(id);
-            activationSends.set(id, sent);
+          case 'predictWeights':
+            predicted.add(`${a.part}:${a.microBatch}`);
+            break;
+          case 'stashWeights':
+          case 'restoreWeights':
+            break;
+          case 'sendActivation':
+          case 'sendGradient': {
+            const id = messageOf(a)!;
+            const m = messages.get(id);
+            if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
+            const isGradient = a.kind === 'sendGradient';
+            const sent = this.comm!.send(m.buffer, a.peer).then(
+                () => {
+                  // A sent gradient is not read again here; a sent activation stays with the model until its backward.
+                  if (isGradient) dropMessage(id);
+                },
+                (error: unknown) => {
+                  sendError ??= error;
+                },
+              );
+            sends.push(sent);
+            if (!isGradient) {
+              messages.delete(id);
+              activationSends.set(id, sent);
+            }
+            break;
           }
-          break;
+          case 'recvActivation':
+          case 'recvGradient': {
+            const id = messageOf(a)!;
+            const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
+            const buffer = take(source.batch * width);
+            messages.set(id, { buffer, owner: 'runtime', part: a.part });
+            await this.comm!.recv(buffer, a.peer);
+            break;
+          }
+          default:
+            throw new InvalidScheduleError(`stage ${this.stage}: the runtime cannot run ${formatAction(a)} (${a.kind})`);
         }
-        case 'recvActivation':
-        case 'recvGradient': {
-          const id = messageOf(a)!;
-          const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
-          const buffer = take(source.batch * width);
-          messages.set(id, { buffer, owner: 'runtime', part: a.part });
-          await this.comm!.recv(buffer, a.peer);
-          break;
-        }
-        default:
-          throw new InvalidScheduleError(`stage ${this.stage}: the runtime cannot run ${formatAction(a)} (${a.kind})`);
+        if (p && (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad')) releaseStashes(p, index);
+        timeline.push({ action: a, start, end: now() - startAt, index });
       }
-      if (p && (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad')) releaseStashes(p, index);
-      timeline.push({ action: a, start, end: now() - startAt, index });
+    } catch (error) {
+      // Sends still in flight read buffers the caller frees next: let them settle first (every
+      // wait is bounded by the communicator's timeout, and a lost peer fails them at once).
+      await Promise.allSettled(sends);
+      throw error;
     }
     await Promise.all(sends);
     if (sendError !== undefined) throw sendError;

@@ -1,8 +1,8 @@
 /**
  * The per-stage order of advance forward propagation (AFP), of which 1F1B is the case A = 0.
  */
-import { checkInteger } from '../schedule.js';
 import { limits } from './options.js';
+import { checkInteger } from '../../validate.js';
 
 /** One step of a per-stage order: a forward or backward of a micro-batch. @category Pipeline schedules */
 export interface Step {
@@ -11,10 +11,10 @@ export interface Step {
 }
 
 function checkShape(what: string, S: unknown, M: unknown, A: unknown, k: unknown): void {
-  checkInteger(`${what}: S (stages)`, S, 1, limits.stages);
-  checkInteger(`${what}: M (micro-batches)`, M, 1, limits.microBatches);
-  checkInteger(`${what}: A (advance)`, A, 0, Number.MAX_SAFE_INTEGER);
-  checkInteger(`${what}: k (stage)`, k, 0, (S as number) - 1);
+  checkInteger(S, `${what}: S (stages)`, 1, limits.stages);
+  checkInteger(M, `${what}: M (micro-batches)`, 1, limits.microBatches);
+  checkInteger(A, `${what}: A (advance)`, 0, Number.MAX_SAFE_INTEGER);
+  checkInteger(k, `${what}: k (stage)`, 0, (S as number) - 1);
 }
 
 /** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. @category Pipeline schedules */

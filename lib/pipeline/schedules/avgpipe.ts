@@ -1,8 +1,9 @@
 import { withCommunication } from '../communication.js';
 import { listSchedule } from '../list-scheduler.js';
-import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { checkInteger } from '../../validate.js';
 
 /**
  * AvgPipe: N pipelines share the same S stages, each on its own batch of M micro-batches, each
@@ -15,8 +16,8 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  */
 export function avgpipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('avgpipe', options);
-  const N = checkInteger('avgpipe: pipelines', options.pipelines ?? 2, 1, limits.pipelines);
-  const A = checkInteger('avgpipe: advance', options.advance ?? S - 1, 0, limits.microBatches);
+  const N = checkInteger(options.pipelines ?? 2, 'avgpipe: pipelines', 1, limits.pipelines);
+  const A = checkInteger(options.advance ?? S - 1, 'avgpipe: advance', 0, limits.microBatches);
   // per stage and pipeline, the AFP order still to run
   const queues: Action[][][] = [];
   const tasks: Action[] = [];

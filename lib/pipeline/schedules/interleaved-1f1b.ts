@@ -1,7 +1,8 @@
 import { InvalidArgumentError } from '../../errors.js';
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
 import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { checkInteger } from '../../validate.js';
 
 /**
  * Interleaved 1F1B (Megatron-LM): each stage holds V model chunks; chunk c of stage d is model
@@ -12,7 +13,7 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  */
 export function interleaved1F1B(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('interleaved-1f1b', options);
-  const V = checkInteger('interleaved-1f1b: virtualStages', options.virtualStages ?? 2, 1, limits.virtualStages);
+  const V = checkInteger(options.virtualStages ?? 2, 'interleaved-1f1b: virtualStages', 1, limits.virtualStages);
   if (M % S !== 0) {
     throw new InvalidArgumentError(`interleaved-1f1b: microBatches (${M}) must be a multiple of stages (${S}); try ${Math.ceil(M / S) * S}`);
   }

@@ -2,8 +2,7 @@
  * Parameters shared by the schedule generators, and their checks.
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { checkInteger } from '../schedule.js';
-import { checkKnownKeys, optionKeys } from '../../validate.js';
+import { checkInteger, checkKnownKeys, optionKeys } from '../../validate.js';
 
 /** Generator parameters. Each generator reads the ones that apply to it and ignores the rest. @category Pipeline schedules */
 export interface ScheduleOptions {
@@ -42,7 +41,7 @@ export function checkOptions(name: string, options: ScheduleOptions): { S: numbe
     throw new InvalidArgumentError(`${name}: pass an options object such as { stages: 4, microBatches: 8 }`);
   }
   checkKnownKeys(options, SCHEDULE_OPTION_KEYS, name);
-  const S = checkInteger(`${name}: stages`, options.stages, 1, limits.stages);
-  const M = checkInteger(`${name}: microBatches`, options.microBatches, 1, limits.microBatches);
+  const S = checkInteger(options.stages, `${name}: stages`, 1, limits.stages);
+  const M = checkInteger(options.microBatches, `${name}: microBatches`, 1, limits.microBatches);
   return { S, M };
 }

@@ -1,6 +1,7 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, checkInteger, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
 import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { checkInteger } from '../../validate.js';
 
 /**
  * PipeDream-2BW: 1F1B without flush across batches of M micro-batches; gradients accumulate over
@@ -13,7 +14,7 @@ import { type ScheduleOptions, checkOptions, limits } from './options.js';
  */
 export function pipedream2BW(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipedream-2bw', options);
-  const I = checkInteger('pipedream-2bw: iterations', options.iterations ?? 3, 1, limits.iterations);
+  const I = checkInteger(options.iterations ?? 3, 'pipedream-2bw: iterations', 1, limits.iterations);
   const T = M * I;
   const batchOf = (g: number): number => Math.floor(g / M);
   const actions: Action[][] = [];

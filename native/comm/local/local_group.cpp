@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../../cpu/kernel_table.h"
+#include "../../core/host_kernels.h"
 #include "../partition.h"
 
 namespace sapipe::comm::local {
@@ -153,7 +153,7 @@ sapipe_status validate(const std::vector<CollectiveArgs>& a, std::string* detail
 }
 
 // Sums block [lo, hi) of srcs into every destination; returns the non-finite results counted once.
-int64_t reduce_range(const cpu::KernelTable& k, const std::vector<const float*>& srcs,
+int64_t reduce_range(const core::HostKernels& k, const std::vector<const float*>& srcs,
                      const std::vector<float*>& dsts, size_t lo, size_t hi, float scale) {
   int64_t bad = 0;
   float* tmp = scratch();
@@ -169,7 +169,7 @@ int64_t reduce_range(const cpu::KernelTable& k, const std::vector<const float*>&
 
 // kReduceUpdate (see ReduceUpdateJob). The sum is the all-reduce's (same kernel, same rank
 // order), so the update equals all-reduce-then-update bit for bit.
-int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<CollectiveArgs>& a) {
+int64_t reduce_update(const core::HostKernels& k, int rank, const std::vector<CollectiveArgs>& a) {
   const int n = static_cast<int>(a.size());
   const CollectiveArgs& me = a[static_cast<size_t>(rank)];
   const ReduceUpdateJob& job = *me.job;
@@ -183,10 +183,10 @@ int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<Col
     for (size_t i = 0; i < a.size(); ++i) in[i] = a[i].input + b;
     bad += k.sum(tmp, in.data(), in.size(), len, me.scale);
     const size_t s = own.offset + b;
-    cpu::UpdatePointers p{own.weights + s,           tmp,
-                          cpu::at(own.momentum, s),   cpu::at(own.second_moment, s),
-                          cpu::at(own.backup, s),     cpu::at(own.predicted, s),
-                          cpu::at(own.local_grad, s), cpu::at(own.prev_local_grad, s)};
+    core::UpdatePointers p{own.weights + s,           tmp,
+                          core::at(own.momentum, s),   core::at(own.second_moment, s),
+                          core::at(own.backup, s),     core::at(own.predicted, s),
+                          core::at(own.local_grad, s), core::at(own.prev_local_grad, s)};
     k.fused_update(job.plan, p, len);
     for (int q = 0; q < n; ++q) {
       if (q == rank) continue;
@@ -199,7 +199,7 @@ int64_t reduce_update(const cpu::KernelTable& k, int rank, const std::vector<Col
 }
 
 int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
-  const cpu::KernelTable& k = cpu::active_kernels();
+  const core::HostKernels& k = core::host_kernels();
   const int n = static_cast<int>(a.size());
   const CollectiveArgs& me = a[static_cast<size_t>(rank)];
   std::vector<const float*> srcs;
@@ -437,7 +437,7 @@ sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count
   }
   slot->taken = true;
   lock.unlock();
-  if (count) cpu::active_kernels().copy(data, slot->data, count);
+  if (count) core::host_kernels().copy(data, slot->data, count);
   lock.lock();
   slot->done = true;
   cv_.notify_all();

@@ -7,7 +7,7 @@
 #include "sapipe/kernels.h"
 #include "sapipe/status.h"
 
-namespace sapipe::cpu {
+namespace sapipe::core {
 
 struct UpdatePlan {
   int optimizer;
@@ -58,4 +58,4 @@ struct UpdatePointers {
   float* __restrict prev_local_grad;
 };
 
-}  // namespace sapipe::cpu
+}  // namespace sapipe::core

@@ -23,7 +23,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { fromJsonText } from '../json-input.js';
 import { describeValue } from '../validate.js';
 
-/**
+/** @internal
  * A per-worker training profile (JSON). `computeMs` and `samplesPerStep` are required, and one of
  * `params` or `modelBytes`:
  *
@@ -42,6 +42,7 @@ export interface DataParallelProfile {
   readonly source?: string;
 }
 
+/** @internal */
 export interface DataParallelProjectionInput {
   readonly profile: DataParallelProfile;
   /** Worker counts to project, each >= 1. */
@@ -50,6 +51,7 @@ export interface DataParallelProjectionInput {
   readonly network: NetworkEmulation;
 }
 
+/** @internal */
 export interface DataParallelProjectionRow {
   readonly workers: number;
   /** Modelled ring all-reduce of the gradient, ms. */
@@ -69,6 +71,7 @@ export interface DataParallelProjectionRow {
   readonly sapipeScalingEfficiency: number;
 }
 
+/** @internal */
 export interface DataParallelProjection {
   /** Always true: these are modelled figures. */
   readonly model: true;
@@ -78,7 +81,7 @@ export interface DataParallelProjection {
   readonly rows: readonly DataParallelProjectionRow[];
 }
 
-/** The largest worker count projected: far beyond any cluster this model is meant for. */
+/** @internal The largest worker count projected: far beyond any cluster this model is meant for. */
 export const MAX_WORKERS = 1 << 20;
 
 const positive = (where: string, v: unknown): number => {
@@ -86,7 +89,7 @@ const positive = (where: string, v: unknown): number => {
   return v;
 };
 
-/** Checks a profile (an object, or JSON text) and returns it. */
+/** @internal Checks a profile (an object, or JSON text) and returns it. */
 export function parseDataParallelProfile(input: unknown): DataParallelProfile {
   const value = fromJsonText(input, 'the profile');
   if (value === null || typeof value !== 'object' || Array.isArray(value))
@@ -111,7 +114,7 @@ export function parseDataParallelProfile(input: unknown): DataParallelProfile {
   };
 }
 
-/** Reads and checks a profile file. */
+/** @internal Reads and checks a profile file. */
 export function readDataParallelProfile(path: string): DataParallelProfile {
   let text: string;
   try {
@@ -122,12 +125,12 @@ export function readDataParallelProfile(path: string): DataParallelProfile {
   return parseDataParallelProfile(text);
 }
 
-/** Bytes all-reduced per step: modelBytes, or 4 bytes (fp32) per parameter. */
+/** @internal Bytes all-reduced per step: modelBytes, or 4 bytes (fp32) per parameter. */
 export function gradientBytes(p: DataParallelProfile): number {
   return p.modelBytes ?? 4 * p.params!;
 }
 
-/** Projects sync and SAPipe step time and throughput for each worker count (a MODEL; see the file comment). */
+/** @internal Projects sync and SAPipe step time and throughput for each worker count (a MODEL; see the file comment). */
 export function projectDataParallel(input: DataParallelProjectionInput): DataParallelProjection {
   if (input === null || typeof input !== 'object') throw new InvalidArgumentError('projectDataParallel(input) must be an object');
   const profile = parseDataParallelProfile(input.profile);

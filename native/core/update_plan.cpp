@@ -5,7 +5,7 @@
 
 #include "update_plan.h"
 
-namespace sapipe::cpu {
+namespace sapipe::core {
 namespace {
 
 bool finite_at_least(float x, float lo) { return std::isfinite(x) && x >= lo; }
@@ -132,7 +132,7 @@ UpdatePlan make_update_plan(const sapipe_update_config& c) {
   return p;
 }
 
-}  // namespace sapipe::cpu
+}  // namespace sapipe::core
 
 // Bytes per element as ALGORITHMS.md counts them: with the plan, so every backend reports the same.
 extern "C" int32_t sapipe_update_bytes_per_element(const sapipe_update_config* c) {

@@ -10,7 +10,7 @@
 
 #include "sapipe/status.h"
 
-namespace sapipe::cuda::nccl {
+namespace sapipe::nccl {
 
 // From nccl.h (NCCL 2.x); values are part of NCCL's ABI.
 using Result = int;  // ncclResult_t: 0 is ncclSuccess
@@ -52,4 +52,4 @@ sapipe_status load(const char* search_path, const Api** api, std::string* reason
 // The same, without caching: for tests of the failure paths.
 sapipe_status load_uncached(const char* search_path, Api* api, std::string* reason);
 
-}  // namespace sapipe::cuda::nccl
+}  // namespace sapipe::nccl

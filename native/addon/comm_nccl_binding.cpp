@@ -4,7 +4,7 @@
 // polls. A peer that dies makes NCCL operations hang for ever; here the communicator is aborted
 // instead, after an NCCL error (ERR_PEER_LOST) or the timeout (ERR_TIMEOUT), and every later
 // operation fails with ERR_PEER_LOST saying why.
-#include "nccl_comm_binding.h"
+#include "comm_nccl_binding.h"
 
 #include <atomic>
 #include <chrono>
@@ -28,14 +28,6 @@ namespace sapipe::addon {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool whole_in(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi && std::floor(x) == x; }
-
-double number_arg(Napi::Env env, const Napi::Value& v, double lo, double hi, const char* what) {
-  if (!v.IsNumber() || !whole_in(v.As<Napi::Number>().DoubleValue(), lo, hi))
-    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be an integer in range");
-  return v.As<Napi::Number>().DoubleValue();
-}
 
 // What the JS wrapper and its queued operations share.
 struct NcclState {
@@ -334,10 +326,10 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
   // without a GPU), then the device.
   explicit NcclComm(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NcclComm>(info) {
     Napi::Env env = info.Env();
-    const double device = number_arg(env, info[0], 0, 1023, "NcclComm(device)");
-    const double size = number_arg(env, info[1], 1, 65536, "NcclComm(size)");
-    const double rank = number_arg(env, info[2], 0, size - 1, "NcclComm(rank)");
-    const double timeout = number_arg(env, info[3], 1, 2147483647.0, "NcclComm(timeoutMs)");
+    const double device = integer_arg(env, info[0], 0, 1023, "NcclComm(device)");
+    const double size = integer_arg(env, info[1], 1, 65536, "NcclComm(size)");
+    const double rank = integer_arg(env, info[2], 0, size - 1, "NcclComm(rank)");
+    const double timeout = integer_arg(env, info[3], 1, 2147483647.0, "NcclComm(timeoutMs)");
     require_nccl_table(env);
     st_ = std::make_shared<NcclState>();
     st_->cuda = require_device_table(env, static_cast<int32_t>(device));
@@ -383,16 +375,16 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
     CollectiveArgs x;
-    x.kind = static_cast<int>(number_arg(env, info[1], 0, 5, "collective(kind)"));
+    x.kind = static_cast<int>(integer_arg(env, info[1], 0, 5, "collective(kind)"));
     auto a = on_device(env, info[2], "collective(a)");
-    const size_t a_offset = static_cast<size_t>(number_arg(env, info[3], 0, 9007199254740991.0, "collective(aOffset)"));
-    x.count = static_cast<size_t>(number_arg(env, info[4], 0, 9007199254740991.0, "collective(count)"));
-    x.arg = static_cast<int32_t>(number_arg(env, info[7], 0, 65535, "collective(arg)"));
+    const size_t a_offset = static_cast<size_t>(integer_arg(env, info[3], 0, 9007199254740991.0, "collective(aOffset)"));
+    x.count = static_cast<size_t>(integer_arg(env, info[4], 0, 9007199254740991.0, "collective(count)"));
+    x.arg = static_cast<int32_t>(integer_arg(env, info[7], 0, 65535, "collective(arg)"));
     std::vector<std::shared_ptr<DeviceAllocation>> held{a};
     const size_t n = static_cast<size_t>(st_->size);
     if (x.kind == kReduceScatter || x.kind == kAllGather) {
       auto b = on_device(env, info[5], "collective(b)");
-      const size_t b_offset = static_cast<size_t>(number_arg(env, info[6], 0, 9007199254740991.0, "collective(bOffset)"));
+      const size_t b_offset = static_cast<size_t>(integer_arg(env, info[6], 0, 9007199254740991.0, "collective(bOffset)"));
       check_range(env, *a, a_offset, x.kind == kReduceScatter ? x.count * n : x.count, "collective(a)");
       check_range(env, *b, b_offset, x.kind == kReduceScatter ? x.count : x.count * n, "collective(b)");
       x.b = b->data + b_offset;
@@ -417,7 +409,7 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     Napi::Array counts = info[3].As<Napi::Array>();
     std::vector<size_t> buckets;
     for (uint32_t i = 0; i < counts.Length(); ++i)
-      buckets.push_back(static_cast<size_t>(number_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
+      buckets.push_back(static_cast<size_t>(integer_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
     const bool sharded = info[4].ToBoolean().Value();
     const bool recheck = info[5].ToBoolean().Value();
     return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), config, update.buffers, std::move(buckets), sharded, recheck));

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-namespace sapipe::cuda::nccl {
+namespace sapipe::nccl {
 namespace {
 
 constexpr const char* kLibrary = "libnccl.so.2";
@@ -94,4 +94,4 @@ sapipe_status load(const char* search_path, const Api** api, std::string* reason
   return SAPIPE_OK;
 }
 
-}  // namespace sapipe::cuda::nccl
+}  // namespace sapipe::nccl

@@ -1,0 +1,100 @@
+#!/usr/bin/env node
+// The layering rule of docs/DESIGN.md, checked: lib -> addon -> core -> backends, with
+//  - a backend (native/cpu, native/cuda, native/comm) including only its own files, native/core
+//    and native/include (the C ABI), never another backend;
+//  - native/core including only itself and native/include;
+//  - no import cycle among the TypeScript modules of lib/.
+// Prints every violation and exits 1 if there is one; `--json` prints them as JSON.
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const walk = (dir, keep) =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    return e.isDirectory() ? walk(path, keep) : keep(path) ? [path] : [];
+  });
+
+const BACKENDS = ['cpu', 'cuda', 'comm'];
+const allowed = { cpu: ['cpu', 'core', 'include'], cuda: ['cuda', 'core', 'include'], comm: ['comm', 'core', 'include'], core: ['core', 'include'] };
+const nativeDir = join(root, 'native');
+const componentOf = (file) => relative(nativeDir, file).split(sep)[0];
+
+/** Where `#include "x"` in `file` lands: beside the file, else under native/ or native/include/. */
+function resolveInclude(file, name) {
+  for (const base of [dirname(file), nativeDir, join(nativeDir, 'include')]) {
+    const candidate = join(base, name);
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+export function nativeViolations() {
+  const out = [];
+  for (const file of walk(nativeDir, (p) => /\.(h|hpp|c|cc|cpp|cu|cuh|inc)$/.test(p))) {
+    const from = componentOf(file);
+    if (!(from in allowed)) continue;
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .forEach((line, i) => {
+        const m = /^\s*#\s*include\s+"([^"]+)"/.exec(line);
+        if (!m) return;
+        const target = resolveInclude(file, m[1]);
+        if (!target) return;
+        const to = componentOf(target);
+        if (!allowed[from].includes(to))
+          out.push(`${relative(root, file)}:${i + 1} includes ${relative(root, target)}: native/${from} may include only ${allowed[from].map((c) => `native/${c}`).join(', ')}`);
+      });
+  }
+  return out;
+}
+
+export function libCycles() {
+  const libDir = join(root, 'lib');
+  const files = walk(libDir, (p) => p.endsWith('.ts') && !p.endsWith('.d.ts'));
+  const edges = new Map(files.map((f) => [f, []]));
+  for (const file of files) {
+    const text = readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/^\s*(?:import|export)\s[^;]*?from\s+'(\.{1,2}\/[^']+)'/gms)) {
+      const target = resolve(dirname(file), m[1].replace(/\.js$/, '.ts'));
+      if (edges.has(target)) edges.get(file).push(target);
+    }
+  }
+  // Tarjan's strongly connected components: every component of more than one module is a cycle.
+  let index = 0;
+  const stack = [];
+  const info = new Map();
+  const cycles = [];
+  const visit = (v) => {
+    info.set(v, { index, low: index, on: true });
+    index++;
+    stack.push(v);
+    for (const w of edges.get(v)) {
+      if (!info.has(w)) {
+        visit(w);
+        info.get(v).low = Math.min(info.get(v).low, info.get(w).low);
+      } else if (info.get(w).on) info.get(v).low = Math.min(info.get(v).low, info.get(w).index);
+    }
+    if (info.get(v).low === info.get(v).index) {
+      const component = [];
+      let w;
+      do {
+        w = stack.pop();
+        info.get(w).on = false;
+        component.push(relative(root, w));
+      } while (w !== v);
+      if (component.length > 1) cycles.push(component.sort());
+    }
+  };
+  for (const f of files) if (!info.has(f)) visit(f);
+  return cycles.map((c) => `import cycle among ${c.join(', ')}`);
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const violations = [...nativeViolations(), ...libCycles()];
+  if (process.argv.includes('--json')) console.log(JSON.stringify(violations));
+  else for (const v of violations) console.log(v);
+  if (!process.argv.includes('--json')) console.log(violations.length === 0 ? 'layers: no violation' : `layers: ${violations.length} violation(s)`);
+  process.exit(violations.length === 0 ? 0 : 1);
+}

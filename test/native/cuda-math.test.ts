@@ -1,0 +1,23 @@
+/**
+ * The CUDA kernels' element maths runs on the CPU: the C++ harness sapipe_cuda_math_check
+ * (native/tests/cuda_math_check.cpp) compiles native/cuda/update_element.cuh and the element
+ * functions it calls for the host and checks every kernel variant against the scalar reference
+ * over several steps, so that a mistake in the GPU maths fails here without a GPU.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import t from 'tap';
+
+import { KERNEL_VARIANTS } from '../../lib/optim/variants.js';
+
+const binary = fileURLToPath(new URL('../../build/Release/sapipe_cuda_math_check', import.meta.url));
+
+t.test('every variant of the CUDA element maths matches the scalar reference on the CPU', async (t) => {
+  const { stdout } = await promisify(execFile)(binary, [], { maxBuffer: 1 << 24 });
+  const summary = /sapipe_cuda_math_check: (\d+) passed, (\d+) failed/.exec(stdout);
+  t.ok(summary, 'the harness ran to its summary');
+  t.equal(Number(summary?.[2]), 0, `no failed check\n${stdout.split('\n').filter((l) => l.startsWith('not ok')).slice(0, 10).join('\n')}`);
+  // 5 sizes x 4 steps x (1 applied + 6 outputs) per variant.
+  t.equal(Number(summary?.[1]), KERNEL_VARIANTS.length * 5 * 4 * 7, 'every variant, size, step and output checked');
+});

@@ -1,0 +1,41 @@
+/**
+ * The layering rule of docs/DESIGN.md holds: no native backend (cpu, cuda, comm) includes another
+ * backend's header, native/core includes no backend, and no lib/ module takes part in an import
+ * cycle (scripts/check-layers.mjs, which also runs alone). The checker itself is checked on a
+ * violation of each kind.
+ */
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync, cpSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import t from 'tap';
+
+const run = promisify(execFile);
+const script = fileURLToPath(new URL('../../scripts/check-layers.mjs', import.meta.url));
+
+t.test('the tree keeps the layers', async (t) => {
+  const { stdout } = await run(process.execPath, [script, '--json']);
+  t.same(JSON.parse(stdout), []);
+});
+
+t.test('the checker finds a backend including another, and a lib import cycle', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-layers-'));
+  mkdirSync(join(dir, 'scripts'));
+  cpSync(script, join(dir, 'scripts', 'check-layers.mjs'));
+  for (const d of ['native/cpu', 'native/comm', 'native/core', 'native/include', 'lib/a']) mkdirSync(join(dir, d), { recursive: true });
+  writeFileSync(join(dir, 'native/cpu/kernel.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/core/queue.h'), '#pragma once\n#include "../cpu/kernel.h"\n');
+  writeFileSync(join(dir, 'native/comm/ring.cpp'), '#include "../cpu/kernel.h"\n#include "../core/queue.h"\n');
+  writeFileSync(join(dir, 'lib/a/x.ts'), "import { y } from './y.js';\nexport const x = y;\n");
+  writeFileSync(join(dir, 'lib/a/y.ts'), "import type { x } from './x.js';\nexport const y = 1 as unknown as typeof x;\n");
+  writeFileSync(join(dir, 'lib/z.ts'), "export { x } from './a/x.js';\n");
+  const failed = (await run(process.execPath, [join(dir, 'scripts', 'check-layers.mjs'), '--json']).catch((e: unknown) => e)) as { code: number; stdout: string };
+  t.equal(failed.code, 1, 'exits 1');
+  const found = JSON.parse(failed.stdout) as string[];
+  t.equal(found.length, 3, found.join('\n'));
+  t.ok(found.some((v) => v.startsWith('native/comm/ring.cpp:1 includes native/cpu/kernel.h')), 'a backend including another');
+  t.ok(found.some((v) => v.startsWith('native/core/queue.h:2 includes native/cpu/kernel.h')), 'core including a backend');
+  t.ok(found.some((v) => v === 'import cycle among lib/a/x.ts, lib/a/y.ts'), 'a type-only import still makes a cycle');
+});
