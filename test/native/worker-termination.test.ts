@@ -6,7 +6,10 @@
  * It used to crash about one run in three with SIGSEGV: the addon was unloaded (dlclose) when the
  * last worker that loaded it ended, under threads of the addon still running (the global thread
  * pool's workers); and a queue's worker thread could call the environment's thread-safe function
- * after the environment had deleted it.
+ * after the environment had deleted it. The `comm` variant then still crashed about one run in
+ * six (heap-use-after-free under AddressSanitizer): a local rank woken from a collective's arrival
+ * barrier could start reading its peers' buffers after a peer that failed the departure barrier
+ * had found nobody working and released them; ranks now count as working from their arrival.
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';

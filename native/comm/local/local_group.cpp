@@ -358,7 +358,16 @@ sapipe_status Group::collective(int rank, const CollectiveArgs& args, Deadline d
   if (sapipe_status s = failure(rank, detail); s != SAPIPE_OK) return s;
   ranks_[static_cast<size_t>(rank)].args = args;
   const char* what = kind_name(args.kind);
+  // A rank counts as working from its arrival until its work is done: once every rank has
+  // arrived, each may read and write the others' buffers, and a rank must not be woken from the
+  // arrival barrier (and start working) after a peer that failed the departure barrier found
+  // nobody working and released its buffers. Counting from the arrival closes that window.
+  ++working_;
+  auto done_working = [&] {
+    if (--working_ == 0) cv_.notify_all();
+  };
   if (sapipe_status s = barrier(lock, rank, deadline, what, detail); s != SAPIPE_OK) {
+    done_working();
     wait_quiet(lock);
     return s;
   }
@@ -368,13 +377,12 @@ sapipe_status Group::collective(int rank, const CollectiveArgs& args, Deadline d
   for (const RankState& r : ranks_) all.push_back(r.args);
   sapipe_status verdict = validate(all, detail);
   if (verdict == SAPIPE_OK) {
-    ++working_;
     lock.unlock();
     const int64_t bad = work(rank, all);
     lock.lock();
     ranks_[static_cast<size_t>(rank)].non_finite = bad;
-    if (--working_ == 0) cv_.notify_all();
   }
+  done_working();
   if (sapipe_status s = barrier(lock, rank, deadline, what, detail); s != SAPIPE_OK) {
     wait_quiet(lock);
     return s;

@@ -97,7 +97,7 @@ class Group {
   size_t channel_index(int from, int to, int tag) const {
     return (static_cast<size_t>(from) * static_cast<size_t>(size_) + static_cast<size_t>(to)) * kChannels + static_cast<size_t>(tag);
   }
-  int working_ = 0;
+  int working_ = 0;  // ranks between their arrival at a collective and the end of its work (see collective())
   bool broken_ = false;
   std::string broken_reason_;
 };
