@@ -231,7 +231,7 @@ export class DeviceParamSet {
     const index = checkDeviceOptions(options, 'DeviceParamSet.create');
     const optimizer = options.optimizer;
     if (optimizer !== undefined) {
-      if (optimizer === null || typeof optimizer !== 'object' || typeof (optimizer as Optimizer).beginExternalStep !== 'function')
+      if (optimizer === null || typeof optimizer !== 'object' || typeof (optimizer as Optimizer).beginStep !== 'function')
         throw new InvalidArgumentError('DeviceParamSet.create: options.optimizer must be an Optimizer');
       if (optimizer.params !== params) throw new InvalidArgumentError('DeviceParamSet.create: options.optimizer optimizes another ParamSet');
     }
@@ -320,7 +320,7 @@ export class DeviceParamSet {
       throw new InvalidArgumentError('DeviceParamSet.step: inputs.gradChecked must be a boolean');
     const optimizer = this.requireOptimizer('step');
     const buffers = this.updateBuffers('step', inputs.localGrad);
-    const step = optimizer.beginExternalStep('step', inputs.gradChecked ?? false);
+    const step = optimizer.beginStep('step', { external: true, gradChecked: inputs.gradChecked ?? false });
     try {
       if (step.firstStep) this.prepareFirstStep();
       const result = callNative(() => cudaAddon().cudaUpdate(step.config, buffers));

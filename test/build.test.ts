@@ -28,10 +28,11 @@ t.test('binding.gyp and CMakeLists.txt list the same addon sources', async (t) =
 
 // Backend-neutral code the addon does not use: the NCCL loader serves the CUDA plugin (and the
 // C++ harness that checks its failure paths); the addon never opens NCCL itself.
-const NOT_IN_ADDON = new Set(['native/core/nccl_loader.cpp']);
+// The UCX plugin's transport (native/comm/ucx/ucx_transport.cpp) links UCX and is a plugin of its own.
+const NOT_IN_ADDON = new Set(['native/core/nccl_loader.cpp', 'native/comm/ucx/ucx_transport.cpp']);
 
 t.test('every .cpp of the addon, core and CPU backend is built', async (t) => {
-  const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm', 'native/comm/local']
+  const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm', 'native/comm/local', 'native/comm/nccl', 'native/comm/ucx']
     .flatMap((dir) => readdirSync(`${root}/${dir}`).filter((f) => f.endsWith('.cpp')).map((f) => `${dir}/${f}`))
     .filter((f) => !NOT_IN_ADDON.has(f))
     .sort();

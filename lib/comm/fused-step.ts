@@ -131,16 +131,16 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
     const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, grads) : { nonFinite: 0, safe: true };
     const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
     if (verdict.nonFinite > 0) {
-      const step = optimizer.beginPartialStep({});
+      const step = optimizer.beginStep('allreduceAndStep');
       return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: resultGuard, update };
     }
     if (verdict.safe) {
-      const step = optimizer.beginPartialStep({});
+      const step = optimizer.beginStep('allreduceAndStep');
       const predicted = optimizer.stateBuffer('predicted');
       let r: Awaited<ReturnType<Communicator['shardedUpdate']>>;
       try {
         r = await comm.shardedUpdate(
-          { config: { ...step.config, gradChecked: true }, buffers: step.buffers, queue: step.queue, grads, weights: params.weights, predicted },
+          { config: { ...step.config, gradChecked: true }, buffers: step.buffers!, queue: step.queue, grads, weights: params.weights, predicted },
           1 / comm.size,
         );
       } catch (error) {
@@ -155,19 +155,19 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   } else if (guard === 'prescan') {
     const verdict = await prescan(comm, grads);
     if (verdict.nonFinite > 0) {
-      const step = optimizer.beginPartialStep(inputs);
+      const step = optimizer.beginStep('allreduceAndStep', inputs);
       return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
     }
     const safe = verdict.safe;
     if (safe) {
-      const step = optimizer.beginPartialStep(inputs);
+      const step = optimizer.beginStep('allreduceAndStep', inputs);
       const updates: Promise<unknown>[] = [];
       let failure: unknown;
       try {
         for (const [offset, count] of ranges) {
           await comm.allreduce(grads, { op: 'avg', offset, count });
           const config = { ...step.config, gradChecked: true };
-          updates.push(awaitNative(callNative(() => addon.updateAsync(step.queue.handle, config, { ...step.buffers, offset, count }))));
+          updates.push(awaitNative(callNative(() => addon.updateAsync(step.queue.handle, config, { ...step.buffers!, offset, count }))));
         }
       } catch (error) {
         failure = error;
@@ -185,10 +185,10 @@ export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer,
   const reductions = ranges.map(([offset, count]) => comm.allreduce(grads, { op: 'avg', offset, count }));
   const results = await Promise.all(reductions);
   const nonFinite = results.reduce((a, r) => a + r.nonFiniteCount, 0);
-  const step = optimizer.beginPartialStep(inputs);
+  const step = optimizer.beginStep('allreduceAndStep', inputs);
   if (nonFinite > 0) return { ...step.finish(false, nonFinite), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   try {
-    const r = await awaitNative(callNative(() => addon.updateAsync(step.queue.handle, { ...step.config, gradChecked: true }, step.buffers)));
+    const r = await awaitNative(callNative(() => addon.updateAsync(step.queue.handle, { ...step.config, gradChecked: true }, step.buffers!)));
     return { ...step.finish(r.applied, r.nonFiniteCount), buckets: ranges.length, guard: 'deferred', update: 'replicated' };
   } catch (error) {
     step.finish(false, 0);

@@ -236,7 +236,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       throw new SizeMismatchError(`allreduceAndStep: a sharded step splits the set evenly; create the DeviceParamSet with { shards: ${this.size} }`);
     const buffers = params.updateBuffers('allreduceAndStep', options.localGrad);
     const counts = sharded ? [] : bucketRanges(params.length, options.bucketBytes, options.firstBucketBytes).map(([, count]) => count);
-    const step = optimizer.beginExternalStep('allreduceAndStep');
+    const step = optimizer.beginStep('allreduceAndStep', { external: true });
     try {
       if (step.firstStep) params.prepareFirstStep();
       const config: NativeUpdateConfig = { ...step.config, gradScale: (step.config.gradScale ?? 1) / this.size };

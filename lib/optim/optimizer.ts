@@ -48,6 +48,19 @@ export interface StepResult {
   step: number;
 }
 
+/** @internal A step in progress: see {@link Optimizer.beginStep}. */
+export interface StepTicket {
+  readonly config: NativeUpdateConfig;
+  /** The step's host buffers over the whole ParamSet (undefined for an external step). */
+  readonly buffers: NativeUpdateBuffers | undefined;
+  readonly queue: ExecutionQueue;
+  /** The optimizer's first step: delay compensation's backup must equal the weights. */
+  readonly firstStep: boolean;
+  finish(applied: boolean, nonFiniteCount: number): StepResult;
+  /** Ends a step that never ran (its native call threw): nothing is counted. */
+  abort(): void;
+}
+
 /** Names of the state buffers an optimizer may hold. */
 const OPTIMIZER_CLASS_NAMES = { sgd: 'SGD', adam: 'Adam', adamw: 'AdamW' } as const;
 
@@ -179,43 +192,70 @@ export abstract class Optimizer {
 
   /** Runs one step on the calling thread. */
   stepSync(inputs: StepInputs = {}): StepResult {
-    const [config, buffers] = this.prepare(inputs, 'stepSync');
-    const result = callNative(() => nativeAddon().update(config, buffers));
-    return this.finish(result);
+    const ticket = this.beginStep('stepSync', inputs);
+    let result: NativeUpdateResult;
+    try {
+      result = callNative(() => nativeAddon().update(ticket.config, ticket.buffers!));
+    } catch (error) {
+      ticket.abort();
+      throw error;
+    }
+    return ticket.finish(result.applied, result.nonFiniteCount);
   }
 
   /** Runs one step on the execution queue; resolves when it is done. One step at a time per optimizer. */
   async step(inputs: StepInputs = {}): Promise<StepResult> {
-    const [config, buffers] = this.prepare(inputs, 'step');
-    this.inFlight = true;
+    const ticket = this.beginStep('step', inputs);
+    let result: NativeUpdateResult;
     try {
-      const result = await awaitNative(callNative(() => nativeAddon().updateAsync(this.queue.handle, config, buffers)));
-      return this.finish(result);
-    } finally {
-      this.inFlight = false;
+      result = await awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, ticket.config, ticket.buffers!)));
+    } catch (error) {
+      ticket.abort();
+      throw error;
     }
+    return ticket.finish(result.applied, result.nonFiniteCount);
   }
 
   /**
-   * @internal One step applied in parts (the fused all-reduce's buckets): the configuration and
-   * buffers of the step, to be run with `offset`/`count` on the returned queue, then `finish` once
-   * with whether every part was applied. The optimizer counts as stepping until then.
+   * @internal The one protocol of an optimizer step, for everything that applies one (step(),
+   * stepSync(), the fused all-reduce's buckets and sharded parts, a device step, a pipeline
+   * stage): a ticket holding the step's native configuration (with `gradChecked`), its host
+   * buffers (none for an `external` step, whose buffers live on a device), the queue to run it on,
+   * and whether it is the first step. The optimizer counts as stepping, and refuses another step,
+   * until `finish(applied, nonFiniteCount)` is called once; its count and skipped-step count
+   * follow what finish reports. A host step's first call also rotates delay compensation's backup.
    */
-  beginPartialStep(inputs: StepInputs = {}): {
-    config: NativeUpdateConfig;
-    buffers: NativeUpdateBuffers;
-    queue: ExecutionQueue;
-    finish(applied: boolean, nonFiniteCount: number): StepResult;
-  } {
-    const [config, buffers] = this.prepare(inputs, 'step');
+  beginStep(what: string, inputs: StepInputs | { external: true; gradChecked?: boolean } = {}): StepTicket {
+    checkObject(inputs as unknown, `${what}(inputs)`);
+    const external = (inputs as { external?: unknown }).external === true;
+    let config: NativeUpdateConfig;
+    let buffers: NativeUpdateBuffers | undefined;
+    if (external) {
+      this.checkUsable(what);
+      if (this.inFlight) throw new BusyError(`Optimizer.${what}(): a step is in flight; await it before stepping again`);
+      const gradChecked = (inputs as { gradChecked?: unknown }).gradChecked ?? false;
+      if (typeof gradChecked !== 'boolean') throw new InvalidArgumentError(`Optimizer.${what}(): gradChecked must be a boolean`);
+      config = this.nativeConfig();
+      config.gradChecked = gradChecked;
+    } else [config, buffers] = this.prepare(inputs as StepInputs, what);
+    const firstStep = this.stepCount === 0;
     this.inFlight = true;
+    let finished = false;
     return {
       config,
       buffers,
       queue: this.queue,
+      firstStep,
       finish: (applied, nonFiniteCount) => {
+        if (finished) throw new BusyError(`Optimizer.${what}(): the step was already finished`);
+        finished = true;
         this.inFlight = false;
         return this.finish({ applied, nonFiniteCount });
+      },
+      abort: () => {
+        if (finished) return;
+        finished = true;
+        this.inFlight = false;
       },
     };
   }

@@ -1,9 +1,8 @@
 // NcclComm: one rank's NCCL communicator, seen from JS. Operations run on an ExecutionQueue's
-// worker thread: each enqueues its NCCL calls on the communicator's streams and then waits for
-// them by polling (cudaStreamQuery) rather than blocking, checking ncclCommGetAsyncError between
-// polls. A peer that dies makes NCCL operations hang for ever; here the communicator is aborted
-// instead, after an NCCL error (ERR_PEER_LOST) or the timeout (ERR_TIMEOUT), and every later
-// operation fails with ERR_PEER_LOST saying why.
+// worker thread: each enqueues its NCCL calls (through the CUDA plugin's table) on the
+// communicator's streams and then waits for them with the watchdog of
+// native/comm/nccl/nccl_watchdog.h, which aborts the communicator instead of hanging when a peer
+// dies. This file converts arguments and owns lifetimes.
 #include "comm_nccl_binding.h"
 
 #include <atomic>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../comm/nccl/nccl_watchdog.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
 #include "errors.h"
@@ -27,100 +27,12 @@
 namespace sapipe::addon {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// What the JS wrapper and its queued operations share.
-struct NcclState {
-  const sapipe_cuda_plugin_v1* cuda = nullptr;
-  int32_t device = 0, size = 0, rank = 0;
-  int64_t timeout_ms = 0;
-  void* comm_stream = nullptr;
-  void* compute_stream = nullptr;
-  int64_t* count_word = nullptr;  // device: the non-finite count of a reduction's result
-  std::atomic<bool> destroy_requested{false};
-  std::atomic<int> in_flight{0};  // queued operations (changed on the JS thread only)
-  std::mutex mutex;               // guards comm and broken
-  void* comm = nullptr;
-  std::string broken;             // why the communicator is unusable; "" while usable
-
-  // Aborts (never a blocking destroy: a peer may be gone) and frees the streams. Under mutex.
-  void release_locked(const std::string& why) {
-    if (comm != nullptr) {
-      cuda->set_device(device);
-      cuda->nccl_comm_abort(comm);
-      comm = nullptr;
-    }
-    for (void** s : {&comm_stream, &compute_stream})
-      if (*s != nullptr) {
-        cuda->stream_destroy(*s);
-        *s = nullptr;
-      }
-    if (count_word != nullptr) {
-      cuda->free_device(count_word);
-      count_word = nullptr;
-    }
-    if (broken.empty()) broken = why;
-  }
-  ~NcclState() {
-    std::lock_guard<std::mutex> lock(mutex);
-    release_locked("destroyed");
-  }
-};
-
-// The outcome of work done on the worker thread: a status and the plugin's message, read there
-// (last_error is per thread).
-struct Outcome {
-  sapipe_status status = SAPIPE_OK;
-  std::string message;
-};
-
-Outcome failed(sapipe_status status, std::string message) { return {status, std::move(message)}; }
-
-// The communicator if usable, with its device current on this thread.
-Outcome usable(NcclState& st, void** comm) {
-  std::lock_guard<std::mutex> lock(st.mutex);
-  if (st.destroy_requested.load()) return failed(SAPIPE_ERR_DISPOSED, "the communicator was destroyed");
-  if (st.comm == nullptr)
-    return failed(SAPIPE_ERR_PEER_LOST, "the communicator is unusable (" + (st.broken.empty() ? std::string("not initialised") : st.broken) +
-                                            "); every rank must create a new one");
-  if (st.cuda->set_device(st.device) != SAPIPE_OK) return failed(SAPIPE_ERR_BACKEND_UNAVAILABLE, st.cuda->last_error());
-  *comm = st.comm;
-  return {};
-}
-
-// Waits until every stream is idle, polling NCCL's asynchronous error; aborts the communicator
-// after an NCCL error, the deadline, or destroy().
-Outcome wait_for(NcclState& st, void* comm, std::initializer_list<void*> streams, Clock::time_point deadline, const char* what) {
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    bool all_done = true;
-    for (void* s : streams) {
-      int32_t done = 0;
-      if (st.cuda->stream_query(s, &done) != SAPIPE_OK) return failed(SAPIPE_ERR_INTERNAL, st.cuda->last_error());
-      all_done = all_done && done != 0;
-    }
-    if (all_done) return {};
-    Outcome out;
-    int32_t nccl_error = 0;
-    if (st.cuda->nccl_comm_async_error(comm, &nccl_error) != SAPIPE_OK)
-      out = failed(SAPIPE_ERR_PEER_LOST, std::string(what) + ": " + st.cuda->last_error());
-    else if (nccl_error != 0 && nccl_error != 7 /* ncclInProgress */)
-      out = failed(SAPIPE_ERR_PEER_LOST, std::string(what) + ": NCCL reported error " + std::to_string(nccl_error) +
-                                             " (a peer died or the network failed)");
-    else if (st.destroy_requested.load())
-      out = failed(SAPIPE_ERR_DISPOSED, std::string(what) + ": the communicator was destroyed while the operation was in flight");
-    else if (Clock::now() >= deadline)
-      out = failed(SAPIPE_ERR_TIMEOUT, std::string(what) + ": not finished within " + std::to_string(st.timeout_ms) +
-                                           " ms (a peer may have died or not called it)");
-    if (out.status != SAPIPE_OK) {
-      std::lock_guard<std::mutex> lock(st.mutex);
-      st.release_locked(out.message + "; the communicator was aborted");
-      return out;
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::milliseconds(1)) pause *= 2;
-  }
-}
+using comm::nccl::Clock;
+using comm::nccl::NcclState;
+using comm::nccl::Outcome;
+using comm::nccl::failed;
+using comm::nccl::usable;
+using comm::nccl::wait_for;
 
 // Every operation: holds the state and the device memory it uses (busy while queued).
 class NcclOp : public AsyncOp {

@@ -162,21 +162,8 @@ DeviceUpdate parse_device_update(Napi::Env env, const Napi::Value& value, int32_
     const std::string what = std::string("buffers.") + key;
     return take(CudaBuffer::FromValue(env, v, what.c_str()), what);
   };
-  sapipe_update_buffers& u = out.buffers;
-  u.weights = take(weights, "buffers.weights");
-  u.grad = optional("grad");
-  if (u.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
-  u.momentum = optional("momentum");
-  u.second_moment = optional("secondMoment");
-  u.backup = optional("backup");
-  u.predicted = optional("predicted");
-  u.local_grad = optional("localGrad");
-  u.prev_local_grad = optional("prevLocalGrad");
-  const size_t length = weights->length;
-  u.offset = get_index(b, "offset", 0);
-  u.count = get_index(b, "count", length - std::min(length, u.offset));
-  if (u.offset > length || u.count > length - u.offset)
-    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  float* w = take(weights, "buffers.weights");
+  out.buffers = read_update_buffers(env, b, w, weights->length, optional);
   return out;
 }
 

@@ -59,19 +59,7 @@ ParsedUpdate parse_update(Napi::Env env, const Napi::Value& config, const Napi::
     out.held.push_back(buf);
     return buf->data();
   };
-  out.buffers.weights = weights->data();
-  out.buffers.grad = optional("grad");
-  if (out.buffers.grad == nullptr) throw_error(env, "ERR_INVALID_ARGUMENT", "buffers.grad is required");
-  out.buffers.momentum = optional("momentum");
-  out.buffers.second_moment = optional("secondMoment");
-  out.buffers.backup = optional("backup");
-  out.buffers.predicted = optional("predicted");
-  out.buffers.local_grad = optional("localGrad");
-  out.buffers.prev_local_grad = optional("prevLocalGrad");
-  out.buffers.offset = get_index(b, "offset", 0);
-  out.buffers.count = get_index(b, "count", length - std::min(length, out.buffers.offset));
-  if (out.buffers.offset > length || out.buffers.count > length - out.buffers.offset)
-    throw_error(env, "ERR_SIZE_MISMATCH", "buffers.offset + buffers.count exceeds the buffer length " + std::to_string(length));
+  out.buffers = read_update_buffers(env, b, weights->data(), length, optional);
   return out;
 }
 

@@ -5,24 +5,19 @@
 // machine, before any GPU runs it. The loop below does per element what fused_update.cu's kernel
 // does per lane: load (absent buffers read as zero), update_element, store the buffers the step has.
 // test/native/cuda-math.test.ts runs it; usage: sapipe_cuda_math_check
-#include <cmath>
-#include <string>
-#include <vector>
+#include <cstddef>
 
 #include "../core/update_plan.h"
 #include "../cuda/update_element.cuh"
 #include "check.h"
+#include "reference_check.h"
 #include "sapipe/kernels.h"
-#include "scalar_reference.h"
 #include "variants.h"
 
 using namespace sapipe;
 using namespace sapipe::tests;
 
 namespace {
-
-const size_t kSizes[] = {1, 3, 17, 1000, 4099};
-constexpr double kRtol = 2e-5, kAtol = 1e-6;
 
 // Which buffers a step has, as fused_update.cu's device_buffers() decides.
 struct Present {
@@ -56,40 +51,16 @@ void device_maths_update(const sapipe_update_config& config, HostState& s, size_
   }
 }
 
-void check_variants(Checks& t) {
-  for (const Variant& variant : update_variants()) {
-    for (size_t n : kSizes) {
-      HostState gpu, ref;
-      gpu.fill(n + 8, static_cast<unsigned>(n * 31 + variant.name.size()));
-      ref = gpu;
-      const size_t offset = n % 2 == 1 ? 3 : 0;
-      for (int step = 1; step <= 4; ++step) {
-        sapipe_update_config c = variant.config;
-        c.step = step;
-        c.momentum_is_empty = step == 1;
-        c.have_prev_local = step > 1;
-        device_maths_update(c, gpu, offset, n);
-        sapipe_update_buffers br = ref.buffers(offset, n);
-        const bool applied = reference_update(c, br);
-        const std::string where = variant.name + " n=" + std::to_string(n) + " step " + std::to_string(step);
-        t.expect(applied, where + ": the reference applied the step");
-        const std::pair<const char*, std::pair<std::vector<float>*, std::vector<float>*>> outputs[] = {
-            {"w", {&gpu.w, &ref.w}},           {"m", {&gpu.m, &ref.m}},
-            {"v", {&gpu.v, &ref.v}},           {"backup", {&gpu.backup, &ref.backup}},
-            {"w_hat", {&gpu.predicted, &ref.predicted}}, {"prev_local", {&gpu.prev_local, &ref.prev_local}}};
-        for (const auto& [name, pair] : outputs) {
-          const double e = worst_error(*pair.first, *pair.second, kRtol, kAtol);
-          t.expect(e <= 1.0, where + ": " + name + " within tolerance (worst " + std::to_string(e) + ")");
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 int main() {
   Checks t;
-  check_variants(t);
+  check_variants_against_reference(
+      t,
+      [](const sapipe_update_config& c, HostState& s, size_t offset, size_t n) {
+        device_maths_update(c, s, offset, n);
+        return true;
+      },
+      4);
   return t.finish("sapipe_cuda_math_check");
 }

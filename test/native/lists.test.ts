@@ -1,6 +1,6 @@
 /**
  * Lists kept in more than one language stay one list: the update configuration's fields (the C
- * ABI struct in native/include/sapipe/kernels.h, what native/addon/update_binding.cpp reads, and
+ * ABI struct in native/include/sapipe/kernels.h, what native/addon/update_binding.* reads, and
  * NativeUpdateConfig in lib/native.ts), the update buffers likewise, and the kernel variants
  * (native/tests/variants.cpp, printed by the C++ harness, against lib/optim/variants.ts). A field
  * or a variant added on one side only fails here.
@@ -43,8 +43,8 @@ t.test('the update configuration: C struct, binding and TypeScript name the same
 
 t.test('the update buffers: C struct, binding and TypeScript name the same buffers', async (t) => {
   const fields = cStructFields('sapipe_update_buffers');
-  const binding = read('native/addon/update_binding.cpp');
-  const read_ = new Set([...binding.matchAll(/(?:optional|get_index)\(b?,? ?"(\w+)"/g)].map((m) => m[1]!));
+  const binding = read('native/addon/update_binding.h') + read('native/addon/update_binding.cpp');
+  const read_ = new Set([...binding.matchAll(/(?:optional|get_index)\((?:b, )?"(\w+)"/g)].map((m) => m[1]!));
   for (const m of binding.matchAll(/b\.Get\("(\w+)"\)/g)) read_.add(m[1]!);
   const expected = fields.map((f) => (f === 'weights' ? 'weights' : camel(f)));
   t.same([...read_].sort(), [...expected].sort(), 'the binding reads every buffer of the struct, and only those');

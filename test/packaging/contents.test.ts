@@ -65,7 +65,7 @@ t.test('nothing test-only or build-only is packed', async (t) => {
     [/(^|\/)fixtures?\//, 'test fixtures'],
     [/\.test\.[cm]?[jt]s$/, 'test files'],
     [/^native\/(tests|bench|cuda)\//, 'C++ harnesses and CUDA sources (only the full CMake build uses them)'],
-    [/^native\/comm\/ucx\//, 'the UCX plugin sources (built by CMake only)'],
+    [/^native\/comm\/ucx\/ucx_transport\.cpp$/, 'the UCX plugin source (built by CMake only; the group protocol beside it is part of the addon)'],
     [/^(lib|\.ci|\.github|build)\//, 'sources and build output'],
     // What the README links to is shipped (its page on the registry must not have dead links):
     // the documents, their pictures, the examples and the recorded results; nothing else there.

@@ -1,6 +1,6 @@
 #include "shared_regions.h"
 
-namespace sapipe::addon {
+namespace sapipe::comm::ucx {
 
 std::shared_ptr<AlignedBuffer> SharedRegions::allocate(size_t elements, sapipe_status* status, std::string* detail) {
   const size_t bytes = elements * sizeof(float);
@@ -112,4 +112,4 @@ void SharedRegions::unmap_all() {
   mapped_.clear();
 }
 
-}  // namespace sapipe::addon
+}  // namespace sapipe::comm::ucx

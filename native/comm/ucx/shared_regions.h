@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "../core/aligned_buffer.h"
+#include "../../core/aligned_buffer.h"
 #include "sapipe/comm.h"
 
-namespace sapipe::addon {
+namespace sapipe::comm::ucx {
 
 class SharedRegions : public std::enable_shared_from_this<SharedRegions> {
  public:
@@ -74,4 +74,4 @@ class SharedRegions : public std::enable_shared_from_this<SharedRegions> {
   std::map<std::pair<int, uint64_t>, Mapped> mapped_;
 };
 
-}  // namespace sapipe::addon
+}  // namespace sapipe::comm::ucx
