@@ -37,15 +37,14 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon } from '../native.js';
+import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
+import { bucketRanges } from './buckets.js';
 import { Communicator } from './communicator.js';
+import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
-/** @category Communication */
-export const DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024;
-/** @category Communication */
-export const DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024;
 const FLT_MAX = 3.4028234663852886e38;
 
 /** @category Communication */
@@ -79,25 +78,6 @@ function checkCommAndOptimizer(what: string, comm: unknown, optimizer: unknown):
     throw new InvalidArgumentError(`${what}(comm, optimizer): optimizer must be an SGD, Adam or AdamW, got ${describeValue(optimizer)}`);
 }
 
-/** [offset, count] of each bucket over `length` floats; every boundary on a cache line. @category Communication */
-export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES, firstBucketBytes = DEFAULT_FIRST_BUCKET_BYTES): [number, number][] {
-  checkInteger(length, 'bucketRanges(length): length', 0, Number.MAX_SAFE_INTEGER);
-  for (const [v, what] of [[bucketBytes, 'bucketBytes'], [firstBucketBytes, 'firstBucketBytes']] as const)
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 64 || v > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError(`${what} must be an integer of at least 64 bytes, got ${describeValue(v)}`);
-  const toElements = (bytes: number): number => Math.max(ALIGN_ELEMENTS, Math.floor(bytes / 4 / ALIGN_ELEMENTS) * ALIGN_ELEMENTS);
-  if (length / toElements(bucketBytes) > 1 << 24)
-    throw new InvalidArgumentError(`bucketRanges: ${length} floats in buckets of ${bucketBytes} bytes make more than 2^24 buckets; use larger buckets`);
-  const ranges: [number, number][] = [];
-  let offset = 0;
-  let size = toElements(firstBucketBytes);
-  while (offset < length) {
-    const count = Math.min(size, length - offset);
-    ranges.push([offset, count]);
-    offset += count;
-    size = toElements(bucketBytes);
-  }
-  return ranges;
-}
 
 /**
  * Averages the optimizer's ParamSet gradients over the communicator's ranks and applies one
@@ -105,7 +85,26 @@ export function bucketRanges(length: number, bucketBytes = DEFAULT_BUCKET_BYTES,
  *
  * @category Communication
  */
-export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer, options: FusedStepOptions = {}): Promise<FusedStepResult> {
+export async function allreduceAndStep(comm: NcclCommunicator, params: DeviceParamSet, options?: NcclStepOptions): Promise<NcclStepResultInfo>;
+export async function allreduceAndStep(comm: Communicator, optimizer: Optimizer, options?: FusedStepOptions): Promise<FusedStepResult>;
+export async function allreduceAndStep(
+  comm: Communicator | NcclCommunicator,
+  target: Optimizer | DeviceParamSet,
+  options: FusedStepOptions | NcclStepOptions = {},
+): Promise<FusedStepResult | NcclStepResultInfo> {
+  // One entry for every backend: the nccl backend steps a DeviceParamSet on its GPU (the bucketed
+  // step of the CUDA plugin), the host backends an optimizer's ParamSet.
+  if (comm instanceof NcclCommunicator) {
+    if (!(target instanceof DeviceParamSet))
+      throw new InvalidArgumentError(`allreduceAndStep(comm, params): the nccl backend steps a DeviceParamSet (with its optimizer attached), got ${describeValue(target)}`);
+    return comm.allreduceAndStep(target, options as NcclStepOptions);
+  }
+  if (target instanceof DeviceParamSet)
+    throw new InvalidArgumentError('allreduceAndStep(comm, params): a DeviceParamSet is stepped over the nccl backend; create an NcclCommunicator (createCommunicator(\'nccl\'))');
+  return allreduceAndStepOnHost(comm, target, options as FusedStepOptions);
+}
+
+async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, options: FusedStepOptions): Promise<FusedStepResult> {
   checkOptions(options, FUSED_STEP_OPTION_KEYS, 'allreduceAndStep(comm, optimizer, options)');
   checkCommAndOptimizer('allreduceAndStep', comm, optimizer);
   comm.checkLive('allreduceAndStep');
@@ -224,7 +223,15 @@ async function prescan(comm: Communicator, grads: FlatBuffer): Promise<{ nonFini
  *
  * @category Communication
  */
-export async function gatherShardedState(comm: Communicator, optimizer: Optimizer): Promise<void> {
+export async function gatherShardedState(comm: NcclCommunicator, params: DeviceParamSet): Promise<void>;
+export async function gatherShardedState(comm: Communicator, optimizer: Optimizer): Promise<void>;
+export async function gatherShardedState(comm: Communicator | NcclCommunicator, target: Optimizer | DeviceParamSet): Promise<void> {
+  if (comm instanceof NcclCommunicator) {
+    if (!(target instanceof DeviceParamSet))
+      throw new InvalidArgumentError(`gatherShardedState(comm, params): the nccl backend gathers a DeviceParamSet's state, got ${describeValue(target)}`);
+    return comm.gatherShardedState(target);
+  }
+  const optimizer = target as Optimizer;
   checkCommAndOptimizer('gatherShardedState', comm, optimizer);
   comm.checkLive('gatherShardedState');
   optimizer.params.checkLive('gatherShardedState');

@@ -24,7 +24,7 @@ import { awaitNative, callNative, type NativeUpdateConfig } from '../native.js';
 import type { StepResult } from '../optim/optimizer.js';
 import { ExecutionQueue } from '../queue.js';
 import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
-import { bucketRanges } from './fused-step.js';
+import { bucketRanges } from './buckets.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
