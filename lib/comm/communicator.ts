@@ -6,7 +6,7 @@
  * (the default type parameter), DeviceBuffers for `nccl`; a backend names its type by overriding
  * isBuffer(), so a buffer of the wrong kind is an InvalidArgumentError, and TypeScript refuses it.
  */
-import { AliasingError, BackendUnavailableError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import type { CommBackendName } from '../backends/select.js';
 import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import type { ExecutionQueue } from '../queue.js';
@@ -203,37 +203,6 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
   }
   protected abstract runDestroy(): void;
 
-  /**
-   * @internal The sharded mode's fused step (see fused-step.ts): each rank averages its part
-   * partition(count, size, rank) of every rank's gradient over buffers' [offset, offset + count),
-   * updates its own weights and state there, and every rank receives every part's new weights (and
-   * predicted weights). Resolves with the non-finite sums seen. Emulated as one all-reduce.
-   */
-  async shardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
-    this.checkLive('shardedUpdate');
-    return this.emulated('allreduce', step.grads.length * 4, () => this.runShardedUpdate(step, scale));
-  }
-
-  /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
-  async allgatherShards(buffer: FlatBuffer): Promise<void> {
-    this.checkLive('allgatherShards');
-    checkHostBuffer(buffer, 'allgatherShards(buffer)');
-    await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
-  }
-
-  /** @internal See ShardedGuard. */
-  get shardedGuard(): ShardedGuard {
-    return 'prescan';
-  }
-
-  /** Backends that offer the sharded update override these two. */
-  protected runShardedUpdate(_step: ShardedStep, _scale: number): Promise<ShardedStepResult> {
-    return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
-  }
-  protected runAllgatherShards(_buffer: FlatBuffer): Promise<void> {
-    return Promise.reject(new BackendUnavailableError(`the ${this.backend} backend has no sharded update yet; use update: 'replicated'`));
-  }
-
   /** @internal */
   checkLive(what: string): void {
     if (this.isDestroyed) throw new DisposedError(`Communicator.${what}: the communicator was destroyed; create a new one`);
@@ -257,7 +226,8 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
       );
   }
 
-  private async emulated<T>(pattern: RingPattern, bytes: number, run: () => Promise<T>): Promise<T> {
+  /** Runs a collective, delayed as the emulated network would (when emulation is on). */
+  protected async emulated<T>(pattern: RingPattern, bytes: number, run: () => Promise<T>): Promise<T> {
     if (!this.emulation) return run();
     const start = performance.now();
     const result = await run();
@@ -265,11 +235,6 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     if (remaining > 0) await new Promise((resolve) => setTimeout(resolve, remaining));
     return result;
   }
-}
-
-function checkHostBuffer(b: unknown, what: string): void {
-  if (!(b instanceof FlatBuffer)) throw new InvalidArgumentError(`${what} must be a FlatBuffer`);
-  if (b.disposed) throw new DisposedError(`${what} was disposed; allocate a new buffer`);
 }
 
 const ALLREDUCE_OPTION_KEYS = optionKeys<AllreduceOptions>({ op: true, offset: true, count: true });

@@ -35,13 +35,14 @@
  * whole model and are refused. The optimizer state is sharded: on each rank only its own part is
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
-import { InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon } from '../native.js';
 import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';
 import { Communicator } from './communicator.js';
+import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
@@ -125,6 +126,8 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
       throw new InvalidArgumentError(
         `allreduceAndStep: the '${p.estimate}' estimate needs each rank's own gradient over the whole model, so it cannot be sharded; use the 'prev-sync' estimate or update: 'replicated'`,
       );
+    if (!(comm instanceof QueuedCommunicator))
+      throw new BackendUnavailableError(`allreduceAndStep: the ${comm.backend} backend has no sharded update; use update: 'replicated'`);
     // 'prescan' backends update blocks as they reduce them, so finiteness must be known first;
     // 'reduced' backends reduce their whole part first and skip on every rank by themselves.
     const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, grads) : { nonFinite: 0, safe: true };
@@ -136,7 +139,7 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
     if (verdict.safe) {
       const step = optimizer.beginStep('allreduceAndStep');
       const predicted = optimizer.stateBuffer('predicted');
-      let r: Awaited<ReturnType<Communicator['shardedUpdate']>>;
+      let r: Awaited<ReturnType<QueuedCommunicator['shardedUpdate']>>;
       try {
         r = await comm.shardedUpdate(
           { config: { ...step.config, gradChecked: true }, buffers: step.buffers!, queue: step.queue, grads, weights: params.weights, predicted },
@@ -235,6 +238,7 @@ export async function gatherShardedState(comm: Communicator | NcclCommunicator, 
   checkCommAndOptimizer('gatherShardedState', comm, optimizer);
   comm.checkLive('gatherShardedState');
   optimizer.params.checkLive('gatherShardedState');
+  if (!(comm instanceof QueuedCommunicator)) throw new BackendUnavailableError(`gatherShardedState: the ${comm.backend} backend has no sharded update`);
   for (const name of ['momentum', 'secondMoment', 'backup'] as const) {
     const buffer = optimizer.stateBuffer(name);
     if (buffer) await comm.allgatherShards(buffer);

@@ -3,6 +3,7 @@
  * point-to-point operations run on one queue per peer and direction (a send waiting for its
  * receiver holds up nothing else). The handles' shape is in native-handle.ts.
  */
+import { DisposedError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
@@ -71,10 +72,31 @@ export abstract class QueuedCommunicator extends Communicator {
    * and ring all-gathers send every part's weights (and predicted weights) to every rank. The sums
    * are the ring all-reduce's, so the result equals the replicated update.
    */
-  override get shardedGuard(): ShardedGuard {
+  /**
+   * @internal The sharded mode's fused step (see fused-step.ts): each rank averages its part
+   * partition(count, size, rank) of every rank's gradient over buffers' [offset, offset + count),
+   * updates its own weights and state there, and every rank receives every part's new weights (and
+   * predicted weights). Resolves with the non-finite sums seen. Emulated as one all-reduce. The
+   * host backends offer it (this class); nccl has its own sharded step on the GPU.
+   */
+  async shardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
+    this.checkLive('shardedUpdate');
+    return this.emulated('allreduce', step.grads.length * 4, () => this.runShardedUpdate(step, scale));
+  }
+
+  /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
+  async allgatherShards(buffer: FlatBuffer): Promise<void> {
+    this.checkLive('allgatherShards');
+    if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError('allgatherShards(buffer) must be a FlatBuffer');
+    if (buffer.disposed) throw new DisposedError('allgatherShards(buffer) was disposed; allocate a new buffer');
+    await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
+  }
+
+  /** @internal See ShardedGuard. */
+  get shardedGuard(): ShardedGuard {
     return 'reduced';
   }
-  protected override async runShardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
+  protected async runShardedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
     const n = step.grads.length;
     const own = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, 0, n, null, scale);
     const count = FlatBuffer.allocate(1);
@@ -93,7 +115,7 @@ export abstract class QueuedCommunicator extends Communicator {
     if (step.predicted) await this.collective(CollectiveKind.allgatherInPlace, step.predicted, 0, n, null);
     return { applied: true, nonFiniteCount: 0 };
   }
-  protected override async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
+  protected async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
     await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
   }
 }
