@@ -35,3 +35,12 @@ t.test('examples/data-parallel-ucx.mjs trains on 2 processes with the model in s
     t.ok(Number(m?.[2]) > 0, `rank ${rank}: its collectives read the peer's shared memory (${m?.[2]})`);
   }
 });
+
+t.test('examples/pipeline-mnist.mjs trains an MLP on 4 stage workers', async (t) => {
+  const script = fileURLToPath(new URL('../examples/pipeline-mnist.mjs', import.meta.url));
+  const { stdout } = await run(process.execPath, [script, '500'], { timeout: 120_000 });
+  const accuracies = [...stdout.matchAll(/test accuracy ([\d.]+)%/g)].map((m) => Number(m[1]));
+  t.equal(accuracies.length, 3, 'three epochs');
+  t.ok(accuracies.at(-1)! > 70, `learns the digits: ${accuracies.at(-1)}% after 3 epochs on 4 000 samples`);
+  t.match(stdout, /cut at layers \[\d+, \d+, \d+\]/);
+});

@@ -3,6 +3,8 @@ export { SGD, type SGDOptions } from './sgd.js';
 export { Adam, AdamW, type AdamOptions } from './adam.js';
 export {
   pipelinedBackpropDelay,
+  pipelinedBackpropScaling,
+  type SmallBatchHyperparameters,
   type CommonOptimizerOptions,
   type CompensationOptions,
   type GradientEstimate,

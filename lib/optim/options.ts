@@ -177,3 +177,28 @@ export function pipelinedBackpropDelay(stage: number, stages: number): number {
   const k = checkInteger(stage, 'stage', 0, S - 1);
   return 2 * (S - k) - 1;
 }
+
+/** A learning rate and momentum at a batch size. @category Optimizers */
+export interface SmallBatchHyperparameters {
+  lr: number;
+  momentum: number;
+  batch: number;
+}
+
+/**
+ * Pipelined Backpropagation's small-batch scaling rule (ALGORITHMS.md section 4): from a reference
+ * `(lr_B, mu_B)` tuned at batch `B`, the hyperparameters at batch `b` that keep the same
+ * per-sample decay of the momentum and the same per-sample step: `mu_b = mu_B^(b/B)`,
+ * `lr_b = lr_B * (b/B) * (1 - mu_b) / (1 - mu_B)`.
+ *
+ * @category Optimizers
+ */
+export function pipelinedBackpropScaling(reference: SmallBatchHyperparameters, batch: number): SmallBatchHyperparameters {
+  checkObject(reference, 'pipelinedBackpropScaling(reference, batch): reference');
+  const lrB = checkNumber(reference.lr, 'pipelinedBackpropScaling: reference.lr', 0, Number.MAX_VALUE);
+  const muB = checkNumber(reference.momentum, 'pipelinedBackpropScaling: reference.momentum', 0, 1, { loOpen: true, hiOpen: true });
+  const B = checkInteger(reference.batch, 'pipelinedBackpropScaling: reference.batch', 1, 1 << 30);
+  const b = checkInteger(batch, 'pipelinedBackpropScaling: batch', 1, 1 << 30);
+  const momentum = muB ** (b / B);
+  return { lr: (lrB * (b / B) * (1 - momentum)) / (1 - muB), momentum, batch: b };
+}

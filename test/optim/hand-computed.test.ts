@@ -191,3 +191,19 @@ t.test('the learning rate can change between steps', async (t) => {
   t.ok(Math.abs(w(opt) - 0.4) < TOL);
   t.equal(opt.lr, 0.5);
 });
+
+t.test("Pipelined Backpropagation's small-batch scaling rule, by hand", async (t) => {
+  const { pipelinedBackpropScaling, InvalidArgumentError } = await import('../../lib/index.js');
+  // From (lr 0.1, mu 0.9) at batch 128 to batch 1: mu = 0.9^(1/128), lr = 0.1 * (1/128) * (1 - mu) / 0.1.
+  const mu = 0.9 ** (1 / 128);
+  const r = pipelinedBackpropScaling({ lr: 0.1, momentum: 0.9, batch: 128 }, 1);
+  t.ok(Math.abs(r.momentum - mu) < 1e-15, `momentum ${r.momentum}`);
+  t.ok(Math.abs(r.lr - (0.1 / 128) * (1 - mu) / 0.1) < 1e-15, `lr ${r.lr}`);
+  t.equal(r.batch, 1);
+  const same = pipelinedBackpropScaling({ lr: 0.05, momentum: 0.8, batch: 32 }, 32);
+  t.ok(Math.abs(same.lr - 0.05) < 1e-15 && Math.abs(same.momentum - 0.8) < 1e-15, 'the same batch keeps the hyperparameters');
+  // The per-sample decay is kept: mu_b^(B/b) = mu_B.
+  t.ok(Math.abs(pipelinedBackpropScaling({ lr: 1, momentum: 0.99, batch: 64 }, 4).momentum ** 16 - 0.99) < 1e-12);
+  t.throws(() => pipelinedBackpropScaling({ lr: 0.1, momentum: 1, batch: 8 }, 1), InvalidArgumentError, 'momentum 1 has no rule');
+  t.throws(() => pipelinedBackpropScaling({ lr: 0.1, momentum: 0.9, batch: 8 }, 0), InvalidArgumentError, 'batch 0');
+});

@@ -1,6 +1,7 @@
 /**
  * Asynchronous schedules are exact to their definition: PipeDream (weight stashing), PipeDream-2BW
- * (double buffering, delay 1), PipeOptim (SGD-momentum and Adam) and SpecTrain on 3 stage workers
+ * (double buffering, delay 1), PipeOptim (SGD-momentum and Adam), SpecTrain and Pipelined
+ * Backpropagation (spike compensation and linear prediction) on 3 stage workers
  * over at least 20 updates per stage, against a single-process replay (test/reference/pipeline.ts)
  * that reads, for every micro-batch's forward and backward, the version its action list names
  * (the prediction at that version after a `predictWeights`). Both the final weights and the
@@ -29,6 +30,8 @@ interface Case {
   /** Linear prediction steps of part k, or undefined. */
   steps?: (k: number) => number;
   backwardRatio?: (k: number) => number;
+  /** Spike compensation delay of part k. */
+  spike?: (k: number) => number;
 }
 const sgdm: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };
 const adam: PipelineOptimizerSpec = { kind: 'adam', lr: 0.003 };
@@ -37,6 +40,9 @@ const cases: Case[] = [
   { schedule: 'pipedream-2bw', optimizer: sgdm, microBatches: 3, iterations: 7, rounds: 3 },
   { schedule: 'pipeoptim', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => S - k - 1 },
   { schedule: 'pipeoptim', optimizer: adam, microBatches: 12, rounds: 2, steps: (k) => S - k - 1 },
+  // Pipelined Backpropagation: an update after every backward, SGD-momentum compensated for each
+  // stage's delay D_k = 2(S-k)-1 (spike compensation) and forwards on the linear prediction D_k ahead.
+  { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => 2 * (S - k) - 1, spike: (k) => 2 * (S - k) - 1 },
   {
     schedule: 'spectrain',
     optimizer: sgdm,
@@ -78,7 +84,7 @@ for (const c of cases) {
       const parts: RefPart[] = ranges(LAYERS.length, boundaries).map(([s, e], k) => ({
         layers: LAYERS.slice(s, e),
         initial: initialPart(s, e),
-        config: refConfig(c.optimizer, c.steps?.(k)),
+        config: { ...refConfig(c.optimizer, c.steps?.(k)), ...(c.spike ? { spikeDelay: c.spike(k) } : {}) },
         backwardRatio: c.backwardRatio?.(k) ?? 0,
       }));
       const replay = replaySchedule(trainer.schedule, parts, { inputs, labels, features: FEATURES, batch: B }, (round, m) => Array.from({ length: B }, (_, i) => (round * perRound + m) * B + i), c.rounds);

@@ -48,6 +48,8 @@ t.test('configurations that cannot run are typed errors before any worker starts
     ['an unknown option', { microbatches: 4 } as never, InvalidArgumentError, /microBatches/],
     ['prediction set by hand', { optimizer: { kind: 'sgd', lr: 0.1, prediction: { kind: 'linear', steps: 1 } } as never }, InvalidArgumentError, /set by the runtime/],
     ['PipeOptim without momentum', { schedule: 'pipeoptim', optimizer: { kind: 'sgd', lr: 0.1 } }, InvalidArgumentError, /momentum/],
+    ['Pipelined Backpropagation with Adam', { schedule: 'pipelined-backprop', optimizer: { kind: 'adam', lr: 0.001 } }, InvalidArgumentError, /spike compensation/],
+    ['Pipelined Backpropagation with a spike delay of its own', { schedule: 'pipelined-backprop', optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.9, spikeCompensation: { delay: 2 } } }, InvalidArgumentError, /set by the runtime/],
     ['user stages whose widths do not chain', { model: { module: faulty, options: { fail: { part: 0, how: 'widths' } } } }, SizeMismatchError, /part 0 outputs 17 features but part 1 takes 16/],
     ['a module without createStage', { model: { module: fileURLToPath(new URL('./runtime-helpers.ts', import.meta.url)) } }, InvalidArgumentError, /createStage/],
   ];

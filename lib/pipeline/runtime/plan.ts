@@ -92,7 +92,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
   if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
     throw new InvalidArgumentError(
-      `${what}: the runtime does not run '${name}' yet (parallel pipelines, Wavelet, Pipelined Backpropagation and SAPipe's data-parallel form are planned); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+      `${what}: the runtime does not run '${name}' yet (parallel pipelines: AvgPipe, Wavelet and SAPipe's data-parallel form are planned); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
     );
   const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
   const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
@@ -175,6 +175,12 @@ function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, wha
   checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], `${what}: optimizer`);
   if (schedule === 'spectrain' && kind === 'adamw' && ((spec as { weightDecay?: number }).weightDecay ?? 0) !== 0)
     throw new InvalidArgumentError(`${what}: SpecTrain's backward prediction is linear in the steps ahead, which AdamW's weight decay is not; use SGD or Adam, or weightDecay 0`);
+  if (schedule === 'pipelined-backprop') {
+    const sgd = spec as { momentum?: number; dampening?: number; nesterov?: boolean; spikeCompensation?: unknown };
+    if (kind !== 'sgd' || !(sgd.momentum ?? 0) || (sgd.dampening ?? 0) !== 0 || sgd.nesterov)
+      throw new InvalidArgumentError(`${what}: Pipelined Backpropagation compensates SGD momentum for its delays (spike compensation); use SGD with momentum > 0, no dampening and no Nesterov`);
+    if (sgd.spikeCompensation !== undefined) throw new InvalidArgumentError(`${what}: optimizer.spikeCompensation is set by the runtime from each stage's delay; remove it`);
+  }
   if ((schedule === 'pipeoptim' || schedule === 'spectrain') && kind === 'sgd' && !((spec as { momentum?: number }).momentum ?? 0))
     throw new InvalidArgumentError(`${what}: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
 }

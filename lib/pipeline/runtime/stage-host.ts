@@ -17,7 +17,7 @@ import { SGD, type SGDOptions } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { Schedule } from '../schedule.js';
 import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunner } from './stage-runner.js';
-import { backwardPredictionRatio, predictionFor } from './weights.js';
+import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
 
 /** The optimizer each part gets; the schedule adds its weight prediction. @category Pipeline runtime */
 export type PipelineOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, 'prediction' | 'queue'>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, 'prediction' | 'queue'>);
@@ -85,7 +85,8 @@ export async function buildStageModel(spec: PipelineModelSpec, part: number): Pr
 export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number): Optimizer {
   const { kind, ...rest } = spec;
   const prediction = predictionFor(schedule.name, part, schedule.parts);
-  const options = { ...rest, ...(prediction ? { prediction } : {}) };
+  const spikeDelay = spikeDelayFor(schedule.name, part, schedule.parts);
+  const options = { ...rest, ...(prediction ? { prediction } : {}), ...(spikeDelay !== undefined ? { spikeCompensation: { delay: spikeDelay } } : {}) };
   if (kind === 'sgd') return new SGD(model.params, options as SGDOptions);
   if (kind === 'adam') return new Adam(model.params, options as AdamOptions);
   return new AdamW(model.params, options as AdamOptions);

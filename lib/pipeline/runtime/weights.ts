@@ -1,14 +1,14 @@
 /**
  * What each schedule asks of a stage's weights beyond the current version: which schedules the
- * runtime executes, and the weight prediction (docs/ALGORITHMS.md section 3) each one's optimizer
- * is built with. The schedule says *when* a pass reads predicted weights (a `predictWeights`
+ * runtime executes, and the weight prediction (docs/ALGORITHMS.md section 3) and spike
+ * compensation (section 4) each one's optimizer is built with. The schedule says *when* a pass reads predicted weights (a `predictWeights`
  * action before it) and *which* version it reads (`version`); this table says *how far ahead* the
  * prediction looks, which the action list does not carry.
  */
-import type { PredictionOptions } from '../../optim/options.js';
+import { pipelinedBackpropDelay, type PredictionOptions } from '../../optim/options.js';
 
 /** The schedules the pipeline runtime executes (the others need parallel pipelines or all-reduces: planned). @category Pipeline runtime */
-export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain'] as const;
+export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain', 'pipelined-backprop'] as const;
 /** @category Pipeline runtime */
 export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
 
@@ -20,7 +20,17 @@ export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
 export function predictionFor(schedule: string, part: number, parts: number): PredictionOptions | undefined {
   if (schedule === 'pipeoptim') return { kind: 'pipeoptim', stage: part, stages: parts };
   if (schedule === 'spectrain') return { kind: 'spectrain', stage: part, stages: parts, pass: 'forward' };
+  if (schedule === 'pipelined-backprop') return { kind: 'linear', steps: pipelinedBackpropDelay(part, parts) };
   return undefined;
+}
+
+/**
+ * @internal Pipelined Backpropagation's spike compensation: part k's gradients arrive
+ * `D_k = 2(S-k)-1` updates late, and its SGD-momentum step compensates for exactly that delay
+ * (ALGORITHMS.md section 4; with the linear prediction above, "SC+LWP").
+ */
+export function spikeDelayFor(schedule: string, part: number, parts: number): number | undefined {
+  return schedule === 'pipelined-backprop' ? pipelinedBackpropDelay(part, parts) : undefined;
 }
 
 /** @internal
