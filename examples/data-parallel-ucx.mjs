@@ -2,7 +2,10 @@
 // linear-regression.mjs, its samples split over the ranks, each step one fused all-reduce +
 // sharded update (every rank reduces and updates its own part of the model, then every rank gets
 // every part's new weights). The ParamSet lies in the communicator's shared memory, so on one
-// machine the collectives read the other ranks' buffers directly.
+// machine the collectives read the other ranks' buffers directly. Each step applies its own
+// averaged gradient at once (synchronous data parallelism), so no gradient is stale and neither
+// delay compensation nor weight prediction has anything to correct; for the staleness-1 modes that
+// use them, see DataParallelTrainer (README, "A training loop").
 // Run: npx sapipe launch --nproc 2 examples/data-parallel-ucx.mjs   (needs the ucx plugin: sapipe info)
 import { SGD, ParamSet, UcxCommunicator, allreduceAndStep, gatherShardedState } from '../dist/index.js';
 import { regressionData } from './regression-data.mjs';
@@ -22,8 +25,6 @@ const optimizer = new SGD(params, {
   lr: 0.05,
   momentum: 0.9,
   gradScale: 1 / localBatch, // the all-reduce averages over ranks, this over each rank's batch
-  compensation: { lambda: 0.2 },
-  prediction: { kind: 'sapipe', estimate: 'prev-sync' },
 });
 const weight = params.get('weight');
 const bias = params.get('bias');

@@ -61,6 +61,8 @@ export interface NativeUpdateBuffers {
   predicted?: NativeBufferHandle | undefined;
   localGrad?: NativeBufferHandle | undefined;
   prevLocalGrad?: NativeBufferHandle | undefined;
+  /** Out of place: the weights are read here and the updated weights written to `weights`. */
+  weightsIn?: NativeBufferHandle | undefined;
   offset?: number;
   count?: number;
 }

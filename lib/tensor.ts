@@ -178,7 +178,6 @@ export class Tensor {
  * @category Tensors and memory
  */
 export class ParamSet {
-  readonly weights: FlatBuffer;
   /** Total elements of the flat buffers, padding included. */
   readonly length: number;
   /** Number of parameters (padding excluded). */
@@ -188,6 +187,7 @@ export class ParamSet {
   private memory: MemorySource | undefined;
   private isDisposed = false;
   private gradBuffer: FlatBuffer;
+  private weightBuffer: FlatBuffer;
 
   constructor(spec: ParamSpec, options: ParamSetOptions = {}) {
     checkObject(options, 'ParamSet(spec, options): options');
@@ -232,11 +232,11 @@ export class ParamSet {
     checkLength(offset, 'ParamSet');
     this.length = offset;
     this.numParams = numParams;
-    this.weights = this.allocateLike();
+    this.weightBuffer = this.allocateLike();
     try {
       this.gradBuffer = this.allocateLike();
     } catch (error) {
-      this.weights.dispose();
+      this.weightBuffer.dispose();
       throw error;
     }
     this.tensorsByName = new Map([...this.layouts.values()].map((l) => [l.name, new Tensor(this, l)]));
@@ -274,6 +274,29 @@ export class ParamSet {
    */
   get grads(): FlatBuffer {
     return this.gradBuffer;
+  }
+
+  /**
+   * The flat weight buffer. The data-parallel trainer's overlapped staleness-1 modes write the next
+   * weights into a second buffer and put it here at the next step(), so re-read `weights` (or a
+   * tensor's `data`) every step rather than keeping it.
+   */
+  get weights(): FlatBuffer {
+    return this.weightBuffer;
+  }
+
+  /**
+   * @internal Puts `buffer` (same length, from allocateLike()) in place of the weight buffer and
+   * returns the one it replaces, which the caller now owns. The data-parallel trainer's
+   * double-buffered weights: a forward pass reads one while the overlapped update writes the other.
+   */
+  exchangeWeights(buffer: FlatBuffer): FlatBuffer {
+    this.checkLive('exchangeWeights');
+    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length)
+      throw new SizeMismatchError(`ParamSet.exchangeWeights: the buffer must be a FlatBuffer of ${this.length} elements`);
+    const previous = this.weightBuffer;
+    this.weightBuffer = buffer;
+    return previous;
   }
 
   /**
@@ -341,7 +364,7 @@ export class ParamSet {
   /** Frees the weights and gradients; the tensors' views become empty. */
   dispose(): void {
     if (this.isDisposed) return;
-    this.weights.dispose();
+    this.weightBuffer.dispose();
     this.gradBuffer.dispose();
     this.isDisposed = true;
   }

@@ -36,12 +36,12 @@
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { awaitNative, callNative, nativeAddon } from '../native.js';
+import { awaitNative, callNative, nativeAddon, type NativeUpdateResult } from '../native.js';
 import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';
-import { Communicator } from './communicator.js';
+import { Communicator, type ReduceResult } from './communicator.js';
 import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -196,6 +196,73 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
     step.finish(false, 0);
     throw error;
   }
+}
+
+/** @internal What the overlapped staleness-1 step writes, besides the optimizer's state in place. */
+export interface OverlappedStepTargets {
+  /** The gradient to average and apply (taken out of the ParamSet by the caller). */
+  grads: FlatBuffer;
+  /** Receives the updated weights; the ParamSet's current weights are only read (the forward pass reads them meanwhile). */
+  weights: FlatBuffer;
+  /** Receives the predicted weights (when the optimizer predicts); the optimizer's own are read meanwhile. */
+  predicted: FlatBuffer | undefined;
+  /** Multiplies the optimizer's gradScale for this step (loss scale and accumulation). */
+  gradScaleFactor: number;
+  bucketBytes?: number;
+  firstBucketBytes?: number;
+}
+
+/**
+ * @internal The staleness-1 modes' fused step, overlapped with the caller's next gradient: the
+ * average of `grads` over the ranks in buckets, then one fused update (compensation and prediction
+ * included) that reads the current weights and writes the next ones into `targets.weights` (and
+ * `targets.predicted`), so a forward pass can read the current ones meanwhile. On the native host
+ * backends the update is queued right behind the last bucket on the communicator's queue and runs
+ * without the JavaScript thread; under network emulation the two are chained here.
+ *
+ * All or nothing: the update's own guard reads the averaged gradient (identical on every rank)
+ * before writing, so a NaN/Inf anywhere skips the step on every rank and writes nothing. The
+ * update waits for the last bucket, rather than updating each bucket as it lands, because it is
+ * queued before anything is known about later buckets, and an update cannot be undone exactly.
+ *
+ * A failed reduction (a lost peer) fails the returned promise; the update queued behind it may
+ * still have written `targets` and the optimizer's state, which is why the trainer refuses every
+ * later call after a failure. The ParamSet's weights, only read, stay as they were.
+ *
+ * The optimizer counts as stepping until the returned promise settles. Every rank must call it
+ * with the same bucket options.
+ */
+export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, targets: OverlappedStepTargets): Promise<StepResult> {
+  checkCommAndOptimizer('startOverlappedStep', comm, optimizer);
+  comm.checkLive('step');
+  const params = optimizer.params;
+  const ranges = bucketRanges(params.length, targets.bucketBytes, targets.firstBucketBytes);
+  const ticket = optimizer.beginStep('step', { grad: targets.grads });
+  const config = { ...ticket.config, gradScale: (ticket.config.gradScale ?? 1) * targets.gradScaleFactor, gradChecked: false };
+  const buffers = {
+    ...ticket.buffers!,
+    weightsIn: params.weights.handle,
+    weights: targets.weights.handle,
+    ...(targets.predicted ? { predicted: targets.predicted.handle } : {}),
+  };
+  let reductions: Promise<ReduceResult>[];
+  let update: Promise<NativeUpdateResult>;
+  const chained = comm instanceof QueuedCommunicator ? comm.reduceThenUpdate(targets.grads, ranges, config, buffers) : undefined;
+  if (chained) ({ reductions, update } = chained);
+  else {
+    reductions = ranges.map(([offset, count]) => comm.allreduce(targets.grads, { op: 'avg', offset, count }));
+    update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers))));
+  }
+  return (async () => {
+    const [reduced, updated] = await Promise.all([Promise.allSettled(reductions), Promise.allSettled([update])]);
+    const failed = [...reduced, ...updated].find((r) => r.status === 'rejected');
+    if (failed) {
+      ticket.finish(false, 0);
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    const r = (updated[0] as PromiseFulfilledResult<NativeUpdateResult>).value;
+    return ticket.finish(r.applied, r.nonFiniteCount);
+  })();
 }
 
 /**

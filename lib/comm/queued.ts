@@ -4,7 +4,7 @@
  * receiver holds up nothing else). The handles' shape is in native-handle.ts.
  */
 import { DisposedError, InvalidArgumentError } from '../errors.js';
-import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type QueueHandle } from '../native.js';
+import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
@@ -90,6 +90,27 @@ export abstract class QueuedCommunicator extends Communicator {
     if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError('allgatherShards(buffer) must be a FlatBuffer');
     if (buffer.disposed) throw new DisposedError('allgatherShards(buffer) was disposed; allocate a new buffer');
     await this.emulated('allgather', buffer.length * 4, () => this.runAllgatherShards(buffer));
+  }
+
+  /**
+   * @internal The overlapped staleness-1 step's native chain (see fused-step.ts): the average of
+   * `grads` over the ranks in the buckets `ranges`, then the update `config`/`buffers`, queued back
+   * to back on the collectives' queue. The update starts the moment the last bucket lands, without
+   * a turn of the JavaScript thread (which is busy computing the caller's next gradient), and the
+   * next collective waits for it. Undefined under network emulation, whose delays are timers on the
+   * JavaScript thread: the caller then chains the two itself.
+   */
+  reduceThenUpdate(
+    grads: FlatBuffer,
+    ranges: readonly (readonly [number, number])[],
+    config: NativeUpdateConfig,
+    buffers: NativeUpdateBuffers,
+  ): { reductions: Promise<ReduceResult>[]; update: Promise<NativeUpdateResult> } | undefined {
+    this.checkLive('reduceThenUpdate');
+    if (this.emulation) return undefined;
+    const reductions = ranges.map(([offset, count]) => this.runAllreduce(grads, offset, count, 1 / this.size));
+    const update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers)));
+    return { reductions, update };
   }
 
   /** @internal See ShardedGuard. */

@@ -2,7 +2,8 @@
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
 import { countNonFinite, squaredNorm } from '../ops.js';
-import { allreduceAndStep, gatherShardedState } from '../comm/fused-step.js';
+import { bucketRanges } from '../comm/buckets.js';
+import { allreduceAndStep, gatherShardedState, startOverlappedStep } from '../comm/fused-step.js';
 import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
 import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
 import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
@@ -54,6 +55,17 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * non-finite guard skipped and doubles it after `growthInterval` good steps. `true` for the defaults.
    */
   lossScaling?: true | LossScalingOptions;
+  /**
+   * The staleness-1 modes: run each update in the background, right behind its all-reduce, while
+   * the caller computes the next gradient, so that step() only waits for what is not done yet
+   * (the update off the critical path; docs/communication.md). The forward pass reads one copy of
+   * the weights (and predicted weights) while the update writes the other, and step() swaps them.
+   * Default: on wherever it applies. It does not apply to the `local` and `local-prev-sync`
+   * estimates (their prediction reads the gradient the caller has not computed yet) or to
+   * `clipGradNorm` (the clip factor needs the whole averaged gradient on the JavaScript thread);
+   * those apply each update at the next step(), as `false` does. `true` where it cannot apply is an error.
+   */
+  overlapUpdate?: boolean;
 }
 
 /** Dynamic loss scaling; the defaults are torch.amp.GradScaler's. @category Data parallel */
@@ -112,6 +124,20 @@ export interface DataParallelTrainerState {
   optimizer: OptimizerState;
   /** The averaged gradient that was in flight (completed by exportState), to be applied by the next step(); null if none. */
   pending: { averaged: Float32Array; nonFiniteCount: number } | null;
+  /**
+   * An overlapped trainer's update in flight, completed by exportState (its optimizer state is
+   * already in `optimizer`): the weights and predicted weights the next step() puts in place, and
+   * the result that step() reports. Absent or null if none.
+   */
+  ahead?: { weights: Float32Array; predicted: Float32Array | null; result: StepResult } | null;
+}
+
+/** An overlapped update in flight (see overlapUpdate). */
+interface OverlappedJob {
+  /** The gradient buffer under reduction, returned to the caller once the job is collected. */
+  readonly grads: FlatBuffer;
+  readonly done: Promise<StepResult>;
+  result: StepResult | undefined;
 }
 
 interface Pending {
@@ -172,6 +198,11 @@ export class DataParallelTrainer {
   /** This rank's newest local gradient, copied before its reduction overwrites it. */
   private readonly localCopy: FlatBuffer | undefined;
   private pending: Pending | undefined;
+  /** Overlapped modes: the update in flight, and the buffers it writes (the weights and predicted weights not in use). */
+  private job: OverlappedJob | undefined;
+  private readonly overlap: boolean;
+  private spareWeights: FlatBuffer | undefined;
+  private sparePredicted: FlatBuffer | undefined;
   private calls = 0;
   private readonly clipGradNorm: number | undefined;
   private readonly accumulationSteps: number;
@@ -191,12 +222,19 @@ export class DataParallelTrainer {
     this.resolved = resolved;
     this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard, update: options.update };
     this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
+    this.overlap = overlapApplies(options, resolved);
     try {
       // The second gradient buffer is all-reduced like the ParamSet's own: the same memory.
       if (resolved.staleness === 1) this.idle = options.params.allocateLike();
       if (resolved.needsLocalGrad) this.localCopy = FlatBuffer.allocate(options.params.length);
+      if (this.overlap) {
+        this.spareWeights = options.params.allocateLike();
+        if (this.optimizer.stateBuffer('predicted')) this.sparePredicted = options.params.allocateLike();
+      }
     } catch (error) {
       this.idle?.dispose();
+      this.localCopy?.dispose();
+      this.spareWeights?.dispose();
       this.optimizer.dispose();
       throw error;
     }
@@ -245,6 +283,14 @@ export class DataParallelTrainer {
       throw new InvalidArgumentError(
         `DataParallelTrainer: the '${options.estimate}' estimate reads this rank's own gradient unscaled; with accumulationSteps or lossScaling use estimate 'prev-sync'`,
       );
+    if (options.overlapUpdate !== undefined) {
+      if (typeof options.overlapUpdate !== 'boolean')
+        throw new InvalidArgumentError(`DataParallelTrainer: overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+      if (options.overlapUpdate && !overlapApplies({ ...options, overlapUpdate: undefined }, resolved))
+        throw new InvalidArgumentError(
+          `DataParallelTrainer: overlapUpdate needs a staleness-1 mode without clipGradNorm and an estimate other than 'local'/'local-prev-sync' (${overlapObstacle(options, resolved)}); leave overlapUpdate unset`,
+        );
+    }
     if (options.update === 'sharded' && resolved.staleness !== 0)
       throw new InvalidArgumentError(
         `DataParallelTrainer: update 'sharded' is offered for mode 'sync'; mode '${options.mode}' applies each averaged gradient one step later through its own pipeline`,
@@ -280,9 +326,15 @@ export class DataParallelTrainer {
   get stepCalls(): number {
     return this.calls;
   }
-  /** True while the all-reduce started by the last step() is still pending (pipelined modes). */
+  /** True while the all-reduce started by the last step() is still pending (pipelined modes; with overlapUpdate, its update too). */
   get reductionInFlight(): boolean {
+    if (this.job) return this.job.result === undefined;
     return this.pending !== undefined && this.pending.result === undefined;
+  }
+
+  /** Whether each update runs in the background behind its all-reduce (see overlapUpdate). */
+  get overlapped(): boolean {
+    return this.overlap;
   }
 
   /**
@@ -317,7 +369,7 @@ export class DataParallelTrainer {
    */
   get forwardWeights(): FlatBuffer {
     this.checkUsable('forwardWeights');
-    if (this.resolved.mode === 'sapipe-wp' && this.pending) return this.optimizer.forwardWeights;
+    if (this.resolved.mode === 'sapipe-wp' && (this.pending || this.job)) return this.optimizer.forwardWeights;
     return this.params.weights;
   }
 
@@ -350,6 +402,22 @@ export class DataParallelTrainer {
         return { applied: r.applied, nonFiniteCount: r.nonFiniteCount, step: r.step, updated: true, waitedMs: 0, accumulating: false, ...(r.gradNorm === undefined ? {} : { gradNorm: r.gradNorm }) };
       }
       const fresh = this.params.grads;
+      if (this.overlap) {
+        // The update of the gradient reduced since the previous call has run (or is finishing)
+        // in the background: wait for what is left, put its weights in place, and start the next.
+        const previous = this.job;
+        const start = performance.now();
+        const done = previous ? await this.collect(previous, true) : undefined;
+        const waitedMs = performance.now() - start;
+        this.job = this.startJob(fresh, unscale);
+        const next = previous ? previous.grads : this.idle!;
+        this.idle = undefined;
+        this.params.exchangeGrads(next);
+        this.calls += 1;
+        if (!done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs, accumulating: false };
+        this.updateLossScale(done);
+        return { ...done, updated: true, waitedMs, accumulating: false };
+      }
       if (this.localCopy) this.localCopy.array.set(fresh.array);
       const previous = this.pending;
       const start = performance.now();
@@ -385,6 +453,16 @@ export class DataParallelTrainer {
   async flush(): Promise<StepResult | null> {
     this.enter('flush');
     try {
+      if (this.job) {
+        const job = this.job;
+        const r = await this.collect(job, true);
+        this.job = undefined;
+        this.idle = job.grads;
+        this.updateLossScale(r);
+        const backup = this.optimizer.stateBuffer('backup');
+        if (backup) backup.array.set(this.params.weights.array);
+        return r;
+      }
       const previous = this.pending;
       if (!previous) return null;
       const done = await this.complete(previous);
@@ -414,8 +492,14 @@ export class DataParallelTrainer {
     try {
       const previous = this.pending;
       const done = previous ? await this.complete(previous) : undefined;
+      const job = this.job;
+      const ahead = job ? await this.collect(job, false) : undefined;
       if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.comm, this.optimizer);
       return {
+        ahead:
+          ahead === undefined
+            ? null
+            : { weights: this.spareWeights!.array.slice(), predicted: this.sparePredicted?.array.slice() ?? null, result: { ...ahead } },
         version: 1,
         mode: this.mode,
         calls: this.calls,
@@ -435,7 +519,7 @@ export class DataParallelTrainer {
   importState(state: DataParallelTrainerState): void {
     this.checkUsable('importState');
     if (this.busy) throw new BusyError('DataParallelTrainer.importState: a step() is in flight; await it first');
-    if (this.pending) throw new BusyError('DataParallelTrainer.importState: this trainer has a gradient in flight; import into a fresh trainer (or flush() first)');
+    if (this.pending || this.job) throw new BusyError('DataParallelTrainer.importState: this trainer has a gradient in flight; import into a fresh trainer (or flush() first)');
     if (state === null || typeof state !== 'object' || state.version !== 1)
       throw new InvalidArgumentError('DataParallelTrainer.importState: not a state from exportState() (version 1)');
     if (state.mode !== this.mode) throw new InvalidArgumentError(`DataParallelTrainer.importState: the state is from mode ${describeValue(state.mode)}, this trainer is '${this.mode}'`);
@@ -447,6 +531,20 @@ export class DataParallelTrainer {
       if (typeof p !== 'object' || !(p.averaged instanceof Float32Array) || p.averaged.length !== this.params.length)
         throw new SizeMismatchError(`DataParallelTrainer.importState: pending.averaged must be a Float32Array of ${this.params.length} elements`);
       if (this.resolved.staleness === 0) throw new InvalidArgumentError('DataParallelTrainer.importState: a sync trainer has no gradient in flight');
+      if (this.overlap)
+        throw new InvalidArgumentError('DataParallelTrainer.importState: the state holds a gradient not yet applied (from a trainer with overlapUpdate off); import it into a trainer created with overlapUpdate: false');
+    }
+    const ahead = state.ahead ?? null;
+    if (ahead !== null) {
+      if (!this.overlap)
+        throw new InvalidArgumentError('DataParallelTrainer.importState: the state holds an update already applied ahead (from a trainer with overlapUpdate); import it into a trainer with overlapUpdate on');
+      if (typeof ahead !== 'object' || !(ahead.weights instanceof Float32Array) || ahead.weights.length !== this.params.length)
+        throw new SizeMismatchError(`DataParallelTrainer.importState: ahead.weights must be a Float32Array of ${this.params.length} elements`);
+      if (this.sparePredicted && (!(ahead.predicted instanceof Float32Array) || ahead.predicted.length !== this.params.length))
+        throw new SizeMismatchError(`DataParallelTrainer.importState: ahead.predicted must be a Float32Array of ${this.params.length} elements`);
+      const r = ahead.result as Partial<StepResult> | null;
+      if (r === null || typeof r !== 'object' || typeof r.applied !== 'boolean' || !Number.isInteger(r.nonFiniteCount) || !Number.isInteger(r.step))
+        throw new InvalidArgumentError('DataParallelTrainer.importState: ahead.result must be a step result { applied, nonFiniteCount, step }');
     }
     const weights = this.params.weights.array.slice();
     this.params.weights.array.set(state.weights);
@@ -457,6 +555,15 @@ export class DataParallelTrainer {
       throw error;
     }
     this.calls = state.calls;
+    if (ahead) {
+      // The update already applied ahead: its weights wait in the spare buffers, its gradient
+      // buffer is the idle one, and the next step() puts them in place as if it had just finished.
+      this.spareWeights!.array.set(ahead.weights);
+      if (this.sparePredicted) this.sparePredicted.array.set(ahead.predicted!);
+      const result = { ...ahead.result };
+      this.job = { grads: this.idle!, done: Promise.resolve(result), result };
+      this.idle = undefined;
+    }
     if (p) {
       // The restored gradient takes the idle buffer; the caller fills the ParamSet's next.
       const buffer = this.idle!;
@@ -472,18 +579,29 @@ export class DataParallelTrainer {
     if (this.isDisposed) return;
     if (this.busy) throw new BusyError('DataParallelTrainer.dispose: a step() is in flight; await it first');
     const pending = this.pending;
+    const job = this.job;
     this.isDisposed = true;
     if (pending) await pending.reduction.catch(() => undefined);
+    if (job) await job.done.catch(() => undefined);
     this.pending = undefined;
+    this.job = undefined;
     this.optimizer.dispose();
     // The ParamSet keeps (and frees) whichever buffer it holds now; the trainer frees the other.
-    (this.idle ?? pending?.buffer)?.dispose();
+    (this.idle ?? pending?.buffer ?? job?.grads)?.dispose();
     this.idle = undefined;
     this.localCopy?.dispose();
+    this.spareWeights?.dispose();
+    this.sparePredicted?.dispose();
   }
 
   private startReduction(buffer: FlatBuffer, unscale: number): Pending {
-    const pending: Pending = { buffer, reduction: this.comm.allreduce(buffer, { op: 'avg' }), result: undefined, unscale };
+    // In the same buckets as the overlapped update's reduction, so that the two sum every element
+    // in the same order (a ring over 3+ ranks orders its sums by chunk) and agree bit for bit.
+    const ranges = bucketRanges(buffer.length, this.bucketOptions.bucketBytes, this.bucketOptions.firstBucketBytes);
+    const reduction = Promise.all(ranges.map(([offset, count]) => this.comm.allreduce(buffer, { op: 'avg', offset, count }))).then((results) => ({
+      nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0),
+    }));
+    const pending: Pending = { buffer, reduction, result: undefined, unscale };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
     pending.reduction.then(
@@ -491,6 +609,40 @@ export class DataParallelTrainer {
       () => undefined,
     );
     return pending;
+  }
+
+  private startJob(grads: FlatBuffer, unscale: number): OverlappedJob {
+    const done = startOverlappedStep(this.comm, this.optimizer, {
+      grads,
+      weights: this.spareWeights!,
+      predicted: this.sparePredicted,
+      gradScaleFactor: unscale,
+      ...(this.bucketOptions.bucketBytes !== undefined ? { bucketBytes: this.bucketOptions.bucketBytes } : {}),
+      ...(this.bucketOptions.firstBucketBytes !== undefined ? { firstBucketBytes: this.bucketOptions.firstBucketBytes } : {}),
+    });
+    const job: OverlappedJob = { grads, done, result: undefined };
+    // Record completion as it happens (reductionInFlight), and keep a failure from being reported
+    // as unhandled before the next step() awaits it.
+    done.then(
+      (r) => (job.result = r),
+      () => undefined,
+    );
+    return job;
+  }
+
+  /**
+   * Waits for an overlapped update; with `swap`, puts what it wrote in place: its weights become
+   * the ParamSet's (the ones read until now become the spare) and its predicted weights the
+   * optimizer's. A skipped step wrote nothing, so nothing is swapped. Once per job.
+   */
+  private async collect(job: OverlappedJob, swap: boolean): Promise<StepResult> {
+    const r = job.result ?? (await job.done);
+    job.result = r;
+    if (swap && r.applied) {
+      this.spareWeights = this.params.exchangeWeights(this.spareWeights!);
+      if (this.sparePredicted) this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
+    }
+    return r;
   }
 
   private async complete(p: Pending): Promise<ReduceResult> {
@@ -601,7 +753,20 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   clipGradNorm: true,
   accumulationSteps: true,
   lossScaling: true,
+  overlapUpdate: true,
 });
+
+/** Whether the overlapped update applies (overlapUpdate not false, staleness 1, and nothing that needs the JS thread between reduction and update). */
+function overlapApplies(options: DataParallelTrainerOptions, mode: ResolvedMode): boolean {
+  return options.overlapUpdate !== false && overlapObstacle(options, mode) === undefined;
+}
+
+function overlapObstacle(options: DataParallelTrainerOptions, mode: ResolvedMode): string | undefined {
+  if (mode.staleness !== 1) return `mode '${mode.mode}' applies each gradient at once`;
+  if (mode.needsLocalGrad) return `the '${options.estimate}' estimate reads the gradient the caller computes next`;
+  if (options.clipGradNorm !== undefined) return 'clipGradNorm needs the whole averaged gradient before the update';
+  return undefined;
+}
 
 /**
  * The optimizer spec takes the optimizer's own options; compensation and prediction come from the

@@ -41,6 +41,8 @@ export interface DemoConfig {
   lambda: number | undefined;
   /** Delay-compensation form (ALGORITHMS.md section 2); undefined: elementwise. */
   dcKind: 'elementwise' | 'adaptive' | undefined;
+  /** The staleness-1 modes' update overlapped behind its all-reduce (DataParallelTrainer's overlapUpdate); default true. */
+  overlap?: boolean;
 }
 
 /** The defaults keep the four-mode run on 2 cores under two minutes while sync clears 90%. */

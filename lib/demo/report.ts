@@ -71,6 +71,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
     ['learning rate', String(c.lr)],
     ...(c.lambda === undefined ? [] : [['delay-compensation lambda', String(c.lambda)] as [string, string]]),
     ...(c.dcKind === undefined ? [] : [['delay-compensation form', c.dcKind] as [string, string]]),
+    ...(c.overlap === false ? [['staleness-1 update', 'at the next step() (--no-overlap)'] as [string, string]] : []),
     ['modes', c.modes.map((m) => (m.mode === 'sapipe-wp' && m.label === 'sapipe-wp' ? `sapipe-wp (estimate ${m.estimate})` : m.label)).join(', ')],
     ['communication', network],
   ];

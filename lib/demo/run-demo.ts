@@ -71,6 +71,7 @@ async function runMode(
     variant,
     lambda: config.lambda,
     dcKind: config.dcKind,
+    overlap: config.overlap ?? true,
     epochs: config.epochs,
     batch: config.batch,
     lr: config.lr,

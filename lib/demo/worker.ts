@@ -19,6 +19,8 @@ export interface DemoWorkerData extends LocalRankData {
   variant: DemoVariant;
   lambda: number | undefined;
   dcKind: 'elementwise' | 'adaptive' | undefined;
+  /** false: the staleness-1 modes apply each update at the next step() (overlapUpdate: false). */
+  overlap: boolean;
   epochs: number;
   batch: number;
   lr: number;
@@ -54,6 +56,7 @@ async function main(): Promise<void> {
     ...(variant.estimate ? { estimate: variant.estimate } : {}),
     ...(compensated ? { compensation: { ...(lambda === undefined ? {} : { lambda }), ...(dcKind === undefined ? {} : { kind: dcKind }) } } : {}),
     optimizer: { kind: 'sgd', lr: data.lr, momentum: data.momentum },
+    ...(data.overlap ? {} : { overlapUpdate: false }),
   });
   const trainCount = data.trainLabels.length;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).

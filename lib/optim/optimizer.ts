@@ -260,6 +260,21 @@ export abstract class Optimizer {
     };
   }
 
+  /**
+   * @internal Puts `buffer` (same length) in place of state buffer `name` and returns the one it
+   * replaces, which the caller now owns: the data-parallel trainer double-buffers the predicted
+   * weights so that a forward pass reads one while the overlapped update writes the other.
+   */
+  exchangeStateBuffer(name: StateBufferName, buffer: FlatBuffer): FlatBuffer {
+    this.checkUsable('exchangeStateBuffer');
+    const previous = this.state[name];
+    if (!previous) throw new InvalidArgumentError(`Optimizer.exchangeStateBuffer: this optimizer has no '${name}' buffer`);
+    if (!(buffer instanceof FlatBuffer) || buffer.length !== previous.length)
+      throw new SizeMismatchError(`Optimizer.exchangeStateBuffer: the buffer must be a FlatBuffer of ${previous.length} elements`);
+    this.state[name] = buffer;
+    return previous;
+  }
+
   /** Names of the state buffers this optimizer holds (what a device copy of its state needs). */
   get stateNames(): StateBufferName[] {
     return Object.keys(this.state) as StateBufferName[];

@@ -142,7 +142,7 @@ Napi::Value NativeBuffer::GetDisposed(const Napi::CallbackInfo& info) {
 Napi::Value NativeBuffer::Dispose(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!buffer_ || buffer_->disposed()) return env.Undefined();  // idempotent
-  if (buffer_->busy())
+  if (buffer_->in_use())
     throw_error(env, "ERR_BUSY", "NativeBuffer.dispose(): an asynchronous operation still uses it; await it first");
   if (!array_buffer_.IsEmpty()) array_buffer_.Value().Detach();
   for (auto& view : range_views_) {

@@ -56,7 +56,8 @@ ParsedUpdate parse_update(Napi::Env env, const Napi::Value& config, const Napi::
       throw_error(env, "ERR_SIZE_MISMATCH",
                   std::string("buffers.") + key + " has " + std::to_string(buf->size()) +
                       " elements but buffers.weights has " + std::to_string(length));
-    out.held.push_back(buf);
+    if (std::string(key) == "weightsIn") out.read_only = buf;
+    else out.held.push_back(buf);
     return buf->data();
   };
   out.buffers = read_update_buffers(env, b, weights->data(), length, optional);
@@ -76,6 +77,7 @@ class UpdateOp : public AsyncOp {
  public:
   UpdateOp(Napi::Env env, ParsedUpdate parsed) : AsyncOp(env), parsed_(std::move(parsed)) {
     for (auto& b : parsed_.held) b->acquire();
+    if (parsed_.read_only) parsed_.read_only->acquire_read();
   }
   ~UpdateOp() override { release(); }
   void Run() override { status_ = sapipe_cpu_update(&parsed_.config, &parsed_.buffers, &result_); }
@@ -89,6 +91,8 @@ class UpdateOp : public AsyncOp {
   void release() {
     for (auto& b : parsed_.held) b->release();
     parsed_.held.clear();
+    if (parsed_.read_only) parsed_.read_only->release_read();
+    parsed_.read_only.reset();
   }
   ParsedUpdate parsed_;
   sapipe_status status_ = SAPIPE_ERR_INTERNAL;
@@ -98,8 +102,11 @@ class UpdateOp : public AsyncOp {
 Napi::Value Update(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ParsedUpdate parsed = parse_update(env, info[0], info[1]);
+  // The step writes `held` (nothing else may be using them) and only reads `read_only`.
   for (auto& b : parsed.held)
-    if (b->busy()) throw_error(env, "ERR_BUSY", "update: a buffer is in use by a pending asynchronous step; await it first");
+    if (b->in_use()) throw_error(env, "ERR_BUSY", "update: a buffer is in use by a pending asynchronous step; await it first");
+  if (parsed.read_only && parsed.read_only->busy())
+    throw_error(env, "ERR_BUSY", "update: buffers.weightsIn is being written by a pending asynchronous step; await it first");
   sapipe_update_result result{};
   sapipe_status status = sapipe_cpu_update(&parsed.config, &parsed.buffers, &result);
   if (status != SAPIPE_OK) throw_status(env, status, "update");

@@ -21,7 +21,10 @@ sapipe_update_config parse_update_config(const Napi::Object& config);
 struct ParsedUpdate {
   sapipe_update_config config{};
   sapipe_update_buffers buffers{};
+  // Written (and read) by the step.
   std::vector<std::shared_ptr<AlignedBuffer>> held;
+  // Only read: an out-of-place step's input weights, which a forward pass may read meanwhile.
+  std::shared_ptr<AlignedBuffer> read_only;
 };
 ParsedUpdate parse_update(Napi::Env env, const Napi::Value& config, const Napi::Value& buffers);
 
@@ -40,6 +43,7 @@ sapipe_update_buffers read_update_buffers(Napi::Env env, const Napi::Object& b, 
   u.predicted = optional("predicted");
   u.local_grad = optional("localGrad");
   u.prev_local_grad = optional("prevLocalGrad");
+  u.weights_in = optional("weightsIn");
   u.offset = get_index(b, "offset", 0);
   u.count = get_index(b, "count", length - std::min(length, u.offset));
   if (u.offset > length || u.count > length - u.offset)

@@ -27,12 +27,20 @@ class AlignedBuffer {
   size_t size() const { return size_; }
   bool disposed() const { return data_ == nullptr; }
 
-  // Operations in flight on a queue hold the buffer busy so dispose() cannot free it under them.
+  // Operations in flight on a queue hold the buffer busy so dispose() cannot free it under them
+  // and synchronous operations do not touch it meanwhile.
   void acquire() { in_flight_.fetch_add(1, std::memory_order_acq_rel); }
   void release() { in_flight_.fetch_sub(1, std::memory_order_acq_rel); }
   bool busy() const { return in_flight_.load(std::memory_order_acquire) != 0; }
+  // An operation in flight that only reads the buffer (an out-of-place update's input weights,
+  // which a forward pass reads meanwhile): synchronous reads stay allowed, writes and dispose() not.
+  void acquire_read() { readers_.fetch_add(1, std::memory_order_acq_rel); }
+  void release_read() { readers_.fetch_sub(1, std::memory_order_acq_rel); }
+  bool read_in_flight() const { return readers_.load(std::memory_order_acquire) != 0; }
+  // Anything in flight: what dispose() and writing operations check.
+  bool in_use() const { return busy() || read_in_flight(); }
 
-  // Frees the memory now. The caller has detached every JS view and checked busy().
+  // Frees the memory now. The caller has detached every JS view and checked in_use().
   void free_storage();
 
  private:
@@ -41,6 +49,7 @@ class AlignedBuffer {
   size_t size_;
   Release release_;  // empty: data_ came from std::aligned_alloc
   std::atomic<int> in_flight_{0};
+  std::atomic<int> readers_{0};
 };
 
 }  // namespace sapipe

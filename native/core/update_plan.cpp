@@ -61,8 +61,9 @@ sapipe_status check_update_buffers(const sapipe_update_config& c, const sapipe_u
     const float* ptr;
     bool needed;
   };
-  const std::array<Use, 8> uses = {{
+  const std::array<Use, 9> uses = {{
       {b.weights, true},
+      {b.weights_in, b.weights_in != nullptr},
       {b.grad, true},
       {b.momentum, uses_momentum_buffer(c)},
       {b.second_moment, c.optimizer != SAPIPE_OPTIMIZER_SGD},

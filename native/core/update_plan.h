@@ -56,6 +56,8 @@ struct UpdatePointers {
   float* __restrict predicted;
   const float* __restrict local_grad;
   float* __restrict prev_local_grad;
+  // Out of place: w is first filled from here (null: w is read in place).
+  const float* __restrict w_in;
 };
 
 }  // namespace sapipe::core

@@ -77,7 +77,7 @@ sapipe_status sapipe_cpu_update(const sapipe_update_config* config, const sapipe
     const size_t s = o + lo;
     UpdatePointers ptrs{b.weights + s,      b.grad + s,         at(b.momentum, s),
                         at(b.second_moment, s), at(b.backup, s), at(b.predicted, s),
-                        at(b.local_grad, s), at(b.prev_local_grad, s)};
+                        at(b.local_grad, s), at(b.prev_local_grad, s), at(b.weights_in, s)};
     k.fused_update(plan, ptrs, hi - lo);
   });
   result->applied = 1;

@@ -34,6 +34,9 @@ SAPIPE_KERNEL_BODY void fused_update_body(const UpdatePlan& p, const UpdatePoint
     const size_t len = std::min(kUpdateBlock, count - start);
     float* __restrict w = b.w + start;
     const float* __restrict g = b.g + start;
+    // Out of place: the block of old weights is copied into the output first (it then sits in L1),
+    // and the step runs on it in place; DRAM still sees one read and one write of w.
+    if (b.w_in) std::copy(b.w_in + start, b.w_in + start + len, w);
     if (shadow)
       gradient_estimate(p, ge, g, p.grad_scale, b.local_grad ? b.local_grad + start : nullptr,
                         b.prev_local_grad ? b.prev_local_grad + start : nullptr, len);

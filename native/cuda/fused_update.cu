@@ -27,6 +27,7 @@ struct DeviceBuffers {
   const float* local;
   float* prev_local;
   __nv_bfloat16* predicted_bf16;
+  const float* w_in;  // out of place: the weights are read here and written to w (null: in place)
 };
 
 __device__ __forceinline__ float4 load4(const float* p, size_t i) {
@@ -39,7 +40,7 @@ __global__ void fused_update_kernel(UpdatePlan p, DeviceBuffers b, size_t count,
   if (guard != nullptr && *guard != 0) return;
   const bool prediction = p.prediction != SAPIPE_PREDICTION_NONE;
   SAPIPE_GRID_STRIDE(q, 0, groups) {
-    float4 w = load4(b.w, q), g = load4(b.g, q), m = load4(b.m, q), v = load4(b.v, q);
+    float4 w = load4(b.w_in ? b.w_in : b.w, q), g = load4(b.g, q), m = load4(b.m, q), v = load4(b.v, q);
     float4 c = load4(b.backup, q), l = load4(b.local, q), pl = load4(b.prev_local, q);
     float4 wh;
 #pragma unroll
@@ -62,7 +63,7 @@ __global__ void fused_update_kernel(UpdatePlan p, DeviceBuffers b, size_t count,
   }
   // Scalar tail (also the whole range when some buffer is not 16-byte aligned: groups = 0).
   SAPIPE_GRID_STRIDE(i, groups * 4, count) {
-    float w = b.w[i], m = b.m ? b.m[i] : 0.f, v = b.v ? b.v[i] : 0.f, c = b.backup ? b.backup[i] : 0.f;
+    float w = b.w_in ? b.w_in[i] : b.w[i], m = b.m ? b.m[i] : 0.f, v = b.v ? b.v[i] : 0.f, c = b.backup ? b.backup[i] : 0.f;
     float pl = b.prev_local ? b.prev_local[i] : 0.f;
     const float wh = update_element(p, w, b.g[i], m, v, c, b.local ? b.local[i] : 0.f, pl);
     b.w[i] = w;
@@ -102,7 +103,8 @@ DeviceBuffers device_buffers(const sapipe_update_config& config, const sapipe_up
       config.prediction == SAPIPE_PREDICTION_SHADOW_STEP && config.estimate == SAPIPE_ESTIMATE_LOCAL_PREV_SYNC
           ? at(buffers.prev_local_grad, o)
           : nullptr,
-      prediction && predicted_bf16 ? reinterpret_cast<__nv_bfloat16*>(predicted_bf16 + o) : nullptr};
+      prediction && predicted_bf16 ? reinterpret_cast<__nv_bfloat16*>(predicted_bf16 + o) : nullptr,
+      at(buffers.weights_in, o)};
 }
 
 }  // namespace
@@ -112,7 +114,7 @@ sapipe_status enqueue_fused_update_guarded_by(const sapipe_update_config& config
   const size_t n = buffers.count;
   if (n == 0) return SAPIPE_OK;
   const DeviceBuffers b = device_buffers(config, buffers, predicted_bf16);
-  const bool vector = aligned16(b.w) && aligned16(b.g) && (!b.m || aligned16(b.m)) && (!b.v || aligned16(b.v)) &&
+  const bool vector = aligned16(b.w) && (!b.w_in || aligned16(b.w_in)) && aligned16(b.g) && (!b.m || aligned16(b.m)) && (!b.v || aligned16(b.v)) &&
                       (!b.backup || aligned16(b.backup)) && (!b.predicted || aligned16(b.predicted)) &&
                       (!b.local || aligned16(b.local)) && (!b.prev_local || aligned16(b.prev_local)) &&
                       (!b.predicted_bf16 || (reinterpret_cast<uintptr_t>(b.predicted_bf16) & 7u) == 0);

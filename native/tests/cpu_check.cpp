@@ -60,6 +60,45 @@ void check_guard(Checks& t) {
   }
 }
 
+// Out of place (weights_in): the same step as in place, bit for bit, with the input weights left
+// as they were; weights_in overlapping any buffer the step writes is refused.
+void check_out_of_place(Checks& t) {
+  for (const Variant& variant : update_variants()) {
+    for (size_t n : {size_t{1}, size_t{1001}, size_t{4099}}) {
+      HostState in_place;
+      in_place.fill(n, 11);
+      HostState out = in_place;
+      const std::vector<float> w_old = in_place.w;
+      std::vector<float> source = in_place.w;
+      std::fill(out.w.begin(), out.w.end(), 123.0f);  // stale contents of the output buffer
+      for (int step = 1; step <= 3; ++step) {
+        sapipe_update_config c = variant.config;
+        c.step = step;
+        c.have_prev_local = step > 1;
+        c.momentum_is_empty = step == 1 && c.momentum_is_empty;
+        sapipe_update_buffers a = in_place.buffers(0, n), b = out.buffers(0, n);
+        b.weights_in = source.data();
+        sapipe_update_result ra{}, rb{};
+        const bool ok = sapipe_cpu_update(&c, &a, &ra) == SAPIPE_OK && sapipe_cpu_update(&c, &b, &rb) == SAPIPE_OK;
+        t.expect(ok && ra.applied == 1 && rb.applied == 1, variant.name + ": out-of-place step runs");
+        t.expect(out.w == in_place.w && out.m == in_place.m && out.v == in_place.v && out.backup == in_place.backup &&
+                     out.predicted == in_place.predicted && out.prev_local == in_place.prev_local,
+                 variant.name + " n=" + std::to_string(n) + ": out of place equals in place, bit for bit");
+        if (step == 1) t.expect(source == w_old, variant.name + ": the input weights are only read");
+        source = out.w;  // the next step reads this step's output, as the trainer's double buffer does
+        std::fill(out.w.begin(), out.w.end(), -7.0f);
+      }
+    }
+  }
+  HostState s;
+  s.fill(64, 3);
+  sapipe_update_config c = update_variants()[0].config;
+  sapipe_update_buffers b = s.buffers(0, 64);
+  b.weights_in = s.w.data() + 8;
+  sapipe_update_result r{};
+  t.expect(sapipe_cpu_update(&c, &b, &r) == SAPIPE_ERR_ALIASING, "weights_in overlapping the weights is refused");
+}
+
 void check_helpers(Checks& t) {
   for (size_t n : kSizes) {
     HostState s;
@@ -127,7 +166,7 @@ void check_loaders(Checks& t, const std::string& fakes) {
   t.expect(!no_entry.table && contains(no_entry.reason, "sapipe_plugin_entry"),
            "a plugin without its entry point names the symbol: " + no_entry.reason);
   PluginLoad other = load_plugin(fakes + "/sapipe_test_plugin_other_abi.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
-  t.expect(!other.table && contains(other.reason, "ABI version 1") && contains(other.reason, "999"),
+  t.expect(!other.table && contains(other.reason, "ABI version " + std::to_string(SAPIPE_CUDA_PLUGIN_ABI_VERSION)) && contains(other.reason, "999"),
            "a plugin of another ABI version is refused: " + other.reason);
   PluginLoad no_device = load_plugin(fakes + "/sapipe_test_plugin_without_device.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
   t.expect(no_device.table != nullptr, "a complete table loads: " + no_device.reason);
@@ -213,6 +252,7 @@ int main(int argc, char** argv) {
   Checks t;
   check_variants(t);
   check_guard(t);
+  check_out_of_place(t);
   check_helpers(t);
   check_buffers(t);
   check_loaders(t, fakes);

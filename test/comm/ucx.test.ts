@@ -143,10 +143,20 @@ t.test(`every collective, point-to-point ordering, mismatches, the fused step an
         t.same(mm?.next, [7, 8], 'and the next message arrives intact');
       }
       checkFused(t, n, rank, msgs.find((m) => 'fused' in m)?.fused as Record<string, FusedOut> | undefined);
-      const trained = msgs.find((m) => 'trainer' in m)?.trainer as { weights: number[]; changed: boolean; direct: number } | undefined;
-      const trained0 = run.results[0]!.find((m) => 'trainer' in m)?.trainer as { weights: number[] } | undefined;
-      t.ok(trained?.changed, `world ${n} rank ${rank}: DataParallelTrainer (sapipe-wp) trained over ucx`);
-      t.same(trained?.weights, trained0?.weights, 'and ends with the same weights as rank 0');
+      type Run = { weights: number[]; applied: boolean[]; overlapped: boolean };
+      const trained = msgs.find((m) => 'trainer' in m)?.trainer as { runs: Record<string, Run>; direct: number } | undefined;
+      const trained0 = run.results[0]!.find((m) => 'trainer' in m)?.trainer as { runs: Record<string, Run> } | undefined;
+      t.ok(trained, `world ${n} rank ${rank}: DataParallelTrainer trained over ucx`);
+      for (const mode of ['pipe-sgd', 'sapipe-dc', 'sapipe-wp', 'sapipe-wp+dc adam']) {
+        const over = trained?.runs[`${mode} overlapped`];
+        const at = trained?.runs[`${mode} at-step`];
+        t.ok(over?.overlapped && at && !at.overlapped, `${mode}: one run overlapped, one at step()`);
+        t.ok(over?.weights.some((w, i) => w !== Math.fround(Math.sin(i))), `${mode}: trained`);
+        t.same(over?.weights, at?.weights, `world ${n} rank ${rank}, ${mode}: the overlapped update equals the one at step(), bit for bit, after 50 steps`);
+        t.same(over?.weights, trained0?.runs[`${mode} overlapped`]?.weights, 'and rank 0\'s weights');
+        t.same(over?.applied, at?.applied, 'the same steps applied');
+        if (n > 1) t.equal(over?.applied[21], false, 'a NaN in one bucket of one rank skips that update on every rank');
+      }
       if (direct) t.ok((trained?.direct ?? 0) > 0, `its all-reduces read shared memory (${String(trained?.direct)})`);
     }
   }

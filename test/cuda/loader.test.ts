@@ -99,7 +99,7 @@ t.test('a plugin without the entry point symbol', async (t) => {
 t.test('a plugin of another ABI version', async (t) => {
   const b = await backends({ SAPIPE_CUDA_PLUGIN: `${fakes}/sapipe_test_plugin_other_abi.so` });
   t.equal(b.cuda?.available, false);
-  t.match(b.cuda?.reason, /does not serve plugin ABI version 1 \(it offers 999\)/);
+  t.match(b.cuda?.reason, /does not serve plugin ABI version 2 \(it offers 999\)/);
 });
 
 t.test('a file that is not a shared library', async (t) => {

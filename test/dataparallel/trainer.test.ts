@@ -149,7 +149,7 @@ t.test(`every mode's forward and updated weights match the reference on ${N} ran
     const ref = reference(config, STEPS, staleness, true);
     for (let r = 0; r < N; r++) {
       const m = results[r]!;
-      if (!t.notOk(m.error, `${name} rank ${r} ran`)) continue;
+      if (!t.notOk(m.error, `${name} rank ${r} ran: ${m.error}`)) continue;
       const forward = m.forward as number[][];
       const weights = m.weights as number[][];
       t.same(m.updated, Array.from({ length: STEPS }, (_, k) => staleness === 0 || k > 0), `${name}: ${staleness ? 'the first step only starts its reduction' : 'every step updates'}`);

@@ -6,6 +6,7 @@ import { benchAllreduce } from '../../bench/allreduce.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
+import { benchOverlap } from '../../bench/overlap.js';
 import { benchPipeline } from '../../bench/pipeline.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
 import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
@@ -264,6 +265,50 @@ export function registerBenchCommand(program: Command): void {
           `${(r.overheadShare * 100).toFixed(2)}% ${r.overheadShare <= 0.05 ? '(<= 5%)' : '(> 5%)'}`,
         ]);
       console.log(table.toString());
+    });
+  bench
+    .command('overlap')
+    .description(
+      'the staleness-1 modes\' step(): the time it blocks with the update applied at step() and with the update overlapped ' +
+        '(in the background behind its all-reduce, the default), beside the standalone update and all-reduce measured in the same run',
+    )
+    .option('--nproc <n>', 'ranks (worker threads, local backend)', parsePositiveInt, 2)
+    .option('--size <n>', 'parameters', parseCount, 1 << 24)
+    .option('--modes <list>', 'comma-separated staleness-1 modes', 'pipe-sgd,sapipe-dc,sapipe-wp')
+    .option('--optimizer <kind>', 'sgd (momentum 0.9) or adam', 'sgd')
+    .option('--compute-ms <ms>', "the caller's compute per step (default: 1.25 x (all-reduce + update), measured)", (v) => numberOption(v, '--compute-ms'))
+    .option('--compute <how>', "'sleep' (an accelerator's forward/backward: the cores stay free) or 'busy' (spins one core per rank)", 'sleep')
+    .option('--steps <n>', 'measured steps per run', parsePositiveInt, 20)
+    .option('--warmup <n>', 'unmeasured steps first', parsePositiveInt, 3)
+    .option('--json', 'print JSON')
+    .action(async (options: { nproc: number; size: number; modes: string; optimizer: string; computeMs?: number; compute: string; steps: number; warmup: number; json?: boolean }) => {
+      const modes = options.modes.split(',').map((m) => checkOneOf(m.trim(), '--modes', ['pipe-sgd', 'sapipe-dc', 'sapipe-wp'] as const));
+      const optimizer = checkOneOf(options.optimizer, '--optimizer', ['sgd', 'adam'] as const);
+      const compute = checkOneOf(options.compute, '--compute', ['sleep', 'busy'] as const);
+      const rows = await benchOverlap({ nproc: options.nproc, elements: options.size, modes, optimizer, ...(options.computeMs !== undefined ? { computeMs: options.computeMs } : {}), compute, steps: options.steps, warmup: options.warmup });
+      if (options.json) {
+        console.log(JSON.stringify(rows, null, 2));
+        return;
+      }
+      console.log(
+        `${options.nproc} ranks (worker threads, local), ${formatCount(options.size)} parameters, ${optimizer}, compute '${compute}', ` +
+          `median of ${options.steps} steps after ${options.warmup}; ${availableParallelism()} cores`,
+      );
+      const table = cliTable(['mode', 'update alone ms', 'all-reduce ms', 'compute ms', 'step() blocks: at step()', 'overlapped', 'overlapped / update', 'iteration ms: at step()', 'overlapped']);
+      for (const r of rows)
+        table.push([
+          r.mode,
+          r.updateMs.toFixed(2),
+          r.allreduceMs.toFixed(2),
+          r.computeMs.toFixed(2),
+          r.atStepMs.toFixed(2),
+          r.overlappedMs.toFixed(2),
+          `${(r.overlappedMs / r.updateMs).toFixed(3)} ${r.overlappedMs <= 0.1 * r.updateMs ? '(<= 0.1)' : '(> 0.1)'}`,
+          r.atStepIterationMs.toFixed(2),
+          r.overlappedIterationMs.toFixed(2),
+        ]);
+      console.log(table.toString());
+      console.log('overlapped / update: what step() still blocks, over the update alone (goal: at most 0.1 when the compute covers the all-reduce and the update)');
     });
   bench
     .command('step-overhead')

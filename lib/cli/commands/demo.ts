@@ -32,6 +32,7 @@ interface DemoCliOptions {
   latencyUs?: string;
   lambda?: string;
   dcKind?: string;
+  overlap?: boolean;
   profileOut?: string;
   report: string;
   json?: boolean;
@@ -56,6 +57,7 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
     emulate: o.gbps === undefined ? undefined : { gbps: num(o.gbps, '--gbps'), latencyUs: latencyUs ?? 0 },
     lambda: o.lambda === undefined ? undefined : num(o.lambda, '--lambda'),
     dcKind: o.dcKind as DemoConfig['dcKind'],
+    overlap: o.overlap ?? true,
   });
 }
 
@@ -154,6 +156,7 @@ export function registerDemoCommand(program: Command): void {
       '--dc-kind <kind>',
       `delay-compensation form: ${DEFAULT_DC_KIND} (default; the term divided by sqrt(g*g + eps)) or ${DEFAULT_DC_KIND === 'adaptive' ? 'elementwise' : 'adaptive'}`,
     )
+    .option('--no-overlap', "staleness-1 modes: apply each update at the next step() instead of behind its all-reduce (DataParallelTrainer's overlapUpdate: false), to compare")
     .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')

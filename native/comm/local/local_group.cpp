@@ -186,7 +186,8 @@ int64_t reduce_update(const core::HostKernels& k, int rank, const std::vector<Co
     core::UpdatePointers p{own.weights + s,           tmp,
                           core::at(own.momentum, s),   core::at(own.second_moment, s),
                           core::at(own.backup, s),     core::at(own.predicted, s),
-                          core::at(own.local_grad, s), core::at(own.prev_local_grad, s)};
+                          core::at(own.local_grad, s), core::at(own.prev_local_grad, s),
+                          nullptr};  // the sharded step updates in place
     k.fused_update(job.plan, p, len);
     for (int q = 0; q < n; ++q) {
       if (q == rank) continue;

@@ -93,6 +93,10 @@ typedef struct sapipe_update_buffers {
   float* predicted;            /* weight prediction output w_hat */
   const float* local_grad;     /* shadow step with a local estimate: g_t */
   float* prev_local_grad;      /* local-prev-sync: g_{t-1} in, g_t out */
+  /* Optional: the weights to update, read from here, with the updated weights written to
+   * `weights` (an out-of-place step: the data-parallel trainer's double-buffered weights, read by
+   * a forward pass while the next weights are written). Null: `weights` is read and written. */
+  const float* weights_in;
 } sapipe_update_buffers;
 
 typedef struct sapipe_update_result {

@@ -32,7 +32,7 @@ typedef const sapipe_plugin_header* (*sapipe_plugin_entry_fn)(uint32_t abi_versi
 
 /* ---- CUDA ---------------------------------------------------------------------------------- */
 
-#define SAPIPE_CUDA_PLUGIN_ABI_VERSION 1u
+#define SAPIPE_CUDA_PLUGIN_ABI_VERSION 2u
 
 typedef struct sapipe_cuda_device_info {
   char name[256];

@@ -1,0 +1,100 @@
+/**
+ * The overlapped staleness-1 update (overlapUpdate, the default) against the update applied at the
+ * next step(), on 1 to 4 worker-thread ranks over `local`: every staleness-1 mode and estimate,
+ * 50 steps in buckets of 16 floats, the forward weights of every step, the weights after every
+ * step and after flush() identical bit for bit (both run the same fused kernel on the same
+ * all-reduced average; only when and into which buffer differ). A NaN in the second bucket of one
+ * rank's gradient skips that update on every rank and leaves every buffer as it was. The reference
+ * comparison of the overlapped path is test/dataparallel/trainer.test.ts (its default).
+ */
+import type { Worker } from 'node:worker_threads';
+import t from 'tap';
+
+import { spawnLocalRanks, type DataParallelTrainerOptions } from '../../lib/index.js';
+import type { Scenario } from '../fixtures/dataparallel/rank.js';
+
+const FIXTURE = new URL('../fixtures/dataparallel/rank.ts', import.meta.url);
+type Msg = Record<string, unknown>;
+type Config = Omit<DataParallelTrainerOptions, 'comm' | 'params'>;
+const STEPS = 50;
+const BUCKETS = { bucketBytes: 64, firstBucketBytes: 64 } as const;
+
+const pools = new Map<number, { workers: Worker[]; ready: Promise<unknown> }>();
+t.teardown(() => Promise.all([...pools.values()].flatMap((p) => p.workers.map((w) => w.terminate()))));
+let nextId = 0;
+async function runScenario(n: number, s: Omit<Scenario, 'id' | 'group'>): Promise<Msg[]> {
+  let pool = pools.get(n);
+  if (!pool) {
+    const workers = spawnLocalRanks(FIXTURE, n);
+    pool = { workers, ready: Promise.all(workers.map((w) => new Promise<void>((resolve) => w.once('message', () => resolve())))) };
+    pools.set(n, pool);
+  }
+  await pool.ready;
+  const id = nextId++;
+  const scenario: Scenario = { ...s, id, group: `overlap-test-${process.pid}-${id}` };
+  return Promise.all(
+    pool.workers.map(
+      (w) =>
+        new Promise<Msg>((resolve) => {
+          const onMessage = (m: Msg): void => {
+            if (m.id !== id) return;
+            w.off('message', onMessage);
+            resolve(m);
+          };
+          w.on('message', onMessage);
+          w.postMessage(scenario);
+        }),
+    ),
+  );
+}
+
+const sgd = { kind: 'sgd', lr: 0.05, momentum: 0.9 } as const;
+const adam = { kind: 'adam', lr: 0.01 } as const;
+const CASES: [string, Config, boolean][] = [
+  // name, configuration, whether the overlap applies
+  ['pipe-sgd', { mode: 'pipe-sgd', optimizer: sgd }, true],
+  ['pipe-sgd, AdamW', { mode: 'pipe-sgd', optimizer: { kind: 'adamw', lr: 0.01, weightDecay: 0.01 } }, true],
+  ['sapipe-dc (adaptive)', { mode: 'sapipe-dc', optimizer: sgd }, true],
+  ['sapipe-dc (elementwise)', { mode: 'sapipe-dc', optimizer: sgd, compensation: { kind: 'elementwise', lambda: 0.5 } }, true],
+  ['sapipe-wp prev-sync', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync' }, true],
+  ['sapipe-wp prev-sync + DC, Adam', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {} }, true],
+  ['sapipe-wp local', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local' }, false],
+  ['sapipe-wp local-prev-sync + DC', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local-prev-sync', compensation: {} }, false],
+];
+
+for (const n of [1, 2, 3, 4]) {
+  t.test(`${n} rank(s): the overlapped update equals the update at step(), bit for bit, over ${STEPS} steps`, async (t) => {
+    for (const [name, config, applies] of CASES) {
+      const [over, at] = await Promise.all([true, false].map((overlap) => runScenario(n, { kind: 'trace', config: { ...config, ...BUCKETS, ...(overlap ? {} : { overlapUpdate: false }) }, steps: STEPS })));
+      for (let r = 0; r < n; r++) {
+        const a = over![r]!;
+        const b = at![r]!;
+        if (!t.notOk(a.error ?? b.error, `${name} rank ${r} ran`)) continue;
+        t.equal(a.overlapped, applies, `${name}: overlapped = ${applies}`);
+        t.same(a.forward, b.forward, `${name} rank ${r}: the forward weights of every step`);
+        t.same(a.weights, b.weights, `${name} rank ${r}: the weights after every step`);
+        t.same(a.final, b.final, `${name} rank ${r}: the weights after flush()`);
+        t.same(a.updated, b.updated, `${name} rank ${r}: the same steps applied`);
+      }
+    }
+  });
+}
+
+t.test('a NaN in one bucket of one rank skips that update on every rank, every buffer unchanged', async (t) => {
+  for (const [name, config] of CASES.filter((c) => c[2])) {
+    const nanAt = { rank: 1, step: 20, index: 20 }; // element 20: the second bucket
+    const [over, at] = await Promise.all([true, false].map((overlap) => runScenario(3, { kind: 'trace', config: { ...config, ...BUCKETS, overlapUpdate: overlap }, steps: 30, nanAt })));
+    for (let r = 0; r < 3; r++) {
+      const a = over![r]!;
+      if (!t.notOk(a.error ?? at![r]!.error, `${name} rank ${r} ran`)) continue;
+      const updated = a.updated as boolean[];
+      const weights = a.weights as number[][];
+      const forward = a.forward as number[][];
+      // The gradient of step 20 is applied (or skipped) at step 21.
+      t.same(updated.map((u, k) => (u ? -1 : k)).filter((k) => k >= 0), [0, 21], `${name} rank ${r}: only the first call and the NaN's update did not apply`);
+      t.same(weights[21], weights[20], `${name} rank ${r}: the skipped update left the weights as they were`);
+      t.same(forward[22], forward[21], `${name} rank ${r}: and the weights the next forward reads`);
+      t.same(a.weights, at![r]!.weights, `${name} rank ${r}: as the update at step() does`);
+    }
+  }
+});
