@@ -63,7 +63,8 @@ async function main(): Promise<void> {
     // The update alone: the mode's optimizer (compensation, prediction) on this rank's ParamSet.
     const resolved = resolveMode({ mode }, size);
     const extra = { ...(resolved.compensation ? { compensation: resolved.compensation } : {}), ...(resolved.prediction ? { prediction: resolved.prediction } : {}) };
-    const alone = optimizer.kind === 'sgd' ? new SGD(params, { ...optimizer, ...extra }) : new Adam(params, { ...optimizer, ...extra });
+    const { kind, ...options } = optimizer;
+    const alone = kind === 'sgd' ? new SGD(params, { ...options, ...extra }) : new Adam(params, { ...options, ...extra });
     fillDistinct(params.grads.array, 2 + rank, 1e-4, 1e-3);
     const updates: number[] = [];
     const reductions: number[] = [];
