@@ -291,12 +291,16 @@ export class ParamSet {
    * double-buffered weights: a forward pass reads one while the overlapped update writes the other.
    */
   exchangeWeights(buffer: FlatBuffer): FlatBuffer {
-    this.checkLive('exchangeWeights');
-    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length)
-      throw new SizeMismatchError(`ParamSet.exchangeWeights: the buffer must be a FlatBuffer of ${this.length} elements`);
+    this.checkExchange(buffer, 'exchangeWeights');
     const previous = this.weightBuffer;
     this.weightBuffer = buffer;
     return previous;
+  }
+
+  private checkExchange(buffer: FlatBuffer, what: string): void {
+    this.checkLive(what);
+    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length)
+      throw new SizeMismatchError(`ParamSet.${what}: the buffer must be a FlatBuffer of ${this.length} elements`);
   }
 
   /**
@@ -304,9 +308,7 @@ export class ParamSet {
    * returns the one it replaces, which the caller now owns. The data-parallel trainer's double buffer.
    */
   exchangeGrads(buffer: FlatBuffer): FlatBuffer {
-    this.checkLive('exchangeGrads');
-    if (!(buffer instanceof FlatBuffer) || buffer.length !== this.length)
-      throw new SizeMismatchError(`ParamSet.exchangeGrads: the buffer must be a FlatBuffer of ${this.length} elements`);
+    this.checkExchange(buffer, 'exchangeGrads');
     const previous = this.gradBuffer;
     this.gradBuffer = buffer;
     return previous;

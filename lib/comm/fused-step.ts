@@ -208,8 +208,8 @@ export interface OverlappedStepTargets {
   predicted: FlatBuffer | undefined;
   /** Multiplies the optimizer's gradScale for this step (loss scale and accumulation). */
   gradScaleFactor: number;
-  bucketBytes?: number;
-  firstBucketBytes?: number;
+  bucketBytes?: number | undefined;
+  firstBucketBytes?: number | undefined;
 }
 
 /**
@@ -254,13 +254,14 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
     update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers))));
   }
   return (async () => {
-    const [reduced, updated] = await Promise.all([Promise.allSettled(reductions), Promise.allSettled([update])]);
-    const failed = [...reduced, ...updated].find((r) => r.status === 'rejected');
+    // Everything settles before the ticket ends: nothing queued may still use the buffers.
+    const [updated, ...reduced] = await Promise.allSettled([update, ...reductions]);
+    const failed = [...reduced, updated!].find((r) => r.status === 'rejected');
     if (failed) {
       ticket.finish(false, 0);
       throw (failed as PromiseRejectedResult).reason;
     }
-    const r = (updated[0] as PromiseFulfilledResult<NativeUpdateResult>).value;
+    const r = (updated as PromiseFulfilledResult<NativeUpdateResult>).value;
     return ticket.finish(r.applied, r.nonFiniteCount);
   })();
 }

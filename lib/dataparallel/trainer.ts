@@ -286,10 +286,9 @@ export class DataParallelTrainer {
     if (options.overlapUpdate !== undefined) {
       if (typeof options.overlapUpdate !== 'boolean')
         throw new InvalidArgumentError(`DataParallelTrainer: overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
-      if (options.overlapUpdate && !overlapApplies({ ...options, overlapUpdate: undefined }, resolved))
-        throw new InvalidArgumentError(
-          `DataParallelTrainer: overlapUpdate needs a staleness-1 mode without clipGradNorm and an estimate other than 'local'/'local-prev-sync' (${overlapObstacle(options, resolved)}); leave overlapUpdate unset`,
-        );
+      const obstacle = overlapObstacle(options, resolved);
+      if (options.overlapUpdate && obstacle !== undefined)
+        throw new InvalidArgumentError(`DataParallelTrainer: overlapUpdate cannot apply here: ${obstacle}; leave overlapUpdate unset`);
     }
     if (options.update === 'sharded' && resolved.staleness !== 0)
       throw new InvalidArgumentError(
@@ -453,22 +452,20 @@ export class DataParallelTrainer {
   async flush(): Promise<StepResult | null> {
     this.enter('flush');
     try {
+      let r: StepResult;
       if (this.job) {
         const job = this.job;
-        const r = await this.collect(job, true);
+        r = await this.collect(job, true);
         this.job = undefined;
         this.idle = job.grads;
-        this.updateLossScale(r);
-        const backup = this.optimizer.stateBuffer('backup');
-        if (backup) backup.array.set(this.params.weights.array);
-        return r;
+      } else {
+        const previous = this.pending;
+        if (!previous) return null;
+        const done = await this.complete(previous);
+        this.pending = undefined;
+        this.idle = previous.buffer;
+        r = await this.apply(previous.buffer, done, previous.unscale);
       }
-      const previous = this.pending;
-      if (!previous) return null;
-      const done = await this.complete(previous);
-      this.pending = undefined;
-      this.idle = previous.buffer;
-      const r = await this.apply(previous.buffer, done, previous.unscale);
       this.updateLossScale(r);
       // The next update applies a gradient computed at the current weights: nothing to compensate.
       const backup = this.optimizer.stateBuffer('backup');
@@ -493,19 +490,16 @@ export class DataParallelTrainer {
       const previous = this.pending;
       const done = previous ? await this.complete(previous) : undefined;
       const job = this.job;
-      const ahead = job ? await this.collect(job, false) : undefined;
+      const ahead = job ? await this.collect(job, false) : null;
       if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.comm, this.optimizer);
       return {
-        ahead:
-          ahead === undefined
-            ? null
-            : { weights: this.spareWeights!.array.slice(), predicted: this.sparePredicted?.array.slice() ?? null, result: { ...ahead } },
         version: 1,
         mode: this.mode,
         calls: this.calls,
         weights: this.params.weights.array.slice(),
         optimizer: this.optimizer.exportState(),
         pending: previous && done ? { averaged: previous.buffer.array.slice(), nonFiniteCount: done.nonFiniteCount } : null,
+        ahead: ahead && { weights: this.spareWeights!.array.slice(), predicted: this.sparePredicted?.array.slice() ?? null, result: { ...ahead } },
       };
     } catch (error) {
       this.failure = error;
@@ -617,8 +611,8 @@ export class DataParallelTrainer {
       weights: this.spareWeights!,
       predicted: this.sparePredicted,
       gradScaleFactor: unscale,
-      ...(this.bucketOptions.bucketBytes !== undefined ? { bucketBytes: this.bucketOptions.bucketBytes } : {}),
-      ...(this.bucketOptions.firstBucketBytes !== undefined ? { firstBucketBytes: this.bucketOptions.firstBucketBytes } : {}),
+      bucketBytes: this.bucketOptions.bucketBytes,
+      firstBucketBytes: this.bucketOptions.firstBucketBytes,
     });
     const job: OverlappedJob = { grads, done, result: undefined };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
@@ -756,11 +750,12 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   overlapUpdate: true,
 });
 
-/** Whether the overlapped update applies (overlapUpdate not false, staleness 1, and nothing that needs the JS thread between reduction and update). */
+/** Whether the overlapped update applies (overlapUpdate not false, and no overlapObstacle). */
 function overlapApplies(options: DataParallelTrainerOptions, mode: ResolvedMode): boolean {
   return options.overlapUpdate !== false && overlapObstacle(options, mode) === undefined;
 }
 
+/** Why the update cannot overlap its all-reduce (something needs the JS thread between the two), or undefined. */
 function overlapObstacle(options: DataParallelTrainerOptions, mode: ResolvedMode): string | undefined {
   if (mode.staleness !== 1) return `mode '${mode.mode}' applies each gradient at once`;
   if (mode.needsLocalGrad) return `the '${options.estimate}' estimate reads the gradient the caller computes next`;

@@ -36,9 +36,8 @@ class AlignedBuffer {
   // which a forward pass reads meanwhile): synchronous reads stay allowed, writes and dispose() not.
   void acquire_read() { readers_.fetch_add(1, std::memory_order_acq_rel); }
   void release_read() { readers_.fetch_sub(1, std::memory_order_acq_rel); }
-  bool read_in_flight() const { return readers_.load(std::memory_order_acquire) != 0; }
   // Anything in flight: what dispose() and writing operations check.
-  bool in_use() const { return busy() || read_in_flight(); }
+  bool in_use() const { return busy() || readers_.load(std::memory_order_acquire) != 0; }
 
   // Frees the memory now. The caller has detached every JS view and checked in_use().
   void free_storage();

@@ -7,11 +7,11 @@
  * rank's gradient skips that update on every rank and leaves every buffer as it was. The reference
  * comparison of the overlapped path is test/dataparallel/trainer.test.ts (its default).
  */
-import type { Worker } from 'node:worker_threads';
 import t from 'tap';
 
-import { spawnLocalRanks, type DataParallelTrainerOptions } from '../../lib/index.js';
+import type { DataParallelTrainerOptions } from '../../lib/index.js';
 import type { Scenario } from '../fixtures/dataparallel/rank.js';
+import { scenarioPool, type ScenarioPool } from '../helpers/scenario-pool.js';
 
 const FIXTURE = new URL('../fixtures/dataparallel/rank.ts', import.meta.url);
 type Msg = Record<string, unknown>;
@@ -19,33 +19,12 @@ type Config = Omit<DataParallelTrainerOptions, 'comm' | 'params'>;
 const STEPS = 50;
 const BUCKETS = { bucketBytes: 64, firstBucketBytes: 64 } as const;
 
-const pools = new Map<number, { workers: Worker[]; ready: Promise<unknown> }>();
-t.teardown(() => Promise.all([...pools.values()].flatMap((p) => p.workers.map((w) => w.terminate()))));
-let nextId = 0;
-async function runScenario(n: number, s: Omit<Scenario, 'id' | 'group'>): Promise<Msg[]> {
+const pools = new Map<number, ScenarioPool<Omit<Scenario, 'id' | 'group'>>>();
+t.teardown(() => Promise.all([...pools.values()].map((p) => p.terminate())));
+function runScenario(n: number, s: Omit<Scenario, 'id' | 'group'>): Promise<Msg[]> {
   let pool = pools.get(n);
-  if (!pool) {
-    const workers = spawnLocalRanks(FIXTURE, n);
-    pool = { workers, ready: Promise.all(workers.map((w) => new Promise<void>((resolve) => w.once('message', () => resolve())))) };
-    pools.set(n, pool);
-  }
-  await pool.ready;
-  const id = nextId++;
-  const scenario: Scenario = { ...s, id, group: `overlap-test-${process.pid}-${id}` };
-  return Promise.all(
-    pool.workers.map(
-      (w) =>
-        new Promise<Msg>((resolve) => {
-          const onMessage = (m: Msg): void => {
-            if (m.id !== id) return;
-            w.off('message', onMessage);
-            resolve(m);
-          };
-          w.on('message', onMessage);
-          w.postMessage(scenario);
-        }),
-    ),
-  );
+  if (!pool) pools.set(n, (pool = scenarioPool(FIXTURE, n, 'overlap-test')));
+  return pool.run(s);
 }
 
 const sgd = { kind: 'sgd', lr: 0.05, momentum: 0.9 } as const;

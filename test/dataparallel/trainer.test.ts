@@ -5,7 +5,6 @@
  * checkpoint/resume, overlap of the all-reduce with the next step's computation, and rejected
  * configurations.
  */
-import type { Worker } from 'node:worker_threads';
 import t from 'tap';
 
 import {
@@ -16,11 +15,11 @@ import {
   LocalCommunicator,
   ParamSet,
   SizeMismatchError,
-  spawnLocalRanks,
   type DataParallelTrainerOptions,
 } from '../../lib/index.js';
 import type { Scenario } from '../fixtures/dataparallel/rank.js';
 import { gradientOf, initialWeights, SPEC } from '../fixtures/dataparallel/problem.js';
+import { scenarioPool } from '../helpers/scenario-pool.js';
 import { ReferenceOptimizer, type RefConfig } from '../reference/optimizer.js';
 
 const N = 3;
@@ -28,31 +27,9 @@ const FIXTURE = new URL('../fixtures/dataparallel/rank.ts', import.meta.url);
 type Msg = Record<string, unknown>;
 type Config = Omit<DataParallelTrainerOptions, 'comm' | 'params'>;
 
-const workers: Worker[] = spawnLocalRanks(FIXTURE, N);
-const ready = Promise.all(workers.map((w) => new Promise<void>((resolve) => w.once('message', () => resolve()))));
-t.teardown(() => Promise.all(workers.map((w) => w.terminate())));
-
-let nextId = 0;
-/** Runs one scenario on every rank; resolves with each rank's result. */
-async function runScenario(s: Omit<Scenario, 'id' | 'group'>): Promise<Msg[]> {
-  await ready;
-  const id = nextId++;
-  const scenario: Scenario = { ...s, id, group: `dp-test-${process.pid}-${id}` };
-  return Promise.all(
-    workers.map(
-      (w) =>
-        new Promise<Msg>((resolve) => {
-          const onMessage = (m: Msg): void => {
-            if (m.id !== id) return;
-            w.off('message', onMessage);
-            resolve(m);
-          };
-          w.on('message', onMessage);
-          w.postMessage(scenario);
-        }),
-    ),
-  );
-}
+const pool = scenarioPool<Omit<Scenario, 'id' | 'group'>>(FIXTURE, N, 'dp-test');
+t.teardown(() => pool.terminate());
+const runScenario = (s: Omit<Scenario, 'id' | 'group'>): Promise<Msg[]> => pool.run(s);
 
 const LENGTH = new ParamSet(SPEC).length;
 const LR = 0.1;
