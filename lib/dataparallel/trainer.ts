@@ -203,6 +203,13 @@ export class DataParallelTrainer {
   private readonly overlap: boolean;
   private spareWeights: FlatBuffer | undefined;
   private sparePredicted: FlatBuffer | undefined;
+  /**
+   * Overlapped sapipe-wp: whether the optimizer's predicted buffer holds predicted weights yet.
+   * Its step count runs one update ahead of what is in place (the update in flight counts once it
+   * finishes), so the optimizer cannot tell: before the first update is put in place the forward
+   * pass reads the real weights, as the optimizer's forwardWeights gives before its first step.
+   */
+  private predictionInPlace = false;
   private calls = 0;
   private readonly clipGradNorm: number | undefined;
   private readonly accumulationSteps: number;
@@ -368,8 +375,9 @@ export class DataParallelTrainer {
    */
   get forwardWeights(): FlatBuffer {
     this.checkUsable('forwardWeights');
-    if (this.resolved.mode === 'sapipe-wp' && (this.pending || this.job)) return this.optimizer.forwardWeights;
-    return this.params.weights;
+    if (this.resolved.mode !== 'sapipe-wp' || !(this.pending || this.job)) return this.params.weights;
+    if (this.overlap && !this.predictionInPlace) return this.params.weights;
+    return this.optimizer.forwardWeights;
   }
 
   /** The view of tensor `name` in `forwardWeights`. */
@@ -549,6 +557,8 @@ export class DataParallelTrainer {
       throw error;
     }
     this.calls = state.calls;
+    // The imported predicted weights are in place once an update before the one ahead was applied.
+    this.predictionInPlace = state.optimizer.step > (ahead?.result.applied ? 1 : 0);
     if (ahead) {
       // The update already applied ahead: its weights wait in the spare buffers, its gradient
       // buffer is the idle one, and the next step() puts them in place as if it had just finished.
@@ -634,7 +644,10 @@ export class DataParallelTrainer {
     job.result = r;
     if (swap && r.applied) {
       this.spareWeights = this.params.exchangeWeights(this.spareWeights!);
-      if (this.sparePredicted) this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
+      if (this.sparePredicted) {
+        this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
+        this.predictionInPlace = true;
+      }
     }
     return r;
   }

@@ -59,6 +59,22 @@ for (const n of [1, 2, 3, 4]) {
   });
 }
 
+t.test('the forward weights do not depend on when the caller reads them (an update finished in the background is not yet in place)', async (t) => {
+  for (const [name, config, applies] of CASES.filter((c) => c[2])) {
+    const [late, at] = await Promise.all(
+      [{ yieldMs: 5 }, { overlapUpdate: false as const }].map((o) =>
+        runScenario(2, { kind: 'trace', config: { ...config, ...BUCKETS, ...('overlapUpdate' in o ? { overlapUpdate: false } : {}) }, steps: 12, ...('yieldMs' in o ? { yieldMs: o.yieldMs } : {}) }),
+      ),
+    );
+    for (let r = 0; r < 2; r++) {
+      if (!t.notOk(late![r]!.error ?? at![r]!.error, `${name} rank ${r} ran`)) continue;
+      t.equal(late![r]!.overlapped, applies);
+      t.same(late![r]!.forward, at![r]!.forward, `${name} rank ${r}: read 5 ms after step(), the forward weights of every step as at step()`);
+      t.same(late![r]!.weights, at![r]!.weights, `${name} rank ${r}: and the weights`);
+    }
+  }
+});
+
 t.test('a NaN in one bucket of one rank skips that update on every rank, every buffer unchanged', async (t) => {
   for (const [name, config] of CASES.filter((c) => c[2])) {
     const nanAt = { rank: 1, step: 20, index: 20 }; // element 20: the second bucket
