@@ -57,7 +57,7 @@ export function renderPipelineReport(r: MnistPipelineResult): string {
 <h1>Pipeline training: ${esc(title)}</h1>
 <p>MLP ${esc(c.sizes.join('-'))} on MNIST (${r.trainSamples} train / ${r.testSamples} test samples), cut at layers [${r.boundaries.join(', ')}]
 (${esc(String(c.boundaries === 'measured' ? 'balanced by measured layer times' : c.boundaries === 'params' ? 'balanced by parameter count' : 'explicit boundaries'))}),
-${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}` : ''}, seed ${c.seed}; one worker thread per stage over the <code>local</code> backend.</p>
+${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}` : ''}, seed ${c.seed}; one worker thread per stage over the <code>local</code> backend${(c.pipelines ?? 1) > 1 ? `; ${c.pipelines} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${esc(c.dataParallel ?? 'sync')} (timelines: pipeline 0)` : ''}.</p>
 <h2>Training</h2>
 <table><tr><th>epoch</th><th>mean loss</th><th>test accuracy</th><th>wall s</th></tr>${rows}</table>
 <h2>Measured against simulated</h2>

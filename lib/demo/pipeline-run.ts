@@ -9,6 +9,7 @@ import { trainTestSplit } from '../data/dataset.js';
 import { InvalidArgumentError } from '../errors.js';
 import { mlpLayers } from '../nn/sequential.js';
 import { checkInteger, checkNumber, checkOneOf } from '../validate.js';
+import { DATA_PARALLEL_MODES, type DataParallelMode } from '../dataparallel/mode.js';
 import { simulateSchedule, type SimulationResult } from '../pipeline/simulate.js';
 import { measuredCosts, measuredResult } from '../pipeline/runtime/measure.js';
 import type { PipelineOptimizerSpec } from '../pipeline/runtime/stage-host.js';
@@ -35,6 +36,9 @@ export interface MnistPipelineConfig {
   iterations?: number;
   boundaries: 'measured' | 'params' | number[];
   sizes: readonly number[];
+  /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
+  pipelines?: number;
+  dataParallel?: DataParallelMode;
 }
 
 /** @internal */
@@ -65,6 +69,8 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   checkInteger(c.seed, '--seed', 0, 2 ** 31 - 1);
   if (c.trainSamples !== undefined) checkInteger(c.trainSamples, '--train-samples', 1, 1 << 24);
   if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, 64);
+  if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, 64);
+  if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   return c;
 }
@@ -130,6 +136,8 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     microBatches: c.microBatches,
     microBatchSize: c.microBatchSize,
     ...(c.iterations !== undefined ? { iterations: c.iterations } : {}),
+    ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
+    ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
     model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
     optimizer,
     data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },

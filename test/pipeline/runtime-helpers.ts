@@ -84,3 +84,12 @@ export function maxDiff(a: RefPartWeights, b: RefPartWeights): number {
   });
   return worst;
 }
+
+/** Largest difference between the trainer's part weights (cut at `boundaries`) and a whole model's weights per layer. */
+export function maxDiffToWhole(trainerParts: readonly Float32Array[], boundaries: readonly number[], whole: RefPartWeights): number {
+  let worst = 0;
+  ranges(LAYERS.length, boundaries).forEach(([s, e], j) => {
+    worst = Math.max(worst, maxDiff(partFromTrainer(s, e, trainerParts[j]!), whole.slice(s, e)));
+  });
+  return worst;
+}

@@ -12,7 +12,7 @@ import t from 'tap';
 
 import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { referenceMiniBatch } from '../reference/pipeline.js';
-import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, partFromTrainer, ranges, refConfig } from './runtime-helpers.js';
+import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, maxDiffToWhole, refConfig } from './runtime-helpers.js';
 
 const TOLERANCE = 1e-6;
 const BATCHES = 10;
@@ -51,10 +51,7 @@ for (const c of cases) {
         t.equal(report.losses.length, M, 'a loss per micro-batch');
       }
       const weights = await trainer.weights();
-      let worst = 0;
-      ranges(LAYERS.length, boundaries).forEach(([s, e], j) => {
-        worst = Math.max(worst, maxDiff(partFromTrainer(s, e, weights[j]!), whole.slice(s, e)));
-      });
+      const worst = maxDiffToWhole(weights, boundaries, whole);
       t.ok(worst <= TOLERANCE, `largest weight difference ${worst.toExponential(2)} <= ${TOLERANCE}`);
       t.ok(maxDiff(initialPart(0, LAYERS.length), whole) > 1e-2, 'the weights moved');
     } finally {

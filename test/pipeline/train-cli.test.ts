@@ -29,12 +29,24 @@ t.test('trains on MNIST, prints measured against simulated, writes the report', 
   t.equal((html.match(/<svg/g) ?? []).length, 2, 'two timelines, drawn by the same renderer');
 });
 
+t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas combine gradients', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const report = join(dir, 'report.html');
+  const { stdout } = await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', '1f1b', '--stages', '2', '--pipelines', '2', '--dp-mode', 'sync', '--epochs', '2', '--train-samples', '3000', '--report', report, '--json'], { timeout: 120_000 });
+  const result = JSON.parse(stdout) as { epochs: { accuracy: number; loss: number }[] };
+  t.ok(result.epochs[1]!.accuracy > 0.7, `test accuracy ${result.epochs[1]!.accuracy} after 2 short epochs`);
+  t.ok(result.epochs[1]!.loss < result.epochs[0]!.loss, 'the loss falls');
+  t.match(readFileSync(report, 'utf8'), /2 parallel pipelines whose stage replicas combine gradients in data-parallel mode sync/);
+});
+
 t.test('bad options are refused with what to change', async (t) => {
   for (const [args, message] of [
     [['--schedule', 'avgpipe'], /--schedule must be one of/],
     [['--stages', 'four'], /--stages must be a number/],
     [['--layers', '10,10'], /--layers must start with 784/],
     [['--stages', '12'], /9 layers for 12 parts/],
+    [['--schedule', 'pipedream', '--pipelines', '2'], /run the synchronous schedules/],
+    [['--pipelines', '2', '--dp-mode', 'async'], /--dp-mode must be one of/],
   ] as const) {
     const error = (await run(process.execPath, [bin, 'train', 'pipeline', '--epochs', '1', '--train-samples', '500', ...args], { timeout: 60_000 }).catch((e: unknown) => e)) as { stderr: string; code: number };
     t.not(error.code, 0, args.join(' '));

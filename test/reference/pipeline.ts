@@ -172,6 +172,52 @@ export function referenceMiniBatch(layers: readonly LayerSpec[], initial: RefPar
   return unflatten(opt.w, initial);
 }
 
+/**
+ * N parallel pipelines coupled by data parallelism, as one model: in each round pipeline p takes
+ * the p-th share of the round's samples and computes the mean-loss gradient at the weights its
+ * forward reads (the predicted ones from the second round on with `readsPredicted`, as
+ * DataParallelTrainer's forwardWeights); the N gradients are averaged in fp32 as the all-reduce
+ * does, and applied at once (staleness 0) or one round late (staleness 1, the last round's left
+ * in flight). Returns the final real weights.
+ */
+export function referenceParallelPipelines(
+  layers: readonly LayerSpec[],
+  initial: RefPartWeights,
+  config: RefConfig,
+  data: RefData,
+  rounds: readonly (readonly number[])[],
+  pipelines: number,
+  staleness: 0 | 1,
+  readsPredicted: boolean,
+): RefPartWeights {
+  const opt = new ReferenceOptimizer(config, flatten(initial));
+  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
+  let pending: Float32Array | undefined;
+  rounds.forEach((samples, r) => {
+    const weights = unflatten(readsPredicted && r > 0 ? opt.predicted : opt.w, initial);
+    const share = samples.length / pipelines;
+    const grads = Array.from({ length: pipelines }, (_, p) => {
+      const mine = samples.slice(p * share, (p + 1) * share);
+      const { x, labels } = gather(data, mine);
+      const fwd = refForward(layers, weights, x, mine.length);
+      const { grad } = refLoss(fwd.outputs.at(-1)!, labels, mine.length, classes);
+      return Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, mine.length).grads));
+    });
+    const avg = new Float32Array(grads[0]!.length);
+    for (let i = 0; i < avg.length; i++) {
+      let sum = 0;
+      for (const g of grads) sum = Math.fround(sum + g[i]!);
+      avg[i] = Math.fround(sum * Math.fround(1 / pipelines));
+    }
+    if (staleness === 0) opt.step(avg);
+    else {
+      if (pending) opt.step(pending);
+      pending = avg;
+    }
+  });
+  return unflatten(opt.w, initial);
+}
+
 /** One part of the model in the replay. */
 export interface RefPart {
   layers: readonly LayerSpec[];

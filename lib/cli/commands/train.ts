@@ -28,6 +28,8 @@ interface TrainCliOptions {
   seed: string;
   trainSamples?: string;
   iterations?: string;
+  pipelines?: string;
+  dpMode?: string;
   boundaries: string;
   layers: string;
   report: string;
@@ -54,6 +56,8 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
     seed: num(o.seed, '--seed'),
     ...(o.trainSamples === undefined ? {} : { trainSamples: num(o.trainSamples, '--train-samples') }),
     ...(o.iterations === undefined ? {} : { iterations: num(o.iterations, '--iterations') }),
+    ...(o.pipelines === undefined ? {} : { pipelines: num(o.pipelines, '--pipelines') }),
+    ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
     boundaries,
     sizes,
   };
@@ -79,6 +83,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
     .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
     .option('--iterations <n>', 'pipedream-2bw: batches per round')
+    .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches, stage replicas combined by --dp-mode')
+    .option('--dp-mode <mode>', 'how stage replicas combine gradients: sync (default), pipe-sgd, sapipe-dc or sapipe-wp (synchronous schedules)')
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
@@ -117,7 +123,7 @@ export function registerTrainCommand(program: Command): void {
       }
       const c = result.config;
       console.log(
-        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages, ` +
+        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${(c.pipelines ?? 1) > 1 ? `${c.pipelines} pipelines (${c.dataParallel ?? 'sync'}) x ` : ''}${c.schedule} on ${c.stages} stages, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
       const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);

@@ -58,6 +58,8 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
     if (!(test.inputs instanceof Float32Array)) throw new InvalidArgumentError('trainPipelineStage: test.inputs must be a Float32Array');
     if (plan.model.kind !== 'sequential') throw new InvalidArgumentError('trainPipelineStage: test data is evaluated for models of sapipe layers; evaluate your own with the returned weights');
   }
+  if (plan.pipelines > 1 || plan.dataParallel)
+    throw new InvalidArgumentError('trainPipelineStage: parallel pipelines run on the worker threads of PipelineTrainer; as launched processes they are planned');
   const perRound = plan.schedule.microBatches * plan.microBatchSize;
   const fullEpoch = Math.floor(plan.samples / perRound);
   const rounds = roundsOption === undefined ? fullEpoch : checkInteger(roundsOption, 'trainPipelineStage: roundsPerEpoch', 1, fullEpoch);
@@ -109,7 +111,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
       }
       throw new InvalidArgumentError(`trainPipelineStage: epochs must be at least 1, got ${describeValue(epochs)}`);
     } finally {
-      host.dispose();
+      await host.dispose();
     }
   } finally {
     if (given === undefined) comm.destroy();

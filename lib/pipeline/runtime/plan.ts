@@ -4,6 +4,7 @@
  * threads and by stages started as processes (`sapipe launch`).
  */
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
+import { resolveMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
@@ -14,7 +15,7 @@ import type { Schedule } from '../schedule.js';
 import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
-import { type PipelineData, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
+import { type PipelineData, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
 import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
 
 /**
@@ -27,6 +28,11 @@ import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
 export type PipelineModelOptions =
   | { layers: readonly LayerSpec[]; seed?: number; boundaries?: readonly number[] | 'measured' | 'params' }
   | { module: string | URL; options?: unknown };
+
+const DATA_PARALLEL_KEYS = optionKeys<PipelineDataParallelOptions>({ mode: true, staleness: true, compensation: true, estimate: true, compensateEstimate: true, overlapUpdate: true });
+
+/** The schedules parallel pipelines run: synchronous ones, one step per round on every part. @category Pipeline runtime */
+export const DATA_PARALLEL_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1'] as const;
 
 /** @category Pipeline runtime */
 export interface PipelineTrainerOptions {
@@ -53,6 +59,19 @@ export interface PipelineTrainerOptions {
   seed?: number;
   /** Bound of every wait between stages, and of the trainer's waits for them, in ms. Default 30 000. */
   timeoutMs?: number;
+  /**
+   * N: parallel pipelines (N x S workers), each on its own micro-batches of every round (pipeline p
+   * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`.
+   * Default 1.
+   */
+  pipelines?: number;
+  /**
+   * How each stage's replicas combine gradients (default, with pipelines > 1: `{ mode: 'sync' }`,
+   * which equals one pipeline on the concatenated batch). Synchronous schedules only
+   * ({@link DATA_PARALLEL_SCHEDULES}); in the staleness-1 modes every part's update applies the
+   * previous round's averaged gradient, with SAPipe's compensation and prediction.
+   */
+  dataParallel?: PipelineDataParallelOptions;
 }
 /** @internal Every option of PipelineTrainer.create. */
 export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
@@ -68,6 +87,8 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   shuffle: true,
   seed: true,
   timeoutMs: true,
+  pipelines: true,
+  dataParallel: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -84,6 +105,10 @@ export interface PipelinePlan {
   shuffle: boolean;
   seed: number;
   timeoutMs: number;
+  /** N parallel pipelines. */
+  pipelines: number;
+  /** How stage replicas combine gradients (when pipelines > 1 or asked for). */
+  dataParallel: PipelineDataParallelOptions | undefined;
 }
 
 /** @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what` names the caller in messages. */
@@ -92,7 +117,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
   if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
     throw new InvalidArgumentError(
-      `${what}: the runtime does not run '${name}' yet (parallel pipelines: AvgPipe, Wavelet and SAPipe's data-parallel form are planned); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+      `${what}: the runtime does not run '${name}' yet (AvgPipe's elastic averaging, Wavelet and SAPipe's data-parallel schedule are planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
     );
   const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
   const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
@@ -109,6 +134,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   });
   validateSchedule(schedule);
   checkOptimizer(options.optimizer, name, what);
+  const pipelines = checkInteger(options.pipelines ?? 1, `${what}: pipelines`, 1, 64);
+  const dataParallel = checkDataParallel(options.dataParallel, pipelines, name, options.optimizer, what);
 
   // The data set.
   checkObject(options.data, `${what}: data`);
@@ -119,9 +146,11 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const features = checkInteger(options.data.features, `${what}: data.features`, 1, 1 << 24);
   if (inputs.length !== labels.length * features)
     throw new SizeMismatchError(`${what}: data.inputs holds ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
-  const perRound = schedule.microBatches * microBatchSize;
+  const perRound = pipelines * schedule.microBatches * microBatchSize;
   if (labels.length < perRound)
-    throw new InvalidArgumentError(`${what}: one round needs ${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${labels.length}; use fewer or smaller micro-batches`);
+    throw new InvalidArgumentError(
+      `${what}: one round needs ${pipelines > 1 ? `${pipelines} pipelines x ` : ''}${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${labels.length}; use fewer or smaller micro-batches`,
+    );
 
   // The model: resolved to data every stage can build, and checked part to part.
   const model = await resolveModel(options.model, schedule.parts, microBatchSize, what);
@@ -146,8 +175,33 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     optimizer: options.optimizer,
     microBatchSize,
     parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
+    ...(dataParallel ? { dataParallel } : {}),
   }));
-  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs };
+  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel };
+}
+
+/** The data-parallel coupling of parallel pipelines, checked (typed errors name what is wrong); undefined for one pipeline without it. */
+function checkDataParallel(
+  given: PipelineDataParallelOptions | undefined,
+  pipelines: number,
+  schedule: ScheduleName,
+  optimizer: PipelineOptimizerSpec,
+  what: string,
+): PipelineDataParallelOptions | undefined {
+  if (given === undefined && pipelines === 1) return undefined;
+  const options: PipelineDataParallelOptions = given ?? { mode: 'sync' };
+  checkObject(options, `${what}: dataParallel`);
+  checkKnownKeys(options, DATA_PARALLEL_KEYS, `${what}: dataParallel`);
+  if (!(DATA_PARALLEL_SCHEDULES as readonly string[]).includes(schedule))
+    throw new InvalidArgumentError(
+      `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (AvgPipe's asynchronous pipelines coupled by elastic averaging are planned)`,
+    );
+  resolveMode(options, pipelines);
+  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
+    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  if (Object.hasOwn(optimizer, 'compensation'))
+    throw new InvalidArgumentError(`${what}: with dataParallel, delay compensation comes from its mode (dataParallel.compensation); remove optimizer.compensation`);
+  return { ...options };
 }
 
 /** @internal The sample order of an epoch: seeded per epoch, the same in every stage and process. */

@@ -15,6 +15,8 @@ import { Adam, AdamW, type AdamOptions } from '../../optim/adam.js';
 import type { Optimizer } from '../../optim/optimizer.js';
 import { SGD, type SGDOptions } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
+import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
+import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
 import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunner } from './stage-runner.js';
 import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
@@ -33,6 +35,17 @@ export type PipelineModelSpec =
   | { kind: 'sequential'; layers: readonly LayerSpec[]; seed?: number; boundaries: readonly number[] }
   | { kind: 'module'; module: string; parts: number; options?: unknown };
 
+/**
+ * How the replicas of each stage in parallel pipelines combine their gradients: a data-parallel
+ * mode of DataParallelTrainer (its options), run by a trainer per part over the replicas.
+ *
+ * @category Pipeline runtime
+ */
+export interface PipelineDataParallelOptions extends DataParallelModeOptions {
+  /** See DataParallelTrainerOptions.overlapUpdate. */
+  overlapUpdate?: boolean;
+}
+
 /** @internal The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
 export interface PipelineData {
   inputs: Float32Array;
@@ -49,6 +62,8 @@ export interface StageDescription {
   microBatchSize: number;
   /** The parts this stage holds (from the schedule's actions). */
   parts: number[];
+  /** Parallel pipelines: how this stage's replicas combine their gradients (a DataParallelTrainer per part). */
+  dataParallel?: PipelineDataParallelOptions;
 }
 
 /** @internal Trainer -> stage. */
@@ -60,8 +75,8 @@ export type ToStage =
 
 /** @internal Stage -> trainer. */
 export type FromStage =
-  | { type: 'ready'; stage: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number }[] }
-  | { type: 'round'; result: StageRoundResult }
+  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number }[] }
+  | { type: 'round'; pipeline: number; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
   | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
 
@@ -144,27 +159,33 @@ export class StageHost {
     readonly source: SharedDataSource,
   ) {}
 
-  static async create(description: StageDescription, comm: Communicator<FlatBuffer> | undefined, data: PipelineData): Promise<StageHost> {
+  /**
+   * `comm` joins the stages of this pipeline; `replicas` (parallel pipelines) this stage's
+   * replicas in the other pipelines, over which each part's gradients are combined.
+   */
+  static async create(description: StageDescription, comm: Communicator<FlatBuffer> | undefined, data: PipelineData, replicas?: Communicator<FlatBuffer>): Promise<StageHost> {
     const parts: StagePart[] = [];
     try {
       for (const part of description.parts) {
         const model = await buildStageModel(description.model, part);
-        let optimizer: Optimizer;
+        const ratio = backwardPredictionRatio(description.schedule.name, part, description.schedule.parts);
         try {
-          optimizer = buildOptimizer(model, description.optimizer, description.schedule, part);
+          if (description.dataParallel) {
+            if (!replicas) throw new InvalidArgumentError('StageHost: a data-parallel stage needs the communicator of its replicas');
+            // Every replica builds the part from the same seed; the trainer also broadcasts pipeline 0's.
+            const { kind, ...options } = description.optimizer;
+            const trainer = await DataParallelTrainer.create({ comm: replicas, params: model.params, optimizer: { kind, ...options } as DataParallelOptimizerSpec, ...description.dataParallel });
+            parts.push({ part, model, optimizer: trainer.optimizer, backwardPredictionRatio: ratio, replicas: trainer });
+          } else parts.push({ part, model, optimizer: buildOptimizer(model, description.optimizer, description.schedule, part), backwardPredictionRatio: ratio });
         } catch (error) {
           model.dispose();
           throw error;
         }
-        parts.push({ part, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(description.schedule.name, part, description.schedule.parts) });
       }
       const runner = new StageRunner(description.stage, description.schedule, comm, parts);
       return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize));
     } catch (error) {
-      for (const p of parts) {
-        p.optimizer.dispose();
-        p.model.dispose();
-      }
+      await disposeParts(parts);
       throw error;
     }
   }
@@ -182,13 +203,19 @@ export class StageHost {
     for (const p of this.parts) p.optimizer.lr = lr;
   }
 
-  dispose(): void {
+  /** Frees everything; a part's data-parallel trainer first waits for its all-reduce in flight. */
+  async dispose(): Promise<void> {
     this.runner.dispose();
     this.source.dispose();
-    for (const p of this.parts) {
-      p.optimizer.dispose();
-      p.model.dispose();
-    }
+    await disposeParts(this.parts);
+  }
+}
+
+async function disposeParts(parts: readonly StagePart[]): Promise<void> {
+  for (const p of parts) {
+    if (p.replicas) await p.replicas.dispose();
+    else p.optimizer.dispose();
+    p.model.dispose();
   }
 }
 

@@ -21,6 +21,7 @@
 import { performance } from 'node:perf_hooks';
 
 import { Communicator } from '../../comm/communicator.js';
+import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
 import type { StageModel } from '../../nn/stage-model.js';
@@ -49,6 +50,11 @@ export interface StagePart {
   readonly optimizer: Optimizer;
   /** SpecTrain: the backward prediction's share of the forward one (0: the backward reads no prediction). */
   readonly backwardPredictionRatio: number;
+  /**
+   * Parallel pipelines: the data-parallel trainer over this part's replicas (its optimizer is
+   * `optimizer`). The part's steps go through it, and its passes read its forward weights.
+   */
+  readonly replicas?: DataParallelTrainer;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -134,6 +140,8 @@ export class StageRunner {
       if (m === null || typeof m !== 'object' || typeof m.forward !== 'function' || typeof m.backward !== 'function' || m.params !== p.optimizer.params)
         throw new InvalidArgumentError(`StageRunner: parts[${i}].model must be a StageModel whose params the optimizer updates`);
       checkNumber(p.backwardPredictionRatio, `StageRunner: parts[${i}].backwardPredictionRatio`, 0, 1);
+      if (p.replicas !== undefined && (!(p.replicas instanceof DataParallelTrainer) || p.replicas.optimizer !== p.optimizer))
+        throw new InvalidArgumentError(`StageRunner: parts[${i}].replicas must be the DataParallelTrainer whose optimizer is parts[${i}].optimizer`);
     }
     this.actions = schedule.actions[stage] ?? [];
     for (const spec of parts) {
@@ -216,7 +224,7 @@ export class StageRunner {
         return { buffer: this.backwardPrediction(p), version: p.base + current, predicted: true };
       }
       const version = a.version >= 0 ? a.version : current;
-      if (version === current) return { buffer: p.spec.model.params.weights, version: p.base + version, predicted: false };
+      if (version === current) return { buffer: p.spec.replicas?.forwardWeights ?? p.spec.model.params.weights, version: p.base + version, predicted: false };
       const stashed = p.stash.get(version);
       if (!stashed) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}) reads version ${version}, which was never stashed (current: ${current})`);
       return { buffer: stashed, version: p.base + version, predicted: false };
@@ -322,8 +330,12 @@ export class StageRunner {
               const scale = opt.gradScale;
               opt.gradScale = scale / part.accumulated;
               try {
-                const result = await opt.step();
-                if (!result.applied) part.skipped++;
+                const replicas = part.spec.replicas;
+                if (replicas) {
+                  // A staleness-1 mode's first step only starts the all-reduce: nothing skipped.
+                  const result = await replicas.step();
+                  if (result.updated && !result.applied) part.skipped++;
+                } else if (!(await opt.step()).applied) part.skipped++;
               } finally {
                 opt.gradScale = scale;
               }

@@ -8,28 +8,39 @@ import { LocalCommunicator, type LocalRankData } from '../../comm/local.js';
 import { type FromStage, type PipelineData, type StageDescription, type ToStage, StageHost, describeError } from './stage-host.js';
 
 interface StageThreadData extends LocalRankData {
-  /** One per stage; this thread runs the one of its rank. */
+  /** One per stage; this thread runs the one of its rank (rank = pipeline x stages + stage). */
   descriptions: StageDescription[];
   data: PipelineData;
   timeoutMs: number;
+  /** N parallel pipelines. */
+  pipelines: number;
 }
 
-const { sapipeLocal, descriptions, data, timeoutMs } = workerData as StageThreadData;
-const description = descriptions[sapipeLocal.rank]!;
+const { sapipeLocal, descriptions, data, timeoutMs, pipelines } = workerData as StageThreadData;
+const stages = descriptions.length;
+const pipeline = Math.floor(sapipeLocal.rank / stages);
+const description = descriptions[sapipeLocal.rank % stages]!;
 const post = (message: FromStage): void => parentPort!.postMessage(message);
 
 async function main(): Promise<void> {
-  const comm = description.schedule.stages > 1 ? await LocalCommunicator.create({ ...sapipeLocal, timeoutMs }) : undefined;
+  // Two groups per thread: the stages of its pipeline (transfers) and, with parallel pipelines,
+  // its stage's replicas (gradient all-reduces). Every thread joins them in the same order.
+  const group = (what: string): string => `${sapipeLocal.group}/${what}`;
+  const comm = stages > 1 ? await LocalCommunicator.create({ group: group(`pipeline-${pipeline}`), rank: description.stage, size: stages, timeoutMs }) : undefined;
+  let replicas: LocalCommunicator | undefined;
   let host: StageHost;
   try {
-    host = await StageHost.create(description, comm, data);
+    if (description.dataParallel) replicas = await LocalCommunicator.create({ group: group(`stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
+    host = await StageHost.create(description, comm, data, replicas);
   } catch (error) {
     comm?.destroy();
+    replicas?.destroy();
     throw error;
   }
   post({
     type: 'ready',
     stage: description.stage,
+    pipeline,
     parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams })),
   });
   // Messages are handled in order: a round must end before the weights are read.
@@ -38,9 +49,12 @@ async function main(): Promise<void> {
     chain = chain.then(async () => {
       try {
         switch (message.type) {
-          case 'round':
-            post({ type: 'round', result: await host.runRound(message.samples, message.startAt) });
+          case 'round': {
+            // Pipeline p trains on the p-th share of the round's samples.
+            const share = message.samples.length / pipelines;
+            post({ type: 'round', pipeline, result: await host.runRound(message.samples.subarray(pipeline * share, (pipeline + 1) * share), message.startAt) });
             break;
+          }
           case 'weights':
             post({ type: 'weights', stage: description.stage, parts: host.weights() });
             break;
@@ -48,8 +62,9 @@ async function main(): Promise<void> {
             host.setLr(message.lr);
             break;
           case 'stop':
-            host.dispose();
+            await host.dispose();
             comm?.destroy();
+            replicas?.destroy();
             parentPort!.close();
             break;
         }
@@ -57,6 +72,7 @@ async function main(): Promise<void> {
         post(describeError(description.stage, error));
         // Peers blocked on this stage fail at once instead of waiting for their timeout.
         comm?.destroy();
+        replicas?.destroy();
       }
     });
   });

@@ -26,16 +26,18 @@ export interface RoundReport {
   readonly round: number;
   /** Mean loss over the round's micro-batches. */
   readonly loss: number;
-  /** Loss per micro-batch. */
+  /** Loss per micro-batch (with parallel pipelines: pipeline 0's micro-batches, then pipeline 1's, ...). */
   readonly losses: readonly number[];
   /** Wall time of the round on the trainer's clock, ms. */
   readonly wallMs: number;
-  /** The measured timeline, per stage, ms from the round's start, in the simulator's format. */
+  /** The measured timeline, per stage (of pipeline 0), ms from the round's start, in the simulator's format. */
   readonly timeline: readonly (readonly TimedAction[])[];
-  /** Weight versions read, per stage (absolute optimizer-step counts). */
+  /** Weight versions read, per stage of pipeline 0 (absolute optimizer-step counts). */
   readonly versions: readonly (readonly VersionRead[])[];
+  /** Per stage of pipeline 0. */
   readonly peakActivations: readonly number[];
   readonly peakStashed: readonly number[];
+  /** Over every stage of every pipeline. */
   readonly skippedSteps: number;
 }
 
@@ -97,15 +99,15 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: Worker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs'>>,
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>>,
   ) {
     this.analysis = validateSchedule(schedule);
     this.order = this.epochOrder(0);
-    workers.forEach((worker, stage) => {
-      worker.on('message', (message: FromStage) => this.onMessage(stage, message));
-      worker.on('error', (error) => this.fail(new RankFailedError(`pipeline stage ${stage} threw: ${error.message}`, { cause: error, rank: stage })));
+    workers.forEach((worker, index) => {
+      worker.on('message', (message: FromStage) => this.onMessage(index, message));
+      worker.on('error', (error) => this.fail(new RankFailedError(`${this.workerName(index)} threw: ${error.message}`, { cause: error, rank: index })));
       worker.on('exit', (code) => {
-        if (!this.isDisposed) this.fail(new RankFailedError(`pipeline stage ${stage} exited${code ? ` with code ${code}` : ''} while the trainer was running`, { rank: stage }));
+        if (!this.isDisposed) this.fail(new RankFailedError(`${this.workerName(index)} exited${code ? ` with code ${code}` : ''} while the trainer was running`, { rank: index }));
       });
     });
   }
@@ -116,9 +118,10 @@ export class PipelineTrainer {
    */
   static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
     const plan = await planPipeline(options, 'PipelineTrainer');
-    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs } = plan;
-    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), schedule.stages, { workerData: { descriptions, data, timeoutMs } });
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs });
+    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines } = plan;
+    // Worker p x S + s runs stage s of pipeline p.
+    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), pipelines * schedule.stages, { workerData: { descriptions, data, timeoutMs, pipelines } });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines });
     try {
       await trainer.request('ready', undefined);
     } catch (error) {
@@ -135,9 +138,16 @@ export class PipelineTrainer {
   get rounds(): number {
     return this.roundsRun;
   }
-  /** Rounds in one epoch: the data set's samples over one round's samples, rounded down. */
+  /** Parallel pipelines (N). */
+  get pipelines(): number {
+    return this.options.pipelines;
+  }
+  /** Rounds in one epoch: the data set's samples over one round's samples (every pipeline's), rounded down. */
   get roundsPerEpoch(): number {
-    return Math.floor(this.samples / (this.schedule.microBatches * this.options.microBatchSize));
+    return Math.floor(this.samples / this.samplesPerRound);
+  }
+  private get samplesPerRound(): number {
+    return this.options.pipelines * this.schedule.microBatches * this.options.microBatchSize;
   }
 
   /** Runs one round (one pass over the schedule) on the next samples. */
@@ -178,12 +188,13 @@ export class PipelineTrainer {
     }
   }
 
-  /** Copies of every part's weights, index = part. */
+  /** Copies of every part's weights, index = part (with a staleness-1 data-parallel mode, the gradient still in flight is not applied). */
   async weights(): Promise<Float32Array[]> {
     this.checkUsable('weights');
     this.busy = true;
     try {
-      const replies = await this.request('weights', { type: 'weights' });
+      // Every pipeline holds the same weights (their replicas step alike): pipeline 0's.
+      const replies = (await this.request('weights', { type: 'weights' })).slice(0, this.schedule.stages);
       const out: Float32Array[] = [];
       for (const r of replies) if (r.type === 'weights') for (const p of r.parts) out[p.part] = p.weights;
       return out;
@@ -249,7 +260,7 @@ export class PipelineTrainer {
   }
 
   private async runRound(): Promise<RoundReport> {
-    const perRound = this.schedule.microBatches * this.options.microBatchSize;
+    const perRound = this.samplesPerRound;
     if (this.orderPosition + perRound > this.order.length) {
       this.order = this.epochOrder(++this.epochsRun);
       this.orderPosition = 0;
@@ -260,10 +271,15 @@ export class PipelineTrainer {
     const start = performance.now();
     const replies = await this.request('round', { type: 'round', startAt, samples });
     const wallMs = performance.now() - start;
-    const results = replies.map((r) => (r as Extract<FromStage, { type: 'round' }>).result).sort((a, b) => a.stage - b.stage);
-    const losses: number[] = [];
-    for (const r of results) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
-    const dense = losses.filter((l) => l !== undefined);
+    // In worker order: pipeline 0's stages first.
+    const all = replies.map((r) => (r as Extract<FromStage, { type: 'round' }>).result);
+    const results = all.slice(0, this.schedule.stages);
+    const dense: number[] = [];
+    for (let p = 0; p < this.options.pipelines; p++) {
+      const losses: number[] = [];
+      for (const r of all.slice(p * this.schedule.stages, (p + 1) * this.schedule.stages)) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
+      dense.push(...losses.filter((l) => l !== undefined));
+    }
     return {
       round: this.roundsRun++,
       loss: dense.reduce((a, b) => a + b, 0) / Math.max(1, dense.length),
@@ -273,7 +289,7 @@ export class PipelineTrainer {
       versions: results.map((r) => r.versions),
       peakActivations: results.map((r: StageRoundResult) => r.peakActivations),
       peakStashed: results.map((r) => r.peakStashed),
-      skippedSteps: results.reduce((n, r) => n + r.skippedSteps, 0),
+      skippedSteps: all.reduce((n, r) => n + r.skippedSteps, 0),
     };
   }
 
@@ -292,7 +308,7 @@ export class PipelineTrainer {
         reject,
         timer: setTimeout(() => {
           const missing = this.workers.map((_, s) => s).filter((s) => !entry.replies.has(s));
-          this.fail(new TimeoutError(`PipelineTrainer: stage(s) ${missing.join(', ')} did not answer (${type}) within ${this.options.timeoutMs} ms; every stage was stopped`));
+          this.fail(new TimeoutError(`PipelineTrainer: ${missing.map((i) => this.workerName(i)).join(', ')} did not answer (${type}) within ${this.options.timeoutMs} ms; every stage was stopped`));
         }, this.options.timeoutMs + 5000),
       };
       this.pending.add(entry);
@@ -304,7 +320,7 @@ export class PipelineTrainer {
     if (message.type === 'error') {
       const { name, code, message: text, stack } = message.error;
       const cause = Object.assign(new Error(text), { name, code, stack });
-      const error = new RankFailedError(`pipeline stage ${stage} failed: ${code ? `${code}: ` : ''}${text}`, { cause, rank: stage });
+      const error = new RankFailedError(`${this.workerName(stage)} failed: ${code ? `${code}: ` : ''}${text}`, { cause, rank: stage });
       if (code === 'ERR_PEER_LOST' || code === 'ERR_TIMEOUT') {
         // A stage that lost its peer is a consequence; the stage that died or threw usually says so
         // a moment later, and the job should fail with that cause.
@@ -320,7 +336,7 @@ export class PipelineTrainer {
       if (p.replies.size === this.workers.length) {
         clearTimeout(p.timer);
         this.pending.delete(p);
-        p.resolve([...p.replies.values()]);
+        p.resolve(this.workers.map((_, i) => p.replies.get(i)!));
       }
       return;
     }
@@ -337,6 +353,12 @@ export class PipelineTrainer {
     }
     this.pending.clear();
     for (const w of this.workers) void w.terminate();
+  }
+
+  /** Worker `index` in messages: its stage, and its pipeline when there are several. */
+  private workerName(index: number): string {
+    const stages = this.schedule.stages;
+    return this.options.pipelines > 1 ? `pipeline ${Math.floor(index / stages)} stage ${index % stages}` : `pipeline stage ${index}`;
   }
 
   private checkUsable(what: string): void {
