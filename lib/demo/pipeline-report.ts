@@ -4,7 +4,7 @@
  * simulator's prediction from the measured stage costs, with the same renderer at the same scale.
  */
 import { renderSvg } from '../pipeline/render.js';
-import type { MnistPipelineResult } from './pipeline-run.js';
+import { parallelPipelinesNote, type MnistPipelineResult } from './pipeline-run.js';
 
 function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -66,6 +66,7 @@ ${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}
 <p class="note">Runtime overhead (time between actions and posting sends, worst stage): ${r.overhead.perActionMs.toFixed(3)} ms per action, ${pct(r.overhead.shareOfRound)} of the round.</p>
 <h3>Measured round (median wall time of the last epoch)</h3>
 ${renderSvg(r.measured, { title: `measured: ${title}`, scale })}
+${parallelPipelinesNote(c) ? `<p class="note">${esc(parallelPipelinesNote(c)!)}</p>` : ''}
 <h3>Simulated from the measured costs</h3>
 ${renderSvg(r.simulated, { title: `simulated: ${title}`, scale })}
 </body></html>

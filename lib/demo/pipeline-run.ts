@@ -39,6 +39,8 @@ export interface MnistPipelineConfig {
   /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
   pipelines?: number;
   dataParallel?: DataParallelMode;
+  /** AvgPipe: advance forward propagation depth A (default S-1). */
+  advance?: number;
 }
 
 /** @internal */
@@ -56,6 +58,19 @@ export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
   sizes: PIPELINE_DEMO_SIZES,
 };
 
+/**
+ * @internal What the measured-vs-simulated comparison means with parallel pipelines: the runtime
+ * runs each on its own workers and measures pipeline 0; the simulator puts AvgPipe's N pipelines
+ * on the same S devices (as the paper and the tuner do) and the other schedules' one pipeline.
+ */
+export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefined {
+  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  if (n === 1) return undefined;
+  return c.schedule === 'avgpipe'
+    ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads; simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
+    : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;
+}
+
 /** @internal */
 export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineConfig {
   checkOneOf(c.schedule, '--schedule', RUNTIME_SCHEDULES);
@@ -70,6 +85,7 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   if (c.trainSamples !== undefined) checkInteger(c.trainSamples, '--train-samples', 1, 1 << 24);
   if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, 64);
   if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, 64);
+  if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, 4096);
   if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   return c;
@@ -137,6 +153,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     microBatchSize: c.microBatchSize,
     ...(c.iterations !== undefined ? { iterations: c.iterations } : {}),
     ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
+    ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
     model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
     optimizer,

@@ -41,7 +41,7 @@ t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas c
 
 t.test('bad options are refused with what to change', async (t) => {
   for (const [args, message] of [
-    [['--schedule', 'avgpipe'], /--schedule must be one of/],
+    [['--schedule', 'wavelet'], /--schedule must be one of/],
     [['--stages', 'four'], /--stages must be a number/],
     [['--layers', '10,10'], /--layers must start with 784/],
     [['--stages', '12'], /9 layers for 12 parts/],

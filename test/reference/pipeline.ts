@@ -218,6 +218,48 @@ export function referenceParallelPipelines(
   return unflatten(opt.w, initial);
 }
 
+/**
+ * AvgPipe's N pipelines as N models coupled by elastic averaging (ALGORITHMS.md section 5): in each
+ * round pipeline p takes the p-th share of the samples, computes the mean-loss gradient at its own
+ * weights x_p and steps its own optimizer; after every `every`-th round, with the center c as it
+ * was, d_p = alpha*(x_p - c), x_p -= d_p for every p, and c += sum_p d_p. Returns the center.
+ */
+export function referenceAvgPipe(
+  layers: readonly LayerSpec[],
+  initial: RefPartWeights,
+  config: RefConfig,
+  data: RefData,
+  rounds: readonly (readonly number[])[],
+  pipelines: number,
+  alpha: number,
+  every: number,
+): RefPartWeights {
+  const opts = Array.from({ length: pipelines }, () => new ReferenceOptimizer(config, flatten(initial)));
+  const center = Float64Array.from(flatten(initial));
+  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
+  rounds.forEach((samples, r) => {
+    const share = samples.length / pipelines;
+    opts.forEach((opt, p) => {
+      const weights = unflatten(opt.w, initial);
+      const mine = samples.slice(p * share, (p + 1) * share);
+      const { x, labels } = gather(data, mine);
+      const fwd = refForward(layers, weights, x, mine.length);
+      const { grad } = refLoss(fwd.outputs.at(-1)!, labels, mine.length, classes);
+      opt.step(Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, mine.length).grads)));
+    });
+    if ((r + 1) % every !== 0) return;
+    const moved = new Float64Array(center.length);
+    for (const opt of opts)
+      for (let i = 0; i < center.length; i++) {
+        const d = alpha * (opt.w[i]! - center[i]!);
+        opt.w[i] = opt.w[i]! - d;
+        moved[i] = moved[i]! + d;
+      }
+    for (let i = 0; i < center.length; i++) center[i] = center[i]! + moved[i]!;
+  });
+  return unflatten(Float32Array.from(center), initial);
+}
+
 /** One part of the model in the replay. */
 export interface RefPart {
   layers: readonly LayerSpec[];

@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from '../../errors.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
@@ -30,6 +30,7 @@ interface TrainCliOptions {
   iterations?: string;
   pipelines?: string;
   dpMode?: string;
+  advance?: string;
   boundaries: string;
   layers: string;
   report: string;
@@ -57,6 +58,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
     ...(o.trainSamples === undefined ? {} : { trainSamples: num(o.trainSamples, '--train-samples') }),
     ...(o.iterations === undefined ? {} : { iterations: num(o.iterations, '--iterations') }),
     ...(o.pipelines === undefined ? {} : { pipelines: num(o.pipelines, '--pipelines') }),
+    ...(o.advance === undefined ? {} : { advance: num(o.advance, '--advance') }),
     ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
     boundaries,
     sizes,
@@ -83,7 +85,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
     .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
     .option('--iterations <n>', 'pipedream-2bw: batches per round')
-    .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches, stage replicas combined by --dp-mode')
+    .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or for avgpipe by elastic averaging (default 2)')
+    .option('--advance <A>', 'avgpipe: advance forward propagation depth (default S-1)')
     .option('--dp-mode <mode>', 'how stage replicas combine gradients: sync (default), pipe-sgd, sapipe-dc or sapipe-wp (synchronous schedules)')
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
@@ -132,6 +135,8 @@ export function registerTrainCommand(program: Command): void {
       const compare = cliTable(['one round', 'measured', 'simulated from measured costs']);
       for (const row of pipelineComparison(result)) compare.push(row);
       console.log(compare.toString());
+      const note = parallelPipelinesNote(c);
+      if (note) console.log(note);
       console.log(`runtime overhead: ${result.overhead.perActionMs.toFixed(3)} ms per action, ${(result.overhead.shareOfRound * 100).toFixed(1)}% of a round`);
       console.log(`report: ${report}`);
     });

@@ -58,7 +58,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
     if (!(test.inputs instanceof Float32Array)) throw new InvalidArgumentError('trainPipelineStage: test.inputs must be a Float32Array');
     if (plan.model.kind !== 'sequential') throw new InvalidArgumentError('trainPipelineStage: test data is evaluated for models of sapipe layers; evaluate your own with the returned weights');
   }
-  if (plan.pipelines > 1 || plan.dataParallel)
+  if (plan.pipelines > 1 || plan.dataParallel || plan.averaging)
     throw new InvalidArgumentError('trainPipelineStage: parallel pipelines run on the worker threads of PipelineTrainer; as launched processes they are planned');
   const perRound = plan.schedule.microBatches * plan.microBatchSize;
   const fullEpoch = Math.floor(plan.samples / perRound);

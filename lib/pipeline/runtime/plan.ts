@@ -10,12 +10,12 @@ import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { ADAM_OPTION_KEYS } from '../../optim/adam.js';
 import { SGD_OPTION_KEYS } from '../../optim/sgd.js';
-import { checkInteger, checkKnownKeys, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
+import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
 import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
-import { type PipelineData, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
+import { type PipelineAveragingOptions, type PipelineData, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
 import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
 
 /**
@@ -61,10 +61,14 @@ export interface PipelineTrainerOptions {
   timeoutMs?: number;
   /**
    * N: parallel pipelines (N x S workers), each on its own micro-batches of every round (pipeline p
-   * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`.
-   * Default 1.
+   * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`, or
+   * for `avgpipe` by elastic averaging (`averaging`). Default 1 (avgpipe: 2).
    */
   pipelines?: number;
+  /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
+  advance?: number;
+  /** AvgPipe: elastic averaging of each stage's replicas with their center copy. */
+  averaging?: PipelineAveragingOptions;
   /**
    * How each stage's replicas combine gradients (default, with pipelines > 1: `{ mode: 'sync' }`,
    * which equals one pipeline on the concatenated batch). Synchronous schedules only
@@ -89,6 +93,8 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   timeoutMs: true,
   pipelines: true,
   dataParallel: true,
+  advance: true,
+  averaging: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -109,6 +115,8 @@ export interface PipelinePlan {
   pipelines: number;
   /** How stage replicas combine gradients (when pipelines > 1 or asked for). */
   dataParallel: PipelineDataParallelOptions | undefined;
+  /** AvgPipe: how stage replicas average with their center. */
+  averaging: Required<PipelineAveragingOptions> | undefined;
 }
 
 /** @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what` names the caller in messages. */
@@ -117,9 +125,14 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
   if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
     throw new InvalidArgumentError(
-      `${what}: the runtime does not run '${name}' yet (AvgPipe's elastic averaging, Wavelet and SAPipe's data-parallel schedule are planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+      `${what}: the runtime does not run '${name}' yet (Wavelet and SAPipe's data-parallel schedule are planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
     );
   const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
+  const avgpipe = name === 'avgpipe';
+  const pipelines = checkInteger(options.pipelines ?? (avgpipe ? 2 : 1), `${what}: pipelines`, 1, 64);
+  if (!avgpipe)
+    for (const key of ['advance', 'averaging'] as const)
+      if (options[key] !== undefined) throw new InvalidArgumentError(`${what}: ${key} is an option of the avgpipe schedule, not of '${name}'`);
   const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
   const microBatchSize = checkInteger(options.microBatchSize, `${what}: microBatchSize`, 1, 1 << 20);
   const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, `${what}: timeoutMs`, 1, 2 ** 31 - 1);
@@ -131,11 +144,15 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     microBatches,
     ...(options.iterations !== undefined ? { iterations: options.iterations } : name === 'pipedream-2bw' ? { iterations: 1 } : {}),
     ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
+    // AvgPipe's N pipelines are in its action lists; parallel pipelines of the other schedules each run the one-pipeline list.
+    ...(avgpipe ? { pipelines, ...(options.advance !== undefined ? { advance: options.advance } : {}) } : {}),
   });
   validateSchedule(schedule);
   checkOptimizer(options.optimizer, name, what);
-  const pipelines = checkInteger(options.pipelines ?? 1, `${what}: pipelines`, 1, 64);
-  const dataParallel = checkDataParallel(options.dataParallel, pipelines, name, options.optimizer, what);
+  const dataParallel = avgpipe ? undefined : checkDataParallel(options.dataParallel, pipelines, name, options.optimizer, what);
+  if (avgpipe && options.dataParallel !== undefined)
+    throw new InvalidArgumentError(`${what}: avgpipe couples its pipelines by elastic averaging (averaging), not dataParallel`);
+  const averaging = avgpipe ? checkAveraging(options.averaging, pipelines, what) : undefined;
 
   // The data set.
   checkObject(options.data, `${what}: data`);
@@ -176,8 +193,22 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     microBatchSize,
     parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
     ...(dataParallel ? { dataParallel } : {}),
+    ...(averaging ? { averaging } : {}),
   }));
-  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel };
+  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging };
+}
+
+const AVERAGING_KEYS = optionKeys<PipelineAveragingOptions>({ alpha: true, every: true });
+
+/** AvgPipe's elastic averaging, checked, with its defaults (ALGORITHMS.md section 5: alpha = 0.9/N, every update). */
+function checkAveraging(given: PipelineAveragingOptions | undefined, pipelines: number, what: string): Required<PipelineAveragingOptions> {
+  const options = given ?? {};
+  checkObject(options, `${what}: averaging`);
+  checkKnownKeys(options, AVERAGING_KEYS, `${what}: averaging`);
+  return {
+    alpha: checkNumber(options.alpha ?? 0.9 / pipelines, `${what}: averaging.alpha`, 0, 1),
+    every: checkInteger(options.every ?? 1, `${what}: averaging.every`, 1, 1 << 20),
+  };
 }
 
 /** The data-parallel coupling of parallel pipelines, checked (typed errors name what is wrong); undefined for one pipeline without it. */

@@ -18,6 +18,7 @@ import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
+import { ElasticCenter } from './averaging.js';
 import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunner } from './stage-runner.js';
 import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
 
@@ -46,6 +47,18 @@ export interface PipelineDataParallelOptions extends DataParallelModeOptions {
   overlapUpdate?: boolean;
 }
 
+/**
+ * AvgPipe's elastic averaging (ALGORITHMS.md section 5): after every `every`-th update each
+ * replica x_i of a stage moves towards the center c by d_i = alpha*(x_i - c) and c moves by the
+ * sum of the d_i. Default alpha 0.9/N, every update.
+ *
+ * @category Pipeline runtime
+ */
+export interface PipelineAveragingOptions {
+  alpha?: number;
+  every?: number;
+}
+
 /** @internal The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
 export interface PipelineData {
   inputs: Float32Array;
@@ -64,6 +77,8 @@ export interface StageDescription {
   parts: number[];
   /** Parallel pipelines: how this stage's replicas combine their gradients (a DataParallelTrainer per part). */
   dataParallel?: PipelineDataParallelOptions;
+  /** AvgPipe: elastic averaging of this stage's replicas with their center. */
+  averaging?: Required<PipelineAveragingOptions>;
 }
 
 /** @internal Trainer -> stage. */
@@ -157,35 +172,56 @@ export class StageHost {
     readonly parts: StagePart[],
     readonly runner: StageRunner,
     readonly source: SharedDataSource,
+    /** AvgPipe: each part's center, by part. */
+    private readonly centers: Map<number, ElasticCenter>,
   ) {}
 
   /**
-   * `comm` joins the stages of this pipeline; `replicas` (parallel pipelines) this stage's
-   * replicas in the other pipelines, over which each part's gradients are combined.
+   * `comm` joins the stages of pipeline `pipeline`; `replicas` (parallel pipelines) this stage's
+   * replicas in the other pipelines, over which each part's gradients are combined (dataParallel)
+   * or its weights averaged (avgpipe).
    */
-  static async create(description: StageDescription, comm: Communicator<FlatBuffer> | undefined, data: PipelineData, replicas?: Communicator<FlatBuffer>): Promise<StageHost> {
+  static async create(
+    description: StageDescription,
+    comm: Communicator<FlatBuffer> | undefined,
+    data: PipelineData,
+    replicas?: Communicator<FlatBuffer>,
+    pipeline = 0,
+  ): Promise<StageHost> {
     const parts: StagePart[] = [];
+    const centers = new Map<number, ElasticCenter>();
     try {
+      if ((description.dataParallel || description.averaging) && !replicas)
+        throw new InvalidArgumentError('StageHost: parallel pipelines need the communicator of the stage\'s replicas');
       for (const part of description.parts) {
         const model = await buildStageModel(description.model, part);
         const ratio = backwardPredictionRatio(description.schedule.name, part, description.schedule.parts);
         try {
           if (description.dataParallel) {
-            if (!replicas) throw new InvalidArgumentError('StageHost: a data-parallel stage needs the communicator of its replicas');
             // Every replica builds the part from the same seed; the trainer also broadcasts pipeline 0's.
             const { kind, ...options } = description.optimizer;
-            const trainer = await DataParallelTrainer.create({ comm: replicas, params: model.params, optimizer: { kind, ...options } as DataParallelOptimizerSpec, ...description.dataParallel });
+            const trainer = await DataParallelTrainer.create({ comm: replicas!, params: model.params, optimizer: { kind, ...options } as DataParallelOptimizerSpec, ...description.dataParallel });
             parts.push({ part, model, optimizer: trainer.optimizer, backwardPredictionRatio: ratio, replicas: trainer });
-          } else parts.push({ part, model, optimizer: buildOptimizer(model, description.optimizer, description.schedule, part), backwardPredictionRatio: ratio });
+          } else {
+            const optimizer = buildOptimizer(model, description.optimizer, description.schedule, part);
+            let average: (() => Promise<void>) | undefined;
+            if (description.averaging) {
+              const center = new ElasticCenter(model.params, replicas!, description.averaging.alpha, description.averaging.every);
+              centers.set(part, center);
+              average = () => center.average();
+            }
+            parts.push({ part, model, optimizer, backwardPredictionRatio: ratio, ...(average ? { average } : {}) });
+          }
         } catch (error) {
           model.dispose();
           throw error;
         }
       }
-      const runner = new StageRunner(description.stage, description.schedule, comm, parts);
-      return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize));
+      const runner = new StageRunner(description.stage, description.schedule, comm, parts, pipeline);
+      return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
     } catch (error) {
       await disposeParts(parts);
+      for (const c of centers.values()) c.dispose();
       throw error;
     }
   }
@@ -195,8 +231,9 @@ export class StageHost {
     return this.runner.runRound(this.source, startAt);
   }
 
+  /** Each part's weights; for AvgPipe, the center the pipelines average with (the model they agree on). */
   weights(): { part: number; weights: Float32Array }[] {
-    return this.parts.map((p) => ({ part: p.part, weights: p.model.params.weights.array.slice() }));
+    return this.parts.map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
   }
 
   setLr(lr: number): void {
@@ -208,6 +245,7 @@ export class StageHost {
     this.runner.dispose();
     this.source.dispose();
     await disposeParts(this.parts);
+    for (const c of this.centers.values()) c.dispose();
   }
 }
 

@@ -55,6 +55,8 @@ export interface StagePart {
    * `optimizer`). The part's steps go through it, and its passes read its forward weights.
    */
   readonly replicas?: DataParallelTrainer;
+  /** AvgPipe: the `elasticAverage` action, averaging this part's weights with its replicas' center. */
+  readonly average?: () => Promise<void>;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -119,17 +121,23 @@ export class StageRunner {
   private disposed = false;
   private running = false;
 
+  /**
+   * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
+   * N; each pipeline's stages run on their own workers and exchange through their own `comm`).
+   */
   constructor(
     readonly stage: number,
     schedule: Schedule,
     private readonly comm: Communicator<FlatBuffer> | undefined,
     parts: readonly StagePart[],
+    readonly pipeline = 0,
   ) {
     const s = schedule as Partial<Schedule> | null;
     if (s === null || typeof s !== 'object' || !Number.isInteger(s.stages) || !Array.isArray(s.actions) || !Number.isInteger(s.parts))
       throw new InvalidArgumentError(`StageRunner: schedule must be a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
     validateSchedule(schedule);
     checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
+    checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
     if (comm !== undefined && !(comm instanceof Communicator)) throw new InvalidArgumentError(`StageRunner: comm must be a Communicator or undefined, got ${describeValue(comm)}`);
     if (!Array.isArray(parts)) throw new InvalidArgumentError('StageRunner: parts must be an array of { part, model, optimizer, backwardPredictionRatio }');
     for (const [i, p] of parts.entries()) {
@@ -140,10 +148,11 @@ export class StageRunner {
       if (m === null || typeof m !== 'object' || typeof m.forward !== 'function' || typeof m.backward !== 'function' || m.params !== p.optimizer.params)
         throw new InvalidArgumentError(`StageRunner: parts[${i}].model must be a StageModel whose params the optimizer updates`);
       checkNumber(p.backwardPredictionRatio, `StageRunner: parts[${i}].backwardPredictionRatio`, 0, 1);
+      if (p.average !== undefined && typeof p.average !== 'function') throw new InvalidArgumentError(`StageRunner: parts[${i}].average must be a function`);
       if (p.replicas !== undefined && (!(p.replicas instanceof DataParallelTrainer) || p.replicas.optimizer !== p.optimizer))
         throw new InvalidArgumentError(`StageRunner: parts[${i}].replicas must be the DataParallelTrainer whose optimizer is parts[${i}].optimizer`);
     }
-    this.actions = schedule.actions[stage] ?? [];
+    this.actions = (schedule.actions[stage] ?? []).filter((a) => a.pipeline === pipeline);
     for (const spec of parts) {
       this.parts.set(spec.part, {
         spec,
@@ -160,9 +169,9 @@ export class StageRunner {
     this.lastPart = schedule.parts - 1;
     this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
     for (const a of this.actions) {
-      if (a.kind === 'allReduce' || a.kind === 'elasticAverage')
-        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} (${a.kind}) needs parallel pipelines, which the runtime does not run yet (planned)`);
-      if (a.pipeline !== 0) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} belongs to pipeline ${a.pipeline}; the runtime runs one pipeline (parallel pipelines are planned)`);
+      if (a.kind === 'allReduce') throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} (allReduce): data-parallel schedules are planned; couple parallel pipelines with PipelineTrainer's dataParallel`);
+      if (a.kind === 'elasticAverage' && this.parts.get(a.part)?.spec.average === undefined)
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part's replicas (parts[].average; PipelineTrainer gives it for avgpipe)`);
       if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && !this.parts.has(a.part))
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
     }
@@ -346,6 +355,9 @@ export class StageRunner {
           }
           case 'predictWeights':
             predicted.add(`${a.part}:${a.microBatch}`);
+            break;
+          case 'elasticAverage':
+            await p!.spec.average!();
             break;
           case 'stashWeights':
           case 'restoreWeights':

@@ -30,8 +30,8 @@ async function main(): Promise<void> {
   let replicas: LocalCommunicator | undefined;
   let host: StageHost;
   try {
-    if (description.dataParallel) replicas = await LocalCommunicator.create({ group: group(`stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
-    host = await StageHost.create(description, comm, data, replicas);
+    if (description.dataParallel || description.averaging) replicas = await LocalCommunicator.create({ group: group(`stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
+    host = await StageHost.create(description, comm, data, replicas, pipeline);
   } catch (error) {
     comm?.destroy();
     replicas?.destroy();

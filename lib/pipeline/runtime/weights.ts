@@ -8,7 +8,7 @@
 import { pipelinedBackpropDelay, type PredictionOptions } from '../../optim/options.js';
 
 /** The schedules the pipeline runtime executes (the others need parallel pipelines or all-reduces: planned). @category Pipeline runtime */
-export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain', 'pipelined-backprop'] as const;
+export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain', 'pipelined-backprop', 'avgpipe'] as const;
 /** @category Pipeline runtime */
 export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
 
