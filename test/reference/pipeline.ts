@@ -154,21 +154,22 @@ function gather(data: RefData, samples: readonly number[]): { x: Float64Array; l
   return { x, labels: samples.map((s) => data.labels[s]!) };
 }
 
+/** The gradient of the mean loss over `samples` at `weights`, flattened, in one double pass. */
+function meanGradient(layers: readonly LayerSpec[], weights: RefPartWeights, data: RefData, samples: readonly number[]): Float32Array {
+  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
+  const { x, labels } = gather(data, samples);
+  const fwd = refForward(layers, weights, x, samples.length);
+  const { grad } = refLoss(fwd.outputs.at(-1)!, labels, samples.length, classes);
+  return Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, samples.length).grads));
+}
+
 /**
  * Mini-batch training of the whole model: each step takes one batch's gradient (the mean loss
  * over all its samples, in one pass) and one optimizer step. Returns the final weights.
  */
 export function referenceMiniBatch(layers: readonly LayerSpec[], initial: RefPartWeights, config: RefConfig, data: RefData, batches: readonly (readonly number[])[]): RefPartWeights {
   const opt = new ReferenceOptimizer(config, flatten(initial));
-  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
-  for (const samples of batches) {
-    const weights = unflatten(opt.w, initial);
-    const { x, labels } = gather(data, samples);
-    const fwd = refForward(layers, weights, x, samples.length);
-    const { grad } = refLoss(fwd.outputs.at(-1)!, labels, samples.length, classes);
-    const { grads } = refBackward(layers, weights, fwd, grad, samples.length);
-    opt.step(Float32Array.from(flatGrads(grads)));
-  }
+  for (const samples of batches) opt.step(meanGradient(layers, unflatten(opt.w, initial), data, samples));
   return unflatten(opt.w, initial);
 }
 
@@ -191,18 +192,11 @@ export function referenceParallelPipelines(
   readsPredicted: boolean,
 ): RefPartWeights {
   const opt = new ReferenceOptimizer(config, flatten(initial));
-  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
   let pending: Float32Array | undefined;
   rounds.forEach((samples, r) => {
     const weights = unflatten(readsPredicted && r > 0 ? opt.predicted : opt.w, initial);
     const share = samples.length / pipelines;
-    const grads = Array.from({ length: pipelines }, (_, p) => {
-      const mine = samples.slice(p * share, (p + 1) * share);
-      const { x, labels } = gather(data, mine);
-      const fwd = refForward(layers, weights, x, mine.length);
-      const { grad } = refLoss(fwd.outputs.at(-1)!, labels, mine.length, classes);
-      return Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, mine.length).grads));
-    });
+    const grads = Array.from({ length: pipelines }, (_, p) => meanGradient(layers, weights, data, samples.slice(p * share, (p + 1) * share)));
     const avg = new Float32Array(grads[0]!.length);
     for (let i = 0; i < avg.length; i++) {
       let sum = 0;
@@ -236,17 +230,9 @@ export function referenceAvgPipe(
 ): RefPartWeights {
   const opts = Array.from({ length: pipelines }, () => new ReferenceOptimizer(config, flatten(initial)));
   const center = Float64Array.from(flatten(initial));
-  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
   rounds.forEach((samples, r) => {
     const share = samples.length / pipelines;
-    opts.forEach((opt, p) => {
-      const weights = unflatten(opt.w, initial);
-      const mine = samples.slice(p * share, (p + 1) * share);
-      const { x, labels } = gather(data, mine);
-      const fwd = refForward(layers, weights, x, mine.length);
-      const { grad } = refLoss(fwd.outputs.at(-1)!, labels, mine.length, classes);
-      opt.step(Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, mine.length).grads)));
-    });
+    opts.forEach((opt, p) => opt.step(meanGradient(layers, unflatten(opt.w, initial), data, samples.slice(p * share, (p + 1) * share))));
     if ((r + 1) % every !== 0) return;
     const moved = new Float64Array(center.length);
     for (const opt of opts)

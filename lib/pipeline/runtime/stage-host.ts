@@ -217,7 +217,8 @@ export class StageHost {
           throw error;
         }
       }
-      const runner = new StageRunner(description.stage, description.schedule, comm, parts, pipeline);
+      // AvgPipe's lists hold every pipeline's actions; data-parallel pipelines each run the one-pipeline list.
+      const runner = new StageRunner(description.stage, description.schedule, comm, parts, description.schedule.pipelines > 1 ? pipeline : 0);
       return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
     } catch (error) {
       await disposeParts(parts);
