@@ -7,10 +7,12 @@
 import { loadMnist } from '../data/mnist.js';
 import { trainTestSplit } from '../data/dataset.js';
 import { InvalidArgumentError } from '../errors.js';
-import { mlpLayers } from '../nn/sequential.js';
+import { checkLayers, layerParams, mlpLayers, partRanges } from '../nn/sequential.js';
 import { checkInteger, checkNumber, checkOneOf } from '../validate.js';
 import { DATA_PARALLEL_MODES, type DataParallelMode } from '../dataparallel/mode.js';
-import { simulateSchedule, type SimulationResult } from '../pipeline/simulate.js';
+import type { PipelineProfile } from '../pipeline/profile.js';
+import type { Schedule } from '../pipeline/schedule.js';
+import { simulateSchedule, type PerPart, type SimulationCosts, type SimulationResult } from '../pipeline/simulate.js';
 import { measuredCosts, measuredResult } from '../pipeline/runtime/measure.js';
 import type { PipelineOptimizerSpec } from '../pipeline/runtime/stage-host.js';
 import { PipelineTrainer, type RoundReport } from '../pipeline/runtime/trainer.js';
@@ -115,6 +117,35 @@ export interface MnistPipelineResult {
   /** Per-action overhead of the runtime on the measured round: time between actions, and in sends/stash bookkeeping. */
   overhead: { perActionMs: number; shareOfRound: number };
   peakStashed: readonly number[];
+  /** The run as a tuner profile (docs/pipeline.md): each stage's measured forward and backward per micro-batch, and its sizes. */
+  profile: PipelineProfile;
+}
+
+/**
+ * The tuner's profile of a run: per stage (the parts it holds), the measured median forward and
+ * backward time of a micro-batch, the activation it sends, its weights and its optimizer state
+ * (SGD with momentum: one buffer; Adam/AdamW: two), at the run's micro-batch size; a pipeline's
+ * batch is the run's M micro-batches.
+ */
+function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts): PipelineProfile {
+  const layers = mlpLayers(c.sizes);
+  const params = layerParams(layers);
+  const widths = checkLayers(layers);
+  const ranges = partRanges(layers.length, boundaries);
+  const stateCopies = c.optimizer === 'sgd' ? (c.momentum > 0 ? 1 : 0) : 2;
+  const stages = Array.from({ length: schedule.stages }, (_, k) => {
+    const parts = ranges.map((_, j) => j).filter((j) => (schedule.actions[k] ?? []).some((a) => a.kind === 'forward' && a.part === j));
+    const weightBytes = parts.reduce((n, j) => n + 4 * params.slice(ranges[j]![0], ranges[j]![1]).reduce((a, b) => a + b, 0), 0);
+    const sum = (x: PerPart | undefined): number => parts.reduce((n, j) => n + (typeof x === 'number' ? x : (x?.[j] ?? 0)), 0);
+    return {
+      forwardMs: sum(costs.forward),
+      backwardMs: sum(costs.backward),
+      activationBytes: 4 * c.microBatchSize * widths[ranges[parts.at(-1) ?? 0]![1]]!,
+      weightBytes,
+      optimizerStateBytes: stateCopies * weightBytes,
+    };
+  });
+  return { stages, microBatchSize: c.microBatchSize, batchSize: c.microBatches * c.microBatchSize };
 }
 
 /** Runtime overhead of a round: on each stage, the time not spent in an action (gaps) plus in posting sends; the worst stage over the makespan. */
@@ -178,7 +209,8 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
     const typical = byWall[Math.floor(byWall.length / 2)]!;
     const measured = measuredResult(trainer.schedule, trainer.analysis, typical.timeline, typical.peakActivations);
-    const simulated = simulateSchedule(trainer.schedule, measuredCosts(trainer.schedule, last.map((r) => r.timeline)));
+    const costs = measuredCosts(trainer.schedule, last.map((r) => r.timeline));
+    const simulated = simulateSchedule(trainer.schedule, costs);
     const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
     return {
       config: c,
@@ -191,6 +223,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       trainMs,
       overhead: roundOverhead(typical),
       peakStashed: typical.peakStashed,
+      profile: runProfile(c, trainer.schedule, boundaries, costs),
     };
   } finally {
     await trainer.dispose();

@@ -39,6 +39,22 @@ t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas c
   t.match(readFileSync(report, 'utf8'), /2 parallel pipelines whose stage replicas combine gradients in data-parallel mode sync/);
 });
 
+t.test('a profile the run measured is accepted by tune, and tune\'s choice is a command that trains', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const profile = join(dir, 'profile.json');
+  await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', '1f1b', '--stages', '2', '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 'a.html'), '--profile-out', profile], { timeout: 120_000 });
+  const written = JSON.parse(readFileSync(profile, 'utf8')) as { stages: { forwardMs: number; backwardMs: number; weightBytes: number }[]; microBatchSize: number; batchSize: number };
+  t.equal(written.stages.length, 2, 'a profile entry per stage');
+  t.ok(written.stages.every((s) => s.forwardMs > 0 && s.backwardMs > 0 && s.weightBytes > 0), 'measured times and sizes');
+  t.same([written.microBatchSize, written.batchSize], [16, 128], "the run's micro-batch and a pipeline's batch");
+  const { stdout } = await run(process.execPath, [bin, 'tune', '--profile', profile, '--memory-gb', '1', '--max-pipelines', '2', '--max-microbatches', '8', '--json'], { timeout: 60_000 });
+  const tuned = JSON.parse(stdout) as { train: string | null };
+  t.match(tuned.train, /^npx sapipe train pipeline --schedule avgpipe --stages 2 --pipelines \d+ --microbatches \d+ --microbatch-size \d+ --advance \d+$/);
+  const args = tuned.train!.split(' ').slice(2);
+  const trained = await run(process.execPath, [bin, ...args, '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 'b.html'), '--json'], { timeout: 120_000 });
+  t.ok((JSON.parse(trained.stdout) as { epochs: unknown[] }).epochs.length === 1, 'the tuned command trains');
+});
+
 t.test('bad options are refused with what to change', async (t) => {
   for (const [args, message] of [
     [['--schedule', 'wavelet'], /--schedule must be one of/],

@@ -35,6 +35,7 @@ interface TrainCliOptions {
   layers: string;
   report: string;
   svg?: string;
+  profileOut?: string;
   json?: boolean;
 }
 
@@ -92,6 +93,7 @@ export function registerTrainCommand(program: Command): void {
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
+    .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
       const config = pipelineConfigFromCli(o);
@@ -106,6 +108,7 @@ export function registerTrainCommand(program: Command): void {
       const report = resolve(o.report);
       writeFileSync(report, renderPipelineReport(result));
       if (o.svg !== undefined) writeFileSync(resolve(o.svg), renderPipelineSvg(result));
+      if (o.profileOut !== undefined) writeFileSync(resolve(o.profileOut), `${JSON.stringify(result.profile, null, 2)}\n`);
       if (o.json) {
         console.log(
           JSON.stringify(

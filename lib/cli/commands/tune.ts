@@ -52,15 +52,22 @@ Profile (JSON; costs measured at microBatchSize samples per micro-batch; docs/pi
       if (!(memoryGb > 0) || !Number.isFinite(memoryGb)) throw new InvalidArgumentError(`--memory-gb must be a number > 0, got "${options.memoryGb}"`);
       const top = Number(options.top);
       if (!Number.isInteger(top) || top < 0) throw new InvalidArgumentError('--top must be an integer >= 0');
-      const result = tuneAvgPipe(parseProfile(text), {
+      const profile = parseProfile(text);
+      const result = tuneAvgPipe(profile, {
         memoryBytes: memoryGb * 2 ** 30,
         maxPipelines: Number(options.maxPipelines),
         maxMicroBatches: Number(options.maxMicrobatches),
       });
+      // The chosen setting as the command that trains with it (the profile's stages are the pipeline's).
+      const b = result.best;
+      const train = b
+        ? `npx sapipe train pipeline --schedule avgpipe --stages ${profile.stages.length} --pipelines ${b.pipelines} --microbatches ${b.microBatches} --microbatch-size ${b.microBatchSize} --advance ${b.advance}`
+        : undefined;
       if (options.json) {
-        console.log(JSON.stringify({ best: result.best ?? null, explanation: result.explanation, candidates: result.candidates.slice(0, top) }, null, 2));
+        console.log(JSON.stringify({ best: result.best ?? null, train: train ?? null, explanation: result.explanation, candidates: result.candidates.slice(0, top) }, null, 2));
       } else {
         for (const line of result.explanation) console.log(line);
+        if (train) console.log(`to train with it: ${train}`);
         if (top > 0) {
           // The settings that fit first (fastest first), then the faster ones that would need more
           // memory, so the list is never all `fits: no` while settings that fit exist.
