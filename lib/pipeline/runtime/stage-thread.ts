@@ -1,6 +1,7 @@
 /**
- * The worker-thread entry of one pipeline stage on the `local` backend: joins the stages' group,
- * builds the stage, then runs what the trainer asks, one message at a time.
+ * The worker-thread entry of one pipeline stage on the `local` backend: joins its pipeline's group
+ * (and, with parallel pipelines, its stage's replica group), builds the stage, then runs what the
+ * trainer asks, one message at a time.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
@@ -24,7 +25,8 @@ const post = (message: FromStage): void => parentPort!.postMessage(message);
 
 async function main(): Promise<void> {
   // Two groups per thread: the stages of its pipeline (transfers) and, with parallel pipelines,
-  // its stage's replicas (gradient all-reduces). Every thread joins them in the same order.
+  // its stage's replicas (gradient all-reduces, or AvgPipe's averaging). Every thread joins them in
+  // the same order.
   const group = (what: string): string => `${sapipeLocal.group}/${what}`;
   const comm = stages > 1 ? await LocalCommunicator.create({ group: group(`pipeline-${pipeline}`), rank: description.stage, size: stages, timeoutMs }) : undefined;
   let replicas: LocalCommunicator | undefined;
