@@ -35,7 +35,7 @@
  * whole model and are refused. The optimizer state is sharded: on each rank only its own part is
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
-import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, DisposedError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon, type NativeUpdateResult } from '../native.js';
 import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
@@ -237,6 +237,10 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
   comm.checkLive('step');
   const params = optimizer.params;
   const ranges = bucketRanges(params.length, targets.bucketBytes, targets.firstBucketBytes);
+  // Every buffer is checked before anything starts: a disposed one found by a native call after
+  // the first bucket was queued would leave a reduction running on a buffer the caller then frees.
+  for (const [role, buffer] of [['grads', targets.grads], ['weights', targets.weights], ['predicted', targets.predicted], ['current weights', params.weights]] as const)
+    if (buffer?.disposed) throw new DisposedError(`step: the ${role} buffer was disposed; create the trainer or optimizer again`);
   const ticket = optimizer.beginStep('step', { grad: targets.grads });
   const config = { ...ticket.config, gradScale: (ticket.config.gradScale ?? 1) * targets.gradScaleFactor, gradChecked: false };
   const buffers = {
@@ -247,11 +251,17 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
   };
   let reductions: Promise<ReduceResult>[];
   let update: Promise<NativeUpdateResult>;
-  const chained = comm instanceof QueuedCommunicator ? comm.reduceThenUpdate(targets.grads, ranges, config, buffers) : undefined;
-  if (chained) ({ reductions, update } = chained);
-  else {
-    reductions = ranges.map(([offset, count]) => comm.allreduce(targets.grads, { op: 'avg', offset, count }));
-    update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers))));
+  try {
+    const chained = comm instanceof QueuedCommunicator ? comm.reduceThenUpdate(targets.grads, ranges, config, buffers) : undefined;
+    if (chained) ({ reductions, update } = chained);
+    else {
+      reductions = ranges.map(([offset, count]) => comm.allreduce(targets.grads, { op: 'avg', offset, count }));
+      update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers))));
+    }
+  } catch (error) {
+    // Nothing was queued (reduceThenUpdate starts nothing when it throws): the step never ran.
+    ticket.abort();
+    throw error;
   }
   return (async () => {
     // Everything settles before the ticket ends: nothing queued may still use the buffers.

@@ -108,8 +108,17 @@ export abstract class QueuedCommunicator extends Communicator {
   ): { reductions: Promise<ReduceResult>[]; update: Promise<NativeUpdateResult> } | undefined {
     this.checkLive('reduceThenUpdate');
     if (this.emulation) return undefined;
+    if (grads.disposed) throw new DisposedError('reduceThenUpdate(grads) was disposed; allocate a new buffer');
     const reductions = ranges.map(([offset, count]) => this.runAllreduce(grads, offset, count, 1 / this.size));
-    const update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers)));
+    let update: Promise<NativeUpdateResult>;
+    try {
+      update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers)));
+    } catch (error) {
+      // The update's buffers failed their native checks after the buckets were queued: those
+      // finish on their own, and their outcome no longer matters to anyone.
+      for (const r of reductions) r.catch(() => undefined);
+      throw error;
+    }
     return { reductions, update };
   }
 

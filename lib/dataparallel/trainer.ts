@@ -416,6 +416,8 @@ export class DataParallelTrainer {
         const start = performance.now();
         const done = previous ? await this.collect(previous, true) : undefined;
         const waitedMs = performance.now() - start;
+        this.job = undefined;
+        checkFresh(fresh);
         this.job = this.startJob(fresh, unscale);
         const next = previous ? previous.grads : this.idle!;
         this.idle = undefined;
@@ -430,6 +432,7 @@ export class DataParallelTrainer {
       const start = performance.now();
       const done = previous ? await this.complete(previous) : undefined;
       const waitedMs = performance.now() - start;
+      checkFresh(fresh);
       // Start this step's reduction before updating, so the update overlaps it too, and take the
       // buffer under reduction out of the ParamSet at once: nothing the caller reaches through the
       // ParamSet (grads, a tensor's grad, zeroGrad) is ever a gradient in flight. The caller fills
@@ -739,6 +742,15 @@ export class DataParallelTrainer {
     if (this.isDisposed) throw new DisposedError(`DataParallelTrainer.${what}: the trainer was disposed; create a new one`);
     this.params.checkLive(`${what} (trainer)`);
   }
+}
+
+/**
+ * The gradient step() took from the ParamSet is still allocated after step() waited for the
+ * previous one (the caller may have disposed it meanwhile): a reduction started on a disposed
+ * buffer would fail only later, natively, with the trainer's buffers already exchanged.
+ */
+function checkFresh(grads: FlatBuffer): void {
+  if (grads.disposed) throw new DisposedError('DataParallelTrainer.step: the gradient buffer was disposed while step() ran; create a new ParamSet and trainer');
 }
 
 /** Every option DataParallelTrainer.create takes. */

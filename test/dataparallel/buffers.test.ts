@@ -34,3 +34,24 @@ for (const mode of ['pipe-sgd', 'sapipe-dc'] as const) {
     params.dispose();
   });
 }
+
+// The API fuzzer once disposed trainer.grads while step() awaited the update in flight: the
+// overlapped step then queued its buckets before a native check refused the disposed buffer, and
+// the buckets' rejections killed the process as unhandled.
+for (const overlapUpdate of [true, false]) {
+  t.test(`pipe-sgd (overlapUpdate: ${overlapUpdate}): a gradient disposed while step() runs fails that step with a typed error, and every later call too`, async (t) => {
+    const comm = await LocalCommunicator.create({ group: `dp-buffers-disposed-${overlapUpdate}-${process.pid}`, rank: 0, size: 1 });
+    const params = new ParamSet({ w: [40] });
+    const trainer = await DataParallelTrainer.create({ comm, params, mode: 'pipe-sgd', optimizer: { kind: 'sgd', lr: 0.1 }, overlapUpdate });
+    trainer.grads.array.fill(0.01);
+    await trainer.step();
+    const pending = trainer.step();
+    trainer.grads.dispose(); // the buffer step() just took, before it starts the reduction
+    await t.rejects(pending, { code: 'ERR_DISPOSED' });
+    await t.rejects(trainer.step(), { code: 'ERR_DISPOSED' }, 'the trainer refuses to go on');
+    t.ok(params.weights.array.every(Number.isFinite), 'the weights are finite');
+    t.doesNotThrow(() => trainer.dispose(), 'the optimizer is not left stepping (dispose refuses a step in flight)');
+    comm.destroy();
+    params.dispose();
+  });
+}
