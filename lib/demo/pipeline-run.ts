@@ -43,6 +43,9 @@ export interface MnistPipelineConfig {
   dataParallel?: DataParallelMode;
   /** AvgPipe: advance forward propagation depth A (default S-1). */
   advance?: number;
+  /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
+  spikeCompensation?: boolean;
+  weightPrediction?: boolean;
 }
 
 /** @internal */
@@ -89,6 +92,8 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, 64);
   if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, 4096);
   if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
+  if ((c.spikeCompensation === false || c.weightPrediction === false) && c.schedule !== 'pipelined-backprop')
+    throw new InvalidArgumentError('--no-spike-compensation and --no-weight-prediction switch off parts of pipelined-backprop; use them with --schedule pipelined-backprop');
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   return c;
 }
@@ -186,6 +191,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
+    ...(c.schedule === 'pipelined-backprop' ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
     model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
     optimizer,
     data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },

@@ -1,7 +1,7 @@
 /**
  * Asynchronous schedules are exact to their definition: PipeDream (weight stashing), PipeDream-2BW
  * (double buffering, delay 1), PipeOptim (SGD-momentum and Adam), SpecTrain and Pipelined
- * Backpropagation (spike compensation and linear prediction) on 3 stage workers
+ * Backpropagation (spike compensation and linear prediction, each also switched off) on 3 stage workers
  * over at least 20 updates per stage, against a single-process replay (test/reference/pipeline.ts)
  * that reads, for every micro-batch's forward and backward, the version its action list names
  * (the prediction at that version after a `predictWeights`). Both the final weights and the
@@ -13,7 +13,7 @@
  */
 import t from 'tap';
 
-import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName, type VersionRead } from '../../dist/index.js';
+import { PipelineTrainer, type PipelinedBackpropOptions, type PipelineOptimizerSpec, type RuntimeScheduleName, type VersionRead } from '../../dist/index.js';
 import { replaySchedule, type RefPart } from '../reference/pipeline.js';
 import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, partFromTrainer, ranges, refConfig } from './runtime-helpers.js';
 
@@ -32,6 +32,7 @@ interface Case {
   backwardRatio?: (k: number) => number;
   /** Spike compensation delay of part k. */
   spike?: (k: number) => number;
+  pipelinedBackprop?: PipelinedBackpropOptions;
 }
 const sgdm: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };
 const adam: PipelineOptimizerSpec = { kind: 'adam', lr: 0.003 };
@@ -43,6 +44,10 @@ const cases: Case[] = [
   // Pipelined Backpropagation: an update after every backward, SGD-momentum compensated for each
   // stage's delay D_k = 2(S-k)-1 (spike compensation) and forwards on the linear prediction D_k ahead.
   { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => 2 * (S - k) - 1, spike: (k) => 2 * (S - k) - 1 },
+  // Each compensation switched off on its own, and both (plain SGD-momentum on late gradients).
+  { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, spike: (k) => 2 * (S - k) - 1, pipelinedBackprop: { weightPrediction: false } },
+  { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => 2 * (S - k) - 1, pipelinedBackprop: { spikeCompensation: false } },
+  { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, pipelinedBackprop: { spikeCompensation: false, weightPrediction: false } },
   {
     schedule: 'spectrain',
     optimizer: sgdm,
@@ -59,7 +64,7 @@ const cases: Case[] = [
 const key = (r: { kind: string; part: number; microBatch: number }, round: number): string => `${round}:${r.kind}:${r.part}:${r.microBatch}`;
 
 for (const c of cases) {
-  t.test(`${c.schedule} (${c.optimizer.kind}) replays its definition`, async (t) => {
+  t.test(`${c.schedule} (${c.optimizer.kind}${c.pipelinedBackprop ? `, ${JSON.stringify(c.pipelinedBackprop)}` : ''}) replays its definition`, async (t) => {
     const perRound = c.microBatches * (c.iterations ?? 1);
     const { inputs, labels } = dataset(c.rounds * perRound * B, 11);
     const boundaries = evenBoundaries(LAYERS.length, S);
@@ -73,6 +78,7 @@ for (const c of cases) {
       optimizer: c.optimizer,
       data: { inputs, labels, features: FEATURES },
       shuffle: false,
+      ...(c.pipelinedBackprop ? { pipelinedBackprop: c.pipelinedBackprop } : {}),
     });
     try {
       const read = new Map<string, VersionRead>();

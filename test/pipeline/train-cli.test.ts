@@ -63,6 +63,7 @@ t.test('bad options are refused with what to change', async (t) => {
     [['--stages', '12'], /9 layers for 12 parts/],
     [['--schedule', 'pipedream', '--pipelines', '2'], /run the synchronous schedules/],
     [['--pipelines', '2', '--dp-mode', 'async'], /--dp-mode must be one of/],
+    [['--no-spike-compensation'], /use them with --schedule pipelined-backprop/],
   ] as const) {
     const error = (await run(process.execPath, [bin, 'train', 'pipeline', '--epochs', '1', '--train-samples', '500', ...args], { timeout: 60_000 }).catch((e: unknown) => e)) as { stderr: string; code: number };
     t.not(error.code, 0, args.join(' '));

@@ -317,7 +317,8 @@ export function replaySchedule(
     const weightsAt = (j: number, v: number, pass: 'forward' | 'backward', predicted: boolean): RefPartWeights => {
       while (history[j]!.length <= v) applyStep(j, history[j]!.length - 1);
       const h = history[j]![v]!;
-      if (!predicted) return unflatten(h.w, parts[j]!.initial);
+      // An optimizer without prediction forwards its current weights, whatever the schedule asks.
+      if (!predicted || parts[j]!.config.prediction === undefined) return unflatten(h.w, parts[j]!.initial);
       if (pass === 'forward') return unflatten(h.predicted, parts[j]!.initial);
       const r = parts[j]!.backwardRatio;
       return unflatten(

@@ -31,6 +31,8 @@ interface TrainCliOptions {
   pipelines?: string;
   dpMode?: string;
   advance?: string;
+  spikeCompensation: boolean;
+  weightPrediction: boolean;
   boundaries: string;
   layers: string;
   report: string;
@@ -61,6 +63,8 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
     ...(o.pipelines === undefined ? {} : { pipelines: num(o.pipelines, '--pipelines') }),
     ...(o.advance === undefined ? {} : { advance: num(o.advance, '--advance') }),
     ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
+    ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
+    ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
     sizes,
   };
@@ -89,6 +93,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or for avgpipe by elastic averaging (default 2)')
     .option('--advance <A>', 'avgpipe: advance forward propagation depth (default S-1)')
     .option('--dp-mode <mode>', 'how stage replicas combine gradients: sync (default), pipe-sgd, sapipe-dc or sapipe-wp (synchronous schedules)')
+    .option('--no-spike-compensation', 'pipelined-backprop: plain SGD-momentum on the late gradients')
+    .option('--no-weight-prediction', 'pipelined-backprop: forwards read the current weights, not the linear prediction')
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
     .option('--report <file>', 'HTML report', 'pipeline-report.html')

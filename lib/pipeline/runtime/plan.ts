@@ -76,7 +76,21 @@ export interface PipelineTrainerOptions {
    * previous round's averaged gradient, with SAPipe's compensation and prediction.
    */
   dataParallel?: PipelineDataParallelOptions;
+  /**
+   * Pipelined Backpropagation: switch off spike compensation or linear weight prediction (both on
+   * by default; off, a stage's step is plain SGD-momentum on a gradient `2(S-k)-1` updates late),
+   * to measure what each buys.
+   */
+  pipelinedBackprop?: PipelinedBackpropOptions;
 }
+
+/** Pipelined Backpropagation's delay compensations, each on (true) by default. @category Pipeline runtime */
+export interface PipelinedBackpropOptions {
+  spikeCompensation?: boolean;
+  weightPrediction?: boolean;
+}
+const PIPELINED_BACKPROP_KEYS = optionKeys<PipelinedBackpropOptions>({ spikeCompensation: true, weightPrediction: true });
+
 /** @internal Every option of PipelineTrainer.create. */
 export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   schedule: true,
@@ -95,6 +109,7 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   dataParallel: true,
   advance: true,
   averaging: true,
+  pipelinedBackprop: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -153,6 +168,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   if (avgpipe && options.dataParallel !== undefined)
     throw new InvalidArgumentError(`${what}: avgpipe couples its pipelines by elastic averaging (averaging), not dataParallel`);
   const averaging = avgpipe ? checkAveraging(options.averaging, pipelines, what) : undefined;
+  const pipelinedBackprop = checkPipelinedBackprop(options.pipelinedBackprop, name, what);
 
   // The data set.
   checkObject(options.data, `${what}: data`);
@@ -194,8 +210,25 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
     ...(dataParallel ? { dataParallel } : {}),
     ...(averaging ? { averaging } : {}),
+    ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
   }));
   return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging };
+}
+
+/** Pipelined Backpropagation's switches, checked, with their defaults; undefined for another schedule. */
+function checkPipelinedBackprop(given: PipelinedBackpropOptions | undefined, schedule: ScheduleName, what: string): Required<PipelinedBackpropOptions> | undefined {
+  if (given !== undefined && schedule !== 'pipelined-backprop')
+    throw new InvalidArgumentError(`${what}: pipelinedBackprop is an option of the pipelined-backprop schedule, not of '${schedule}'`);
+  if (schedule !== 'pipelined-backprop') return undefined;
+  const options = given ?? {};
+  checkObject(options, `${what}: pipelinedBackprop`);
+  checkKnownKeys(options, PIPELINED_BACKPROP_KEYS, `${what}: pipelinedBackprop`);
+  const flag = (key: keyof PipelinedBackpropOptions): boolean => {
+    const value = options[key] ?? true;
+    if (typeof value !== 'boolean') throw new InvalidArgumentError(`${what}: pipelinedBackprop.${key} must be a boolean, got ${describeValue(value)}`);
+    return value;
+  };
+  return { spikeCompensation: flag('spikeCompensation'), weightPrediction: flag('weightPrediction') };
 }
 
 const AVERAGING_KEYS = optionKeys<PipelineAveragingOptions>({ alpha: true, every: true });

@@ -79,6 +79,8 @@ export interface StageDescription {
   dataParallel?: PipelineDataParallelOptions;
   /** AvgPipe: elastic averaging of this stage's replicas with their center. */
   averaging?: Required<PipelineAveragingOptions>;
+  /** Pipelined Backpropagation: which of its delay compensations are on. */
+  pipelinedBackprop?: { spikeCompensation: boolean; weightPrediction: boolean };
 }
 
 /** @internal Trainer -> stage. */
@@ -111,11 +113,11 @@ export async function buildStageModel(spec: PipelineModelSpec, part: number): Pr
   return model;
 }
 
-/** @internal The part's optimizer, with the schedule's prediction. */
-export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number): Optimizer {
+/** @internal The part's optimizer, with the schedule's prediction (and Pipelined Backpropagation's compensations, unless switched off). */
+export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number, pipelinedBackprop?: StageDescription['pipelinedBackprop']): Optimizer {
   const { kind, ...rest } = spec;
-  const prediction = predictionFor(schedule.name, part, schedule.parts);
-  const spikeDelay = spikeDelayFor(schedule.name, part, schedule.parts);
+  const prediction = pipelinedBackprop?.weightPrediction === false ? undefined : predictionFor(schedule.name, part, schedule.parts);
+  const spikeDelay = pipelinedBackprop?.spikeCompensation === false ? undefined : spikeDelayFor(schedule.name, part, schedule.parts);
   const options = { ...rest, ...(prediction ? { prediction } : {}), ...(spikeDelay !== undefined ? { spikeCompensation: { delay: spikeDelay } } : {}) };
   if (kind === 'sgd') return new SGD(model.params, options as SGDOptions);
   if (kind === 'adam') return new Adam(model.params, options as AdamOptions);
@@ -203,7 +205,7 @@ export class StageHost {
             const trainer = await DataParallelTrainer.create({ comm: replicas!, params: model.params, optimizer: { kind, ...options } as DataParallelOptimizerSpec, ...description.dataParallel });
             parts.push({ part, model, optimizer: trainer.optimizer, backwardPredictionRatio: ratio, replicas: trainer });
           } else {
-            const optimizer = buildOptimizer(model, description.optimizer, description.schedule, part);
+            const optimizer = buildOptimizer(model, description.optimizer, description.schedule, part, description.pipelinedBackprop);
             let average: (() => Promise<void>) | undefined;
             if (description.averaging) {
               const center = new ElasticCenter(model.params, replicas!, description.averaging.alpha, description.averaging.every);
