@@ -1,6 +1,7 @@
 #!/bin/sh
 # Regenerates the pictures in this folder (run from the repository root after `npm run build`).
-# PNGs need a headless Chromium; set CHROMIUM to its path if it is not /usr/bin/chromium.
+# PNGs need a headless Chromium (set CHROMIUM to its path if it is not /usr/bin/chromium) or,
+# failing that, rsvg-convert (Debian: librsvg2-bin).
 set -e
 out=docs/schedules
 cli="node bin/sapipe.js schedule"
@@ -24,4 +25,6 @@ if [ -x "$chromium" ]; then
     "$chromium" --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
       --disable-sync --no-first-run --hide-scrollbars --window-size="$size" --screenshot="${svg%.svg}.png" "file://$PWD/$svg" 2>/dev/null
   done
+elif command -v rsvg-convert >/dev/null; then
+  for svg in $out/*.svg; do rsvg-convert "$svg" -o "${svg%.svg}.png"; done
 fi

@@ -19,10 +19,14 @@ export function pipelineComparison(r: MnistPipelineResult): [string, string, str
   return [
     ['makespan of a round (ms)', m.makespan.toFixed(2), s.makespan.toFixed(2)],
     ['bubble fraction', pct(m.bubbleFraction), pct(s.bubbleFraction)],
-    ['peak stored activations per stage', m.peakActivationBytes.join(' / '), s.analysis.peakActivations.join(' / ')],
+    ['peak stored activations per stage (micro-batches)', r.peakActivations.join(' / '), s.analysis.peakActivations.join(' / ')],
     ['weight versions per stage', r.peakStashed.map((n) => n + 1).join(' / '), s.analysis.weightVersions.join(' / ')],
+    ['peak activation memory per stage (KiB)', m.peakActivationBytes.map(kib).join(' / '), '-'],
+    ['peak memory per stage (KiB, with weights, grads, state)', m.peakMemoryBytes.map(kib).join(' / '), '-'],
   ];
 }
+
+const kib = (bytes: number): string => (bytes / 1024).toFixed(0);
 
 /** The measured round above the simulated one, one SVG at one scale (the picture the docs link). */
 export function renderPipelineSvg(r: MnistPipelineResult): string {

@@ -122,6 +122,8 @@ export interface MnistPipelineResult {
   /** Per-action overhead of the runtime on the measured round: time between actions, and in sends/stash bookkeeping. */
   overhead: { perActionMs: number; shareOfRound: number };
   peakStashed: readonly number[];
+  /** Stored micro-batch activations per stage at their peak, in the typical round. */
+  peakActivations: readonly number[];
   /** The run as a tuner profile (docs/pipeline.md): each stage's measured forward and backward per micro-batch, and its sizes. */
   profile: PipelineProfile;
 }
@@ -214,7 +216,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     }
     const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
     const typical = byWall[Math.floor(byWall.length / 2)]!;
-    const measured = measuredResult(trainer.schedule, trainer.analysis, typical.timeline, typical.peakActivations);
+    const measured = measuredResult(trainer.schedule, trainer.analysis, typical.timeline, typical);
     const costs = measuredCosts(trainer.schedule, last.map((r) => r.timeline));
     const simulated = simulateSchedule(trainer.schedule, costs);
     const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
@@ -229,6 +231,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       trainMs,
       overhead: roundOverhead(typical),
       peakStashed: typical.peakStashed,
+      peakActivations: typical.peakActivations,
       profile: runProfile(c, trainer.schedule, boundaries, costs),
     };
   } finally {

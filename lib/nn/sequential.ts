@@ -175,6 +175,11 @@ export class Sequential implements StageModel {
     return this.slots.size;
   }
 
+  /** The input and every layer's output of `batch` samples: what a forward keeps for its backward. */
+  activationFloats(batch: number): number {
+    return batch * this.widths.reduce((a, b) => a + b, 0);
+  }
+
   forward(slot: number, input: FlatBuffer, batch: number, weights: FlatBuffer = this.params.weights): FlatBuffer {
     this.checkLive('forward');
     checkInteger(slot, 'Sequential.forward: slot', 0, Number.MAX_SAFE_INTEGER);

@@ -51,6 +51,12 @@ export interface StageModel {
   backward(slot: number, gradOutput: FlatBuffer, options: StageBackwardOptions): FlatBuffer | undefined;
   /** The parameter gradients of a backward run with `weightGrad: false`; releases the slot. Optional: a model without it gets whole backwards. */
   weightGrad?(slot: number, options: { grads: FlatBuffer; accumulate?: boolean }): void;
+  /**
+   * Floats a forward of `batch` samples keeps until its backward releases the slot, its input
+   * included: what the runtime reports as a micro-batch's stored activations. Optional: without
+   * it the runtime reports counts of micro-batches only.
+   */
+  activationFloats?(batch: number): number;
   /** Takes back a buffer that backward returned. Optional. */
   recycle?(buffer: FlatBuffer): void;
   /** Frees everything, the ParamSet included. */

@@ -57,7 +57,7 @@ t.test('a profile the run measured is accepted by tune, and tune\'s choice is a 
 
 t.test('bad options are refused with what to change', async (t) => {
   for (const [args, message] of [
-    [['--schedule', 'wavelet'], /--schedule must be one of/],
+    [['--schedule', 'sapipe'], /--schedule must be one of/],
     [['--stages', 'four'], /--stages must be a number/],
     [['--layers', '10,10'], /--layers must start with 784/],
     [['--stages', '12'], /9 layers for 12 parts/],

@@ -125,6 +125,11 @@ export function registerTrainCommand(program: Command): void {
               measured: { makespanMs: result.measured.makespan, bubbleFraction: result.measured.bubbleFraction },
               simulated: { makespanMs: result.simulated.makespan, bubbleFraction: result.simulated.bubbleFraction },
               overhead: result.overhead,
+              memory: {
+                peakActivations: result.peakActivations,
+                peakActivationBytes: result.measured.peakActivationBytes,
+                peakMemoryBytes: result.measured.peakMemoryBytes,
+              },
               report,
             },
             null,

@@ -20,7 +20,9 @@ const WORK: ReadonlySet<string> = new Set(['forward', 'backward', 'weightGrad', 
 /**
  * A measured timeline as a simulation result: makespan, busy time (work actions only; waiting in
  * a receive is idle), bubble fraction and throughput computed as the simulator computes them.
- * Peak memory is left at the activations count times `activationBytes` when given.
+ * Memory, when given (a {@link RoundReport}'s per-stage figures): `peakActivationBytes` as
+ * measured, and `peakMemoryBytes` as their sum with the stage's model bytes and stashed copies (a
+ * bound: the two peaks need not coincide). Empty otherwise.
  *
  * @category Pipeline runtime
  */
@@ -28,12 +30,22 @@ export function measuredResult(
   schedule: Schedule,
   analysis: ScheduleAnalysis,
   timeline: readonly (readonly TimedAction[])[],
-  peakActivations: readonly number[] = [],
+  memory?: { peakActivationBytes: readonly number[]; peakStashedBytes: readonly number[]; modelBytes: readonly number[] },
 ): SimulationResult {
   checkSchedule(schedule, 'measuredResult(schedule, analysis, timeline)');
   if (analysis === null || typeof analysis !== 'object') throw new InvalidArgumentError('measuredResult: pass the analysis validateSchedule() returns');
   checkTimeline(timeline, schedule.stages, 'measuredResult');
-  if (!Array.isArray(peakActivations)) throw new InvalidArgumentError('measuredResult: peakActivations must be an array, one count per stage');
+  const perStage = (key: 'peakActivationBytes' | 'peakStashedBytes' | 'modelBytes'): readonly number[] => {
+    const v = memory?.[key];
+    if (memory === undefined) return [];
+    if (!Array.isArray(v) || v.length !== schedule.stages || !v.every((x) => Number.isFinite(x) && x >= 0))
+      throw new InvalidArgumentError(`measuredResult: memory.${key} must hold one byte count per stage (${schedule.stages}), as RoundReport gives them`);
+    return v;
+  };
+  if (memory !== undefined && (memory === null || typeof memory !== 'object')) throw new InvalidArgumentError('measuredResult: memory must be a RoundReport\'s { peakActivationBytes, peakStashedBytes, modelBytes }, or left out');
+  const activations = perStage('peakActivationBytes');
+  const stashed = perStage('peakStashedBytes');
+  const model = perStage('modelBytes');
   let origin = Infinity;
   for (const row of timeline) for (const t of row) origin = Math.min(origin, t.start);
   if (!Number.isFinite(origin)) origin = 0;
@@ -56,8 +68,8 @@ export function measuredResult(
     busy,
     bubbleFraction: makespan > 0 ? 1 - totalBusy / (schedule.stages * makespan) : 0,
     throughput: makespan > 0 ? (schedule.pipelines * schedule.microBatches) / makespan : Infinity,
-    peakActivationBytes: peakActivations.slice(),
-    peakMemoryBytes: peakActivations.slice(),
+    peakActivationBytes: activations.slice(),
+    peakMemoryBytes: activations.map((a, k) => a + stashed[k]! + model[k]!),
   };
 }
 

@@ -140,7 +140,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
   if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
     throw new InvalidArgumentError(
-      `${what}: the runtime does not run '${name}' yet (Wavelet and SAPipe's data-parallel schedule are planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
+      `${what}: the runtime does not run '${name}' yet (SAPipe's data-parallel schedule is planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
     );
   const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
   const avgpipe = name === 'avgpipe';
@@ -161,6 +161,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
     // AvgPipe's N pipelines are in its action lists; parallel pipelines of the other schedules each run the one-pipeline list.
     ...(avgpipe ? { pipelines, ...(options.advance !== undefined ? { advance: options.advance } : {}) } : {}),
+    // Wavelet's data-parallel form holds two replicas of the model per worker: planned.
+    ...(name === 'wavelet' ? { form: 'model-parallel' } : {}),
   });
   validateSchedule(schedule);
   checkOptimizer(options.optimizer, name, what);
@@ -207,7 +209,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     model,
     optimizer: options.optimizer,
     microBatchSize,
-    parts: [...new Set(row.filter((a) => a.kind === 'forward').map((a) => a.part))].sort((a, b) => a - b),
+    // What it runs or steps (a Wavelet stage steps every part, whether or not it ran it this round).
+    parts: [...new Set(row.filter((a) => a.kind === 'forward' || a.kind === 'optimizerStep').map((a) => a.part))].sort((a, b) => a - b),
     ...(dataParallel ? { dataParallel } : {}),
     ...(averaging ? { averaging } : {}),
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),

@@ -17,6 +17,12 @@
  * buffer (the first backward after a step overwrites, the next ones add, inside the same SGEMM);
  * an optimizer step applies the mean over the micro-batches accumulated (`gradScale / count`), so
  * GPipe over M micro-batches of b samples equals one step on the batch of M*b samples.
+ *
+ * All-reduces. A schedule whose stages each hold a replica of a part (Wavelet's model-parallel
+ * form) sums the part's accumulated gradients over every stage of the pipeline with an
+ * `allReduce` action, started without waiting; the part's next `optimizerStep` waits for it and
+ * applies the mean over every micro-batch any stage accumulated (a count the schedule fixes, so
+ * no count is exchanged). Every stage must name the same reductions in the same order.
  */
 import { performance } from 'node:perf_hooks';
 
@@ -26,7 +32,7 @@ import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } 
 import { callNative, nativeAddon } from '../../native.js';
 import type { StageModel } from '../../nn/stage-model.js';
 import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
-import { Optimizer } from '../../optim/optimizer.js';
+import { Optimizer, STATE_BUFFER_NAMES } from '../../optim/optimizer.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkNumber, checkObject, describeValue } from '../../validate.js';
 import { validateSchedule } from '../validate.js';
@@ -81,6 +87,12 @@ export interface StageRoundResult {
   readonly peakStashed: number;
   /** Most micro-batch activations held at once. */
   readonly peakActivations: number;
+  /** Most bytes of stored activations held at once (0 when the models do not say: StageModel.activationFloats). */
+  readonly peakActivationBytes: number;
+  /** Most bytes of stashed weight copies held at once. */
+  readonly peakStashedBytes: number;
+  /** Bytes of the parts' weights, gradients and optimizer state (held throughout). */
+  readonly modelBytes: number;
   /** Steps the non-finite guard skipped in this round, over this stage's parts. */
   readonly skippedSteps: number;
 }
@@ -120,6 +132,8 @@ export class StageRunner {
   private readonly free: FlatBuffer[] = [];
   private disposed = false;
   private running = false;
+  /** The i-th allReduce action's count of micro-batch gradients summed over every stage. */
+  private readonly reductionCounts: readonly number[] = [];
 
   /**
    * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
@@ -169,7 +183,8 @@ export class StageRunner {
     this.lastPart = schedule.parts - 1;
     this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
     for (const a of this.actions) {
-      if (a.kind === 'allReduce') throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} (allReduce): data-parallel schedules are planned; couple parallel pipelines with PipelineTrainer's dataParallel`);
+      if (a.kind === 'allReduce' && (!this.parts.has(a.part) || this.parts.get(a.part)!.spec.replicas))
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part, without data-parallel replicas of its own`);
       if (a.kind === 'elasticAverage' && this.parts.get(a.part)?.spec.average === undefined)
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part's replicas (parts[].average; PipelineTrainer gives it for avgpipe)`);
       if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && !this.parts.has(a.part))
@@ -177,6 +192,7 @@ export class StageRunner {
     }
     if (comm === undefined && this.actions.some((a) => messageOf(a) !== undefined))
       throw new InvalidScheduleError(`stage ${stage} sends or receives but has no communicator`);
+    if (this.actions.some((a) => a.kind === 'allReduce')) this.reductionCounts = reductionCounts(schedule, stage, pipeline, comm);
   }
 
   /**
@@ -221,6 +237,14 @@ export class StageRunner {
     let peakStashed = 0;
     let live = 0;
     let peakActivations = 0;
+    let liveBytes = 0;
+    let peakActivationBytes = 0;
+    let peakStashedBytes = 0;
+    /** Stored activation bytes by pipeline:micro-batch:part, until the backward releases them. */
+    const stored = new Map<string, number>();
+    /** Part -> its all-reduce in flight (and the count it sums), awaited by the part's next step. */
+    const reductions = new Map<number, { done: Promise<unknown>; count: number }>();
+    let reductionIndex = 0;
     const versionOf = (p: PartState): number => p.updates - p.base;
 
     const weightsFor = (a: Action, index: number): { buffer: FlatBuffer; version: number; predicted: boolean } => {
@@ -273,6 +297,9 @@ export class StageRunner {
             const output = part.spec.model.forward(a.microBatch, input, source.batch, w.buffer);
             messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
             peakActivations = Math.max(peakActivations, ++live);
+            const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
+            stored.set(`${a.pipeline}:${a.microBatch}:${a.part}`, bytes);
+            peakActivationBytes = Math.max(peakActivationBytes, (liveBytes += bytes));
             break;
           }
           case 'backward':
@@ -322,17 +349,37 @@ export class StageRunner {
             if (a.kind === 'weightGrad' || !split) {
               part.accumulated++;
               live--;
+              const id = `${a.pipeline}:${a.microBatch}:${a.part}`;
+              liveBytes -= stored.get(id) ?? 0;
+              stored.delete(id);
             }
+            break;
+          }
+          case 'allReduce': {
+            const part = p!;
+            const grads = part.spec.model.params.grads;
+            // A stage that ran no backward of the part since its last step adds zeros, not old gradients.
+            if (part.accumulated === 0) grads.array.fill(0);
+            const done = this.comm!.allreduce(grads, { op: 'sum' });
+            done.catch(() => undefined); // awaited by the part's step, or at the end of the round
+            reductions.set(a.part, { done, count: this.reductionCounts[reductionIndex++]! });
             break;
           }
           case 'optimizerStep': {
             const part = p!;
+            const reduction = reductions.get(a.part);
+            if (reduction) {
+              reductions.delete(a.part);
+              await reduction.done;
+              part.accumulated = reduction.count;
+            }
             const version = versionOf(part);
             if ((part.lastRead.get(version) ?? -1) > index) {
               const copy = take(part.spec.model.params.length);
               callNative(() => nativeAddon().copy(copy.handle, part.spec.model.params.weights.handle));
               part.stash.set(version, copy);
               peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
+              peakStashedBytes = Math.max(peakStashedBytes, [...this.parts.values()].reduce((n, q) => n + [...q.stash.values()].reduce((b, x) => b + 4 * x.length, 0), 0));
             }
             if (part.accumulated > 0) {
               const opt = part.spec.optimizer;
@@ -400,17 +447,32 @@ export class StageRunner {
         timeline.push({ action: a, start, end: now() - startAt, index });
       }
     } catch (error) {
-      // Sends still in flight read buffers the caller frees next: let them settle first (every
-      // wait is bounded by the communicator's timeout, and a lost peer fails them at once).
-      await Promise.allSettled(sends);
+      // Sends and reductions still in flight read buffers the caller frees next: let them settle
+      // first (every wait is bounded by the communicator's timeout, and a lost peer fails them at once).
+      await Promise.allSettled([...sends, ...[...reductions.values()].map((r) => r.done)]);
       throw error;
+    }
+    if (reductions.size > 0) {
+      await Promise.allSettled([...reductions.values()].map((r) => r.done));
+      throw new InvalidScheduleError(`stage ${this.stage}: the all-reduce of part(s) ${[...reductions.keys()].join(', ')} has no optimizerStep after it in the round`);
     }
     await Promise.all(sends);
     if (sendError !== undefined) throw sendError;
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
-    return { stage: this.stage, timeline, losses, versions, peakStashed, peakActivations, skippedSteps };
+    return { stage: this.stage, timeline, losses, versions, peakStashed, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
+  }
+
+  /** The parts' weights, gradients and optimizer state buffers, in bytes. */
+  private modelBytes(): number {
+    let bytes = 0;
+    for (const { spec } of this.parts.values()) {
+      const n = spec.model.params.length;
+      const state = STATE_BUFFER_NAMES.filter((name) => spec.optimizer.stateBuffer(name) !== undefined).length;
+      bytes += 4 * n * (2 + state);
+    }
+    return bytes;
   }
 
   /** Frees the runtime's buffers (not the models or optimizers, which their owner disposes). */
@@ -470,4 +532,40 @@ export class StageRunner {
   private outputSizeOf(part: number): number {
     return this.parts.get(part)!.spec.model.outputSize;
   }
+}
+
+/**
+ * For each allReduce action of `stage`'s list (in order), how many micro-batch gradients the
+ * reduction sums over every stage: on each stage, the backwards of the part since its previous
+ * step. Checks what the runtime relies on: every stage names the same reductions in the same
+ * order (they are collectives over the pipeline's communicator, whose ranks are the stages), and
+ * no backward of a part runs between its all-reduce and its step.
+ */
+function reductionCounts(schedule: Schedule, stage: number, pipeline: number, comm: Communicator<FlatBuffer> | undefined): number[] {
+  if (comm === undefined || comm.size !== schedule.stages)
+    throw new InvalidScheduleError(`stage ${stage}: allReduce actions reduce over every stage: give the runner the pipeline's communicator (${schedule.stages} ranks, one per stage)`);
+  const name = (a: Action): string => `${a.part}:${a.microBatch}`;
+  const mine = schedule.actions[stage]!.filter((a) => a.kind === 'allReduce' && a.pipeline === pipeline).map(name);
+  const counts = mine.map(() => 0);
+  schedule.actions.forEach((row, s) => {
+    const since = new Map<number, number>();
+    const reduced = new Set<number>();
+    let i = 0;
+    for (const a of row) {
+      if (a.pipeline !== pipeline) continue;
+      if (a.kind === 'backward') {
+        if (reduced.has(a.part)) throw new InvalidScheduleError(`stage ${s}: ${formatAction(a)} runs between its part's allReduce and optimizerStep`);
+        since.set(a.part, (since.get(a.part) ?? 0) + 1);
+      } else if (a.kind === 'allReduce') {
+        if (mine[i] !== name(a)) throw new InvalidScheduleError(`stage ${s}: its allReduce #${i} (${formatAction(a)}) is not stage ${stage}'s (${mine[i] ?? 'none'}): every stage must name the same reductions in the same order`);
+        counts[i++]! += since.get(a.part) ?? 0;
+        reduced.add(a.part);
+      } else if (a.kind === 'optimizerStep') {
+        since.set(a.part, 0);
+        reduced.delete(a.part);
+      }
+    }
+    if (i !== mine.length) throw new InvalidScheduleError(`stage ${s} names ${i} allReduce actions, stage ${stage} ${mine.length}: every stage must name the same reductions`);
+  });
+  return counts;
 }

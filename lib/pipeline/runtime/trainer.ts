@@ -37,6 +37,10 @@ export interface RoundReport {
   /** Per stage of pipeline 0. */
   readonly peakActivations: readonly number[];
   readonly peakStashed: readonly number[];
+  /** Per stage of pipeline 0, in bytes: see StageRoundResult. Their sum bounds a worker's peak training memory. */
+  readonly peakActivationBytes: readonly number[];
+  readonly peakStashedBytes: readonly number[];
+  readonly modelBytes: readonly number[];
   /** Over every stage of every pipeline. */
   readonly skippedSteps: number;
 }
@@ -289,6 +293,9 @@ export class PipelineTrainer {
       versions: results.map((r) => r.versions),
       peakActivations: results.map((r: StageRoundResult) => r.peakActivations),
       peakStashed: results.map((r) => r.peakStashed),
+      peakActivationBytes: results.map((r) => r.peakActivationBytes),
+      peakStashedBytes: results.map((r) => r.peakStashedBytes),
+      modelBytes: results.map((r) => r.modelBytes),
       skippedSteps: all.reduce((n, r) => n + r.skippedSteps, 0),
     };
   }

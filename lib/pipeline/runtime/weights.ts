@@ -7,8 +7,12 @@
  */
 import { pipelinedBackpropDelay, type PredictionOptions } from '../../optim/options.js';
 
-/** The schedules the pipeline runtime executes (the others need parallel pipelines or all-reduces: planned). @category Pipeline runtime */
-export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain', 'pipelined-backprop', 'avgpipe'] as const;
+/**
+ * The schedules the pipeline runtime executes (Wavelet in its model-parallel form; SAPipe's
+ * data-parallel schedule and Wavelet's data-parallel form, which hold two replicas of the model
+ * per worker, are planned). @category Pipeline runtime
+ */
+export const RUNTIME_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1', 'pipedream', 'pipedream-2bw', 'pipeoptim', 'spectrain', 'pipelined-backprop', 'avgpipe', 'wavelet'] as const;
 /** @category Pipeline runtime */
 export type RuntimeScheduleName = (typeof RUNTIME_SCHEDULES)[number];
 

@@ -14,11 +14,14 @@ import { describeValue } from '../../validate.js';
  * each wave's gradient is all-reduced across workers while the other wave computes, and applied
  * before that wave's next forward.
  *
- * `model-parallel`: S devices and S model parts; at forward step t device x runs part t on
- * batch `(x - t) mod S` of the current round (so a batch moves to the next device each step),
- * backward steps run the parts in reverse; the forward steps of round r+1 (tock) interleave with
- * the backward steps of round r (tick). Each device runs every part, so each part is all-reduced
- * across devices and stepped after each round's backward.
+ * `model-parallel`: S devices and S model parts; micro-batches go in waves of S. At forward step
+ * t device x runs part t on micro-batch `(x - t) mod S` of the current wave (so a micro-batch
+ * moves to the next device each step), backward steps run the parts in reverse; the forward steps
+ * of wave r+1 (tock) interleave with the backward steps of wave r (tick). Each device runs every
+ * part, so each part is all-reduced across devices and stepped once, after the last wave's
+ * backward: every pass of the M micro-batches reads the same weights and the update applies the
+ * mean of their gradients, as GPipe's does (a wave's forward runs before the previous wave's
+ * backward of the same part, so a step between waves would mix weight versions).
  *
  * @category Pipeline schedules
  */
@@ -69,7 +72,7 @@ function waveletDataParallel(S: number, M: number): Schedule {
 }
 
 function waveletModelParallel(S: number, M: number): Schedule {
-  const rounds = Math.ceil(M / S);
+  const rounds = Math.ceil(M / S); // waves
   const actions: Action[][] = [];
   for (let x = 0; x < S; x++) {
     const row: Action[] = [];
@@ -87,14 +90,11 @@ function waveletModelParallel(S: number, M: number): Schedule {
     for (let r = 0; r < rounds; r++) {
       for (let q = 0; q < S; q++) {
         backwardStep(r, q);
-        if (q === S - 1) {
-          const last = Math.min(M - 1, r * S + S - 1);
-          for (let t = 0; t < S; t++) row.push(action('allReduce', x, { part: t, microBatch: last }));
-          for (let t = 0; t < S; t++) row.push(action('optimizerStep', x, { part: t, microBatch: last }));
-        }
         if (r + 1 < rounds) forwardStep(r + 1, q);
       }
     }
+    for (let t = 0; t < S; t++) row.push(action('allReduce', x, { part: t, microBatch: M - 1 }));
+    for (let t = 0; t < S; t++) row.push(action('optimizerStep', x, { part: t, microBatch: M - 1 }));
     actions.push(row);
   }
   return withCommunication(
