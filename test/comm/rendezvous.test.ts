@@ -254,6 +254,31 @@ t.test('createRendezvous: rank 0 serves on an ephemeral port, other ranks join i
   await t.rejects(createRendezvous({ rank: 0, worldSize: 1, port: 70000 }), { code: 'ERR_INVALID_ARGUMENT' });
 });
 
+t.test('group(): a group of the ranks with its own ranks, size, keys and barriers, on the same store', async (t) => {
+  const root = await createRendezvous({ rank: 0, worldSize: 4, port: 0, timeoutMs: 5000 });
+  const others = await Promise.all([1, 2, 3].map((rank) => createRendezvous({ rank, worldSize: 4, port: root.port, timeoutMs: 5000 })));
+  const all = [root, ...others];
+  // Two groups of two named 'pair-0' and 'pair-1', ranks 0-1 and 2-3, each with ranks 0 and 1.
+  const groups = all.map((r) => r.group(`pair-${Math.floor(r.rank / 2)}`, r.rank % 2, 2));
+  t.same(groups.map((g) => [g.rank, g.worldSize]), [[0, 2], [1, 2], [0, 2], [1, 2]]);
+  await Promise.all(groups.map((g, i) => g.set(`addr/${g.rank}`, `job rank ${i}`)));
+  const seen = await Promise.all(groups.map((g) => g.getString(`addr/${1 - g.rank}`)));
+  t.same(seen, ['job rank 1', 'job rank 0', 'job rank 3', 'job rank 2'], 'each group sees its own keys under the same names');
+  t.equal(await root.tryGet('addr/0'), undefined, 'the job\'s keys are apart from the groups\'');
+  t.equal(await root.getString('group/pair-1/addr/0'), 'job rank 2');
+  await Promise.all(groups.map((g) => g.barrier('met'))); // two ranks per group: the barrier is the group's
+  t.same(await Promise.all(groups.map((g) => g.add('count'))).then((v) => v.sort()), [1, 1, 2, 2]);
+  await Promise.all(groups.map((g) => g.close())); // a view: closes nothing
+  t.equal(await others[0]!.getString('group/pair-0/addr/1'), 'job rank 1', 'the connection outlives the views');
+  t.throws(() => root.group('a/b', 0, 2), { code: 'ERR_INVALID_ARGUMENT', message: /without '\/'/ });
+  t.throws(() => root.group('big', 0, 5), { code: 'ERR_INVALID_ARGUMENT', message: /5 ranks in a job of 4/ });
+  t.throws(() => root.group('r', 2, 2), { code: 'ERR_INVALID_ARGUMENT' });
+  await t.rejects(groups[0]!.get(Symbol('k') as never), { code: 'ERR_INVALID_ARGUMENT' }, 'a key that is not a string is refused by the client, typed');
+  await Promise.all(all.map((r) => r.barrier('done')));
+  await Promise.all(others.map((r) => r.close()));
+  await root.close();
+});
+
 t.test('close() leaves nothing that keeps the process alive', async (t) => {
   const child = spawn(process.execPath, [...typescriptNodeArgs(), fixture('rendezvous-close.ts')], {
     cwd: repoRoot,

@@ -4,6 +4,7 @@
  * addresses, the NCCL unique id) and to line up with barriers.
  */
 import { InvalidArgumentError } from '../../errors.js';
+import { describeValue } from '../../validate.js';
 import { RendezvousClient, type CallOptions } from './client.js';
 import { RendezvousServer } from './server.js';
 import { checkPort, checkRank } from './validate.js';
@@ -41,35 +42,59 @@ export class Rendezvous {
     readonly client: RendezvousClient,
     /** The store itself, on rank 0 only. */
     readonly server: RendezvousServer | undefined,
+    /** Prepended to every key: a {@link group}'s own key space (empty for the whole job). */
+    private readonly prefix = '',
+    /** The view of a group: its connection belongs to the whole job's Rendezvous. */
+    private readonly view = false,
   ) {}
+
+  /**
+   * The rendezvous of a group of the job's ranks, e.g. to create a communicator over some of them
+   * (`UcxCommunicator.create({ store: job.group('stage-0', rank, size) })`): the same store and
+   * connection, with this rank's `rank` and `worldSize` in the group and keys of its own, so
+   * groups named differently never meet. Every member calls it with the same name and size and a
+   * distinct rank. Closing the view does nothing: close the job's Rendezvous after the groups' users.
+   */
+  group(name: string, rank: number, worldSize: number): Rendezvous {
+    if (typeof name !== 'string' || name === '' || name.includes('/'))
+      throw new InvalidArgumentError(`Rendezvous.group: name must be a non-empty string without '/', got ${describeValue(name)}`);
+    checkRank(rank, worldSize);
+    if (worldSize > this.worldSize) throw new InvalidArgumentError(`Rendezvous.group: a group of ${worldSize} ranks in a job of ${this.worldSize}`);
+    return new Rendezvous(rank, worldSize, this.port, this.client, undefined, `${this.prefix}group/${name}/`, true);
+  }
+
+  /** The key in the store; anything but a string goes to the client as it is, to be refused there. */
+  private key<T>(key: T): T {
+    return (typeof key === 'string' && this.prefix !== '' ? this.prefix + key : key) as T;
+  }
 
   /** See {@link RendezvousClient.set}. */
   set(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
-    return this.client.set(key, value, options);
+    return this.client.set(this.key(key), value, options);
   }
   /** See {@link RendezvousClient.get}: waits until the key is set. */
   get(key: string, options?: CallOptions): Promise<Buffer> {
-    return this.client.get(key, options);
+    return this.client.get(this.key(key), options);
   }
   /** See {@link RendezvousClient.getString}. */
   getString(key: string, options?: CallOptions): Promise<string> {
-    return this.client.getString(key, options);
+    return this.client.getString(this.key(key), options);
   }
   /** See {@link RendezvousClient.tryGet}. */
   tryGet(key: string, options?: CallOptions): Promise<Buffer | undefined> {
-    return this.client.tryGet(key, options);
+    return this.client.tryGet(this.key(key), options);
   }
   /** See {@link RendezvousClient.wait}. */
   wait(keys: string | readonly string[], options?: CallOptions): Promise<void> {
-    return this.client.wait(keys, options);
+    return this.client.wait(Array.isArray(keys) ? (keys as readonly string[]).map((k) => this.key(k)) : this.key(keys), options);
   }
   /** See {@link RendezvousClient.add}. */
   add(key: string, delta = 1, options?: CallOptions): Promise<number> {
-    return this.client.add(key, delta, options);
+    return this.client.add(this.key(key), delta, options);
   }
   /** Waits for `worldSize` ranks (default: all of them) to reach the barrier `name`. */
   barrier(name: string, worldSize: number = this.worldSize, options?: CallOptions): Promise<void> {
-    return this.client.barrier(name, worldSize, options);
+    return this.client.barrier(this.key(name), worldSize, options);
   }
 
   /**
@@ -79,6 +104,7 @@ export class Rendezvous {
    * barrier before closing.
    */
   async close(): Promise<void> {
+    if (this.view) return;
     if (this.server) await this.server.drained(1, this.client.timeoutMs);
     await this.client.close();
     await this.server?.close();

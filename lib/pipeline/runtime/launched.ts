@@ -4,12 +4,16 @@
  * stage of its rank over the `ucx` backend. No coordinator: the stages agree on the sample order
  * (seeded) and meet only through their transfers, as the worker threads of
  * {@link PipelineTrainer} do; at the end of each epoch, every stage sends its weights (and the last
- * stage its losses) to rank 0, which evaluates the whole model when test data is given.
+ * stage its losses) to rank 0, which evaluates the whole model when test data is given. Parallel
+ * pipelines run as N x S ranks, each joining its pipeline's and its stage's groups.
  */
 import { performance } from 'node:perf_hooks';
 
 import type { Communicator } from '../../comm/communicator.js';
 import { createCommunicator } from '../../comm/create.js';
+import { fromEnv } from '../../comm/rendezvous/env.js';
+import { createRendezvous } from '../../comm/rendezvous/rendezvous.js';
+import { UcxCommunicator } from '../../comm/ucx.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
@@ -33,9 +37,11 @@ const STAGE_OPTION_KEYS = [...TRAINER_OPTION_KEYS, ...optionKeys<Omit<PipelineSt
 /** What a stage process reports. @category Pipeline runtime */
 export interface PipelineStageReport {
   readonly stage: number;
-  /** Rank 0: per epoch, the mean loss (from the last stage) and the test accuracy when test data was given. */
+  /** Its pipeline (0 without parallel pipelines). */
+  readonly pipeline: number;
+  /** Rank 0: per epoch, the mean loss (from the last stages) and the test accuracy when test data was given. */
   readonly epochs: readonly { epoch: number; loss: number; accuracy?: number; wallMs: number }[];
-  /** Rank 0: every part's weights after the last epoch, index = part. Other ranks: their own parts. */
+  /** Each pipeline's rank 0: every part's weights after the last epoch, index = part. Other ranks: their own parts. */
   readonly weights: readonly (Float32Array | undefined)[];
   /** The versions this stage's passes read, per round. */
   readonly versions: readonly (readonly VersionRead[])[];
@@ -45,6 +51,12 @@ export interface PipelineStageReport {
  * Trains this rank's stage of a pipeline job; every rank of the job calls it with the same
  * options. Resolves on every rank when training ends; a stage that dies or throws makes the
  * others fail (ERR_PEER_LOST) within the communicator's timeout.
+ *
+ * Parallel pipelines (`pipelines: N` with `dataParallel`, or `avgpipe`) take N x S ranks, rank
+ * `p*S + s` running stage s of pipeline p, as PipelineTrainer's threads do; each rank joins two
+ * ucx communicators over the launcher's rendezvous: its pipeline's stages (transfers) and its
+ * stage's replicas (gradient all-reduces or elastic averaging). They are created here, so `comm`
+ * cannot be given then.
  *
  * @category Pipeline runtime
  */
@@ -58,23 +70,24 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
     if (!(test.inputs instanceof Float32Array)) throw new InvalidArgumentError('trainPipelineStage: test.inputs must be a Float32Array');
     if (plan.model.kind !== 'sequential') throw new InvalidArgumentError('trainPipelineStage: test data is evaluated for models of sapipe layers; evaluate your own with the returned weights');
   }
-  if (plan.pipelines > 1 || plan.dataParallel || plan.averaging)
-    throw new InvalidArgumentError('trainPipelineStage: parallel pipelines run on the worker threads of PipelineTrainer; as launched processes they are planned');
-  const perRound = plan.schedule.microBatches * plan.microBatchSize;
+  const withReplicas = plan.dataParallel !== undefined || plan.averaging !== undefined;
+  if (withReplicas && given !== undefined)
+    throw new InvalidArgumentError('trainPipelineStage: parallel pipelines create their communicators (one per pipeline, one per stage\'s replicas) from the launcher\'s environment; leave out comm');
+  const stages = plan.schedule.stages;
+  const perRound = plan.pipelines * plan.schedule.microBatches * plan.microBatchSize;
+  const share = perRound / plan.pipelines;
   const fullEpoch = Math.floor(plan.samples / perRound);
   const rounds = roundsOption === undefined ? fullEpoch : checkInteger(roundsOption, 'trainPipelineStage: roundsPerEpoch', 1, fullEpoch);
-  const comm = given ?? ((await createCommunicator('auto', { timeoutMs: plan.timeoutMs })) as Communicator<FlatBuffer>);
+  const groups = withReplicas ? await joinParallelGroups(plan.pipelines, stages, plan.timeoutMs) : await joinPipeline(given, stages, plan.timeoutMs);
+  const { comm, replicas, pipeline, stage } = groups;
   try {
-    if (comm.size !== plan.schedule.stages)
-      throw new InvalidArgumentError(`trainPipelineStage: the job has ${comm.size} ranks for ${plan.schedule.stages} stages; launch one rank per stage (--nproc ${plan.schedule.stages})`);
-    const stage = comm.rank;
-    const host = await StageHost.create(plan.descriptions[stage]!, plan.schedule.stages > 1 ? comm : undefined, plan.data);
+    const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? comm : undefined, plan.data, replicas, pipeline);
     try {
       const report: { epoch: number; loss: number; accuracy?: number; wallMs: number }[] = [];
       const versions: VersionRead[][] = [];
       const lastPart = plan.schedule.parts - 1;
-      const holdsLast = plan.descriptions[stage]!.parts.includes(lastPart);
-      const lossBox = FlatBuffer.allocate(1);
+      const holder = plan.descriptions.findIndex((d) => d.parts.includes(lastPart));
+      const lossBox = FlatBuffer.allocate(2);
       try {
         for (let epoch = 0; epoch < epochs; epoch++) {
           const order = epochOrder(plan.samples, plan.shuffle, plan.seed, epoch);
@@ -82,7 +95,9 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
           let total = 0;
           let count = 0;
           for (let r = 0; r < rounds; r++) {
-            const result = await host.runRound(order.slice(r * perRound, (r + 1) * perRound), performance.timeOrigin + performance.now());
+            // Pipeline p trains on the p-th share of the round's samples.
+            const from = r * perRound + pipeline * share;
+            const result = await host.runRound(order.slice(from, from + share), performance.timeOrigin + performance.now());
             versions.push(result.versions);
             for (const l of result.losses)
               if (l !== undefined) {
@@ -91,20 +106,22 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
               }
           }
           const wallMs = performance.now() - start;
-          // The last stage's mean loss and every part's weights go to rank 0.
-          const holder = plan.descriptions.findIndex((d) => d.parts.includes(lastPart));
-          if (holdsLast) lossBox.array[0] = count > 0 ? total / count : NaN;
-          if (holder !== 0) {
-            if (stage === holder) await comm.send(lossBox, 0);
-            if (stage === 0) await comm.recv(lossBox, holder);
+          // The mean loss over every pipeline's micro-batches (the last stages sum theirs over the
+          // replicas) and every part's weights go to rank 0.
+          if (stage === holder) {
+            lossBox.array.set([total, count]);
+            if (replicas) await replicas.allreduce(lossBox, { op: 'sum' });
+            if (holder !== 0) await comm!.send(lossBox, 0);
           }
+          if (stage === 0 && holder !== 0) await comm!.recv(lossBox, holder);
           const weights = await gatherWeights(comm, host, plan.descriptions.map((d) => d.parts));
-          if (stage === 0) {
-            const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: lossBox.array[0]!, wallMs };
+          if (stage === 0 && pipeline === 0) {
+            const [sum, n] = lossBox.array;
+            const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: n! > 0 ? sum! / n! : NaN, wallMs };
             if (test && plan.model.kind === 'sequential') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels);
             report.push(entry);
           }
-          if (epoch === epochs - 1) return { stage, epochs: report, weights, versions };
+          if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions };
         }
       } finally {
         lossBox.dispose();
@@ -114,23 +131,81 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
       await host.dispose();
     }
   } finally {
-    if (given === undefined) comm.destroy();
+    groups.close();
   }
 }
 
-/** Rank 0 receives every part's weights (each preceded by its length); the others send theirs. Returns what this rank holds. */
-async function gatherWeights(comm: Communicator<FlatBuffer>, host: StageHost, partsOf: readonly number[][]): Promise<(Float32Array | undefined)[]> {
+interface StageGroups {
+  /** The pipeline's stages (undefined for a one-stage pipeline with replicas). */
+  comm: Communicator<FlatBuffer> | undefined;
+  /** The stage's replicas in the other pipelines. */
+  replicas: Communicator<FlatBuffer> | undefined;
+  pipeline: number;
+  stage: number;
+  close(): void;
+}
+
+/** One pipeline: the job's communicator (given, or created here and destroyed by close()). */
+async function joinPipeline(given: Communicator<FlatBuffer> | undefined, stages: number, timeoutMs: number): Promise<StageGroups> {
+  const comm = given ?? ((await createCommunicator('auto', { timeoutMs })) as Communicator<FlatBuffer>);
+  if (comm.size !== stages) {
+    if (given === undefined) comm.destroy();
+    throw new InvalidArgumentError(`trainPipelineStage: the job has ${comm.size} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
+  }
+  return { comm, replicas: undefined, pipeline: 0, stage: comm.rank, close: () => given === undefined && comm.destroy() };
+}
+
+/** N pipelines of S stages: rank p*S + s joins pipeline p's group and stage s's replica group, in that order on every rank. */
+async function joinParallelGroups(pipelines: number, stages: number, timeoutMs: number): Promise<StageGroups> {
+  const env = fromEnv();
+  if (env.worldSize !== pipelines * stages)
+    throw new InvalidArgumentError(
+      `trainPipelineStage: the job has ${env.worldSize} ranks for ${pipelines} pipelines x ${stages} stages; launch one rank per stage of every pipeline (--nproc ${pipelines * stages})`,
+    );
+  const pipeline = Math.floor(env.rank / stages);
+  const stage = env.rank % stages;
+  const store = await createRendezvous({ ...env, timeoutMs });
+  let comm: UcxCommunicator | undefined;
+  let replicas: UcxCommunicator | undefined;
+  const close = (): void => {
+    comm?.destroy();
+    replicas?.destroy();
+    // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
+    void store.close().catch(() => {});
+  };
+  try {
+    if (stages > 1) comm = await UcxCommunicator.create({ store: store.group(`pipeline-${pipeline}`, stage, stages), timeoutMs });
+    replicas = await UcxCommunicator.create({ store: store.group(`stage-${stage}`, pipeline, pipelines), timeoutMs });
+  } catch (error) {
+    close();
+    throw error;
+  }
+  return { comm, replicas, pipeline, stage, close };
+}
+
+/**
+ * The pipeline's rank 0 receives every part's weights (each preceded by its length); the others
+ * send theirs. Returns what this rank holds (AvgPipe: the center, the model the pipelines agree on).
+ */
+async function gatherWeights(comm: Communicator<FlatBuffer> | undefined, host: StageHost, partsOf: readonly number[][]): Promise<(Float32Array | undefined)[]> {
   const out: (Float32Array | undefined)[] = [];
-  for (const p of host.parts) out[p.part] = p.model.params.weights.array.slice();
+  for (const p of host.weights()) out[p.part] = p.weights;
+  if (comm === undefined) return out;
   // A length travels as two floats (below 2^20 each), exact for any length a ParamSet can have.
   const length = FlatBuffer.allocate(2);
   try {
     if (comm.rank !== 0) {
-      for (const p of host.parts) {
-        length.array[0] = Math.floor(p.model.params.length / 2 ** 20);
-        length.array[1] = p.model.params.length % 2 ** 20;
+      for (const p of host.weights()) {
+        length.array[0] = Math.floor(p.weights.length / 2 ** 20);
+        length.array[1] = p.weights.length % 2 ** 20;
         await comm.send(length, 0);
-        await comm.send(p.model.params.weights, 0);
+        const buffer = FlatBuffer.allocate(p.weights.length);
+        try {
+          buffer.array.set(p.weights);
+          await comm.send(buffer, 0);
+        } finally {
+          buffer.dispose();
+        }
       }
       return out;
     }

@@ -261,7 +261,7 @@ function checkDataParallel(
   checkKnownKeys(options, DATA_PARALLEL_KEYS, `${what}: dataParallel`);
   if (!(DATA_PARALLEL_SCHEDULES as readonly string[]).includes(schedule))
     throw new InvalidArgumentError(
-      `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (AvgPipe's asynchronous pipelines coupled by elastic averaging are planned)`,
+      `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (asynchronous pipelines coupled by elastic averaging: schedule 'avgpipe')`,
     );
   resolveMode(options, pipelines);
   if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
