@@ -131,10 +131,12 @@ export interface MnistPipelineResult {
 /**
  * The tuner's profile of a run: per stage (the parts it holds), the measured median forward and
  * backward time of a micro-batch, the activation it sends, its weights and its optimizer state
- * (SGD with momentum: one buffer; Adam/AdamW: two), at the run's micro-batch size; a pipeline's
- * batch is the run's M micro-batches.
+ * (SGD with momentum: one buffer; Adam/AdamW: two), the activations a micro-batch keeps until its
+ * backward (the parts' input and layer outputs), at the run's micro-batch size; a pipeline's batch
+ * is the run's M micro-batches. `overheadMs`, the part of each pass that does not shrink with the
+ * micro-batch, is the runtime's measured time between actions (bounded by the smallest pass).
  */
-function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts): PipelineProfile {
+function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts, perActionMs: number): PipelineProfile {
   const layers = mlpLayers(c.sizes);
   const params = layerParams(layers);
   const widths = checkLayers(layers);
@@ -148,11 +150,13 @@ function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: read
       forwardMs: sum(costs.forward),
       backwardMs: sum(costs.backward),
       activationBytes: 4 * c.microBatchSize * widths[ranges[parts.at(-1) ?? 0]![1]]!,
+      storedActivationBytes: parts.reduce((n, j) => n + 4 * c.microBatchSize * widths.slice(ranges[j]![0], ranges[j]![1] + 1).reduce((a, b) => a + b, 0), 0),
       weightBytes,
       optimizerStateBytes: stateCopies * weightBytes,
     };
   });
-  return { stages, microBatchSize: c.microBatchSize, batchSize: c.microBatches * c.microBatchSize };
+  const smallest = Math.min(...stages.flatMap((st) => [st.forwardMs, st.backwardMs]));
+  return { stages, microBatchSize: c.microBatchSize, batchSize: c.microBatches * c.microBatchSize, overheadMs: Math.max(0, Math.min(perActionMs, smallest)) };
 }
 
 /** Runtime overhead of a round: on each stage, the time not spent in an action (gaps) plus in posting sends; the worst stage over the makespan. */
@@ -232,7 +236,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       overhead: roundOverhead(typical),
       peakStashed: typical.peakStashed,
       peakActivations: typical.peakActivations,
-      profile: runProfile(c, trainer.schedule, boundaries, costs),
+      profile: runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs),
     };
   } finally {
     await trainer.dispose();

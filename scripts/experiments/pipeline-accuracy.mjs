@@ -35,7 +35,8 @@ const STUDY = [
   ['gpipe', ['--schedule', 'gpipe']],
   ['1f1b', ['--schedule', '1f1b']],
   ['pipedream', ['--schedule', 'pipedream']],
-  ['pipedream-2bw', ['--schedule', 'pipedream-2bw']],
+  // 2BW's delay of one batch shows only between the batches of a round: 8 of them per round.
+  ['pipedream-2bw', ['--schedule', 'pipedream-2bw', '--iterations', '8']],
   ['spectrain', ['--schedule', 'spectrain']],
   ['pipeoptim', ['--schedule', 'pipeoptim']],
   ['gpipe-adamw', ['--schedule', 'gpipe', ...ADAMW]],
