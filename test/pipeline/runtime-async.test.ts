@@ -2,7 +2,7 @@
  * Asynchronous schedules are exact to their definition: PipeDream (weight stashing), PipeDream-2BW
  * (double buffering, delay 1), PipeOptim (SGD-momentum and Adam), SpecTrain and Pipelined
  * Backpropagation (spike compensation and linear prediction, each also switched off) on 3 stage workers
- * over at least 20 updates per stage, against a single-process replay (test/reference/pipeline.ts)
+ * over at least 20 updates per stage (Pipelined Backpropagation also at batch 1 over 52), against a single-process replay (test/reference/pipeline.ts)
  * that reads, for every micro-batch's forward and backward, the version its action list names
  * (the prediction at that version after a `predictWeights`). Both the final weights and the
  * versions every pass read are compared; the forward versions also against the validator's
@@ -19,7 +19,7 @@ import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, 
 
 const TOLERANCE = 1e-5;
 const S = 3;
-const B = 2;
+const BATCH = 2;
 
 interface Case {
   schedule: RuntimeScheduleName;
@@ -33,6 +33,10 @@ interface Case {
   /** Spike compensation delay of part k. */
   spike?: (k: number) => number;
   pipelinedBackprop?: PipelinedBackpropOptions;
+  /** Samples per micro-batch (default B). */
+  batch?: number;
+  /** Updates per stage the case must reach (default 20). */
+  minUpdates?: number;
 }
 const sgdm: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };
 const adam: PipelineOptimizerSpec = { kind: 'adam', lr: 0.003 };
@@ -44,6 +48,9 @@ const cases: Case[] = [
   // Pipelined Backpropagation: an update after every backward, SGD-momentum compensated for each
   // stage's delay D_k = 2(S-k)-1 (spike compensation) and forwards on the linear prediction D_k ahead.
   { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => 2 * (S - k) - 1, spike: (k) => 2 * (S - k) - 1 },
+  // At batch 1, as the method is meant to run, over more than 50 updates per stage (a learning
+  // rate for batch 1: at the batch-2 cases' one, spike compensation's 5x on the newest gradient diverges).
+  { schedule: 'pipelined-backprop', optimizer: { kind: 'sgd', lr: 0.01, momentum: 0.9 }, microBatches: 26, rounds: 2, batch: 1, minUpdates: 50, steps: (k) => 2 * (S - k) - 1, spike: (k) => 2 * (S - k) - 1 },
   // Each compensation switched off on its own, and both (plain SGD-momentum on late gradients).
   { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, spike: (k) => 2 * (S - k) - 1, pipelinedBackprop: { weightPrediction: false } },
   { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 12, rounds: 2, steps: (k) => 2 * (S - k) - 1, pipelinedBackprop: { spikeCompensation: false } },
@@ -64,7 +71,8 @@ const cases: Case[] = [
 const key = (r: { kind: string; part: number; microBatch: number }, round: number): string => `${round}:${r.kind}:${r.part}:${r.microBatch}`;
 
 for (const c of cases) {
-  t.test(`${c.schedule} (${c.optimizer.kind}${c.pipelinedBackprop ? `, ${JSON.stringify(c.pipelinedBackprop)}` : ''}) replays its definition`, async (t) => {
+  t.test(`${c.schedule} (${c.optimizer.kind}${c.pipelinedBackprop ? `, ${JSON.stringify(c.pipelinedBackprop)}` : ''}${c.batch ? `, batch ${c.batch}` : ''}) replays its definition`, async (t) => {
+    const B = c.batch ?? BATCH;
     const perRound = c.microBatches * (c.iterations ?? 1);
     const { inputs, labels } = dataset(c.rounds * perRound * B, 11);
     const boundaries = evenBoundaries(LAYERS.length, S);
@@ -103,7 +111,8 @@ for (const c of cases) {
       });
       t.same(mismatched.slice(0, 3), [], 'every forward and backward read the version (and prediction) the replay read');
       const updates = trainer.analysis.replicas.map((x) => x.updates * c.rounds);
-      t.ok(Math.min(...updates) >= 20, `at least 20 updates per stage (${updates.join(', ')})`);
+      const minUpdates = c.minUpdates ?? 20;
+      t.ok(Math.min(...updates) >= minUpdates, `at least ${minUpdates} updates per stage (${updates.join(', ')})`);
       if (c.schedule === 'pipedream' || c.schedule === 'pipedream-2bw') {
         // The validator's read versions (per round, from 0) equal the runtime's, offset by the updates before the round.
         const perRoundUpdates = trainer.analysis.replicas.map((x) => x.updates);
@@ -132,6 +141,7 @@ for (const c of cases) {
 }
 
 t.test('stashing and prediction are different algorithms: PipeDream and PipeOptim end apart on the same batches', async (t) => {
+  const B = BATCH;
   const { inputs, labels } = dataset(24 * B, 11);
   const run = async (schedule: RuntimeScheduleName): Promise<Float32Array[]> => {
     const trainer = await PipelineTrainer.create({
