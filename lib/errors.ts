@@ -17,6 +17,7 @@ export type SapipeErrorCode =
   | 'ERR_TIMEOUT'
   | 'ERR_INVALID_SCHEDULE'
   | 'ERR_RANK_FAILED'
+  | 'ERR_CHECKPOINT'
   | 'ERR_INTERNAL';
 
 /**
@@ -116,6 +117,25 @@ export class RankFailedError extends SapipeError {
     this.rank = options?.rank ?? -1;
   }
 }
+/** Why a checkpoint cannot be used. @category Errors */
+export type CheckpointFault = 'missing' | 'truncated' | 'corrupt' | 'foreign' | 'version' | 'mismatch';
+
+/**
+ * A checkpoint cannot be saved or used: `reason` says why (`missing`: no complete checkpoint or
+ * file; `truncated`; `corrupt`: a checksum or the structure does not hold; `foreign`: not a sapipe
+ * checkpoint, or not of this format; `version`: a format version this sapipe does not read;
+ * `mismatch`: it belongs to another model, optimizer, mode or rank layout). The message names the
+ * file and the fault.
+ *
+ * @category Errors
+ */
+export class CheckpointError extends SapipeError {
+  readonly reason: CheckpointFault;
+  constructor(message: string, options?: { cause?: unknown; reason?: CheckpointFault }) {
+    super('ERR_CHECKPOINT', message, options);
+    this.reason = options?.reason ?? 'corrupt';
+  }
+}
 /**
  * An invariant of sapipe itself broke: a bug to report, with the message.
  *
@@ -140,6 +160,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_TIMEOUT: TimeoutError,
   ERR_INVALID_SCHEDULE: InvalidScheduleError,
   ERR_RANK_FAILED: RankFailedError,
+  ERR_CHECKPOINT: CheckpointError,
   ERR_INTERNAL: InternalError,
 };
 

@@ -11,6 +11,7 @@ export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNo
 export { nativeInfo } from './info.js';
 export * from './comm/index.js';
 export * from './dataparallel/index.js';
+export * from './checkpoint/index.js';
 export * from './data/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';

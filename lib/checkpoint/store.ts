@@ -1,0 +1,192 @@
+/**
+ * Checkpoints on disk: a directory of steps, each holding one safetensors file per rank and, per
+ * rank, a small manifest written after its file (format, step, rank, world size, the file's size
+ * and SHA-256). A step is complete when every rank's manifest is there; loading takes the newest
+ * complete step, so a save cut short (a crash, a SIGKILL) leaves the previous one in use.
+ *
+ *     <dir>/step-0000000100/rank-0.safetensors   rank-0.json   rank-1.safetensors   rank-1.json
+ *
+ * Every file is written atomically: a temporary file in the same directory, fsync, rename over
+ * the final name, fsync of the directory. The writes are asynchronous (libuv's threads): the
+ * caller's thread only prepares the bytes. No collective is involved, so a save never changes the
+ * order of a job's collectives; the ranks agree on which step to load by the manifests alone
+ * (a shared directory, or one per machine for ranks of one machine).
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+
+import { CheckpointError, InvalidArgumentError } from '../errors.js';
+import { checkInteger, describeValue } from '../validate.js';
+
+/** What every manifest and file says it is. */
+export const CHECKPOINT_FORMAT = 'sapipe-checkpoint';
+/** The format version this sapipe writes and reads. @category Checkpoints */
+export const CHECKPOINT_VERSION = 1;
+
+/** A rank's manifest. @category Checkpoints */
+export interface CheckpointManifest {
+  readonly format: typeof CHECKPOINT_FORMAT;
+  readonly version: number;
+  /** What saved it (`data-parallel-trainer`). */
+  readonly kind: string;
+  readonly step: number;
+  readonly rank: number;
+  readonly worldSize: number;
+  /** The rank's file, relative to the step's directory. */
+  readonly file: string;
+  readonly bytes: number;
+  readonly sha256: string;
+}
+
+/** The directory of a step. */
+export function stepDirectory(dir: string, step: number): string {
+  return join(dir, `step-${String(step).padStart(10, '0')}`);
+}
+const STEP_DIR = /^step-(\d{10})$/;
+
+/** Writes `chunks` to `path` atomically; resolves with the bytes written and their SHA-256. */
+export async function writeAtomic(path: string, chunks: readonly Uint8Array[]): Promise<{ bytes: number; sha256: string }> {
+  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const handle = await open(tmp, 'w');
+  try {
+    for (const chunk of chunks) {
+      let at = 0;
+      while (at < chunk.byteLength) {
+        const { bytesWritten } = await handle.write(chunk, at, chunk.byteLength - at);
+        at += bytesWritten;
+      }
+      hash.update(chunk);
+      bytes += chunk.byteLength;
+    }
+    await handle.sync();
+  } catch (error) {
+    await handle.close().catch(() => undefined);
+    await rm(tmp, { force: true });
+    throw error;
+  }
+  await handle.close();
+  await rename(tmp, path);
+  await syncDirectory(dirname(path));
+  return { bytes, sha256: hash.digest('hex') };
+}
+
+/** Makes a rename in `dir` durable. */
+async function syncDirectory(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Writes the rank's file, then its manifest (which makes it count): both atomic. */
+export async function saveRankFile(dir: string, step: number, rank: number, worldSize: number, kind: string, chunks: readonly Uint8Array[]): Promise<CheckpointManifest> {
+  const at = stepDirectory(dir, step);
+  await mkdir(at, { recursive: true });
+  await syncDirectory(dirname(at)).catch(() => undefined);
+  const file = `rank-${rank}.safetensors`;
+  const { bytes, sha256 } = await writeAtomic(join(at, file), chunks);
+  const manifest: CheckpointManifest = { format: CHECKPOINT_FORMAT, version: CHECKPOINT_VERSION, kind, step, rank, worldSize, file, bytes, sha256 };
+  await writeAtomic(join(at, `rank-${rank}.json`), [Buffer.from(`${JSON.stringify(manifest, null, 2)}\n`)]);
+  return manifest;
+}
+
+/** Reads and checks a manifest; undefined if it does not exist. */
+async function readManifest(path: string): Promise<CheckpointManifest | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new CheckpointError(`${path}: cannot be read (${(error as Error).message})`, { reason: 'missing', cause: error });
+  }
+  let m: Partial<CheckpointManifest>;
+  try {
+    m = JSON.parse(text) as Partial<CheckpointManifest>;
+  } catch (error) {
+    throw new CheckpointError(`${path}: not JSON; a corrupt manifest`, { reason: 'corrupt', cause: error });
+  }
+  if (m === null || typeof m !== 'object' || m.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint manifest`, { reason: 'foreign' });
+  if (m.version !== CHECKPOINT_VERSION)
+    throw new CheckpointError(`${path}: checkpoint format version ${describeValue(m.version)}; this sapipe reads version ${CHECKPOINT_VERSION}`, { reason: 'version' });
+  for (const key of ['step', 'rank', 'worldSize', 'bytes'] as const)
+    if (!Number.isSafeInteger(m[key]) || (m[key] as number) < 0) throw new CheckpointError(`${path}: ${key} is not a non-negative integer`, { reason: 'corrupt' });
+  if (typeof m.file !== 'string' || !/^rank-\d+\.safetensors$/.test(m.file) || typeof m.sha256 !== 'string' || typeof m.kind !== 'string')
+    throw new CheckpointError(`${path}: file, sha256 or kind is missing`, { reason: 'corrupt' });
+  return m as CheckpointManifest;
+}
+
+/** Steps in `dir`, newest first. */
+async function steps(dir: string): Promise<number[]> {
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw new CheckpointError(`${dir}: cannot be listed (${(error as Error).message})`, { reason: 'missing', cause: error });
+  }
+  return names
+    .map((n) => STEP_DIR.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => b - a);
+}
+
+/** Whether every rank of `worldSize` has its manifest for `step`, each naming that step and world size. */
+async function complete(dir: string, step: number, worldSize: number): Promise<boolean> {
+  const at = stepDirectory(dir, step);
+  for (let r = 0; r < worldSize; r++) {
+    const m = await readManifest(join(at, `rank-${r}.json`));
+    if (m === undefined) return false;
+    if (m.step !== step || m.rank !== r) throw new CheckpointError(`${join(at, `rank-${r}.json`)} names step ${m.step}, rank ${m.rank}`, { reason: 'corrupt' });
+    if (m.worldSize !== worldSize)
+      throw new CheckpointError(`${at}: saved by a job of ${m.worldSize} ranks, loaded by one of ${worldSize}; resume with the same number of ranks`, { reason: 'mismatch' });
+  }
+  return true;
+}
+
+/** The newest step every rank saved completely, or undefined. */
+export async function latestCompleteStep(dir: string, worldSize: number): Promise<number | undefined> {
+  for (const step of await steps(dir)) if (await complete(dir, step, worldSize)) return step;
+  return undefined;
+}
+
+/** The rank's file of `step`, checked against its manifest (size and SHA-256). */
+export async function readRankFile(dir: string, step: number, rank: number): Promise<{ bytes: Buffer; manifest: CheckpointManifest; path: string }> {
+  const at = stepDirectory(dir, step);
+  const manifest = await readManifest(join(at, `rank-${rank}.json`));
+  if (manifest === undefined) throw new CheckpointError(`${at}: rank ${rank} has no manifest (its save did not finish)`, { reason: 'missing' });
+  const path = join(at, manifest.file);
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (error) {
+    throw new CheckpointError(`${path}: cannot be read (${(error as Error).message})`, { reason: 'missing', cause: error });
+  }
+  if (bytes.byteLength !== manifest.bytes) throw new CheckpointError(`${path}: ${bytes.byteLength} bytes, its manifest says ${manifest.bytes} (truncated?)`, { reason: 'truncated' });
+  const sha256 = createHash('sha256').update(bytes).digest('hex');
+  if (sha256 !== manifest.sha256) throw new CheckpointError(`${path}: its SHA-256 differs from its manifest's: the file is corrupt`, { reason: 'corrupt' });
+  return { bytes, manifest, path };
+}
+
+/** Removes complete steps older than the newest `keep` complete ones, and anything older still (rank 0 does it). */
+export async function pruneSteps(dir: string, worldSize: number, keep: number): Promise<void> {
+  checkInteger(keep, 'keep', 1, 1 << 20);
+  let kept = 0;
+  for (const step of await steps(dir)) {
+    if (kept >= keep) await rm(stepDirectory(dir, step), { recursive: true, force: true });
+    else if (await complete(dir, step, worldSize)) kept++;
+  }
+}
+
+/** Checks a checkpoint directory argument. */
+export async function checkDirectory(dir: unknown, what: string): Promise<string> {
+  if (typeof dir !== 'string' || dir === '') throw new InvalidArgumentError(`${what}: dir must be a directory path, got ${describeValue(dir)}`);
+  const s = await stat(dir).catch(() => undefined);
+  if (s !== undefined && !s.isDirectory()) throw new InvalidArgumentError(`${what}: ${dir} exists and is not a directory`);
+  return dir;
+}

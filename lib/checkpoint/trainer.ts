@@ -1,0 +1,248 @@
+/**
+ * Checkpoints of a DataParallelTrainer: everything exportState() holds (weights, optimizer state
+ * and step counters, compensation and prediction buffers, the averaged gradient or the update in
+ * flight) plus the caller's own position (epoch, batch, seeds: `extra`), one safetensors file per
+ * rank in the layout of store.ts. Resuming continues exactly as if training had not stopped.
+ *
+ * In the file: each ParamSet tensor's weights under `weights/<name>` with its shape (what a Python
+ * tool loads), the flat buffer's alignment gaps under `padding/weights`, each optimizer buffer
+ * flat under `optimizer/<buffer>`, the gradient or update in
+ * flight under `pending/averaged`, `ahead/weights`, `ahead/predicted`; in `__metadata__` the
+ * format, the layout, the trainer's mode and counters, and `extra` as JSON.
+ */
+import { performance } from 'node:perf_hooks';
+
+import { CheckpointError, InvalidArgumentError, SapipeError } from '../errors.js';
+import type { DataParallelTrainer, DataParallelTrainerState } from '../dataparallel/trainer.js';
+import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
+import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
+import { checkInteger, checkObject, describeValue, optionKeys, checkOptions } from '../validate.js';
+import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
+import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+
+const KIND = 'data-parallel-trainer';
+
+/** Options of {@link saveCheckpoint}. @category Checkpoints */
+export interface SaveCheckpointOptions {
+  /** The checkpoint directory (created if missing); every rank of the job passes the same one. */
+  dir: string;
+  /** Complete checkpoints to keep (rank 0 removes older ones after each save). Default 2. */
+  keep?: number;
+  /** The caller's own state to restore (data position, seeds): anything JSON.stringify keeps. */
+  extra?: unknown;
+}
+const SAVE_OPTION_KEYS = optionKeys<SaveCheckpointOptions>({ dir: true, keep: true, extra: true });
+
+/** A save under way: the snapshot is taken, the file is being written. @category Checkpoints */
+export interface CheckpointSave {
+  /** The step saved: the trainer's step() calls so far. */
+  readonly step: number;
+  /** Time the trainer's thread spent on the snapshot (exportState's copies), ms. */
+  readonly snapshotMs: number;
+  /** Resolves when the rank's file and manifest are on disk; rejects with the write's error. */
+  readonly written: Promise<SavedCheckpoint>;
+}
+
+/** A finished save. @category Checkpoints */
+export interface SavedCheckpoint {
+  readonly step: number;
+  /** The step's directory. */
+  readonly path: string;
+  readonly bytes: number;
+  /** From the snapshot to the manifest on disk, ms. */
+  readonly writeMs: number;
+}
+
+/** What {@link loadCheckpoint} restored. @category Checkpoints */
+export interface LoadedCheckpoint {
+  readonly step: number;
+  readonly path: string;
+  /** The `extra` given to saveCheckpoint. */
+  readonly extra: unknown;
+}
+
+/**
+ * Saves this rank's checkpoint: a snapshot of the trainer's state on the calling thread (it waits
+ * for the gradient in flight, as exportState does), then the file written in the background.
+ * Resolves once the snapshot is taken; `written` says when the file is safely on disk. Every rank
+ * calls it at the same step with the same `dir`. A save cut short leaves the previous checkpoint
+ * the newest complete one.
+ *
+ * @category Checkpoints
+ */
+export async function saveCheckpoint(trainer: DataParallelTrainer, options: SaveCheckpointOptions): Promise<CheckpointSave> {
+  checkOptions(options, SAVE_OPTION_KEYS, 'saveCheckpoint(trainer, options)');
+  const dir = await checkDirectory(options.dir, 'saveCheckpoint');
+  const keep = checkInteger(options.keep ?? 2, 'saveCheckpoint: keep', 1, 1 << 20);
+  let extra: string;
+  try {
+    extra = JSON.stringify(options.extra ?? null);
+  } catch (error) {
+    throw new InvalidArgumentError(`saveCheckpoint: extra must be JSON-serialisable (${(error as Error).message})`, { cause: error });
+  }
+  const start = performance.now();
+  const state = await trainer.exportState();
+  const snapshotMs = performance.now() - start;
+  const { rank, size } = trainer.comm;
+  const chunks = encodeSafetensors(tensorsOf(trainer, state), {
+    format: CHECKPOINT_FORMAT,
+    version: String(CHECKPOINT_VERSION),
+    kind: KIND,
+    layout: JSON.stringify(trainer.params.names.map((n) => [n, trainer.params.layout(n).shape])),
+    length: String(trainer.params.length),
+    trainer: JSON.stringify({
+      mode: state.mode,
+      calls: state.calls,
+      optimizer: { kind: state.optimizer.kind, step: state.optimizer.step, skippedSteps: state.optimizer.skippedSteps, lr: state.optimizer.lr },
+      pending: state.pending ? { nonFiniteCount: state.pending.nonFiniteCount } : null,
+      ahead: state.ahead ? { result: state.ahead.result, predicted: state.ahead.predicted !== null } : null,
+    }),
+    rank: String(rank),
+    worldSize: String(size),
+    extra,
+  });
+  const step = state.calls;
+  const written = (async (): Promise<SavedCheckpoint> => {
+    const manifest = await saveRankFile(dir, step, rank, size, KIND, chunks);
+    if (rank === 0) await pruneSteps(dir, size, keep);
+    return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+  })();
+  written.catch(() => undefined); // the caller awaits it; an unawaited failure must not end the process
+  return { step, snapshotMs, written };
+}
+
+/**
+ * Restores the newest complete checkpoint in `dir` into a trainer of the same model, optimizer,
+ * mode and number of ranks, created fresh (nothing in flight); resolves with its step and
+ * `extra`, or null when `dir` holds no complete checkpoint. Every rank calls it. A file that is
+ * truncated, corrupt, foreign, of another version or of another model is a CheckpointError
+ * naming it, with the trainer unchanged.
+ *
+ * @category Checkpoints
+ */
+export async function loadCheckpoint(trainer: DataParallelTrainer, options: { dir: string }): Promise<LoadedCheckpoint | null> {
+  checkObject(options, 'loadCheckpoint(trainer, options)');
+  checkOptions(options, ['dir'], 'loadCheckpoint(trainer, options)');
+  const dir = await checkDirectory(options.dir, 'loadCheckpoint');
+  const { rank, size } = trainer.comm;
+  const step = await latestCompleteStep(dir, size);
+  if (step === undefined) return null;
+  const { bytes, path } = await readRankFile(dir, step, rank);
+  const { tensors, metadata } = decodeSafetensors(bytes, path);
+  const state = stateOf(trainer, tensors, metadata, path, rank);
+  try {
+    trainer.importState(state);
+  } catch (error) {
+    if (error instanceof SapipeError && (error.code === 'ERR_INVALID_ARGUMENT' || error.code === 'ERR_SIZE_MISMATCH'))
+      throw new CheckpointError(`${path}: does not fit this trainer: ${error.message}`, { reason: 'mismatch', cause: error });
+    throw error;
+  }
+  let extra: unknown;
+  try {
+    extra = JSON.parse(metadata.extra ?? 'null');
+  } catch (error) {
+    throw new CheckpointError(`${path}: extra is not JSON`, { reason: 'corrupt', cause: error });
+  }
+  return { step, path: stepDirectory(dir, step), extra };
+}
+
+/** The stretches of the flat buffer between and after the tensors (alignment): [offset, length]. */
+function paddingOf(trainer: DataParallelTrainer): [number, number][] {
+  const gaps: [number, number][] = [];
+  let at = 0;
+  const close = (to: number): void => {
+    if (to > at) gaps.push([at, to - at]);
+  };
+  for (const l of trainer.params.names.map((n) => trainer.params.layout(n)).sort((a, b) => a.offset - b.offset)) {
+    close(l.offset);
+    at = l.offset + l.size;
+  }
+  close(trainer.params.length);
+  return gaps;
+}
+
+function tensorsOf(trainer: DataParallelTrainer, state: DataParallelTrainerState): Map<string, SafetensorsTensor> {
+  const out = new Map<string, SafetensorsTensor>();
+  const flat = (data: Float32Array): SafetensorsTensor => ({ shape: [data.length], data });
+  for (const name of trainer.params.names) {
+    const l = trainer.params.layout(name);
+    out.set(`weights/${name}`, { shape: l.shape, data: state.weights.subarray(l.offset, l.offset + l.size) });
+  }
+  // The alignment gaps of the flat buffer: nothing reads them, but a caller may write the whole
+  // buffer, and the update runs over it; kept so that resuming is exact whatever they hold.
+  const gaps = paddingOf(trainer);
+  const padding = new Float32Array(gaps.reduce((n, [, len]) => n + len, 0));
+  let k = 0;
+  for (const [offset, len] of gaps) padding.set(state.weights.subarray(offset, offset + len), (k += len) - len);
+  out.set('padding/weights', flat(padding));
+  for (const [name, data] of Object.entries(state.optimizer.buffers)) if (data) out.set(`optimizer/${name}`, flat(data));
+  if (state.pending) out.set('pending/averaged', flat(state.pending.averaged));
+  if (state.ahead) {
+    out.set('ahead/weights', flat(state.ahead.weights));
+    if (state.ahead.predicted) out.set('ahead/predicted', flat(state.ahead.predicted));
+  }
+  return out;
+}
+
+interface SavedTrainer {
+  mode: DataParallelTrainerState['mode'];
+  calls: number;
+  optimizer: Pick<OptimizerState, 'kind' | 'step' | 'skippedSteps' | 'lr'>;
+  pending: { nonFiniteCount: number } | null;
+  ahead: { result: NonNullable<DataParallelTrainerState['ahead']>['result']; predicted: boolean } | null;
+}
+
+/** The exportState() form of a file, checked against this trainer before anything changes. */
+function stateOf(trainer: DataParallelTrainer, tensors: Map<string, SafetensorsTensor>, metadata: Record<string, string>, path: string, rank: number): DataParallelTrainerState {
+  if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
+  if (metadata.version !== String(CHECKPOINT_VERSION))
+    throw new CheckpointError(`${path}: checkpoint format version ${describeValue(metadata.version)}; this sapipe reads version ${CHECKPOINT_VERSION}`, { reason: 'version' });
+  if (metadata.kind !== KIND) throw new CheckpointError(`${path}: a ${describeValue(metadata.kind)} checkpoint, not a data-parallel trainer's`, { reason: 'mismatch' });
+  if (metadata.rank !== String(rank)) throw new CheckpointError(`${path}: saved by rank ${describeValue(metadata.rank)}, loaded by rank ${rank}`, { reason: 'mismatch' });
+  const layout = JSON.stringify(trainer.params.names.map((n) => [n, trainer.params.layout(n).shape]));
+  if (metadata.layout !== layout)
+    throw new CheckpointError(`${path}: saved for a model with tensors ${metadata.layout ?? '(none)'}; this trainer's are ${layout}`, { reason: 'mismatch' });
+  let saved: SavedTrainer;
+  try {
+    saved = JSON.parse(metadata.trainer ?? '') as SavedTrainer;
+  } catch (error) {
+    throw new CheckpointError(`${path}: the trainer's counters are not JSON`, { reason: 'corrupt', cause: error });
+  }
+  if (saved === null || typeof saved !== 'object' || saved.optimizer === null || typeof saved.optimizer !== 'object')
+    throw new CheckpointError(`${path}: the trainer's counters are missing`, { reason: 'corrupt' });
+  if (saved.mode !== trainer.mode) throw new CheckpointError(`${path}: saved in mode ${JSON.stringify(saved.mode)}, this trainer runs "${trainer.mode}"`, { reason: 'mismatch' });
+  const kind = trainer.optimizer.exportState().kind;
+  if (saved.optimizer.kind !== kind) throw new CheckpointError(`${path}: saved with an optimizer of kind ${JSON.stringify(saved.optimizer.kind)}, this trainer's is "${kind}"`, { reason: 'mismatch' });
+  const n = trainer.params.length;
+  const take = (name: string): Float32Array => {
+    const t = tensors.get(name);
+    if (!t || !(t.data instanceof Float32Array)) throw new CheckpointError(`${path}: tensor ${name} is missing`, { reason: 'mismatch' });
+    return t.data;
+  };
+  const weights = new Float32Array(n);
+  for (const name of trainer.params.names) {
+    const l = trainer.params.layout(name);
+    const data = take(`weights/${name}`);
+    if (data.length !== l.size) throw new CheckpointError(`${path}: weights/${name} holds ${data.length} values, the tensor ${l.size}`, { reason: 'mismatch' });
+    weights.set(data, l.offset);
+  }
+  const padding = take('padding/weights');
+  const gaps = paddingOf(trainer);
+  if (padding.length !== gaps.reduce((n, [, len]) => n + len, 0)) throw new CheckpointError(`${path}: padding/weights does not fit this ParamSet's layout`, { reason: 'mismatch' });
+  let k = 0;
+  for (const [offset, len] of gaps) weights.set(padding.subarray(k, (k += len)), offset);
+  const buffers: Partial<Record<StateBufferName, Float32Array>> = {};
+  for (const name of STATE_BUFFER_NAMES) {
+    const t = tensors.get(`optimizer/${name}`);
+    if (t) buffers[name] = t.data as Float32Array;
+  }
+  return {
+    version: 1,
+    mode: saved.mode,
+    calls: saved.calls,
+    weights,
+    optimizer: { kind: saved.optimizer.kind, step: saved.optimizer.step, skippedSteps: saved.optimizer.skippedSteps, lr: saved.optimizer.lr, length: n, buffers },
+    pending: saved.pending ? { averaged: take('pending/averaged'), nonFiniteCount: saved.pending.nonFiniteCount } : null,
+    ahead: saved.ahead ? { weights: take('ahead/weights'), predicted: saved.ahead.predicted ? take('ahead/predicted') : null, result: saved.ahead.result } : null,
+  };
+}
