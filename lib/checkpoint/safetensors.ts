@@ -9,7 +9,8 @@
  */
 import { endianness } from 'node:os';
 
-import { CheckpointError } from '../errors.js';
+import { CheckpointError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { checkObject, describeValue } from '../validate.js';
 
 /** A tensor of a safetensors file. @category Checkpoints */
 export interface SafetensorsTensor {
@@ -32,12 +33,21 @@ function checkHost(): void {
  */
 export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsTensor>, metadata: Readonly<Record<string, string>>): Uint8Array[] {
   checkHost();
+  if (!(tensors instanceof Map)) throw new InvalidArgumentError(`encodeSafetensors: tensors must be a Map of name -> { shape, data }, got ${describeValue(tensors)}`);
+  checkObject(metadata, 'encodeSafetensors: metadata');
+  for (const [k, v] of Object.entries(metadata)) if (typeof v !== 'string') throw new InvalidArgumentError(`encodeSafetensors: metadata.${k} must be a string (the format's rule), got ${describeValue(v)}`);
   const header: Record<string, unknown> = { __metadata__: { ...metadata } };
   let offset = 0;
   for (const [name, t] of tensors) {
+    if (typeof name !== 'string' || name === '__metadata__') throw new InvalidArgumentError(`encodeSafetensors: tensor names must be strings other than __metadata__, got ${describeValue(name)}`);
+    const tensor = t as Partial<SafetensorsTensor> | null;
+    if (tensor === null || typeof tensor !== 'object' || !(tensor.data instanceof Float32Array || tensor.data instanceof Int32Array))
+      throw new InvalidArgumentError(`encodeSafetensors: tensor ${name} must be { shape, data: Float32Array | Int32Array }`);
+    if (!Array.isArray(tensor.shape) || !tensor.shape.every((d) => Number.isSafeInteger(d) && d >= 0))
+      throw new InvalidArgumentError(`encodeSafetensors: tensor ${name}'s shape must be an array of non-negative integers, got ${describeValue(tensor.shape)}`);
     const dtype = t.data instanceof Float32Array ? 'F32' : 'I32';
-    const count = t.shape.reduce((a, b) => a * b, 1);
-    if (count !== t.data.length) throw new CheckpointError(`tensor ${name}: shape [${t.shape.join(', ')}] holds ${count} elements, the data ${t.data.length}`, { reason: 'mismatch' });
+    const count = t.shape.reduce((a: number, b: number) => a * b, 1);
+    if (count !== t.data.length) throw new SizeMismatchError(`encodeSafetensors: tensor ${name}'s shape [${t.shape.join(', ')}] holds ${count} elements, its data ${t.data.length}`);
     header[name] = { dtype, shape: [...t.shape], data_offsets: [offset, offset + t.data.byteLength] };
     offset += t.data.byteLength;
   }
@@ -52,6 +62,8 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsTensor
 /** The parsed header and where the data starts, checked against the file's size. */
 export function decodeSafetensorsHeader(file: Uint8Array, what: string): { header: Record<string, unknown>; dataStart: number } {
   checkHost();
+  if (!(file instanceof Uint8Array)) throw new InvalidArgumentError(`decodeSafetensors: file must be the file's bytes (a Buffer or Uint8Array), got ${describeValue(file)}`);
+  if (typeof what !== 'string') throw new InvalidArgumentError(`decodeSafetensors: what must be a string naming the file (for messages), got ${describeValue(what)}`);
   if (file.byteLength < 8) throw new CheckpointError(`${what}: ${file.byteLength} bytes, too short for a safetensors file (truncated?)`, { reason: 'truncated' });
   const view = Buffer.from(file.buffer, file.byteOffset, file.byteLength);
   const n = view.readBigUInt64LE(0);

@@ -177,6 +177,7 @@ export class Sequential implements StageModel {
 
   /** The input and every layer's output of `batch` samples: what a forward keeps for its backward. */
   activationFloats(batch: number): number {
+    checkInteger(batch, 'Sequential.activationFloats: batch', 1, 1 << 24);
     return batch * this.widths.reduce((a, b) => a + b, 0);
   }
 

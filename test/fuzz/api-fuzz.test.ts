@@ -9,6 +9,9 @@
  * the command that replays it alone.
  */
 import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
@@ -39,7 +42,10 @@ function runBatch(seed: number): Promise<BatchRun> {
   return new Promise((resolve) => {
     // A bounded heap: an entry that builds something huge from a user's number must refuse it, not
     // take the machine's memory; past 1 GiB of heap the child dies and the batch fails.
-    execFile(process.execPath, ['--max-old-space-size=1024', fixture, String(seed), String(callsPerBatch)], { timeout: 120_000, maxBuffer: 1 << 24 }, (error, stdout, stderr) => {
+    // In a directory of its own: entries that write files (checkpoints) get random paths.
+    const cwd = mkdtempSync(join(tmpdir(), 'sapipe-fuzz-'));
+    execFile(process.execPath, ['--max-old-space-size=1024', fixture, String(seed), String(callsPerBatch)], { timeout: 120_000, maxBuffer: 1 << 24, cwd }, (error, stdout, stderr) => {
+      rmSync(cwd, { recursive: true, force: true });
       const e = error as (Error & { code?: number | string; signal?: string | null }) | null;
       resolve({ seed, exitCode: e ? (typeof e.code === 'number' ? e.code : null) : 0, signal: e?.signal ?? null, stdout, stderr });
     });
