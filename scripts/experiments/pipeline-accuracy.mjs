@@ -34,6 +34,7 @@ const ADAMW = ['--optimizer', 'adamw', '--lr', '0.001'];
 const STUDY = [
   ['gpipe', ['--schedule', 'gpipe']],
   ['1f1b', ['--schedule', '1f1b']],
+  ['wavelet', ['--schedule', 'wavelet']],
   ['pipedream', ['--schedule', 'pipedream']],
   // 2BW's delay of one batch shows only between the batches of a round: 8 of them per round.
   ['pipedream-2bw', ['--schedule', 'pipedream-2bw', '--iterations', '8']],
