@@ -46,6 +46,14 @@ export interface LaunchOptions {
   graceMs?: number;
   /** Forward SIGINT and SIGTERM received by this process to the ranks. Default true. */
   forwardSignals?: boolean;
+  /**
+   * When a rank fails, stop the others and start the whole job again, up to this many times
+   * (torchrun's `--max-restarts`); the ranks meet again through a new rendezvous and resume from
+   * their last checkpoint (loadCheckpoint). Each attempt's ranks see `SAPIPE_RESTART_COUNT` (0 first).
+   * Default 0. Across nodes, every node's launcher restarts on its own and the ranks meet again
+   * at the same `masterPort`.
+   */
+  maxRestarts?: number;
 }
 
 /** How one rank ended. @category Launch */
@@ -71,8 +79,12 @@ export interface LaunchResult {
   interruptedBy?: NodeJS.Signals;
   /** A one-line account of why the job failed (also written to `stderr`). */
   message?: string;
-  /** The MASTER_PORT the ranks were given. */
+  /** The MASTER_PORT the ranks were given (in the last attempt). */
   masterPort: number;
+  /** Restarts made (0 when the first attempt was the last). */
+  restarts: number;
+  /** Each failed attempt that was restarted: the failure, and how long the attempt ran. */
+  restarted: { failure: RankExit; message: string; elapsedMs: number }[];
 }
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -104,6 +116,7 @@ const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
   stderr: true,
   graceMs: true,
   forwardSignals: true,
+  maxRestarts: true,
 });
 
 /**
@@ -128,8 +141,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     throw new InvalidArgumentError('a job of several nodes needs masterAddr (--master-addr) and masterPort (--master-port), the same on every node');
   const masterAddr = options.masterAddr ?? '127.0.0.1';
   if (typeof masterAddr !== 'string' || masterAddr === '') throw new InvalidArgumentError('masterAddr must be a non-empty string');
-  const masterPort =
-    options.masterPort === undefined ? await findFreePort() : checkInteger(options.masterPort, 'masterPort', 1, 65535);
+  if (options.masterPort !== undefined) checkInteger(options.masterPort, 'masterPort', 1, 65535);
+  const maxRestarts = checkInteger(options.maxRestarts ?? 0, 'maxRestarts', 0, 1 << 20);
   const args = [...(options.args ?? [])];
   const nodeArgs = [...(options.nodeArgs ?? [])];
   for (const a of [...args, ...nodeArgs])
@@ -137,14 +150,55 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const stdout = options.stdout ?? process.stdout;
   const stderr = options.stderr ?? process.stderr;
   const baseEnv = options.env ?? process.env;
-  const worldSize = nnodes * nproc;
+  const forwardSignals = options.forwardSignals ?? true;
+  const job: Attempt = { script: options.script, args, nodeArgs, nproc, nnodes, nodeRank, masterAddr, graceMs, stdout, stderr, baseEnv, forwardSignals, cwd: options.cwd };
+  const say = (line: string): void => {
+    stderr.write(`sapipe launch: ${line}\n`);
+  };
+  const restarted: LaunchResult['restarted'] = [];
+  for (let attempt = 0; ; attempt++) {
+    // A fresh port per attempt on one node: the failed attempt's store may still hold the old one.
+    const masterPort = options.masterPort ?? (await findFreePort());
+    const started = Date.now();
+    const result = await runAttempt(job, masterPort, attempt);
+    if (result.failure === undefined || result.interruptedBy !== undefined || attempt >= maxRestarts) return { ...result, restarts: attempt, restarted };
+    const elapsedMs = Date.now() - started;
+    restarted.push({ failure: result.failure, message: result.message ?? '', elapsedMs });
+    say(
+      `restarting the job (restart ${attempt + 1} of ${maxRestarts}) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ` +
+        'the ranks resume from their last complete checkpoint, and the work since it is lost',
+    );
+  }
+}
 
+/** What every attempt of a job runs. */
+interface Attempt {
+  script: string;
+  args: string[];
+  nodeArgs: string[];
+  nproc: number;
+  nnodes: number;
+  nodeRank: number;
+  masterAddr: string;
+  graceMs: number;
+  stdout: Writable;
+  stderr: Writable;
+  baseEnv: NodeJS.ProcessEnv;
+  forwardSignals: boolean;
+  cwd: string | undefined;
+}
+
+/** One attempt: starts the ranks, stops them all at the first failure or signal, resolves when all have exited. */
+async function runAttempt(job: Attempt, masterPort: number, attempt: number): Promise<Omit<LaunchResult, 'restarts' | 'restarted'>> {
+  const { nproc, nnodes, nodeRank, masterAddr, graceMs, stdout, stderr, baseEnv, nodeArgs, args, forwardSignals } = job;
+  const worldSize = nnodes * nproc;
   const shared: NodeJS.ProcessEnv = {
     WORLD_SIZE: String(worldSize),
     LOCAL_WORLD_SIZE: String(nproc),
     GROUP_RANK: String(nodeRank),
     MASTER_ADDR: masterAddr,
     MASTER_PORT: String(masterPort),
+    SAPIPE_RESTART_COUNT: String(attempt),
   };
   // On one node the launcher can hand out a secret nobody else sees; across nodes all launchers
   // would need the same one, so there the user sets SAPIPE_TOKEN.
@@ -197,7 +251,6 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     say(message);
     stopAll(signal);
   };
-  const forwardSignals = options.forwardSignals ?? true;
   if (forwardSignals) for (const s of FORWARDED_SIGNALS) process.on(s, onSignal);
 
   try {
@@ -209,9 +262,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         exit.error = new Error('not started: the job was already stopping');
         continue;
       }
-      const child = spawn(process.execPath, [...nodeArgs, options.script, ...args], {
+      const child = spawn(process.execPath, [...nodeArgs, job.script, ...args], {
         env: { ...baseEnv, ...shared, RANK: String(rank), LOCAL_RANK: String(localRank) },
-        ...(options.cwd !== undefined && { cwd: options.cwd }),
+        ...(job.cwd !== undefined && { cwd: job.cwd }),
         // Ranks share no terminal input: which one would read it is not well defined.
         stdio: ['ignore', 'pipe', 'pipe'],
       });
@@ -257,7 +310,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   } else if (interruptedBy !== undefined) {
     exitCode = signalExitCode(interruptedBy);
   }
-  const result: LaunchResult = { exitCode, ranks, masterPort };
+  const result: Omit<LaunchResult, 'restarts' | 'restarted'> = { exitCode, ranks, masterPort };
   if (failure !== undefined) result.failure = failure;
   if (interruptedBy !== undefined) result.interruptedBy = interruptedBy;
   if (message !== undefined) result.message = message;

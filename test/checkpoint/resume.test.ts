@@ -69,3 +69,49 @@ for (const [name, config] of cases) {
     t.notSame(whole.result.weights[0], whole.result.flushed[0], 'a gradient was in flight at the end (flush changed the weights)', { skip: config.mode === 'sync' ? 'sync has nothing in flight' : false });
   });
 }
+
+// Restarts: `sapipe launch --max-restarts 2` over ucx, a rank SIGKILLed mid-run on the first
+// attempt; the job restarts, the ranks resume from their last complete checkpoint, and the final
+// weights equal those of a run never killed.
+const RESTARTABLE = fileURLToPath(new URL('../fixtures/checkpoint/restartable.mjs', import.meta.url));
+const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
+
+async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts: number): Promise<{ exitCode: number; restarts: number; out: string; err: string }> {
+  const { launch } = await import('../../lib/launch/index.js');
+  const { Writable } = await import('node:stream');
+  let out = '';
+  let err = '';
+  const sink = (append: (s: string) => void): InstanceType<typeof Writable> =>
+    new Writable({
+      write(chunk: Buffer, _encoding, callback): void {
+        append(chunk.toString());
+        callback();
+      },
+    });
+  const result = await launch({ script: RESTARTABLE, args: [dir, JSON.stringify(job)], nproc: 2, maxRestarts, cwd: repoRoot, env: { ...process.env, NODE_OPTIONS: '' }, forwardSignals: false, graceMs: 2000, stdout: sink((s) => (out += s)), stderr: sink((s) => (err += s)) });
+  return { exitCode: result.exitCode, restarts: result.restarts, out, err };
+}
+
+const { ucxStatus } = await import('../../lib/backends/ucx.js');
+const ucx = ucxStatus();
+if (!ucx.available && process.env.CI) t.fail(`the ucx plugin is not available in CI, so restarts are untested: ${ucx.reason ?? 'unknown'}`);
+for (const mode of ['sync', 'sapipe-wp'] as const) {
+  t.test(`${mode}: sapipe launch --max-restarts 2 with a rank SIGKILLed mid-run ends with the weights of a run never killed`, ucx.available ? {} : { skip: `ucx is unavailable: ${ucx.reason ?? 'unknown'}` }, async (t) => {
+    const base = mkdtempSync(join(tmpdir(), 'sapipe-restart-'));
+    t.teardown(() => rmSync(base, { recursive: true, force: true }));
+    const job = { steps: 40, every: 5, mode };
+    const killed = await launchJob(join(base, 'killed'), { ...job, killAt: 23, killRank: 1 }, 2);
+    t.equal(killed.exitCode, 0, `the job finished\n${killed.err.slice(-1500)}`);
+    t.equal(killed.restarts, 1, 'after one restart');
+    t.match(killed.err, /rank 1 \(local rank 1\) was killed by signal SIGKILL/, 'the launcher says which rank died');
+    t.match(killed.err, /restarting the job \(restart 1 of 2\) after [\d.]+ s.*resume from their last complete checkpoint/, 'and that it restarts');
+    const resumed = [...killed.out.matchAll(/\[0\] RESUMED (\d+)/g)].map((m) => Number(m[1]));
+    // Step 20's files may still have been on their way to disk when rank 1 died at step 23 (a save
+    // is awaited at the next one): then step 15 is the newest complete checkpoint.
+    t.ok(resumed.length === 2 && resumed[0] === 0 && (resumed[1] === 20 || resumed[1] === 15), `the second attempt resumed from the last complete checkpoint before the kill (${resumed.join(', then ')})`);
+    const whole = await launchJob(join(base, 'whole'), job, 0);
+    t.equal(whole.exitCode, 0, `the uninterrupted job finished\n${whole.err.slice(-1500)}`);
+    const weights = (out: string): number[] => JSON.parse(/\[0\] RESULT (.*)/.exec(out)![1]!) as number[];
+    t.same(weights(killed.out), weights(whole.out), 'the final weights, bit for bit');
+  });
+}

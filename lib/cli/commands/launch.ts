@@ -23,6 +23,7 @@ interface LaunchCommandOptions {
   masterPort?: number;
   nodeArg?: string[];
   graceMs: number;
+  maxRestarts: number;
 }
 
 /**
@@ -41,6 +42,7 @@ export function registerLaunchCommand(program: Command): void {
     .option('--master-port <port>', 'port of the rendezvous store (default: a free port; required with --nnodes > 1)', integer(1, 65535))
     .option('--node-arg <flag>', 'flag for node before the script, e.g. --node-arg=--enable-source-maps (repeatable)', collect)
     .option('--grace-ms <ms>', 'after SIGTERM, how long ranks get before SIGKILL', integer(0, 2 ** 31 - 1), 5000)
+    .option('--max-restarts <k>', 'when a rank fails, restart the whole job up to k times (the ranks resume from their last checkpoint)', integer(0, 1 << 20), 0)
     .argument('<script>', 'the Node script every rank runs')
     .argument('[args...]', "the script's arguments, passed unchanged")
     .passThroughOptions()
@@ -55,6 +57,7 @@ export function registerLaunchCommand(program: Command): void {
         ...(options.masterPort !== undefined && { masterPort: options.masterPort }),
         nodeArgs: options.nodeArg ?? [],
         graceMs: options.graceMs,
+        maxRestarts: options.maxRestarts,
       });
       process.exitCode = result.exitCode;
     });
