@@ -2,6 +2,7 @@
  * The CLI as a user runs it: a real `node bin/sapipe.js` process (dist/ is built by `npm test`).
  */
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
@@ -48,6 +49,15 @@ t.test('bench step-overhead --json', async (t) => {
   const { stdout } = await sapipe('bench', 'step-overhead', '--size', '64K', '--reps', '5', '--json');
   const r = JSON.parse(stdout) as { syncMs: number; asyncMs: number; overhead: number };
   t.ok(r.syncMs > 0 && r.asyncMs > 0 && Number.isFinite(r.overhead));
+});
+
+t.test('bench checkpoint --json: the snapshot against a copy, the save against the disk, and the files are removed', async (t) => {
+  const { stdout } = await sapipe('bench', 'checkpoint', '--size', '64K', '--reps', '2', '--json');
+  const r = JSON.parse(stdout) as { snapshotBytes: number; snapshotRatio: number; saveRatio: number; fileBytes: number; dir: string };
+  t.equal(r.snapshotBytes, 2 * 4 * 65536, 'weights and momentum');
+  t.ok(Number.isFinite(r.snapshotRatio) && r.snapshotRatio > 0 && Number.isFinite(r.saveRatio) && r.saveRatio > 0);
+  t.ok(r.fileBytes > r.snapshotBytes, 'the file holds both and a header');
+  t.notOk(existsSync(r.dir), 'its temporary directory is gone');
 });
 
 t.test('bad arguments exit non-zero with a message that says what is expected', async (t) => {

@@ -5,7 +5,7 @@ import { countNonFinite, squaredNorm } from '../ops.js';
 import { bucketRanges } from '../comm/buckets.js';
 import { allreduceAndStep, gatherShardedState, startOverlappedStep } from '../comm/fused-step.js';
 import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
-import type { Optimizer, OptimizerState, StepResult } from '../optim/optimizer.js';
+import { copyInto, type Optimizer, type OptimizerState, type StepResult } from '../optim/optimizer.js';
 import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
@@ -493,9 +493,11 @@ export class DataParallelTrainer {
   /**
    * A checkpoint of this rank: weights, optimizer state and the averaged gradient in flight (this
    * waits for its all-reduce, which every rank has already issued, so no new collective starts).
-   * Resuming with importState() continues exactly as if training had not stopped.
+   * Resuming with importState() continues exactly as if training had not stopped. `reuse`: an
+   * earlier export the caller is done with, whose arrays are overwritten instead of allocating new
+   * ones (a snapshot then costs a copy into memory already touched).
    */
-  async exportState(): Promise<DataParallelTrainerState> {
+  async exportState(reuse?: DataParallelTrainerState): Promise<DataParallelTrainerState> {
     this.enter('exportState');
     try {
       const previous = this.pending;
@@ -503,14 +505,19 @@ export class DataParallelTrainer {
       const job = this.job;
       const ahead = job ? await this.collect(job, false) : null;
       if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.comm, this.optimizer);
+      const old = (reuse ?? {}) as Partial<DataParallelTrainerState>;
       return {
         version: 1,
         mode: this.mode,
         calls: this.calls,
-        weights: this.params.weights.array.slice(),
-        optimizer: this.optimizer.exportState(),
-        pending: previous && done ? { averaged: previous.buffer.array.slice(), nonFiniteCount: done.nonFiniteCount } : null,
-        ahead: ahead && { weights: this.spareWeights!.array.slice(), predicted: this.sparePredicted?.array.slice() ?? null, result: { ...ahead } },
+        weights: copyInto(this.params.weights.array, old.weights),
+        optimizer: this.optimizer.exportState(old.optimizer ?? undefined),
+        pending: previous && done ? { averaged: copyInto(previous.buffer.array, old.pending?.averaged), nonFiniteCount: done.nonFiniteCount } : null,
+        ahead: ahead && {
+          weights: copyInto(this.spareWeights!.array, old.ahead?.weights),
+          predicted: this.sparePredicted ? copyInto(this.sparePredicted.array, old.ahead?.predicted) : null,
+          result: { ...ahead },
+        },
       };
     } catch (error) {
       this.failure = error;

@@ -311,12 +311,12 @@ export abstract class Optimizer {
     };
   }
 
-  /** Copies of the state, for checkpoints. */
-  exportState(): OptimizerState {
+  /** Copies of the state, for checkpoints; into the arrays of `reuse` (an earlier export the caller is done with) where they fit. */
+  exportState(reuse?: OptimizerState): OptimizerState {
     this.checkUsable('exportState');
     const buffers: OptimizerState['buffers'] = {};
     for (const [name, buffer] of Object.entries(this.state) as [StateBufferName, FlatBuffer][])
-      buffers[name] = buffer.array.slice();
+      buffers[name] = copyInto(buffer.array, (reuse as Partial<OptimizerState> | undefined)?.buffers?.[name]);
     return { kind: this.kind, step: this.stepCount, skippedSteps: this.skipped, lr: this.learningRate, length: this.params.length, buffers };
   }
 
@@ -434,4 +434,17 @@ export abstract class Optimizer {
     else this.skipped += 1;
     return { applied: result.applied, nonFiniteCount: result.nonFiniteCount, step: this.stepCount };
   }
+}
+
+/**
+ * @internal A copy of `source`: into `into` when it is a Float32Array of the same length (an
+ * earlier snapshot the caller is done with: memory already touched, so the copy runs at memcpy
+ * speed instead of faulting in fresh pages), else a new array.
+ */
+export function copyInto(source: Float32Array, into: unknown): Float32Array {
+  if (into instanceof Float32Array && into.length === source.length && into.buffer !== source.buffer) {
+    into.set(source);
+    return into;
+  }
+  return source.slice();
 }

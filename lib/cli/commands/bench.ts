@@ -3,6 +3,7 @@ import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
 import { benchAllreduce } from '../../bench/allreduce.js';
+import { benchCheckpoint } from '../../bench/checkpoint.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
@@ -309,6 +310,24 @@ export function registerBenchCommand(program: Command): void {
         ]);
       console.log(table.toString());
       console.log('overlapped / update: what step() still blocks, over the update alone (goal: at most 0.1 when the compute covers the all-reduce and the update)');
+    });
+  bench
+    .command('checkpoint')
+    .description("a checkpoint's cost: the snapshot on the training thread against a copy of the same bytes, and the save's write rate against the disk's, in one run")
+    .option('--size <n>', 'parameters (SGD with momentum: the snapshot copies weights and momentum)', parseCount, 16 << 20)
+    .option('--reps <n>', 'measured snapshots and saves', parsePositiveInt, 5)
+    .option('--dir <path>', 'where to write (default: a temporary directory, removed after)')
+    .option('--json', 'print JSON')
+    .action(async (options: { size: number; reps: number; dir?: string; json?: boolean }) => {
+      const r = await benchCheckpoint({ elements: options.size, reps: options.reps, ...(options.dir !== undefined ? { dir: options.dir } : {}) });
+      if (options.json) {
+        console.log(JSON.stringify(r, null, 2));
+        return;
+      }
+      const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(0)} MB`;
+      console.log(`${formatCount(r.elements)} parameters, SGD-momentum, ${options.reps} reps (medians)${options.dir !== undefined ? `, files in ${r.dir}` : ""}`);
+      console.log(`snapshot on the training thread: ${r.snapshotMs.toFixed(2)} ms for ${mb(r.snapshotBytes)}; a copy of the same bytes ${r.memcpyMs.toFixed(2)} ms; ratio ${r.snapshotRatio.toFixed(2)} ${r.snapshotRatio <= 1.2 ? '(<= 1.2)' : '(> 1.2)'}`);
+      console.log(`save of a ${mb(r.fileBytes)} file: ${r.saveMBps.toFixed(0)} MB/s; the same bytes written and fsynced alone: ${r.diskMBps.toFixed(0)} MB/s; ratio ${r.saveRatio.toFixed(2)}`);
     });
   bench
     .command('step-overhead')
