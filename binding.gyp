@@ -32,6 +32,7 @@
         "native/cpu/gemm.cpp",
         "native/cpu/kernel_table.cpp",
         "native/cpu/simd.cpp",
+        "native/cpu/topk.cpp",
         "native/core/update_plan.cpp"
       ],
       "include_dirs": [

@@ -12,6 +12,7 @@ export { nativeInfo } from './info.js';
 export * from './comm/index.js';
 export * from './dataparallel/index.js';
 export * from './checkpoint/index.js';
+export * from './compress/index.js';
 export * from './data/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';

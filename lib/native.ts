@@ -97,6 +97,16 @@ export interface NativeGemmArgs {
   cOffset?: number;
 }
 
+/** @internal What the MSTopK kernel returns (native/cpu/topk.cpp). */
+export interface NativeTopkResult {
+  indices: Int32Array;
+  values: Float32Array;
+  passes: number;
+  lower: number;
+  upper: number;
+  band: number;
+}
+
 export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
@@ -112,6 +122,9 @@ export interface NativeAddon {
   /** STREAM triad on doubles: each buffer holds length/2 doubles. */
   triad(a: NativeBufferHandle, b: NativeBufferHandle, c: NativeBufferHandle, s: number): void;
   copy(dst: NativeBufferHandle, src: NativeBufferHandle): void;
+  topkSelect(grad: NativeBufferHandle, residual: NativeBufferHandle | null, k: number, rounds: number): NativeTopkResult;
+  topkExact(x: NativeBufferHandle, k: number): { indices: Int32Array; values: Float32Array };
+  scatterAdd(out: NativeBufferHandle, indices: Int32Array, values: Float32Array, scale: number): void;
   info(): NativeInfo;
   sgemm(args: NativeGemmArgs): void;
   /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */

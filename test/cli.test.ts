@@ -60,6 +60,14 @@ t.test('bench checkpoint --json: the snapshot against a copy, the save against t
   t.notOk(existsSync(r.dir), 'its temporary directory is gone');
 });
 
+t.test('bench topk --json: MSTopK beside the exact top-k, with its recall', async (t) => {
+  const { stdout } = await sapipe('bench', 'topk', '--size', '64K', '--densities', '0.01', '--reps', '1', '--json');
+  const r = JSON.parse(stdout) as { rows: { k: number; speedup: number; recall: number; ofCopy: number }[] };
+  t.equal(r.rows.length, 1);
+  t.equal(r.rows[0]!.k, Math.round(0.01 * 65536));
+  t.ok(r.rows[0]!.recall >= 0.95 && r.rows[0]!.speedup > 0 && r.rows[0]!.ofCopy > 0);
+});
+
 t.test('bad arguments exit non-zero with a message that says what is expected', async (t) => {
   const failure = async (...args: string[]): Promise<{ code?: number; stderr?: string }> => {
     try {

@@ -10,6 +10,7 @@ import { benchKernels } from '../../bench/kernels.js';
 import { benchOverlap } from '../../bench/overlap.js';
 import { benchPipeline } from '../../bench/pipeline.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
+import { benchTopk } from '../../bench/topk.js';
 import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
 import { checkOneOf } from '../../validate.js';
@@ -328,6 +329,28 @@ export function registerBenchCommand(program: Command): void {
       console.log(`${formatCount(r.elements)} parameters, SGD-momentum, ${options.reps} reps (medians)${options.dir !== undefined ? `, files in ${r.dir}` : ""}`);
       console.log(`snapshot on the training thread: ${r.snapshotMs.toFixed(2)} ms for ${mb(r.snapshotBytes)}; a copy of the same bytes ${r.memcpyMs.toFixed(2)} ms; ratio ${r.snapshotRatio.toFixed(2)} ${r.snapshotRatio <= 1.2 ? '(<= 1.2)' : '(> 1.2)'}`);
       console.log(`save of a ${mb(r.fileBytes)} file: ${r.saveMBps.toFixed(0)} MB/s; the same bytes written and fsynced alone: ${r.diskMBps.toFixed(0)} MB/s; ratio ${r.saveRatio.toFixed(2)}`);
+    });
+  bench
+    .command('topk')
+    .description('MSTopK selection with error feedback against the exact top-k (nth_element) in one run, and its memory traffic against the copy bandwidth')
+    .option('--size <n>', 'elements (Gaussian)', parseCount, 16 << 20)
+    .option('--densities <list>', 'k / size, comma-separated', '0.001,0.01,0.05')
+    .option('--threads <t>', 'worker threads', parsePositiveInt)
+    .option('--reps <n>', 'measured selections per density', parsePositiveInt, 5)
+    .option('--json', 'print JSON')
+    .action(async (options: { size: number; densities: string; threads?: number; reps: number; json?: boolean }) => {
+      applyThreads(options.threads);
+      const densities = options.densities.split(',').map((d) => numberOption(d, '--densities'));
+      const r = await benchTopk({ elements: options.size, densities, reps: options.reps });
+      if (options.json) {
+        console.log(JSON.stringify(r, null, 2));
+        return;
+      }
+      console.log(`${formatCount(r.elements)} Gaussian elements, copy bandwidth ${r.copyGbps.toFixed(1)} GB/s (medians of ${options.reps})`);
+      const table = cliTable(['density', 'k', 'MSTopK ms', 'exact ms', 'speedup', 'passes', 'recall', 'MSTopK GB/s', 'of copy']);
+      for (const row of r.rows)
+        table.push([row.density, row.k, row.mstopkMs.toFixed(1), row.exactMs.toFixed(1), `${row.speedup.toFixed(1)}x ${row.speedup >= 5 ? '(>= 5)' : '(< 5)'}`, row.passes, row.recall.toFixed(4), row.gbps.toFixed(1), row.ofCopy.toFixed(2)]);
+      console.log(table.toString());
     });
   bench
     .command('step-overhead')

@@ -128,6 +128,24 @@ sapipe_status sapipe_cpu_squared_norm(const float* x, size_t count, double* out)
 /* Count of NaN/Inf elements. */
 sapipe_status sapipe_cpu_count_non_finite(const float* x, size_t count, int64_t* out);
 
+/* MSTopK (ALGORITHMS.md section 6). x = grad + residual, formed in place in residual (error
+ * feedback; residual NULL: x = grad, nothing written back). Selects exactly k elements by
+ * multiple sampling (at most `rounds` sampling passes after the first), writes their indices in
+ * ascending order and their values to out_indices/out_values, and zeroes them in the residual.
+ * count must fit an int32; grad must be finite (the caller checks). stats may be NULL. */
+typedef struct sapipe_topk_stats {
+  int32_t passes;   /* reads of x after the one that formed it */
+  float lower;      /* the final bracket: every |x| > upper is taken, the rest from (lower, upper] */
+  float upper;
+  int64_t band;     /* elements in (lower, upper] */
+} sapipe_topk_stats;
+sapipe_status sapipe_cpu_topk_select(const float* grad, float* residual, size_t count, size_t k, int32_t rounds,
+                                     int32_t* out_indices, float* out_values, sapipe_topk_stats* stats);
+/* The exact top-k by |x| (ties to the lower index), indices ascending: nth_element, for reference. */
+sapipe_status sapipe_cpu_topk_exact(const float* x, size_t count, size_t k, int32_t* out_indices, float* out_values);
+/* out[indices[i]] += scale * values[i]; every index must be in [0, count). */
+sapipe_status sapipe_cpu_scatter_add(float* out, size_t count, const int32_t* indices, const float* values, size_t n, float scale);
+
 /* Bandwidth references for benchmarks: STREAM's triad a[i] = b[i] + s*c[i] on doubles
  * (24 B/element), and dst = src on floats (8 B/element). */
 sapipe_status sapipe_cpu_triad(double* a, const double* b, const double* c, size_t count, double s);

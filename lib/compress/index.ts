@@ -1,0 +1,2 @@
+/** Compressed communication: MSTopK selection with error feedback and its sparse aggregation. */
+export { mstopk, scatterAdd, topkExact, type TopkOptions, type TopkSelection } from './topk.js';
