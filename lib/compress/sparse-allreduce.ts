@@ -1,0 +1,88 @@
+/**
+ * The compressed all-reduce of a gradient: every rank selects its top-k elements with MSTopK
+ * (with error feedback through its residual), one all-gather exchanges the k (index, value) pairs
+ * of every rank, and every rank scatter-adds them all, in rank order, into its gradient buffer,
+ * scaled by 1/size: the same average of sparse contributions on every rank. k is the same on every
+ * rank (the same density of the same length), so the exchange has a fixed size: 2k + 1 floats per
+ * rank (the indices travel as their bit patterns; the last float is the rank's count of NaN/Inf).
+ *
+ * All or nothing: a NaN/Inf in any rank's gradient makes the average NaN on every rank (as a
+ * dense all-reduce's sum would be), so every rank's non-finite guard skips the step. The rank that
+ * holds it selects nothing (its residual stays as it was); the others put what they selected back
+ * into their residuals, which then hold their gradient plus the previous residual, to be sent later.
+ */
+import { Communicator } from '../comm/communicator.js';
+import { InvalidArgumentError } from '../errors.js';
+import { countNonFinite } from '../ops.js';
+import { FlatBuffer } from '../tensor.js';
+import { checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { mstopk, scatterAdd } from './topk.js';
+
+/** Options of {@link sparseAllreduce}. @category Compression */
+export interface SparseAllreduceOptions {
+  /** Fraction of the elements each rank sends, in (0, 1]. */
+  density: number;
+  /** Error feedback: this rank's residual (same length as the gradient, zero at the start). */
+  residual?: FlatBuffer;
+  /** MSTopK's most sampling passes (default 8). */
+  rounds?: number;
+}
+const SPARSE_OPTION_KEYS = optionKeys<SparseAllreduceOptions>({ density: true, residual: true, rounds: true });
+
+/** What {@link sparseAllreduce} did. @category Compression */
+export interface SparseAllreduceResult {
+  /** NaN/Inf elements over every rank's gradient (the step is to be skipped when not 0). */
+  nonFiniteCount: number;
+  /** Elements each rank sent. */
+  k: number;
+  /** Bytes this rank received (every rank's pairs). */
+  bytes: number;
+}
+
+/**
+ * Replaces `grad` on every rank with the average over the ranks of their top-k selections (see
+ * the file comment). Every rank calls it with the same density and gradient length.
+ *
+ * @category Compression
+ */
+export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, options: SparseAllreduceOptions): Promise<SparseAllreduceResult> {
+  if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`sparseAllreduce(comm) must be a Communicator, got ${describeValue(comm)}`);
+  if (!(grad instanceof FlatBuffer)) throw new InvalidArgumentError(`sparseAllreduce(grad) must be a FlatBuffer, got ${describeValue(grad)}`);
+  checkOptions(options, SPARSE_OPTION_KEYS, 'sparseAllreduce(comm, grad, options)');
+  const density = checkNumber(options.density, 'sparseAllreduce: density', 0, 1, { loOpen: true });
+  const n = grad.length;
+  const k = Math.max(1, Math.round(density * n));
+  const width = 2 * k + 1;
+  const bad = countNonFinite(grad);
+  const pack = FlatBuffer.allocate(width);
+  const all = FlatBuffer.allocate(width * comm.size);
+  try {
+    pack.array.fill(0);
+    let selection: { indices: Int32Array; values: Float32Array } | undefined;
+    if (bad === 0) {
+      selection = mstopk(grad, { k, ...(options.residual ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) });
+      // The indices' bit patterns, copied as floats (a same-type copy keeps every bit).
+      pack.array.set(new Float32Array(selection.indices.buffer, selection.indices.byteOffset, k), 0);
+      pack.array.set(selection.values, k);
+    }
+    pack.array[2 * k] = bad;
+    await comm.allgather(pack, all);
+    let nonFinite = 0;
+    for (let r = 0; r < comm.size; r++) nonFinite += all.array[r * width + 2 * k]!;
+    if (nonFinite > 0) {
+      if (selection && options.residual) scatterAdd(options.residual, selection, 1);
+      grad.array.fill(NaN);
+      return { nonFiniteCount: nonFinite, k, bytes: all.length * 4 };
+    }
+    grad.array.fill(0);
+    const base = all.array.byteOffset;
+    for (let r = 0; r < comm.size; r++) {
+      const at = base + r * width * 4;
+      scatterAdd(grad, { indices: new Int32Array(all.array.buffer, at, k), values: new Float32Array(all.array.buffer, at + k * 4, k) }, 1 / comm.size);
+    }
+    return { nonFiniteCount: 0, k, bytes: all.length * 4 };
+  } finally {
+    pack.dispose();
+    all.dispose();
+  }
+}
