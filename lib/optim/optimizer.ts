@@ -285,32 +285,6 @@ export abstract class Optimizer {
     return this.prediction?.kind === 'sapipe' && this.prediction.estimate !== 'prev-sync';
   }
 
-  /**
-   * @internal A step whose buffers live elsewhere (a DeviceParamSet on a GPU): the configuration
-   * of the step, whether it is the first (delay compensation then needs backup = weights), and
-   * `finish` once with whether it was applied. The optimizer counts as stepping until then; its
-   * own state buffers are neither read nor written.
-   */
-  beginExternalStep(what: string, gradChecked = false): {
-    config: NativeUpdateConfig;
-    firstStep: boolean;
-    finish(applied: boolean, nonFiniteCount: number): StepResult;
-  } {
-    this.checkUsable(what);
-    if (this.inFlight) throw new BusyError(`Optimizer.${what}(): a step is in flight; await it before stepping again`);
-    const config = this.nativeConfig();
-    config.gradChecked = gradChecked;
-    this.inFlight = true;
-    return {
-      config,
-      firstStep: this.stepCount === 0,
-      finish: (applied, nonFiniteCount) => {
-        this.inFlight = false;
-        return this.finish({ applied, nonFiniteCount });
-      },
-    };
-  }
-
   /** Copies of the state, for checkpoints; into the arrays of `reuse` (an earlier export the caller is done with) where they fit. */
   exportState(reuse?: OptimizerState): OptimizerState {
     this.checkUsable('exportState');
