@@ -15,8 +15,8 @@ import { Communicator } from '../comm/communicator.js';
 import { InvalidArgumentError } from '../errors.js';
 import { countNonFinite } from '../ops.js';
 import { FlatBuffer } from '../tensor.js';
-import { checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
-import { mstopk, scatterAdd } from './topk.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkTopkArguments, mstopk, scatterAdd } from './topk.js';
 
 /** Options of {@link sparseAllreduce}. @category Compression */
 export interface SparseAllreduceOptions {
@@ -47,11 +47,11 @@ export interface SparseAllreduceResult {
  */
 export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, options: SparseAllreduceOptions): Promise<SparseAllreduceResult> {
   if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`sparseAllreduce(comm) must be a Communicator, got ${describeValue(comm)}`);
-  if (!(grad instanceof FlatBuffer)) throw new InvalidArgumentError(`sparseAllreduce(grad) must be a FlatBuffer, got ${describeValue(grad)}`);
   checkOptions(options, SPARSE_OPTION_KEYS, 'sparseAllreduce(comm, grad, options)');
-  const density = checkNumber(options.density, 'sparseAllreduce: density', 0, 1, { loOpen: true });
-  const n = grad.length;
-  const k = Math.max(1, Math.round(density * n));
+  // Everything is checked before the exchange: a rank that threw after it started would leave its
+  // peers waiting for it until their timeout.
+  const { k, rounds, residual } = checkTopkArguments(grad, { density: options.density, ...(options.residual !== undefined ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'sparseAllreduce');
+  comm.checkLive('sparseAllreduce');
   const width = 2 * k + 1;
   const bad = countNonFinite(grad);
   const pack = FlatBuffer.allocate(width);
@@ -60,7 +60,7 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
     pack.array.fill(0);
     let selection: { indices: Int32Array; values: Float32Array } | undefined;
     if (bad === 0) {
-      selection = mstopk(grad, { k, ...(options.residual ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) });
+      selection = mstopk(grad, { k, rounds, ...(residual ? { residual } : {}) });
       // The indices' bit patterns, copied as floats (a same-type copy keeps every bit).
       pack.array.set(new Float32Array(selection.indices.buffer, selection.indices.byteOffset, k), 0);
       pack.array.set(selection.values, k);
@@ -70,7 +70,7 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
     let nonFinite = 0;
     for (let r = 0; r < comm.size; r++) nonFinite += all.array[r * width + 2 * k]!;
     if (nonFinite > 0) {
-      if (selection && options.residual) scatterAdd(options.residual, selection, 1);
+      if (selection && residual) scatterAdd(residual, selection, 1);
       grad.array.fill(NaN);
       return { nonFiniteCount: nonFinite, k, bytes: all.length * 4 };
     }

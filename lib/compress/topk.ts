@@ -44,6 +44,27 @@ function checkBuffer(b: unknown, what: string): FlatBuffer {
 }
 
 /**
+ * @internal The checks of {@link mstopk}'s arguments, for callers that must refuse bad input
+ * before a collective starts (a rank that throws later leaves its peers waiting). `k` is at most
+ * the gradient's length.
+ */
+export function checkTopkArguments(grad: unknown, options: TopkOptions, what: string): { grad: FlatBuffer; k: number; rounds: number; residual: FlatBuffer | null } {
+  checkBuffer(grad, `${what}(grad)`);
+  const g = grad as FlatBuffer;
+  checkOptions(options, TOPK_OPTION_KEYS, `${what}(grad, options)`);
+  if ((options.density === undefined) === (options.k === undefined)) throw new InvalidArgumentError(`${what}: give density or k, one of them`);
+  const k =
+    options.k !== undefined
+      ? checkInteger(options.k, `${what}: k`, 0, g.length)
+      : Math.min(g.length, Math.max(1, Math.round(checkNumber(options.density, `${what}: density`, 0, 1, { loOpen: true }) * g.length)));
+  const rounds = checkInteger(options.rounds ?? 8, `${what}: rounds`, 0, 64);
+  const residual = options.residual === undefined ? null : checkBuffer(options.residual, `${what}: residual`);
+  if (residual && residual.length !== g.length) throw new SizeMismatchError(`${what}: residual has ${residual.length} elements, grad ${g.length}`);
+  if (residual === g) throw new AliasingError(`${what}: grad and residual must be different buffers`);
+  return { grad: g, k, rounds, residual };
+}
+
+/**
  * Selects exactly k elements of `grad` (+ `residual`) by magnitude with MSTopK's multiple
  * sampling, one native pass per sampling round and no sort; with `residual` the unsent part is
  * kept there for the next step (error feedback). A gradient holding NaN/Inf is refused before
@@ -52,18 +73,8 @@ function checkBuffer(b: unknown, what: string): FlatBuffer {
  * @category Compression
  */
 export function mstopk(grad: FlatBuffer, options: TopkOptions): TopkSelection {
-  checkBuffer(grad, 'mstopk(grad)');
-  checkOptions(options, TOPK_OPTION_KEYS, 'mstopk(grad, options)');
-  if ((options.density === undefined) === (options.k === undefined)) throw new InvalidArgumentError('mstopk: give density or k, one of them');
-  const k =
-    options.k !== undefined
-      ? checkInteger(options.k, 'mstopk: k', 0, grad.length)
-      : Math.max(1, Math.round(checkNumber(options.density, 'mstopk: density', 0, 1, { loOpen: true }) * grad.length));
-  const rounds = checkInteger(options.rounds ?? 8, 'mstopk: rounds', 0, 64);
-  const residual = options.residual === undefined ? null : checkBuffer(options.residual, 'mstopk: residual');
-  if (residual && residual.length !== grad.length) throw new SizeMismatchError(`mstopk: residual has ${residual.length} elements, grad ${grad.length}`);
-  if (residual === grad) throw new AliasingError('mstopk: grad and residual must be different buffers');
-  const r = callNative(() => nativeAddon().topkSelect(grad.handle, residual?.handle ?? null, Math.min(k, grad.length), rounds));
+  const { k, rounds, residual } = checkTopkArguments(grad, options, 'mstopk');
+  const r = callNative(() => nativeAddon().topkSelect(grad.handle, residual?.handle ?? null, k, rounds));
   return { indices: r.indices, values: r.values, passes: r.passes, band: r.band };
 }
 

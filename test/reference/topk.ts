@@ -21,9 +21,10 @@ export function exactTopk(x: ArrayLike<number>, k: number): number[] {
   return out;
 }
 
-/** out[indices[i]] += scale * values[i], in fp32 as the kernel adds. */
+/** out[indices[i]] += scale * values[i], in fp32 as the kernel adds (the scale itself an fp32). */
 export function scatterAddRef(out: Float32Array, indices: ArrayLike<number>, values: ArrayLike<number>, scale: number): void {
-  for (let i = 0; i < indices.length; i++) out[indices[i]!] = Math.fround(out[indices[i]!]! + Math.fround(scale * values[i]!));
+  const s = Math.fround(scale);
+  for (let i = 0; i < indices.length; i++) out[indices[i]!] = Math.fround(out[indices[i]!]! + Math.fround(s * values[i]!));
 }
 
 /** Seeded samples: standard normal, or heavy-tailed (normal over the square root of a uniform: Student-t like, unbounded variance). */

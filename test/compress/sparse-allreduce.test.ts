@@ -1,0 +1,132 @@
+/**
+ * sparseAllreduce over real local ranks (worker threads), against a plain-TypeScript reference of
+ * the exchange: every rank's output is the fp32 sum, in rank order, of each rank's selected
+ * elements of x = g + r scaled by 1/size; the selection has exactly k elements, recall >= 0.95
+ * against the exact top-k of x; with error feedback the residual is x with the sent elements
+ * zeroed (checked bit for bit), over 20 steps on 1-4 ranks. A NaN on one rank makes the output
+ * NaN everywhere, leaves that rank's residual as it was and puts the others' selections back into
+ * theirs. A bad residual on one rank is refused on that rank before the exchange, and its peers
+ * fail with a typed error instead of waiting forever.
+ */
+import t from 'tap';
+
+import { spawnLocalRanks } from '../../lib/index.js';
+import { exactTopk, scatterAddRef } from '../reference/topk.js';
+
+const FIXTURE = new URL('../fixtures/compress/sparse-rank.mjs', import.meta.url);
+
+interface StepMessage {
+  step: number;
+  grad?: number[];
+  residualBefore?: number[];
+  residualAfter?: number[];
+  out?: number[];
+  result?: { nonFiniteCount: number; k: number; bytes: number };
+  error?: string;
+  done?: boolean;
+}
+
+async function run(size: number, data: Record<string, unknown>): Promise<StepMessage[][]> {
+  const workers = spawnLocalRanks(FIXTURE, size, { workerData: data });
+  const out: StepMessage[][] = workers.map(() => []);
+  await Promise.all(
+    workers.map(
+      (w, rank) =>
+        new Promise<void>((resolve) => {
+          w.on('message', (m: StepMessage) => {
+            if (m.done) resolve();
+            else out[rank]!.push(m);
+          });
+          w.on('error', (e) => {
+            out[rank]!.push({ step: -1, error: String(e) });
+            resolve();
+          });
+          w.on('exit', () => resolve());
+        }),
+    ),
+  );
+  await Promise.all(workers.map((w) => w.terminate()));
+  return out;
+}
+
+const LENGTH = 4099; // odd: vector tails
+const DENSITY = 0.01;
+const K = Math.round(DENSITY * LENGTH);
+
+for (const size of [1, 2, 3, 4]) {
+  for (const errorFeedback of [true, false]) {
+    t.test(`${size} rank(s), ${errorFeedback ? 'with' : 'without'} error feedback: 20 steps equal the reference exchange`, async (t) => {
+      const steps = 20;
+      const ranks = await run(size, { length: LENGTH, density: DENSITY, steps, errorFeedback });
+      for (let step = 0; step < steps; step++) {
+        const msgs = ranks.map((r) => r[step]!);
+        t.ok(msgs.every((m) => m && !m.error), `step ${step}: every rank finished (${msgs.map((m) => m?.error).filter(Boolean).join(', ')})`);
+        if (!msgs.every((m) => m && !m.error)) return;
+        const expected = new Float32Array(LENGTH);
+        let sentOk = true;
+        let recallOk = true;
+        let residualOk = true;
+        for (const m of msgs) {
+          const x = Float32Array.from(m.grad!, (g, i) => Math.fround(g + (m.residualBefore?.[i] ?? 0)));
+          // What was sent: known exactly with a residual (zeroed there); without one, recomputed
+          // from the output below through the reference top-k's candidates.
+          let sent: number[];
+          if (errorFeedback) {
+            sent = [];
+            for (let i = 0; i < LENGTH; i++) if (m.residualAfter![i] !== x[i]) sent.push(i);
+            for (let i = 0; i < LENGTH; i++) {
+              const kept = sent.includes(i) ? 0 : x[i]!;
+              if (!Object.is(m.residualAfter![i], kept)) residualOk = false;
+            }
+          } else {
+            // Without a residual every x value at a selected index is sent; with size 1 the output is exactly x there.
+            sent = [];
+            if (size === 1) for (let i = 0; i < LENGTH; i++) if (m.out![i] !== 0) sent.push(i);
+          }
+          if (errorFeedback || size === 1) {
+            if (sent.length !== K) sentOk = false;
+            const exact = new Set(exactTopk(x, K));
+            if (sent.filter((i) => exact.has(i)).length / K < 0.95) recallOk = false;
+            scatterAddRef(expected, sent, sent.map((i) => x[i]!), 1 / size);
+          }
+        }
+        if (!(errorFeedback || size === 1)) {
+          // Without error feedback the selections are not observable on each rank; the outputs must still agree.
+          t.ok(msgs.every((m) => m.out!.every((v, i) => Object.is(v, msgs[0]!.out![i]))), `step ${step}: every rank holds the same average`);
+          t.ok(msgs[0]!.out!.filter((v) => v !== 0).length <= size * K, `step ${step}: at most size x k elements are non-zero`);
+          continue;
+        }
+        t.ok(sentOk, `step ${step}: every rank sent exactly k = ${K}`);
+        t.ok(recallOk, `step ${step}: recall >= 0.95 on every rank`);
+        t.ok(residualOk, `step ${step}: every residual is x with the sent elements zeroed, bit for bit`);
+        let worst = 0;
+        for (const m of msgs) for (let i = 0; i < LENGTH; i++) if (!Object.is(m.out![i], expected[i])) worst++;
+        t.equal(worst, 0, `step ${step}: every rank's output equals the reference sum in rank order, bit for bit`);
+        t.same(msgs.map((m) => m.result), msgs.map(() => ({ nonFiniteCount: 0, k: K, bytes: (2 * K + 1) * size * 4 })), `step ${step}: results`);
+      }
+    });
+  }
+}
+
+t.test('a NaN on one rank: NaN everywhere, its residual unchanged, the others keep what they selected', async (t) => {
+  const size = 3;
+  const ranks = await run(size, { length: LENGTH, density: DENSITY, steps: 3, errorFeedback: true, nanAt: { step: 1, rank: 2, index: 77 } });
+  const at = ranks.map((r) => r[1]!);
+  t.ok(at.every((m) => m.result?.nonFiniteCount === 1), 'every rank counts the one NaN');
+  t.ok(at.every((m) => m.out!.every((v) => Number.isNaN(v))), 'every rank\'s gradient is NaN, so every guard skips the step');
+  t.ok(at[2]!.residualAfter!.every((v, i) => Object.is(v, at[2]!.residualBefore![i])), 'the rank with the NaN left its residual as it was');
+  for (const r of [0, 1]) {
+    const m = at[r]!;
+    const x = Float32Array.from(m.grad!, (g, i) => Math.fround(g + m.residualBefore![i]!));
+    t.ok(m.residualAfter!.every((v, i) => Object.is(v, x[i])), `rank ${r}: its residual holds all of x (nothing was sent)`);
+  }
+  t.ok(ranks.every((r) => r[2] && !r[2].error && r[2].result!.nonFiniteCount === 0), 'the next step runs normally on every rank');
+});
+
+t.test('a bad residual on one rank is refused there before the exchange; its peers fail typed, not hang', async (t) => {
+  const started = Date.now();
+  const ranks = await run(2, { length: 257, density: 0.05, steps: 1, errorFeedback: true, badResidualRank: 1 });
+  t.equal(ranks[1]![0]!.error, 'ERR_SIZE_MISMATCH', 'the bad rank: ERR_SIZE_MISMATCH');
+  t.match(ranks[0]![0]!.error, /^ERR_(PEER_LOST|TIMEOUT)$/, `its peer: ${ranks[0]![0]!.error}`);
+  t.ok(Date.now() - started < 20_000, 'within the timeout');
+});
