@@ -7,7 +7,8 @@
  * In the file: each ParamSet tensor's weights under `weights/<name>` with its shape (what a Python
  * tool loads), the flat buffer's alignment gaps under `padding/weights`, each optimizer buffer
  * flat under `optimizer/<buffer>`, the gradient or update in
- * flight under `pending/averaged`, `ahead/weights`, `ahead/predicted`; in `__metadata__` the
+ * flight under `pending/averaged`, `ahead/weights`, `ahead/predicted`, a compressing trainer's
+ * error-feedback residual under `compression/residual`; in `__metadata__` the
  * format, the layout, the trainer's mode and counters, and `extra` as JSON.
  */
 import { performance } from 'node:perf_hooks';
@@ -193,6 +194,7 @@ function tensorsOf(trainer: DataParallelTrainer, state: DataParallelTrainerState
     out.set('ahead/weights', flat(state.ahead.weights));
     if (state.ahead.predicted) out.set('ahead/predicted', flat(state.ahead.predicted));
   }
+  if (state.residual) out.set('compression/residual', flat(state.residual));
   return out;
 }
 
@@ -256,5 +258,6 @@ function stateOf(trainer: DataParallelTrainer, tensors: Map<string, SafetensorsT
     optimizer: { kind: saved.optimizer.kind, step: saved.optimizer.step, skippedSteps: saved.optimizer.skippedSteps, lr: saved.optimizer.lr, length: n, buffers },
     pending: saved.pending ? { averaged: take('pending/averaged'), nonFiniteCount: saved.pending.nonFiniteCount } : null,
     ahead: saved.ahead ? { weights: take('ahead/weights'), predicted: saved.ahead.predicted ? take('ahead/predicted') : null, result: saved.ahead.result } : null,
+    residual: tensors.has('compression/residual') ? take('compression/residual') : null,
   };
 }

@@ -6,10 +6,12 @@
  * rank (the same density of the same length), so the exchange has a fixed size: 2k + 1 floats per
  * rank (the indices travel as their bit patterns; the last float is the rank's count of NaN/Inf).
  *
- * All or nothing: a NaN/Inf in any rank's gradient makes the average NaN on every rank (as a
- * dense all-reduce's sum would be), so every rank's non-finite guard skips the step. The rank that
- * holds it selects nothing (its residual stays as it was); the others put what they selected back
- * into their residuals, which then hold their gradient plus the previous residual, to be sent later.
+ * All or nothing: a rank whose gradient holds NaN/Inf sends those elements (up to k) instead of a
+ * selection, so the average holds them where a dense all-reduce's sum would (and every other
+ * element finite, padding included), and every rank's count of them is the same: every rank's
+ * non-finite guard skips the step. The rank that holds them selects nothing (its residual stays as
+ * it was); the others put what they selected back into their residuals, which then hold their
+ * gradient plus the previous residual, to be sent later.
  */
 import { Communicator } from '../comm/communicator.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -59,28 +61,35 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
   try {
     pack.array.fill(0);
     let selection: { indices: Int32Array; values: Float32Array } | undefined;
+    const indices = new Int32Array(pack.array.buffer, pack.array.byteOffset, k);
     if (bad === 0) {
       selection = mstopk(grad, { k, rounds, ...(residual ? { residual } : {}) });
-      // The indices' bit patterns, copied as floats (a same-type copy keeps every bit).
-      pack.array.set(new Float32Array(selection.indices.buffer, selection.indices.byteOffset, k), 0);
+      indices.set(selection.indices);
       pack.array.set(selection.values, k);
+    } else {
+      // This rank sends (up to k of) its NaN/Inf elements where they are, so that the average
+      // holds them at the same places a dense all-reduce's sum would, and no other element; the
+      // rest of the pack is (0, 0), which adds nothing.
+      const g = grad.array;
+      for (let i = 0, j = 0; i < g.length && j < k; i++)
+        if (!Number.isFinite(g[i]!)) {
+          indices[j] = i;
+          pack.array[k + j++] = g[i]!;
+        }
     }
     pack.array[2 * k] = bad;
     await comm.allgather(pack, all);
     let nonFinite = 0;
     for (let r = 0; r < comm.size; r++) nonFinite += all.array[r * width + 2 * k]!;
-    if (nonFinite > 0) {
-      if (selection && residual) scatterAdd(residual, selection, 1);
-      grad.array.fill(NaN);
-      return { nonFiniteCount: nonFinite, k, bytes: all.length * 4 };
-    }
+    // Nothing will be applied: the ranks that selected keep all of x for a later step.
+    if (nonFinite > 0 && selection && residual) scatterAdd(residual, selection, 1);
     grad.array.fill(0);
     const base = all.array.byteOffset;
     for (let r = 0; r < comm.size; r++) {
       const at = base + r * width * 4;
       scatterAdd(grad, { indices: new Int32Array(all.array.buffer, at, k), values: new Float32Array(all.array.buffer, at + k * 4, k) }, 1 / comm.size);
     }
-    return { nonFiniteCount: 0, k, bytes: all.length * 4 };
+    return { nonFiniteCount: nonFinite, k, bytes: all.length * 4 };
   } finally {
     pack.dispose();
     all.dispose();

@@ -8,6 +8,7 @@ import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
 import { copyInto, type Optimizer, type OptimizerState, type StepResult } from '../optim/optimizer.js';
 import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
+import { sparseAllreduce } from '../compress/sparse-allreduce.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
@@ -66,6 +67,39 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * those apply each update at the next step(), as `false` does. `true` where it cannot apply is an error.
    */
   overlapUpdate?: boolean;
+  /**
+   * Compressed exchange instead of the dense all-reduce, in every mode: each rank sends its top-k
+   * gradient elements (MSTopK) and the ranks average the sparse contributions (sparseAllreduce;
+   * docs/ALGORITHMS.md section 6). With error feedback (the default) what a rank did not send
+   * stays in its residual and is added to its next gradient. The update then runs at step()
+   * (no bucket fusion, no overlapUpdate): the selection and the scatter-add run between the
+   * exchange and the update.
+   */
+  compression?: CompressionOptions;
+}
+
+/** Gradient compression of {@link DataParallelTrainerOptions.compression}. @category Data parallel */
+export interface CompressionOptions {
+  kind: 'topk';
+  /** Fraction of the gradient's elements each rank sends, in (0, 1] (e.g. 0.001 to 0.05). */
+  density: number;
+  /** Keep what was not sent and add it to the next gradient. Default true. */
+  errorFeedback?: boolean;
+  /** MSTopK's most sampling passes (default 8). */
+  rounds?: number;
+}
+const COMPRESSION_KEYS = optionKeys<CompressionOptions>({ kind: true, density: true, errorFeedback: true, rounds: true });
+
+function checkCompression(c: unknown): CompressionOptions | undefined {
+  if (c === undefined) return undefined;
+  checkOptions(c, COMPRESSION_KEYS, 'DataParallelTrainer: compression');
+  const o = c as CompressionOptions;
+  if (o.kind !== 'topk') throw new InvalidArgumentError(`DataParallelTrainer: compression.kind must be 'topk', got ${describeValue(o.kind)}`);
+  checkNumber(o.density, 'DataParallelTrainer: compression.density', 0, 1, { loOpen: true });
+  if (o.errorFeedback !== undefined && typeof o.errorFeedback !== 'boolean')
+    throw new InvalidArgumentError(`DataParallelTrainer: compression.errorFeedback must be a boolean, got ${describeValue(o.errorFeedback)}`);
+  if (o.rounds !== undefined) checkInteger(o.rounds, 'DataParallelTrainer: compression.rounds', 0, 64);
+  return o;
 }
 
 /** Dynamic loss scaling; the defaults are torch.amp.GradScaler's. @category Data parallel */
@@ -130,6 +164,8 @@ export interface DataParallelTrainerState {
    * the result that step() reports. Absent or null if none.
    */
   ahead?: { weights: Float32Array; predicted: Float32Array | null; result: StepResult } | null;
+  /** With compression and error feedback: this rank's residual (what it has not sent yet). Absent or null otherwise. */
+  residual?: Float32Array | null;
 }
 
 /** An overlapped update in flight (see overlapUpdate). */
@@ -216,6 +252,9 @@ export class DataParallelTrainer {
   /** step() calls since the last update (accumulation). */
   private accumulated = 0;
   private readonly lossScaler: LossScaler | undefined;
+  private readonly compression: CompressionOptions | undefined;
+  /** Compression with error feedback: what this rank has selected but not sent yet. */
+  private readonly residual: FlatBuffer | undefined;
   private busy = false;
   private failure: unknown;
   private isDisposed = false;
@@ -224,6 +263,7 @@ export class DataParallelTrainer {
     this.clipGradNorm = options.clipGradNorm;
     this.accumulationSteps = options.accumulationSteps ?? 1;
     this.lossScaler = resolveLossScaling(options.lossScaling);
+    this.compression = options.compression;
     this.comm = options.comm;
     this.params = options.params;
     this.resolved = resolved;
@@ -238,10 +278,12 @@ export class DataParallelTrainer {
         this.spareWeights = options.params.allocateLike();
         if (this.optimizer.stateBuffer('predicted')) this.sparePredicted = options.params.allocateLike();
       }
+      if (this.compression && this.compression.errorFeedback !== false) this.residual = FlatBuffer.allocate(options.params.length);
     } catch (error) {
       this.idle?.dispose();
-      this.localCopy?.dispose();
       this.spareWeights?.dispose();
+      this.sparePredicted?.dispose();
+      this.localCopy?.dispose();
       this.optimizer.dispose();
       throw error;
     }
@@ -296,6 +338,12 @@ export class DataParallelTrainer {
       const obstacle = overlapObstacle(options, resolved);
       if (options.overlapUpdate && obstacle !== undefined)
         throw new InvalidArgumentError(`DataParallelTrainer: overlapUpdate cannot apply here: ${obstacle}; leave overlapUpdate unset`);
+    }
+    const compression = checkCompression(options.compression);
+    if (compression) {
+      if (options.update === 'sharded') throw new InvalidArgumentError("DataParallelTrainer: compression exchanges whole sparse gradients; use update 'replicated'");
+      if (options.lossScaling !== undefined && compression.errorFeedback !== false)
+        throw new InvalidArgumentError('DataParallelTrainer: compression with error feedback keeps unsent gradient in the loss scale it was computed with; a changing loss scale would mix scales in the residual. Leave lossScaling unset or set compression.errorFeedback: false');
     }
     if (options.update === 'sharded' && resolved.staleness !== 0)
       throw new InvalidArgumentError(
@@ -397,12 +445,14 @@ export class DataParallelTrainer {
       const unscale = this.currentUnscale();
       if (this.resolved.staleness === 0) {
         let r: StepResult & { gradNorm?: number };
-        if (this.clipGradNorm === undefined)
+        if (this.clipGradNorm === undefined && !this.compression)
           r = await this.withGradScale(unscale, () => allreduceAndStep(this.comm, this.optimizer, this.bucketOptions));
         else {
-          // The norm needs the whole averaged gradient before any part is updated.
-          const reduced = await this.comm.allreduce(this.params.grads, { op: 'avg' });
-          r = await this.apply(this.params.grads, reduced, unscale);
+          // The norm needs the whole averaged gradient before any part is updated; a compressed
+          // exchange ends with the scatter-add on this thread before the update can run.
+          const grads = this.params.grads;
+          const reduced = this.compression ? await this.compressedAverage(grads) : await this.comm.allreduce(grads, { op: 'avg' });
+          r = await this.apply(grads, reduced, unscale);
         }
         this.calls += 1;
         this.updateLossScale(r);
@@ -518,6 +568,7 @@ export class DataParallelTrainer {
           predicted: this.sparePredicted ? copyInto(this.sparePredicted.array, old.ahead?.predicted) : null,
           result: { ...ahead },
         },
+        residual: this.residual ? copyInto(this.residual.array, old.residual ?? undefined) : null,
       };
     } catch (error) {
       this.failure = error;
@@ -558,6 +609,12 @@ export class DataParallelTrainer {
       if (r === null || typeof r !== 'object' || typeof r.applied !== 'boolean' || !Number.isInteger(r.nonFiniteCount) || !Number.isInteger(r.step))
         throw new InvalidArgumentError('DataParallelTrainer.importState: ahead.result must be a step result { applied, nonFiniteCount, step }');
     }
+    const residual = state.residual ?? null;
+    if (this.residual) {
+      if (!(residual instanceof Float32Array) || residual.length !== this.params.length)
+        throw new SizeMismatchError(`DataParallelTrainer.importState: this trainer compresses with error feedback; residual must be a Float32Array of ${this.params.length} elements`);
+    } else if (residual !== null)
+      throw new InvalidArgumentError('DataParallelTrainer.importState: the state holds a compression residual; import it into a trainer with compression and error feedback');
     const weights = this.params.weights.array.slice();
     this.params.weights.array.set(state.weights);
     try {
@@ -567,6 +624,7 @@ export class DataParallelTrainer {
       throw error;
     }
     this.calls = state.calls;
+    if (this.residual) this.residual.array.set(residual!);
     // The imported predicted weights are in place once an update before the one ahead was applied.
     this.predictionInPlace = state.optimizer.step > (ahead?.result.applied ? 1 : 0);
     if (ahead) {
@@ -606,15 +664,18 @@ export class DataParallelTrainer {
     this.localCopy?.dispose();
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();
+    this.residual?.dispose();
   }
 
   private startReduction(buffer: FlatBuffer, unscale: number): Pending {
     // In the same buckets as the overlapped update's reduction, so that the two sum every element
     // in the same order (a ring over 3+ ranks orders its sums by chunk) and agree bit for bit.
     const ranges = bucketRanges(buffer.length, this.bucketOptions.bucketBytes, this.bucketOptions.firstBucketBytes);
-    const reduction = Promise.all(ranges.map(([offset, count]) => this.comm.allreduce(buffer, { op: 'avg', offset, count }))).then((results) => ({
-      nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0),
-    }));
+    const reduction = this.compression
+      ? this.compressedAverage(buffer)
+      : Promise.all(ranges.map(([offset, count]) => this.comm.allreduce(buffer, { op: 'avg', offset, count }))).then((results) => ({
+          nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0),
+        }));
     const pending: Pending = { buffer, reduction, result: undefined, unscale };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
@@ -660,6 +721,21 @@ export class DataParallelTrainer {
       }
     }
     return r;
+  }
+
+  /**
+   * The compressed exchange: `grads` becomes the average of every rank's top-k selection. Its
+   * count of non-finite values is of the inputs (a NaN anywhere makes the average NaN); a sum of
+   * finite values that overflowed is counted here, so the update's guard is never told wrongly.
+   */
+  private async compressedAverage(grads: FlatBuffer): Promise<ReduceResult> {
+    const c = this.compression!;
+    const r = await sparseAllreduce(this.comm, grads, {
+      density: c.density,
+      ...(this.residual ? { residual: this.residual } : {}),
+      ...(c.rounds !== undefined ? { rounds: c.rounds } : {}),
+    });
+    return { nonFiniteCount: r.nonFiniteCount > 0 ? r.nonFiniteCount : countNonFinite(grads) };
   }
 
   private async complete(p: Pending): Promise<ReduceResult> {
@@ -780,6 +856,7 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   accumulationSteps: true,
   lossScaling: true,
   overlapUpdate: true,
+  compression: true,
 });
 
 /** Whether the overlapped update applies (overlapUpdate not false, and no overlapObstacle). */
@@ -792,6 +869,7 @@ function overlapObstacle(options: DataParallelTrainerOptions, mode: ResolvedMode
   if (mode.staleness !== 1) return `mode '${mode.mode}' applies each gradient at once`;
   if (mode.needsLocalGrad) return `the '${options.estimate}' estimate reads the gradient the caller computes next`;
   if (options.clipGradNorm !== undefined) return 'clipGradNorm needs the whole averaged gradient before the update';
+  if (options.compression !== undefined) return 'compression scatter-adds the selected elements on the JavaScript thread before the update';
   return undefined;
 }
 

@@ -3,8 +3,8 @@
  * the exchange: every rank's output is the fp32 sum, in rank order, of each rank's selected
  * elements of x = g + r scaled by 1/size; the selection has exactly k elements, recall >= 0.95
  * against the exact top-k of x; with error feedback the residual is x with the sent elements
- * zeroed (checked bit for bit), over 20 steps on 1-4 ranks. A NaN on one rank makes the output
- * NaN everywhere, leaves that rank's residual as it was and puts the others' selections back into
+ * zeroed (checked bit for bit), over 20 steps on 1-4 ranks. A NaN on one rank puts it at its place in
+ * every rank's output (every other element finite), leaves that rank's residual as it was and puts the others' selections back into
  * theirs. A bad residual on one rank is refused on that rank before the exchange, and its peers
  * fail with a typed error instead of waiting forever.
  */
@@ -108,12 +108,12 @@ for (const size of [1, 2, 3, 4]) {
   }
 }
 
-t.test('a NaN on one rank: NaN everywhere, its residual unchanged, the others keep what they selected', async (t) => {
+t.test('a NaN on one rank: at its place on every rank, its residual unchanged, the others keep what they selected', async (t) => {
   const size = 3;
   const ranks = await run(size, { length: LENGTH, density: DENSITY, steps: 3, errorFeedback: true, nanAt: { step: 1, rank: 2, index: 77 } });
   const at = ranks.map((r) => r[1]!);
   t.ok(at.every((m) => m.result?.nonFiniteCount === 1), 'every rank counts the one NaN');
-  t.ok(at.every((m) => m.out!.every((v) => Number.isNaN(v))), 'every rank\'s gradient is NaN, so every guard skips the step');
+  t.ok(at.every((m) => Number.isNaN(m.out![77]) && m.out!.every((v, i) => i === 77 || Number.isFinite(v))), 'every rank\'s average holds the NaN where it was and nothing else non-finite, so every guard skips the step');
   t.ok(at[2]!.residualAfter!.every((v, i) => Object.is(v, at[2]!.residualBefore![i])), 'the rank with the NaN left its residual as it was');
   for (const r of [0, 1]) {
     const m = at[r]!;
