@@ -43,6 +43,8 @@ export interface DemoConfig {
   dcKind: 'elementwise' | 'adaptive' | undefined;
   /** The staleness-1 modes' update overlapped behind its all-reduce (DataParallelTrainer's overlapUpdate); default true. */
   overlap?: boolean;
+  /** Top-k compressed exchange (DataParallelTrainer's compression): the density each worker sends, with or without error feedback; undefined: dense. */
+  topk?: { density: number; errorFeedback: boolean } | undefined;
 }
 
 /** The defaults keep the four-mode run on 2 cores under two minutes while sync clears 90%. */
@@ -108,6 +110,8 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
     throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${describeValue(c.lambda)}`);
   if (c.dcKind !== undefined && c.dcKind !== 'elementwise' && c.dcKind !== 'adaptive')
     throw new InvalidArgumentError(`--dc-kind must be elementwise or adaptive, got ${describeValue(c.dcKind)}`);
+  if (c.topk !== undefined && (!Number.isFinite(c.topk.density) || c.topk.density <= 0 || c.topk.density > 1))
+    throw new InvalidArgumentError(`--topk must be a density in (0, 1], got ${describeValue(c.topk.density)}`);
   if (c.emulate !== undefined) {
     const { gbps, latencyUs } = c.emulate;
     if (!Number.isFinite(gbps) || gbps <= 0) throw new InvalidArgumentError(`--gbps must be a positive number, got ${describeValue(gbps)}`);

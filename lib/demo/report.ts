@@ -72,6 +72,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
     ...(c.lambda === undefined ? [] : [['delay-compensation lambda', String(c.lambda)] as [string, string]]),
     ...(c.dcKind === undefined ? [] : [['delay-compensation form', c.dcKind] as [string, string]]),
     ...(c.overlap === false ? [['staleness-1 update', 'at the next step() (--no-overlap)'] as [string, string]] : []),
+    ...(c.topk ? [['gradient exchange', `top-k, density ${c.topk.density}, ${c.topk.errorFeedback ? 'with' : 'without'} error feedback (--topk)`] as [string, string]] : []),
     ['modes', c.modes.map((m) => (m.mode === 'sapipe-wp' && m.label === 'sapipe-wp' ? `sapipe-wp (estimate ${m.estimate})` : m.label)).join(', ')],
     ['communication', network],
   ];

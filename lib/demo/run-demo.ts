@@ -72,6 +72,7 @@ async function runMode(
     lambda: config.lambda,
     dcKind: config.dcKind,
     overlap: config.overlap ?? true,
+    topk: config.topk,
     epochs: config.epochs,
     batch: config.batch,
     lr: config.lr,

@@ -21,6 +21,8 @@ export interface DemoWorkerData extends LocalRankData {
   dcKind: 'elementwise' | 'adaptive' | undefined;
   /** false: the staleness-1 modes apply each update at the next step() (overlapUpdate: false). */
   overlap: boolean;
+  /** Top-k compressed exchange; undefined: dense. */
+  topk: { density: number; errorFeedback: boolean } | undefined;
   epochs: number;
   batch: number;
   lr: number;
@@ -56,7 +58,8 @@ async function main(): Promise<void> {
     ...(variant.estimate ? { estimate: variant.estimate } : {}),
     ...(compensated ? { compensation: { ...(lambda === undefined ? {} : { lambda }), ...(dcKind === undefined ? {} : { kind: dcKind }) } } : {}),
     optimizer: { kind: 'sgd', lr: data.lr, momentum: data.momentum },
-    ...(data.overlap ? {} : { overlapUpdate: false }),
+    ...(data.overlap || data.topk ? {} : { overlapUpdate: false }),
+    ...(data.topk ? { compression: { kind: 'topk' as const, density: data.topk.density, errorFeedback: data.topk.errorFeedback } } : {}),
   });
   const trainCount = data.trainLabels.length;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).

@@ -76,6 +76,18 @@ t.test('demo with --gbps labels the emulated network in the report', async (t) =
   t.match(readFileSync(report, 'utf8'), /emulated network: 5 Gbit\/s/);
 });
 
+t.test('demo --topk: the compressed exchange trains in sync and a staleness-1 mode and is named in the output and report', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const report = join(dir, 'r.html');
+  const { stdout } = await sapipe('demo', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-wp', '--train-samples', '4000', '--topk', '0.05', '--json', '--report', report);
+  const result = JSON.parse(stdout) as DemoJson;
+  // 5 % of the gradient per worker, with error feedback, still learns (about 0.85 here).
+  for (const m of result.modes) t.ok(m.finalAccuracy >= SYNC_FLOOR - 0.05, `${m.mode}: ${m.finalAccuracy}`);
+  t.match(readFileSync(report, 'utf8'), /top-k, density 0\.05, with error feedback/);
+  await t.rejects(sapipe('demo', '--topk', '0'), /--topk must be a density in \(0, 1\]/);
+});
+
 t.test('--modes variants: sapipe-wp estimates and +dc', (t) => {
   t.same(parseModes('sync, sapipe-wp,sapipe-wp:local+dc,sapipe-wp:local-prev-sync'), [
     { label: 'sync', mode: 'sync', estimate: undefined, compensate: false },

@@ -33,6 +33,8 @@ interface DemoCliOptions {
   lambda?: string;
   dcKind?: string;
   overlap?: boolean;
+  topk?: string;
+  errorFeedback?: boolean;
   profileOut?: string;
   report: string;
   json?: boolean;
@@ -58,6 +60,7 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
     lambda: o.lambda === undefined ? undefined : num(o.lambda, '--lambda'),
     dcKind: o.dcKind as DemoConfig['dcKind'],
     overlap: o.overlap ?? true,
+    topk: o.topk === undefined ? undefined : { density: num(o.topk, '--topk'), errorFeedback: o.errorFeedback ?? true },
   });
 }
 
@@ -102,7 +105,7 @@ function printTable(result: DemoResult): void {
   const network = c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
   console.log(
     `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
-      `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}`,
+      `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}${c.topk ? `, top-k density ${c.topk.density}${c.topk.errorFeedback ? '' : ' without error feedback'}` : ''}`,
   );
   const table = cliTable(['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
   for (const m of result.modes)
@@ -156,6 +159,8 @@ export function registerDemoCommand(program: Command): void {
       '--dc-kind <kind>',
       `delay-compensation form: ${DEFAULT_DC_KIND} (default; the term divided by sqrt(g*g + eps)) or ${DEFAULT_DC_KIND === 'adaptive' ? 'elementwise' : 'adaptive'}`,
     )
+    .option('--topk <density>', "exchange each worker's top-k gradient elements (MSTopK, this fraction of them) instead of the dense all-reduce (DataParallelTrainer's compression)")
+    .option('--no-error-feedback', '--topk: drop what was not sent instead of adding it to the next gradient')
     .option('--no-overlap', "staleness-1 modes: apply each update at the next step() instead of behind its all-reduce (DataParallelTrainer's overlapUpdate: false), to compare")
     .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
