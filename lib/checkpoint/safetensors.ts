@@ -30,6 +30,8 @@ function checkHost(): void {
 /**
  * The file's bytes as a list of chunks (header, then each tensor's bytes as a view, no copy), in
  * the order given; `metadata` values must be strings (the format's rule).
+ *
+ * @category Checkpoints
  */
 export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsTensor>, metadata: Readonly<Record<string, string>>): Uint8Array[] {
   checkHost();
@@ -59,7 +61,7 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsTensor
   return [length, json, ...[...tensors.values()].map((t) => new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength))];
 }
 
-/** The parsed header and where the data starts, checked against the file's size. */
+/** @internal The parsed header and where the data starts, checked against the file's size. */
 export function decodeSafetensorsHeader(file: Uint8Array, what: string): { header: Record<string, unknown>; dataStart: number } {
   checkHost();
   if (!(file instanceof Uint8Array)) throw new InvalidArgumentError(`decodeSafetensors: file must be the file's bytes (a Buffer or Uint8Array), got ${describeValue(file)}`);
@@ -84,6 +86,8 @@ export function decodeSafetensorsHeader(file: Uint8Array, what: string): { heade
  * Decodes a whole file: every tensor (copied out, aligned) and the metadata. The tensors must tile
  * the data section exactly, in bounds and without overlap, with byte counts that match their
  * shapes.
+ *
+ * @category Checkpoints
  */
 export function decodeSafetensors(file: Uint8Array, what: string): { tensors: Map<string, SafetensorsTensor>; metadata: Record<string, string> } {
   const { header, dataStart } = decodeSafetensorsHeader(file, what);

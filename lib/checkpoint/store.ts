@@ -19,7 +19,7 @@ import { dirname, join } from 'node:path';
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import { checkInteger, describeValue } from '../validate.js';
 
-/** What every manifest and file says it is. */
+/** @internal What every manifest and file says it is. */
 export const CHECKPOINT_FORMAT = 'sapipe-checkpoint';
 /** The format version this sapipe writes and reads. @category Checkpoints */
 export const CHECKPOINT_VERSION = 1;
@@ -39,13 +39,13 @@ export interface CheckpointManifest {
   readonly sha256: string;
 }
 
-/** The directory of a step. */
+/** @internal The directory of a step. */
 export function stepDirectory(dir: string, step: number): string {
   return join(dir, `step-${String(step).padStart(10, '0')}`);
 }
 const STEP_DIR = /^step-(\d{10})$/;
 
-/** Writes `chunks` to `path` atomically; resolves with the bytes written and their SHA-256. */
+/** @internal Writes `chunks` to `path` atomically; resolves with the bytes written and their SHA-256. */
 export async function writeAtomic(path: string, chunks: readonly Uint8Array[]): Promise<{ bytes: number; sha256: string }> {
   const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
   const hash = createHash('sha256');
@@ -83,7 +83,7 @@ async function syncDirectory(dir: string): Promise<void> {
   }
 }
 
-/** Writes the rank's file, then its manifest (which makes it count): both atomic. */
+/** @internal Writes the rank's file, then its manifest (which makes it count): both atomic. */
 export async function saveRankFile(dir: string, step: number, rank: number, worldSize: number, kind: string, chunks: readonly Uint8Array[]): Promise<CheckpointManifest> {
   const at = stepDirectory(dir, step);
   await mkdir(at, { recursive: true });
@@ -149,13 +149,13 @@ async function complete(dir: string, step: number, worldSize: number): Promise<b
   return true;
 }
 
-/** The newest step every rank saved completely, or undefined. */
+/** @internal The newest step every rank saved completely, or undefined. */
 export async function latestCompleteStep(dir: string, worldSize: number): Promise<number | undefined> {
   for (const step of await steps(dir)) if (await complete(dir, step, worldSize)) return step;
   return undefined;
 }
 
-/** The rank's file of `step`, checked against its manifest (size and SHA-256). */
+/** @internal The rank's file of `step`, checked against its manifest (size and SHA-256). */
 export async function readRankFile(dir: string, step: number, rank: number): Promise<{ bytes: Buffer; manifest: CheckpointManifest; path: string }> {
   const at = stepDirectory(dir, step);
   const manifest = await readManifest(join(at, `rank-${rank}.json`));
@@ -173,7 +173,7 @@ export async function readRankFile(dir: string, step: number, rank: number): Pro
   return { bytes, manifest, path };
 }
 
-/** Removes complete steps older than the newest `keep` complete ones, and anything older still (rank 0 does it). */
+/** @internal Removes complete steps older than the newest `keep` complete ones, and anything older still (rank 0 does it). */
 export async function pruneSteps(dir: string, worldSize: number, keep: number): Promise<void> {
   checkInteger(keep, 'keep', 1, 1 << 20);
   let kept = 0;
@@ -183,7 +183,7 @@ export async function pruneSteps(dir: string, worldSize: number, keep: number): 
   }
 }
 
-/** Checks a checkpoint directory argument. */
+/** @internal Checks a checkpoint directory argument. */
 export async function checkDirectory(dir: unknown, what: string): Promise<string> {
   if (typeof dir !== 'string' || dir === '') throw new InvalidArgumentError(`${what}: dir must be a directory path, got ${describeValue(dir)}`);
   const s = await stat(dir).catch(() => undefined);

@@ -8,8 +8,9 @@
  * tool loads), the flat buffer's alignment gaps under `padding/weights`, each optimizer buffer
  * flat under `optimizer/<buffer>`, the gradient or update in
  * flight under `pending/averaged`, `ahead/weights`, `ahead/predicted`, a compressing trainer's
- * error-feedback residual under `compression/residual`; in `__metadata__` the
- * format, the layout, the trainer's mode and counters, and `extra` as JSON.
+ * error-feedback residual under `compression/residual`, the gradient of an accumulation in
+ * progress under `accumulation/grads`; in `__metadata__` the
+ * format, the layout, the trainer's mode and counters (the loss scale among them), and `extra` as JSON.
  */
 import { performance } from 'node:perf_hooks';
 
@@ -105,6 +106,8 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
       optimizer: { kind: state.optimizer.kind, step: state.optimizer.step, skippedSteps: state.optimizer.skippedSteps, lr: state.optimizer.lr },
       pending: state.pending ? { nonFiniteCount: state.pending.nonFiniteCount } : null,
       ahead: state.ahead ? { result: state.ahead.result, predicted: state.ahead.predicted !== null } : null,
+      lossScale: state.lossScale ?? null,
+      accumulated: state.accumulation?.count ?? 0,
     }),
     rank: String(rank),
     worldSize: String(size),
@@ -195,6 +198,7 @@ function tensorsOf(trainer: DataParallelTrainer, state: DataParallelTrainerState
     if (state.ahead.predicted) out.set('ahead/predicted', flat(state.ahead.predicted));
   }
   if (state.residual) out.set('compression/residual', flat(state.residual));
+  if (state.accumulation) out.set('accumulation/grads', flat(state.accumulation.grads));
   return out;
 }
 
@@ -204,6 +208,8 @@ interface SavedTrainer {
   optimizer: Pick<OptimizerState, 'kind' | 'step' | 'skippedSteps' | 'lr'>;
   pending: { nonFiniteCount: number } | null;
   ahead: { result: NonNullable<DataParallelTrainerState['ahead']>['result']; predicted: boolean } | null;
+  lossScale?: { scale: number; goodSteps: number } | null;
+  accumulated?: number;
 }
 
 /** The exportState() form of a file, checked against this trainer before anything changes. */
@@ -259,5 +265,7 @@ function stateOf(trainer: DataParallelTrainer, tensors: Map<string, SafetensorsT
     pending: saved.pending ? { averaged: take('pending/averaged'), nonFiniteCount: saved.pending.nonFiniteCount } : null,
     ahead: saved.ahead ? { weights: take('ahead/weights'), predicted: saved.ahead.predicted ? take('ahead/predicted') : null, result: saved.ahead.result } : null,
     residual: tensors.has('compression/residual') ? take('compression/residual') : null,
+    lossScale: saved.lossScale ?? null,
+    accumulation: saved.accumulated ? { count: saved.accumulated, grads: take('accumulation/grads') } : null,
   };
 }

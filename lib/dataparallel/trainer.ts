@@ -166,6 +166,14 @@ export interface DataParallelTrainerState {
   ahead?: { weights: Float32Array; predicted: Float32Array | null; result: StepResult } | null;
   /** With compression and error feedback: this rank's residual (what it has not sent yet). Absent or null otherwise. */
   residual?: Float32Array | null;
+  /** With lossScaling: the scale and the good steps counted toward its next growth. Absent or null otherwise. */
+  lossScale?: { scale: number; goodSteps: number } | null;
+  /**
+   * With accumulationSteps: a save between the micro-batches of an update holds how many were
+   * counted and the gradient they accumulated (the ParamSet's, which the next step() reduces).
+   * Absent or null at an update boundary.
+   */
+  accumulation?: { count: number; grads: Float32Array } | null;
 }
 
 /** An overlapped update in flight (see overlapUpdate). */
@@ -569,6 +577,8 @@ export class DataParallelTrainer {
           result: { ...ahead },
         },
         residual: this.residual ? copyInto(this.residual.array, old.residual ?? undefined) : null,
+        lossScale: this.lossScaler ? { scale: this.lossScaler.scale, goodSteps: this.lossScaler.goodSteps } : null,
+        accumulation: this.accumulated > 0 ? { count: this.accumulated, grads: copyInto(this.params.grads.array, old.accumulation?.grads) } : null,
       };
     } catch (error) {
       this.failure = error;
@@ -615,6 +625,19 @@ export class DataParallelTrainer {
         throw new SizeMismatchError(`DataParallelTrainer.importState: this trainer compresses with error feedback; residual must be a Float32Array of ${this.params.length} elements`);
     } else if (residual !== null)
       throw new InvalidArgumentError('DataParallelTrainer.importState: the state holds a compression residual; import it into a trainer with compression and error feedback');
+    const lossScale = state.lossScale ?? null;
+    if (lossScale !== null) {
+      if (!this.lossScaler) throw new InvalidArgumentError('DataParallelTrainer.importState: the state holds a loss scale; import it into a trainer with lossScaling');
+      if (typeof lossScale !== 'object' || !(Number.isFinite(lossScale.scale) && lossScale.scale > 0) || !Number.isInteger(lossScale.goodSteps) || lossScale.goodSteps < 0)
+        throw new InvalidArgumentError('DataParallelTrainer.importState: lossScale must be { scale > 0, goodSteps >= 0 (an integer) }');
+    }
+    const accumulation = state.accumulation ?? null;
+    if (accumulation !== null) {
+      if (typeof accumulation !== 'object' || !Number.isInteger(accumulation.count) || accumulation.count < 1 || accumulation.count >= this.accumulationSteps)
+        throw new InvalidArgumentError(`DataParallelTrainer.importState: accumulation.count must be an integer in [1, ${this.accumulationSteps - 1}] (this trainer's accumulationSteps is ${this.accumulationSteps})`);
+      if (!(accumulation.grads instanceof Float32Array) || accumulation.grads.length !== this.params.length)
+        throw new SizeMismatchError(`DataParallelTrainer.importState: accumulation.grads must be a Float32Array of ${this.params.length} elements`);
+    }
     const weights = this.params.weights.array.slice();
     this.params.weights.array.set(state.weights);
     try {
@@ -625,6 +648,12 @@ export class DataParallelTrainer {
     }
     this.calls = state.calls;
     if (this.residual) this.residual.array.set(residual!);
+    if (this.lossScaler && lossScale) {
+      this.lossScaler.scale = lossScale.scale;
+      this.lossScaler.goodSteps = lossScale.goodSteps;
+    }
+    this.accumulated = accumulation ? accumulation.count : 0;
+    if (accumulation) this.params.grads.array.set(accumulation.grads);
     // The imported predicted weights are in place once an update before the one ahead was applied.
     this.predictionInPlace = state.optimizer.step > (ahead?.result.applied ? 1 : 0);
     if (ahead) {
