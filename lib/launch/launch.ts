@@ -7,10 +7,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { resolve as resolvePath } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { join, resolve as resolvePath } from 'node:path';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 
+import { latestCompleteStep, stepDirectory } from '../checkpoint/store.js';
 import { InvalidArgumentError } from '../errors.js';
 import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
@@ -54,6 +56,12 @@ export interface LaunchOptions {
    * at the same `masterPort`.
    */
   maxRestarts?: number;
+  /**
+   * The job's checkpoint directory (the `dir` its ranks save to), read on a restart to say how
+   * much work was lost: the step the ranks resume from and how long before the failure it was
+   * saved. Optional; without it the message only says that the work since the last checkpoint is lost.
+   */
+  checkpointDir?: string;
 }
 
 /** How one rank ended. @category Launch */
@@ -84,7 +92,15 @@ export interface LaunchResult {
   /** Restarts made (0 when the first attempt was the last). */
   restarts: number;
   /** Each failed attempt that was restarted: the failure, and how long the attempt ran. */
-  restarted: { failure: RankExit; message: string; elapsedMs: number }[];
+  restarted: {
+    failure: RankExit;
+    message: string;
+    elapsedMs: number;
+    /** With checkpointDir: the newest complete checkpoint's step at the failure (null: none, the job starts over). */
+    resumeStep?: number | null;
+    /** With checkpointDir: training time lost, from that checkpoint's save (or the attempt's start) to the failure. */
+    lostMs?: number;
+  }[];
 }
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -117,6 +133,7 @@ const LAUNCH_OPTION_KEYS = optionKeys<LaunchOptions>({
   graceMs: true,
   forwardSignals: true,
   maxRestarts: true,
+  checkpointDir: true,
 });
 
 /**
@@ -143,6 +160,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   if (typeof masterAddr !== 'string' || masterAddr === '') throw new InvalidArgumentError('masterAddr must be a non-empty string');
   if (options.masterPort !== undefined) checkInteger(options.masterPort, 'masterPort', 1, 65535);
   const maxRestarts = checkInteger(options.maxRestarts ?? 0, 'maxRestarts', 0, 1 << 20);
+  const checkpointDir = options.checkpointDir;
+  if (checkpointDir !== undefined && (typeof checkpointDir !== 'string' || checkpointDir === ''))
+    throw new InvalidArgumentError(`launch: checkpointDir must be a directory path, got ${describeValue(checkpointDir)}`);
   const args = [...(options.args ?? [])];
   const nodeArgs = [...(options.nodeArgs ?? [])];
   for (const a of [...args, ...nodeArgs])
@@ -162,12 +182,33 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     const started = Date.now();
     const result = await runAttempt(job, masterPort, attempt);
     if (result.failure === undefined || result.interruptedBy !== undefined || attempt >= maxRestarts) return { ...result, restarts: attempt, restarted };
-    const elapsedMs = Date.now() - started;
-    restarted.push({ failure: result.failure, message: result.message ?? '', elapsedMs });
-    say(
-      `restarting the job (restart ${attempt + 1} of ${maxRestarts}) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ` +
-        'the ranks resume from their last complete checkpoint, and the work since it is lost',
-    );
+    const failedAt = Date.now();
+    const elapsedMs = failedAt - started;
+    const lost = checkpointDir === undefined ? undefined : await lostWork(checkpointDir, nproc * nnodes, started, failedAt);
+    restarted.push({ failure: result.failure, message: result.message ?? '', elapsedMs, ...(lost ?? {}) });
+    const what =
+      lost === undefined
+        ? 'the ranks resume from their last complete checkpoint, and the work since it is lost'
+        : lost.resumeStep === null
+          ? `no complete checkpoint in ${checkpointDir} yet: the job starts over, and its ${(lost.lostMs / 1000).toFixed(1)} s of training are lost`
+          : `the ranks resume from step ${lost.resumeStep} (the newest complete checkpoint in ${checkpointDir}), and the ${(lost.lostMs / 1000).toFixed(1)} s of training since it was saved are lost`;
+    say(`restarting the job (restart ${attempt + 1} of ${maxRestarts}) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ${what}`);
+  }
+}
+
+/**
+ * How much work a failure lost: the newest complete checkpoint in `dir` and the time from its save
+ * (its rank-0 manifest's modification time, or the attempt's start if it is older) to the failure.
+ */
+async function lostWork(dir: string, worldSize: number, startedAt: number, failedAt: number): Promise<{ resumeStep: number | null; lostMs: number }> {
+  try {
+    const step = await latestCompleteStep(dir, worldSize);
+    if (step === undefined) return { resumeStep: null, lostMs: failedAt - startedAt };
+    const savedAt = (await stat(join(stepDirectory(dir, step), 'rank-0.json'))).mtimeMs;
+    return { resumeStep: step, lostMs: failedAt - Math.max(startedAt, savedAt) };
+  } catch {
+    // An unreadable directory says nothing about the work; the restart goes on regardless.
+    return { resumeStep: null, lostMs: failedAt - startedAt };
   }
 }
 

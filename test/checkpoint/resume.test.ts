@@ -76,7 +76,7 @@ for (const [name, config] of cases) {
 const RESTARTABLE = fileURLToPath(new URL('../fixtures/checkpoint/restartable.mjs', import.meta.url));
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
-async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts: number): Promise<{ exitCode: number; restarts: number; out: string; err: string }> {
+async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts: number): Promise<{ exitCode: number; restarts: number; out: string; err: string; lost: { resumeStep?: number | null; lostMs?: number }[] }> {
   const { launch } = await import('../../lib/launch/index.js');
   const { Writable } = await import('node:stream');
   let out = '';
@@ -88,8 +88,8 @@ async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts:
         callback();
       },
     });
-  const result = await launch({ script: RESTARTABLE, args: [dir, JSON.stringify(job)], nproc: 2, maxRestarts, cwd: repoRoot, env: { ...process.env, NODE_OPTIONS: '' }, forwardSignals: false, graceMs: 2000, stdout: sink((s) => (out += s)), stderr: sink((s) => (err += s)) });
-  return { exitCode: result.exitCode, restarts: result.restarts, out, err };
+  const result = await launch({ script: RESTARTABLE, args: [dir, JSON.stringify(job)], nproc: 2, maxRestarts, checkpointDir: dir, cwd: repoRoot, env: { ...process.env, NODE_OPTIONS: '' }, forwardSignals: false, graceMs: 2000, stdout: sink((s) => (out += s)), stderr: sink((s) => (err += s)) });
+  return { exitCode: result.exitCode, restarts: result.restarts, out, err, lost: result.restarted.map((r) => ({ resumeStep: r.resumeStep, lostMs: r.lostMs })) };
 }
 
 const { ucxStatus } = await import('../../lib/backends/ucx.js');
@@ -104,11 +104,13 @@ for (const mode of ['sync', 'sapipe-wp'] as const) {
     t.equal(killed.exitCode, 0, `the job finished\n${killed.err.slice(-1500)}`);
     t.equal(killed.restarts, 1, 'after one restart');
     t.match(killed.err, /rank 1 \(local rank 1\) was killed by signal SIGKILL/, 'the launcher says which rank died');
-    t.match(killed.err, /restarting the job \(restart 1 of 2\) after [\d.]+ s.*resume from their last complete checkpoint/, 'and that it restarts');
+    t.match(killed.err, /restarting the job \(restart 1 of 2\) after [\d.]+ s.*resume from step (15|20) \(the newest complete checkpoint in .*\), and the [\d.]+ s of training since it was saved are lost/, 'and that it restarts, from which step, losing how much');
     const resumed = [...killed.out.matchAll(/\[0\] RESUMED (\d+)/g)].map((m) => Number(m[1]));
     // Step 20's files may still have been on their way to disk when rank 1 died at step 23 (a save
     // is awaited at the next one): then step 15 is the newest complete checkpoint.
     t.ok(resumed.length === 2 && resumed[0] === 0 && (resumed[1] === 20 || resumed[1] === 15), `the second attempt resumed from the last complete checkpoint before the kill (${resumed.join(', then ')})`);
+    t.equal(killed.lost[0]?.resumeStep, resumed[1], 'the launcher named the step the ranks resumed from');
+    t.ok(killed.lost[0]!.lostMs! >= 0 && killed.lost[0]!.lostMs! < 60_000, `lost ${killed.lost[0]!.lostMs} ms`);
     const whole = await launchJob(join(base, 'whole'), job, 0);
     t.equal(whole.exitCode, 0, `the uninterrupted job finished\n${whole.err.slice(-1500)}`);
     const weights = (out: string): number[] => JSON.parse(/\[0\] RESULT (.*)/.exec(out)![1]!) as number[];

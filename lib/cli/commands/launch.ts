@@ -1,3 +1,5 @@
+import { resolve } from 'node:path';
+
 import { InvalidArgumentError as CommanderArgumentError, type Command } from 'commander';
 
 import { launch } from '../../launch/launch.js';
@@ -24,6 +26,7 @@ interface LaunchCommandOptions {
   nodeArg?: string[];
   graceMs: number;
   maxRestarts: number;
+  checkpointDir?: string;
 }
 
 /**
@@ -43,6 +46,7 @@ export function registerLaunchCommand(program: Command): void {
     .option('--node-arg <flag>', 'flag for node before the script, e.g. --node-arg=--enable-source-maps (repeatable)', collect)
     .option('--grace-ms <ms>', 'after SIGTERM, how long ranks get before SIGKILL', integer(0, 2 ** 31 - 1), 5000)
     .option('--max-restarts <k>', 'when a rank fails, restart the whole job up to k times (the ranks resume from their last checkpoint)', integer(0, 1 << 20), 0)
+    .option('--checkpoint-dir <dir>', "the job's checkpoint directory: on a restart, say which step the ranks resume from and how much training was lost")
     .argument('<script>', 'the Node script every rank runs')
     .argument('[args...]', "the script's arguments, passed unchanged")
     .passThroughOptions()
@@ -58,6 +62,7 @@ export function registerLaunchCommand(program: Command): void {
         nodeArgs: options.nodeArg ?? [],
         graceMs: options.graceMs,
         maxRestarts: options.maxRestarts,
+        ...(options.checkpointDir !== undefined && { checkpointDir: resolve(options.checkpointDir) }),
       });
       process.exitCode = result.exitCode;
     });
