@@ -1,0 +1,135 @@
+#!/usr/bin/env node
+// The overlap and compression experiments on a real shaped network (needs root): 2 hosts x 2
+// ranks (scripts/shaped-net.sh: network namespaces, links limited by tbf), ucx between them.
+//
+//   node scripts/experiments/shaped-network.mjs [--rate 1gbit] [--reps 5] [--steps 60] [--json]
+//
+// Measures, on rank 0: (1) dense all-reduce against the top-k exchange (sparseAllreduce, density
+// 0.01, error feedback) per step at the demo model's size (101 770 floats) and at 16M floats;
+// (2) DataParallelTrainer step time of the demo MLP (784-128-10, batch 32 per rank, synthetic
+// inputs) in sync and sapipe-wp, dense and with top-k 0.01, beside the compute alone (forward and
+// backward). Medians over the repetitions after warm-up. Build first (npm run build).
+import { execFileSync, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+
+const HERE = fileURLToPath(import.meta.url);
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const NET = `${ROOT}scripts/shaped-net.sh`;
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i < 0 ? fallback : process.argv[i + 1];
+};
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+if (process.argv[2] === '--rank') await rank(JSON.parse(process.argv[3]));
+else await drive();
+
+async function drive() {
+  const options = { rate: arg('--rate', '1gbit'), reps: Number(arg('--reps', '5')), steps: Number(arg('--steps', '60')) };
+  const prefix = `sapx${process.pid % 10000}`;
+  execFileSync(NET, ['up', prefix, '2', options.rate]);
+  try {
+    const runs = [0, 1].map(
+      (h) =>
+        new Promise((resolve) => {
+          const child = spawn(
+            NET,
+            ['exec', prefix, String(h), 'env', 'NODE_OPTIONS=', `SAPIPE_TOKEN=x${process.pid}`, 'SAPIPE_BIND_ADDR=10.77.0.1',
+              process.execPath, `${ROOT}bin/sapipe.js`, 'launch', '--nnodes', '2', '--node-rank', String(h), '--master-addr', '10.77.0.1', '--master-port', '29500', '--nproc', '2',
+              HERE, '--rank', JSON.stringify(options)],
+            { stdio: ['ignore', 'pipe', 'inherit'] },
+          );
+          let out = '';
+          child.stdout.on('data', (d) => (out += d));
+          child.on('close', (code) => resolve({ code, out }));
+        }),
+    );
+    const [host0, host1] = await Promise.all(runs);
+    if (host0.code !== 0 || host1.code !== 0) throw new Error(`a launcher failed (${host0.code}, ${host1.code})`);
+    const line = /\[0\] RESULT (.*)/.exec(host0.out);
+    const result = JSON.parse(line[1]);
+    if (process.argv.includes('--json')) return void console.log(JSON.stringify({ options, ...result }));
+    console.log(`shaped network: 2 hosts x 2 ranks, links at ${options.rate} (tbf), ucx; medians of ${options.reps} (exchange) and ${options.steps} steps (training)`);
+    console.log('exchange per step           dense all-reduce   top-k 0.01 (select + all-gather + scatter-add)   top-k / dense');
+    for (const r of result.exchange)
+      console.log(`${String(r.length).padStart(9)} floats          ${r.denseMs.toFixed(2).padStart(9)} ms     ${r.topkMs.toFixed(2).padStart(9)} ms                                 ${(r.topkMs / r.denseMs).toFixed(3)}`);
+    console.log(`demo MLP step: compute alone ${result.computeMs.toFixed(2)} ms`);
+    for (const r of result.training) console.log(`  ${r.mode.padEnd(10)} ${r.exchange.padEnd(6)} ${r.stepMs.toFixed(2).padStart(8)} ms per step`);
+  } finally {
+    execFileSync(NET, ['down', prefix]);
+  }
+}
+
+async function rank(options) {
+  const { createCommunicator, DataParallelTrainer, FlatBuffer, MLP, sparseAllreduce } = await import(new URL('../../dist/index.js', import.meta.url).href);
+  const comm = await createCommunicator('ucx');
+  const exchange = [];
+  for (const length of [101_770, 16 << 20]) {
+    const buf = FlatBuffer.allocate(length);
+    const residual = FlatBuffer.allocate(length);
+    const fill = () => {
+      const a = buf.array;
+      for (let i = 0; i < length; i++) a[i] = Math.sin(i * 0.37 + comm.rank);
+    };
+    const dense = [];
+    const topk = [];
+    for (let r = 0; r < options.reps + 1; r++) {
+      fill();
+      await comm.barrier();
+      let t0 = performance.now();
+      await comm.allreduce(buf, { op: 'avg' });
+      if (r > 0) dense.push(performance.now() - t0);
+      fill();
+      await comm.barrier();
+      t0 = performance.now();
+      await sparseAllreduce(comm, buf, { density: 0.01, residual });
+      if (r > 0) topk.push(performance.now() - t0);
+    }
+    exchange.push({ length, denseMs: median(dense), topkMs: median(topk) });
+    buf.dispose();
+    residual.dispose();
+  }
+  const batch = 32;
+  const x = FlatBuffer.allocate(batch * 784);
+  const labels = new Uint8Array(batch);
+  for (let i = 0; i < x.length; i++) x.array[i] = ((i * 7919 + comm.rank) % 255) / 255;
+  for (let b = 0; b < batch; b++) labels[b] = (b * 3 + comm.rank) % 10;
+  const model = new MLP([784, 128, 10], { seed: 1 });
+  const compute = [];
+  for (let s = 0; s < options.steps + 5; s++) {
+    const t0 = performance.now();
+    model.forward(x, batch, model.params.weights);
+    model.loss(labels);
+    model.backward(model.params.grads);
+    if (s >= 5) compute.push(performance.now() - t0);
+  }
+  const training = [];
+  for (const mode of ['sync', 'sapipe-wp'])
+    for (const compressed of [false, true]) {
+      const trainer = await DataParallelTrainer.create({
+        comm,
+        params: model.params,
+        mode,
+        optimizer: { kind: 'sgd', lr: 0.01, momentum: 0.9 },
+        ...(compressed ? { compression: { kind: 'topk', density: 0.01 } } : {}),
+      });
+      const times = [];
+      for (let s = 0; s < options.steps + 5; s++) {
+        const t0 = performance.now();
+        model.forward(x, batch, trainer.forwardWeights);
+        model.loss(labels);
+        trainer.zeroGrad();
+        model.backward(trainer.grads);
+        await trainer.step();
+        if (s >= 5) times.push(performance.now() - t0);
+      }
+      await trainer.flush();
+      await trainer.dispose();
+      training.push({ mode, exchange: compressed ? 'top-k' : 'dense', stepMs: median(times) });
+    }
+  if (comm.rank === 0) process.stdout.write(`RESULT ${JSON.stringify({ exchange, computeMs: median(compute), training })}\n`);
+  await comm.barrier();
+  comm.destroy();
+  process.exit(0);
+}
