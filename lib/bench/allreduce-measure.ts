@@ -16,6 +16,7 @@ import { Adam } from '../optim/adam.js';
 import { SGD } from '../optim/sgd.js';
 import type { Optimizer } from '../optim/optimizer.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
+import { sparseAllreduce } from '../compress/sparse-allreduce.js';
 import { fillDistinct } from './kernels.js';
 import { median } from './timing.js';
 
@@ -25,11 +26,20 @@ export interface AllreduceMeasureOptions {
   warmup: number;
   fusedBytes: number;
   optimizers: ('sgd' | 'sgd-momentum' | 'adam')[];
+  /** Also time the top-k exchange (sparseAllreduce at this density, error feedback) of a fusedBytes gradient. */
+  topkDensity?: number | undefined;
 }
 
 export interface AllreduceRankReport {
   rows: { bytes: number; ms: number }[];
-  fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[];
+  /**
+   * The fused steps against the same work as separate calls: `unfusedMs` an all-reduce then a
+   * whole optimizer step; `unfusedShardedMs` a reduce-scatter, the step of this rank's part, an
+   * all-gather of the weights.
+   */
+  fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number; unfusedMs: number; unfusedShardedMs: number }[];
+  /** With topkDensity: the top-k exchange of the fusedBytes gradient against its dense all-reduce. */
+  topk?: { density: number; allreduceMs: number; topkMs: number };
   /** Rank 0 only. */
   copy?: { bytes: number; ms: number };
   /** The algorithm the all-reduces took, where the backend tells (ucx: direct only if buffers were read in shared memory). */
@@ -56,14 +66,24 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
     buf.dispose();
     onSize(bytes);
   }
-  const fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number }[] = [];
+  const fused: AllreduceRankReport['fused'] = [];
+  // A multiple of the ranks, so that the unfused reduce-scatter's parts are equal.
+  const fusedLength = Math.max(comm.size, Math.floor(data.fusedBytes / 4 / comm.size) * comm.size);
+  const part = fusedLength / comm.size;
+  const make = (kind: string, p: ParamSet): Optimizer => (kind === 'adam' ? new Adam(p, { lr: 1e-3 }) : new SGD(p, { lr: 1e-3, momentum: kind === 'sgd-momentum' ? 0.9 : 0 }));
   for (const kind of data.optimizers) {
-    const params = new ParamSet({ w: [Math.floor(data.fusedBytes / 4)] }, { memory });
+    const params = new ParamSet({ w: [fusedLength] }, { memory });
     fillDistinct(params.weights.array, 7, -1, 1);
-    const opt: Optimizer = kind === 'adam' ? new Adam(params, { lr: 1e-3 }) : new SGD(params, { lr: 1e-3, momentum: kind === 'sgd-momentum' ? 0.9 : 0 });
+    const opt = make(kind, params);
+    // The unfused sharded sequence's own part: its gradient, weights and optimizer state.
+    const own = new ParamSet({ w: [part] }, { memory });
+    fillDistinct(own.weights.array, 8, -1, 1);
+    const ownOpt = make(kind, own);
     const a: number[] = [];
     const f: number[] = [];
     const sh: number[] = [];
+    const u: number[] = [];
+    const us: number[] = [];
     for (let i = 0; i < data.warmup + Math.max(3, Math.ceil(data.reps / 3)); i++) {
       fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
       await comm.barrier();
@@ -78,15 +98,59 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
       start = performance.now();
       await allreduceAndStep(comm, opt, { update: 'sharded' });
       const ts = performance.now() - start;
+      fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
+      await comm.barrier();
+      start = performance.now();
+      // As a careful user would: the reductions count non-finite values, so the step skips the guard's read.
+      const reduced = await comm.allreduce(params.grads, { op: 'avg' });
+      await opt.step({ gradChecked: reduced.nonFiniteCount === 0 });
+      const tu = performance.now() - start;
+      fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
+      await comm.barrier();
+      start = performance.now();
+      const scattered = await comm.reduceScatter(params.grads, own.grads, { op: 'avg' });
+      await ownOpt.step({ gradChecked: scattered.nonFiniteCount === 0 });
+      await comm.allgather(own.weights, params.weights);
+      const tus = performance.now() - start;
       if (i >= data.warmup) {
         a.push(ta);
         f.push(tf);
         sh.push(ts);
+        u.push(tu);
+        us.push(tus);
       }
     }
-    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh) });
+    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh), unfusedMs: median(u), unfusedShardedMs: median(us) });
     opt.dispose();
     params.dispose();
+    ownOpt.dispose();
+    own.dispose();
+  }
+  let topk: AllreduceRankReport['topk'];
+  if (data.topkDensity !== undefined) {
+    const grad = memory.allocate(fusedLength);
+    const residual = FlatBuffer.allocate(fusedLength);
+    const a: number[] = [];
+    const k: number[] = [];
+    for (let i = 0; i < data.warmup + Math.max(3, Math.ceil(data.reps / 3)); i++) {
+      fillDistinct(grad.array, 13 + rank, -1e-3, 1e-3);
+      await comm.barrier();
+      let start = performance.now();
+      await comm.allreduce(grad, { op: 'avg' });
+      const ta = performance.now() - start;
+      fillDistinct(grad.array, 13 + rank, -1e-3, 1e-3);
+      await comm.barrier();
+      start = performance.now();
+      await sparseAllreduce(comm, grad, { density: data.topkDensity, residual });
+      const tk = performance.now() - start;
+      if (i >= data.warmup) {
+        a.push(ta);
+        k.push(tk);
+      }
+    }
+    topk = { density: data.topkDensity, allreduceMs: median(a), topkMs: median(k) };
+    grad.dispose();
+    residual.dispose();
   }
   await comm.barrier();
   let copy: { bytes: number; ms: number } | undefined;
@@ -105,7 +169,7 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
     copy = { bytes, ms: median(times) };
   }
   await comm.barrier();
-  const report: AllreduceRankReport = copy ? { rows, fused, copy } : { rows, fused };
+  const report: AllreduceRankReport = { rows, fused, ...(copy ? { copy } : {}), ...(topk ? { topk } : {}) };
   if (comm instanceof UcxCommunicator) report.algorithm = comm.sharedMemoryCollectives > 0 ? 'direct' : 'ring';
   return report;
 }

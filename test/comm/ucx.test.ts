@@ -253,3 +253,18 @@ t.test('sapipe bench allreduce --backend ucx runs its ranks as processes and rep
   t.same(report.rows.map((r) => r.bytes), [4096, 8192]);
   t.ok(report.rows.every((r) => r.busbwGBps > 0 && r.ratioToCopy > 0) && report.copy.GBps > 0, 'bandwidths and the memcpy reference are measured');
 });
+
+t.test('sapipe bench allreduce --topk prints the fused steps against the unfused sequence and the top-k exchange against its all-reduce', needsUcx, async (t) => {
+  const args = ['bench', 'allreduce', '--backend', 'ucx', '--nproc', '2', '--min', '4K', '--max', '4K', '--reps', '2', '--warmup', '1', '--fused-size', '64K', '--optimizers', 'sgd-momentum', '--topk', '0.05', '--json'];
+  const report = await new Promise<{ fused: { unfusedMs: number; unfusedRatio: number; unfusedShardedMs: number; unfusedShardedRatio: number }[]; topk: { density: number; topkMs: number; allreduceMs: number; ratio: number } }>((resolve, reject) => {
+    execFile(process.execPath, [`${root}/bin/sapipe.js`, ...args], { maxBuffer: 1 << 22 }, (error, stdout, stderr) => (error ? reject(new Error(`${error.message}: ${stderr}`)) : resolve(JSON.parse(stdout))));
+  });
+  const f = report.fused[0]!;
+  t.ok(f.unfusedMs > 0 && f.unfusedShardedMs > 0 && f.unfusedRatio > 0 && f.unfusedShardedRatio > 0, `the unfused sequences were timed (${f.unfusedMs.toFixed(3)}, ${f.unfusedShardedMs.toFixed(3)} ms)`);
+  t.equal(report.topk.density, 0.05);
+  t.ok(report.topk.topkMs > 0 && report.topk.allreduceMs > 0 && Math.abs(report.topk.ratio - report.topk.topkMs / report.topk.allreduceMs) < 1e-9, 'the top-k exchange against its all-reduce');
+  await t.rejects(
+    new Promise((resolve, reject) => execFile(process.execPath, [`${root}/bin/sapipe.js`, 'bench', 'allreduce', '--topk', '2'], (error, stdout, stderr) => (error ? reject(new Error(stderr)) : resolve(stdout)))),
+    /--topk must be a density in \(0, 1\]/,
+  );
+});

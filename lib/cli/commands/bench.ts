@@ -153,8 +153,9 @@ export function registerBenchCommand(program: Command): void {
     .option('--fused-size <bytes>', 'ParamSet size of the fused all-reduce + update', parseCount, 1 << 26)
     .option('--optimizers <list>', 'optimizers of the fused comparison: sgd, sgd-momentum, adam', 'sgd,sgd-momentum,adam')
     .option('--algorithm <name>', 'direct (ranks read each other\'s buffers in shared memory; on ucx, buffers from comm.allocate) or ring', 'direct')
+    .option('--topk <density>', 'also time the top-k exchange (MSTopK + sparse all-gather, error feedback) of the fused-size gradient at this density against its all-reduce')
     .option('--json', 'print JSON')
-    .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; json?: boolean }) => {
+    .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; topk?: string; json?: boolean }) => {
       if (options.backend !== 'local' && options.backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got "${options.backend}"`);
       if (options.algorithm !== 'direct' && options.algorithm !== 'ring') throw new InvalidArgumentError('--algorithm must be direct or ring');
       const optimizers = options.optimizers.split(',').filter(Boolean);
@@ -170,6 +171,7 @@ export function registerBenchCommand(program: Command): void {
         fusedBytes: options.fusedSize,
         optimizers: optimizers as ('sgd' | 'sgd-momentum' | 'adam')[],
         algorithm: options.algorithm,
+        ...(options.topk !== undefined ? { topkDensity: numberOption(options.topk, '--topk') } : {}),
       });
       if (options.json) {
         console.log(JSON.stringify(r, null, 2));
@@ -182,16 +184,33 @@ export function registerBenchCommand(program: Command): void {
       const table = cliTable(['size (B)', 'time (ms)', 'algbw (GB/s)', 'busbw (GB/s)', 'busbw / memcpy'], plain);
       for (const row of r.rows) table.push([formatCount(row.bytes), row.ms.toFixed(3), row.algbwGBps.toFixed(2), row.busbwGBps.toFixed(2), row.ratioToCopy.toFixed(3)]);
       console.log(table.toString());
-      const fused = cliTable(['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused, replicated ms', 'x all-reduce', 'fused, sharded ms', 'x all-reduce'], plain);
+      const fused = cliTable(['optimizer', 'ParamSet (B)', 'all-reduce ms', 'fused, replicated ms', 'x all-reduce', 'x unfused', 'fused, sharded ms', 'x all-reduce', 'x unfused'], plain);
       for (const f of r.fused)
-        fused.push([f.optimizer, formatCount(f.bytes), f.allreduceMs.toFixed(3), f.fusedMs.toFixed(3), f.ratio.toFixed(3), f.shardedMs.toFixed(3), f.shardedRatio.toFixed(3)]);
+        fused.push([
+          f.optimizer,
+          formatCount(f.bytes),
+          f.allreduceMs.toFixed(3),
+          f.fusedMs.toFixed(3),
+          f.ratio.toFixed(3),
+          f.unfusedRatio.toFixed(3),
+          f.shardedMs.toFixed(3),
+          f.shardedRatio.toFixed(3),
+          f.unfusedShardedRatio.toFixed(3),
+        ]);
       if (r.fused.length) {
         console.log(fused.toString());
         console.log(
           'x all-reduce: the fused step (all-reduce of the gradient and the optimizer update in one pass per bucket) over the ' +
-            'plain all-reduce of the same gradient; 1.0 means the update costs nothing on top of the communication.',
+            'plain all-reduce of the same gradient; 1.0 means the update costs nothing on top of the communication. ' +
+            'x unfused: the fused step over the same work as separate calls (replicated: all-reduce, then the step; sharded: ' +
+            `reduce-scatter, the step of this rank's part, all-gather of the weights: ${r.fused.map((f) => `${f.optimizer} ${f.unfusedMs.toFixed(3)} / ${f.unfusedShardedMs.toFixed(3)} ms`).join(', ')}); goal: at most 0.9.`,
         );
       }
+      if (r.topk)
+        console.log(
+          `top-k exchange at density ${r.topk.density} of the ${formatCount(r.topk.bytes)}B gradient (MSTopK with error feedback, all-gather of the pairs, scatter-add): ` +
+            `${r.topk.topkMs.toFixed(3)} ms against its all-reduce's ${r.topk.allreduceMs.toFixed(3)} ms (${r.topk.ratio.toFixed(3)}x)`,
+        );
     });
   bench
     .command('gemm')
