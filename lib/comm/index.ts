@@ -8,3 +8,4 @@ export { allreduceAndStep, gatherShardedState, type FusedStepOptions, type Fused
 export { bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES } from './buckets.js';
 export * from './rendezvous/index.js';
 export { createCommunicator, type CreateCommunicatorOptions } from './create.js';
+export { createHostGroups, type CreateHostGroupsOptions, type HostGroups } from './host-groups.js';

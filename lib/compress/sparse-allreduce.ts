@@ -54,6 +54,25 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
   // peers waiting for it until their timeout.
   const { k, rounds, residual } = checkTopkArguments(grad, { density: options.density, ...(options.residual !== undefined ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'sparseAllreduce');
   comm.checkLive('sparseAllreduce');
+  const r = await exchangeSparse(comm, grad, k, rounds, residual);
+  // Nothing will be applied: the ranks that selected keep all of x for a later step.
+  if (r.nonFiniteCount > 0) r.restore();
+  return { nonFiniteCount: r.nonFiniteCount, k, bytes: r.bytes };
+}
+
+/**
+ * @internal The exchange of {@link sparseAllreduce}, its arguments checked: `grad` becomes the
+ * average over `comm` of every rank's selection of k elements (or, from a rank holding NaN/Inf,
+ * those elements). `restore()` puts this rank's selection back into its residual, for when the
+ * step will not be applied.
+ */
+export async function exchangeSparse(
+  comm: Communicator,
+  grad: FlatBuffer,
+  k: number,
+  rounds: number,
+  residual: FlatBuffer | null,
+): Promise<{ nonFiniteCount: number; bytes: number; restore(): void }> {
   const width = 2 * k + 1;
   const bad = countNonFinite(grad);
   const pack = FlatBuffer.allocate(width);
@@ -81,15 +100,14 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
     await comm.allgather(pack, all);
     let nonFinite = 0;
     for (let r = 0; r < comm.size; r++) nonFinite += all.array[r * width + 2 * k]!;
-    // Nothing will be applied: the ranks that selected keep all of x for a later step.
-    if (nonFinite > 0 && selection && residual) scatterAdd(residual, selection, 1);
     grad.array.fill(0);
     const base = all.array.byteOffset;
     for (let r = 0; r < comm.size; r++) {
       const at = base + r * width * 4;
       scatterAdd(grad, { indices: new Int32Array(all.array.buffer, at, k), values: new Float32Array(all.array.buffer, at + k * 4, k) }, 1 / comm.size);
     }
-    return { nonFiniteCount: nonFinite, k, bytes: all.length * 4 };
+    const kept = selection && residual ? { indices: selection.indices, values: selection.values } : undefined;
+    return { nonFiniteCount: nonFinite, bytes: all.length * 4, restore: () => kept && scatterAdd(residual!, kept, 1) };
   } finally {
     pack.dispose();
     all.dispose();

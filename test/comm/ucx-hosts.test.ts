@@ -94,3 +94,18 @@ t.test('a host torn down mid-collective fails the other host\'s ranks with ERR_P
   }
   t.ok(took < 30_000, `host 0's job ended ${took} ms after host 1 went (the timeout is 30 s)`);
 });
+
+t.test('the hierarchical top-k all-reduce on 2 hosts x 2 ranks: dense inside a host, sparse across, equal to the reference on every rank', needs, async (t) => {
+  const net = createShapedNetwork(2, '1gbit');
+  t.teardown(() => net.down());
+  const runs = await Promise.all(launchOnHosts(net, 2, 29402, LOOP, ['hierarchical'], []));
+  runs.forEach((r, h) => t.equal(r.code, 0, `host ${h}'s launcher succeeded\n${r.stderr.slice(-2000)}`));
+  const all = new Map([...results(runs[0]!.stdout), ...results(runs[1]!.stdout)]);
+  t.same([...all.keys()].sort(), [0, 1, 2, 3], 'every rank reported');
+  for (const [rank, [m]] of all) {
+    t.equal(m!.bad, 0, `rank ${rank}: the average equals the reference bit for bit`);
+    const r = m!.result as { nonFiniteCount: number; k: number; crossBytes: number };
+    t.equal(r.nonFiniteCount, 0);
+    t.equal(r.crossBytes, (2 * r.k + 1) * 2 * 4, `rank ${rank}: only its part's ${r.k} pairs crossed hosts (from each of the 2 hosts)`);
+  }
+});

@@ -130,3 +130,69 @@ t.test('a bad residual on one rank is refused there before the exchange; its pee
   t.match(ranks[0]![0]!.error, /^ERR_(PEER_LOST|TIMEOUT)$/, `its peer: ${ranks[0]![0]!.error}`);
   t.ok(Date.now() - started < 20_000, 'within the timeout');
 });
+
+// The hierarchical form: 2 hosts x 2 ranks (local groups stand in for hosts). Host h's ranks
+// average their gradients by a reduce-scatter (rank j of the host keeps part j), select the top-k
+// of their part (x = part + residual) and exchange it with the ranks of the same part on the
+// other hosts; an all-gather puts the parts together.
+t.test('hierarchical, 2 hosts x 2 ranks: 20 steps equal the reference (host means, top-k per part, mean over hosts), bit for bit', async (t) => {
+  const hosts = 2;
+  const L = 2;
+  const steps = 20;
+  const part = Math.ceil(LENGTH / L);
+  const k = Math.round(DENSITY * part);
+  const ranks = await run(hosts * L, { length: LENGTH, density: DENSITY, steps, errorFeedback: true, hosts });
+  for (let step = 0; step < steps; step++) {
+    const msgs = ranks.map((r) => r[step]!);
+    if (!msgs.every((m) => m && !m.error)) {
+      t.fail(`step ${step}: ${msgs.map((m) => m?.error).join(', ')}`);
+      return;
+    }
+    const expected = new Float32Array(part * L);
+    let ok = true;
+    for (let j = 0; j < L; j++) {
+      for (let h = 0; h < hosts; h++) {
+        // The host's mean of part j (2 ranks: the sum's order does not matter), plus the residual of rank (h, j).
+        const m = msgs[h * L + j]!;
+        const mean = (i: number): number => {
+          const at = j * part + i;
+          if (at >= LENGTH) return 0;
+          return Math.fround(Math.fround(msgs[h * L]!.grad![at]! + msgs[h * L + 1]!.grad![at]!) * 0.5);
+        };
+        const x = Float32Array.from({ length: part }, (_, i) => Math.fround(mean(i) + m.residualBefore![i]!));
+        const sent: number[] = [];
+        for (let i = 0; i < part; i++) if (m.residualAfter![i] !== x[i]) sent.push(i);
+        if (sent.length !== k) ok = false;
+        const exact = new Set(exactTopk(x, k));
+        if (sent.filter((i) => exact.has(i)).length / k < 0.95) ok = false;
+        const slice = expected.subarray(j * part, (j + 1) * part);
+        scatterAddRef(slice, sent, sent.map((i) => x[i]!), 1 / hosts);
+      }
+    }
+    t.ok(ok, `step ${step}: every rank sent exactly k = ${k} of its part, recall >= 0.95`);
+    let bad = 0;
+    for (const m of msgs) for (let i = 0; i < LENGTH; i++) if (!Object.is(m.out![i], expected[i])) bad++;
+    t.equal(bad, 0, `step ${step}: every rank holds the reference average, bit for bit`);
+    t.ok(msgs.every((m) => m.result!.k === k && m.result!.nonFiniteCount === 0), `step ${step}: results`);
+  }
+});
+
+t.test('hierarchical: a NaN on one rank skips the step everywhere and every residual keeps what it selected', async (t) => {
+  const ranks = await run(4, { length: LENGTH, density: DENSITY, steps: 3, errorFeedback: true, hosts: 2, nanAt: { step: 1, rank: 3, index: 5 } });
+  const at = ranks.map((r) => r[1]!);
+  t.ok(at.every((m) => m.result!.nonFiniteCount > 0 && at.every((o) => o.out!.every((v, i) => Object.is(v, m.out![i])))), 'every rank counts it and holds the same buffer');
+  t.ok(at.every((m) => m.out!.some((v) => Number.isNaN(v))), 'which holds the NaN, so every guard skips the step');
+  // Nothing was applied: each residual holds all of its x (the host's mean part plus the previous
+  // residual), or, on the rank whose part holds the NaN (host 1, part 0: rank 2), is unchanged.
+  const part = Math.ceil(LENGTH / 2);
+  at.forEach((m, r) => {
+    const [h, j] = [Math.floor(r / 2), r % 2];
+    const x = Float32Array.from({ length: part }, (_, i) => {
+      const g = j * part + i < LENGTH ? Math.fround(Math.fround(at[h * 2]!.grad![j * part + i]! + at[h * 2 + 1]!.grad![j * part + i]!) * 0.5) : 0;
+      return Math.fround(g + m.residualBefore![i]!);
+    });
+    const want = x.some((v) => !Number.isFinite(v)) ? Float32Array.from(m.residualBefore!) : x;
+    t.ok(m.residualAfter!.every((v, i) => Object.is(v, want[i])), `rank ${r}: its residual ${r === 2 ? 'is unchanged (its part held the NaN)' : 'holds all of x'}, bit for bit`);
+  });
+  t.ok(ranks.every((r) => r[2] && !r[2].error && r[2].result!.nonFiniteCount === 0), 'the next step runs normally on every rank');
+});

@@ -1,0 +1,64 @@
+/**
+ * The two communicators a rank of a multi-host job needs for hierarchical collectives: the ranks of
+ * its host, and the ranks holding the same local rank on every host.
+ */
+import { InvalidArgumentError } from '../errors.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import type { Communicator } from './communicator.js';
+import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
+import { fromEnv } from './rendezvous/env.js';
+import { createRendezvous } from './rendezvous/rendezvous.js';
+import { UcxCommunicator } from './ucx.js';
+
+/** The two communicators of a rank in a multi-host job. @category Communication */
+export interface HostGroups {
+  /** The ranks of this rank's host (its rank there: the local rank). */
+  local: Communicator;
+  /** The ranks that hold the same local rank on every host (its rank there: the host's index). */
+  cross: Communicator;
+}
+
+/** Options of {@link createHostGroups}. @category Communication */
+export interface CreateHostGroupsOptions {
+  /** Every wait's limit. Default DEFAULT_COMM_TIMEOUT_MS. */
+  timeoutMs?: number;
+}
+const HOST_GROUP_OPTION_KEYS = optionKeys<CreateHostGroupsOptions>({ timeoutMs: true });
+
+/**
+ * In a job of `sapipe launch --nnodes H --nproc L` (ranks numbered host by host), joins this
+ * rank's host group and cross-host group as ucx communicators on groups of the launcher's
+ * rendezvous; every rank calls it. `destroy()` ends both and leaves the store.
+ *
+ * @category Communication
+ */
+export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { destroy(): void }> {
+  checkOptions(options, HOST_GROUP_OPTION_KEYS, 'createHostGroups(options)');
+  const timeoutMs = options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`createHostGroups: timeoutMs must be a positive integer, got ${describeValue(timeoutMs)}`);
+  const env = fromEnv();
+  const perHost = env.localWorldSize;
+  if (perHost === undefined || env.worldSize % perHost !== 0)
+    throw new InvalidArgumentError(
+      `createHostGroups: the job must run the same number of ranks on every host, with LOCAL_WORLD_SIZE set (as sapipe launch does); got WORLD_SIZE ${env.worldSize}, LOCAL_WORLD_SIZE ${describeValue(perHost)}`,
+    );
+  const hosts = env.worldSize / perHost;
+  const host = Math.floor(env.rank / perHost);
+  const store = await createRendezvous({ ...env, timeoutMs });
+  let local: UcxCommunicator | undefined;
+  let cross: UcxCommunicator | undefined;
+  const destroy = (): void => {
+    local?.destroy();
+    cross?.destroy();
+    // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
+    void store.close().catch(() => {});
+  };
+  try {
+    local = await UcxCommunicator.create({ store: store.group(`host-${host}`, env.localRank, perHost), timeoutMs });
+    cross = await UcxCommunicator.create({ store: store.group(`local-rank-${env.localRank}`, host, hosts), timeoutMs });
+  } catch (error) {
+    destroy();
+    throw error;
+  }
+  return { local, cross, destroy };
+}

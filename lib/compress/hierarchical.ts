@@ -1,0 +1,90 @@
+/**
+ * The hierarchical compressed all-reduce for jobs that span hosts (docs/ALGORITHMS.md section 6):
+ * a dense reduce-scatter among the ranks of a host (shared memory, cheap) leaves each of them the
+ * host's mean of one part of the gradient; each selects the top-k of its part (MSTopK with error
+ * feedback) and exchanges it with the ranks holding the same part on the other hosts (the sparse
+ * all-reduce, the only traffic between hosts); an all-gather among the host's ranks puts the parts
+ * together. A host sends density x length elements across, where the flat sparse all-reduce sends
+ * that from every rank.
+ *
+ * All or nothing: the averaged gradient is the same on every rank of every host, so its count of
+ * NaN/Inf is too; when it is not 0 (a non-finite input anywhere), nothing is applied and every
+ * rank puts its selection back into its residual.
+ */
+import { Communicator } from '../comm/communicator.js';
+import type { HostGroups } from '../comm/host-groups.js';
+import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { countNonFinite } from '../ops.js';
+import { FlatBuffer } from '../tensor.js';
+import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { exchangeSparse, type SparseAllreduceOptions } from './sparse-allreduce.js';
+import { checkTopkArguments } from './topk.js';
+
+/** What {@link hierarchicalSparseAllreduce} did. @category Compression */
+export interface HierarchicalSparseResult {
+  /** NaN/Inf elements in the averaged gradient (the same on every rank; the step is to be skipped when not 0). */
+  nonFiniteCount: number;
+  /** Elements this rank sent across hosts (the top-k of its part). */
+  k: number;
+  /** Bytes this rank received from the other hosts. */
+  crossBytes: number;
+}
+
+const OPTION_KEYS = optionKeys<SparseAllreduceOptions>({ density: true, residual: true, rounds: true });
+
+/**
+ * Length of the part of a `length`-element gradient that one of `localSize` ranks of a host
+ * selects from, and of the residual it keeps (the gradient padded to a multiple of the host's ranks).
+ *
+ * @category Compression
+ */
+export function hierarchicalPartLength(length: number, localSize: number): number {
+  if (!Number.isSafeInteger(length) || length < 0) throw new InvalidArgumentError(`hierarchicalPartLength: length must be a non-negative integer, got ${describeValue(length)}`);
+  if (!Number.isSafeInteger(localSize) || localSize < 1) throw new InvalidArgumentError(`hierarchicalPartLength: localSize must be a positive integer, got ${describeValue(localSize)}`);
+  return Math.ceil(length / localSize);
+}
+
+/**
+ * Replaces `grad` on every rank of every host with the mean over all ranks, each host's part
+ * sent across hosts as its top-k (see the file comment). `options.density` is of each part;
+ * `options.residual` (error feedback) has {@link hierarchicalPartLength} elements. Every rank calls
+ * it with the same gradient length and options.
+ *
+ * @category Compression
+ */
+export async function hierarchicalSparseAllreduce(groups: HostGroups, grad: FlatBuffer, options: SparseAllreduceOptions): Promise<HierarchicalSparseResult> {
+  if (groups === null || typeof groups !== 'object' || !(groups.local instanceof Communicator) || !(groups.cross instanceof Communicator))
+    throw new InvalidArgumentError(`hierarchicalSparseAllreduce(groups) must be { local, cross } communicators, got ${describeValue(groups)}`);
+  if (!(grad instanceof FlatBuffer)) throw new InvalidArgumentError(`hierarchicalSparseAllreduce(grad) must be a FlatBuffer, got ${describeValue(grad)}`);
+  checkOptions(options, OPTION_KEYS, 'hierarchicalSparseAllreduce(groups, grad, options)');
+  const { local, cross } = groups;
+  const n = grad.length;
+  const part = hierarchicalPartLength(n, local.size);
+  if (options.residual !== undefined && (!(options.residual instanceof FlatBuffer) || options.residual.length !== part))
+    throw new SizeMismatchError(`hierarchicalSparseAllreduce: residual must be a FlatBuffer of ${part} elements (hierarchicalPartLength(${n}, ${local.size}))`);
+  // Checked on a stand-in of the part's length before anything starts (a rank that threw later
+  // would leave its peers waiting).
+  const mine = FlatBuffer.allocate(part);
+  let padded: FlatBuffer | undefined;
+  try {
+    const { k, rounds, residual } = checkTopkArguments(mine, { density: options.density, ...(options.residual ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'hierarchicalSparseAllreduce');
+    local.checkLive('hierarchicalSparseAllreduce');
+    cross.checkLive('hierarchicalSparseAllreduce');
+    padded = FlatBuffer.allocate(part * local.size);
+    padded.array.fill(0);
+    padded.array.set(grad.array);
+    if (local.size > 1) await local.reduceScatter(padded, mine, { op: 'avg' });
+    else mine.array.set(padded.array);
+    const exchanged = await exchangeSparse(cross, mine, k, rounds, residual);
+    if (local.size > 1) await local.allgather(mine, padded);
+    else padded.array.set(mine.array);
+    // Every rank of every host now holds the same average: the same verdict everywhere.
+    const nonFinite = countNonFinite(padded);
+    if (nonFinite > 0) exchanged.restore();
+    grad.array.set(padded.array.subarray(0, n));
+    return { nonFiniteCount: nonFinite, k, crossBytes: exchanged.bytes };
+  } finally {
+    mine.dispose();
+    padded?.dispose();
+  }
+}
