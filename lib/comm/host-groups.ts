@@ -27,12 +27,14 @@ const HOST_GROUP_OPTION_KEYS = optionKeys<CreateHostGroupsOptions>({ timeoutMs: 
 
 /**
  * In a job of `sapipe launch --nnodes H --nproc L` (ranks numbered host by host), joins this
- * rank's host group and cross-host group as ucx communicators on groups of the launcher's
- * rendezvous; every rank calls it. `destroy()` ends both and leaves the store.
+ * rank's host group and cross-host group, and the whole job as `world`, as ucx communicators on
+ * groups of one rendezvous with the launcher's store (a job uses this instead of
+ * `createCommunicator`, whose own store would take the same port); every rank calls it.
+ * `destroy()` ends all three and leaves the store.
  *
  * @category Communication
  */
-export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { destroy(): void }> {
+export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { world: Communicator; destroy(): void }> {
   checkOptions(options, HOST_GROUP_OPTION_KEYS, 'createHostGroups(options)');
   const timeoutMs = options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`createHostGroups: timeoutMs must be a positive integer, got ${describeValue(timeoutMs)}`);
@@ -45,20 +47,23 @@ export async function createHostGroups(options: CreateHostGroupsOptions = {}): P
   const hosts = env.worldSize / perHost;
   const host = Math.floor(env.rank / perHost);
   const store = await createRendezvous({ ...env, timeoutMs });
+  let world: UcxCommunicator | undefined;
   let local: UcxCommunicator | undefined;
   let cross: UcxCommunicator | undefined;
   const destroy = (): void => {
+    world?.destroy();
     local?.destroy();
     cross?.destroy();
     // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
     void store.close().catch(() => {});
   };
   try {
+    world = await UcxCommunicator.create({ store: store.group('world', env.rank, env.worldSize), timeoutMs });
     local = await UcxCommunicator.create({ store: store.group(`host-${host}`, env.localRank, perHost), timeoutMs });
     cross = await UcxCommunicator.create({ store: store.group(`local-rank-${env.localRank}`, host, hosts), timeoutMs });
   } catch (error) {
     destroy();
     throw error;
   }
-  return { local, cross, destroy };
+  return { world, local, cross, destroy };
 }

@@ -4,8 +4,9 @@
 //
 //   node scripts/experiments/shaped-network.mjs [--rate 1gbit] [--reps 5] [--steps 60] [--json]
 //
-// Measures, on rank 0: (1) dense all-reduce against the top-k exchange (sparseAllreduce, density
-// 0.01, error feedback) per step at the demo model's size (101 770 floats) and at 16M floats;
+// Measures, on rank 0: (1) dense all-reduce against the top-k exchange (density 0.01, error
+// feedback; flat sparseAllreduce and hierarchicalSparseAllreduce) per step at the demo model's size
+// (101 770 floats) and at 16M floats;
 // (2) DataParallelTrainer step time of the demo MLP (784-128-10, batch 32 per rank, synthetic
 // inputs) in sync and sapipe-wp, dense and with top-k 0.01, beside the compute alone (forward and
 // backward). Medians over the repetitions after warm-up. Build first (npm run build).
@@ -51,9 +52,12 @@ async function drive() {
     const result = JSON.parse(line[1]);
     if (process.argv.includes('--json')) return void console.log(JSON.stringify({ options, ...result }));
     console.log(`shaped network: 2 hosts x 2 ranks, links at ${options.rate} (tbf), ucx; medians of ${options.reps} (exchange) and ${options.steps} steps (training)`);
-    console.log('exchange per step           dense all-reduce   top-k 0.01 (select + all-gather + scatter-add)   top-k / dense');
+    console.log('exchange per step      dense all-reduce   top-k 0.01, flat   top-k 0.01, hierarchical   flat / dense   hierarchical / dense');
     for (const r of result.exchange)
-      console.log(`${String(r.length).padStart(9)} floats          ${r.denseMs.toFixed(2).padStart(9)} ms     ${r.topkMs.toFixed(2).padStart(9)} ms                                 ${(r.topkMs / r.denseMs).toFixed(3)}`);
+      console.log(
+        `${String(r.length).padStart(9)} floats     ${r.denseMs.toFixed(2).padStart(9)} ms     ${r.topkMs.toFixed(2).padStart(9)} ms     ${r.hierarchicalMs.toFixed(2).padStart(9)} ms              ` +
+          `${(r.topkMs / r.denseMs).toFixed(3)}          ${(r.hierarchicalMs / r.denseMs).toFixed(3)}`,
+      );
     console.log(`demo MLP step: compute alone ${result.computeMs.toFixed(2)} ms`);
     for (const r of result.training) console.log(`  ${r.mode.padEnd(10)} ${r.exchange.padEnd(6)} ${r.stepMs.toFixed(2).padStart(8)} ms per step`);
   } finally {
@@ -62,8 +66,9 @@ async function drive() {
 }
 
 async function rank(options) {
-  const { createCommunicator, DataParallelTrainer, FlatBuffer, MLP, sparseAllreduce } = await import(new URL('../../dist/index.js', import.meta.url).href);
-  const comm = await createCommunicator('ucx');
+  const { createHostGroups, DataParallelTrainer, FlatBuffer, MLP, sparseAllreduce, hierarchicalSparseAllreduce, hierarchicalPartLength } = await import(new URL('../../dist/index.js', import.meta.url).href);
+  const groups = await createHostGroups();
+  const comm = groups.world;
   const exchange = [];
   for (const length of [101_770, 16 << 20]) {
     const buf = FlatBuffer.allocate(length);
@@ -72,8 +77,10 @@ async function rank(options) {
       const a = buf.array;
       for (let i = 0; i < length; i++) a[i] = Math.sin(i * 0.37 + comm.rank);
     };
+    const partResidual = FlatBuffer.allocate(hierarchicalPartLength(length, groups.local.size));
     const dense = [];
     const topk = [];
+    const hier = [];
     for (let r = 0; r < options.reps + 1; r++) {
       fill();
       await comm.barrier();
@@ -85,10 +92,16 @@ async function rank(options) {
       t0 = performance.now();
       await sparseAllreduce(comm, buf, { density: 0.01, residual });
       if (r > 0) topk.push(performance.now() - t0);
+      fill();
+      await comm.barrier();
+      t0 = performance.now();
+      await hierarchicalSparseAllreduce(groups, buf, { density: 0.01, residual: partResidual });
+      if (r > 0) hier.push(performance.now() - t0);
     }
-    exchange.push({ length, denseMs: median(dense), topkMs: median(topk) });
+    exchange.push({ length, denseMs: median(dense), topkMs: median(topk), hierarchicalMs: median(hier) });
     buf.dispose();
     residual.dispose();
+    partResidual.dispose();
   }
   const batch = 32;
   const x = FlatBuffer.allocate(batch * 784);
@@ -130,6 +143,6 @@ async function rank(options) {
     }
   if (comm.rank === 0) process.stdout.write(`RESULT ${JSON.stringify({ exchange, computeMs: median(compute), training })}\n`);
   await comm.barrier();
-  comm.destroy();
+  groups.destroy();
   process.exit(0);
 }
