@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 
 import { saveCheckpoint } from '../checkpoint/trainer.js';
 import { writeAtomic } from '../checkpoint/store.js';
@@ -43,6 +43,12 @@ export interface CheckpointBenchResult {
   diskMBps: number;
   /** saveMBps / diskMBps. */
   saveRatio: number;
+  /**
+   * The training thread's longest stall while a save was written in the background (the event
+   * loop's largest delay between the snapshot and the manifest, ms): what a step could have
+   * waited for beyond the snapshot. Median over the saves.
+   */
+  writeStallMs: number;
   dir: string;
 }
 
@@ -67,6 +73,7 @@ export async function benchCheckpoint(options: CheckpointBenchOptions): Promise<
       const snapshots: number[] = [];
       const saves: number[] = [];
       const disks: number[] = [];
+      const stalls: number[] = [];
       let fileBytes = 0;
       // In turns: a copy of the bytes, a save (its snapshot timed on the way), the disk alone. The
       // first save is not counted: its snapshot fills fresh pages, the later ones reuse them.
@@ -75,7 +82,11 @@ export async function benchCheckpoint(options: CheckpointBenchOptions): Promise<
         dst.set(src);
         const copy = performance.now() - t0;
         const save = await saveCheckpoint(trainer, { dir: join(base, 'ckpt'), keep: 1 });
+        const delay = monitorEventLoopDelay({ resolution: 1 });
+        delay.enable();
         const saved = await save.written;
+        delay.disable();
+        const stall = delay.max / 1e6;
         fileBytes = saved.bytes;
         const bytes = new Uint8Array(saved.bytes).fill(7);
         const t1 = performance.now();
@@ -86,12 +97,13 @@ export async function benchCheckpoint(options: CheckpointBenchOptions): Promise<
         snapshots.push(save.snapshotMs);
         saves.push(saved.bytes / 1e6 / ((saved.writeMs - save.snapshotMs) / 1000));
         disks.push(disk);
+        stalls.push(stall);
       }
       const memcpyMs = median(copies);
       const snapshotMs = median(snapshots);
       const saveMBps = median(saves);
       const diskMBps = median(disks);
-      return { elements, snapshotBytes, memcpyMs, snapshotMs, snapshotRatio: snapshotMs / memcpyMs, fileBytes, saveMBps, diskMBps, saveRatio: saveMBps / diskMBps, dir: base };
+      return { elements, snapshotBytes, memcpyMs, snapshotMs, snapshotRatio: snapshotMs / memcpyMs, fileBytes, saveMBps, diskMBps, saveRatio: saveMBps / diskMBps, writeStallMs: median(stalls), dir: base };
     } finally {
       await trainer.dispose();
     }

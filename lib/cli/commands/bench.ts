@@ -348,6 +348,7 @@ export function registerBenchCommand(program: Command): void {
       console.log(`${formatCount(r.elements)} parameters, SGD-momentum, ${options.reps} reps (medians)${options.dir !== undefined ? `, files in ${r.dir}` : ""}`);
       console.log(`snapshot on the training thread: ${r.snapshotMs.toFixed(2)} ms for ${mb(r.snapshotBytes)}; a copy of the same bytes ${r.memcpyMs.toFixed(2)} ms; ratio ${r.snapshotRatio.toFixed(2)} ${r.snapshotRatio <= 1.2 ? '(<= 1.2)' : '(> 1.2)'}`);
       console.log(`save of a ${mb(r.fileBytes)} file: ${r.saveMBps.toFixed(0)} MB/s; the same bytes written and fsynced alone: ${r.diskMBps.toFixed(0)} MB/s; ratio ${r.saveRatio.toFixed(2)}`);
+      console.log(`while a save was written in the background, the training thread's longest stall: ${r.writeStallMs.toFixed(1)} ms (what a step could wait for beyond the snapshot)`);
     });
   bench
     .command('topk')
