@@ -63,6 +63,9 @@ createReadStream(workerData, { highWaterMark: 1 << 22 })
   .on('error', (error) => parentPort.postMessage({ error: error.message }));
 `;
 
+/** Below this a file is hashed on the calling thread: a worker's start costs more than the hash. */
+const INLINE_HASH_BYTES = 1 << 20;
+
 function sha256OfFile(path: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const worker = new Worker(HASH_WORKER, { eval: true, workerData: path });
@@ -88,8 +91,9 @@ export async function writeAtomic(path: string, chunks: readonly Uint8Array[]): 
       bytes += chunk.byteLength;
     }
     await handle.sync();
-    // What reached the file is what is hashed: the file read back, not the arrays that were written.
-    sha256 = await sha256OfFile(tmp);
+    // A small file (a manifest) is hashed here; a large one by a worker thread reading back what
+    // reached the file, so that the training thread is not stalled for the hash.
+    sha256 = bytes < INLINE_HASH_BYTES ? chunks.reduce((h, c) => h.update(c), createHash('sha256')).digest('hex') : await sha256OfFile(tmp);
   } catch (error) {
     await handle.close().catch(() => undefined);
     await rm(tmp, { force: true });
