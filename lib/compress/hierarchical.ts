@@ -13,6 +13,7 @@
  */
 import { Communicator } from '../comm/communicator.js';
 import type { HostGroups } from '../comm/host-groups.js';
+import { QueuedCommunicator } from '../comm/queued.js';
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { countNonFinite } from '../ops.js';
 import { FlatBuffer } from '../tensor.js';
@@ -64,13 +65,14 @@ export async function hierarchicalSparseAllreduce(groups: HostGroups, grad: Flat
     throw new SizeMismatchError(`hierarchicalSparseAllreduce: residual must be a FlatBuffer of ${part} elements (hierarchicalPartLength(${n}, ${local.size}))`);
   // Checked on a stand-in of the part's length before anything starts (a rank that threw later
   // would leave its peers waiting).
-  const mine = FlatBuffer.allocate(part);
+  const buffers = scratch(local, part);
+  const { mine } = buffers;
   let padded: FlatBuffer | undefined;
   try {
     const { k, rounds, residual } = checkTopkArguments(mine, { density: options.density, ...(options.residual ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'hierarchicalSparseAllreduce');
     local.checkLive('hierarchicalSparseAllreduce');
     cross.checkLive('hierarchicalSparseAllreduce');
-    padded = FlatBuffer.allocate(part * local.size);
+    padded = buffers.padded;
     padded.array.fill(0);
     padded.array.set(grad.array);
     if (local.size > 1) await local.reduceScatter(padded, mine, { op: 'avg' });
@@ -84,7 +86,48 @@ export async function hierarchicalSparseAllreduce(groups: HostGroups, grad: Flat
     grad.array.set(padded.array.subarray(0, n));
     return { nonFiniteCount: nonFinite, k, crossBytes: exchanged.bytes };
   } finally {
-    mine.dispose();
-    padded?.dispose();
+    buffers.release();
   }
+}
+
+interface Scratch {
+  mine: FlatBuffer;
+  padded: FlatBuffer;
+  busy: boolean;
+}
+/** Per host communicator and part length, the buffers of the last exchange, reused by the next. */
+const scratches = new WeakMap<Communicator, Map<number, Scratch>>();
+
+/**
+ * The part and padded buffers of an exchange on `local`: in the communicator's memory where it
+ * has one (shared memory on ucx, so the reduce-scatter and all-gather inside the host read the
+ * peers' buffers directly instead of running a ring), kept for the next exchange of the same
+ * length (a region's mapping costs more than a small exchange). An exchange overlapping one in
+ * flight on the same communicator gets buffers of its own, freed after it.
+ */
+function scratch(local: Communicator, part: number): { mine: FlatBuffer; padded: FlatBuffer; release(): void } {
+  const memory = local instanceof QueuedCommunicator && local.size > 1 ? local : undefined;
+  const allocate = (n: number): FlatBuffer => (memory ? memory.allocate(n) : FlatBuffer.allocate(n));
+  let byLength = scratches.get(local);
+  if (!byLength) scratches.set(local, (byLength = new Map()));
+  const kept = byLength.get(part);
+  if (kept && !kept.busy && !kept.mine.disposed && !kept.padded.disposed) {
+    kept.busy = true;
+    return { mine: kept.mine, padded: kept.padded, release: () => void (kept.busy = false) };
+  }
+  const fresh: Scratch = { mine: allocate(part), padded: allocate(part * local.size), busy: true };
+  if (kept?.busy) {
+    return {
+      mine: fresh.mine,
+      padded: fresh.padded,
+      release: () => {
+        fresh.mine.dispose();
+        fresh.padded.dispose();
+      },
+    };
+  }
+  kept?.mine.dispose();
+  kept?.padded.dispose();
+  byLength.set(part, fresh);
+  return { mine: fresh.mine, padded: fresh.padded, release: () => void (fresh.busy = false) };
 }
