@@ -28,6 +28,7 @@ import { createRequire } from 'node:module';
 import type { NamedTensorMap, Scalar, Tensor, Variable } from '@tensorflow/tfjs-core';
 
 import { BackendUnavailableError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import type { StageBackwardOptions, StageModel } from '../nn/stage-model.js';
 import { FlatBuffer, ParamSet, type ParamSetOptions } from '../tensor.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
@@ -79,8 +80,10 @@ const OPTION_KEYS = optionKeys<TfjsParamsOptions>({ memory: true });
 export interface TfjsGradientOptions {
   /** Add to the gradient buffer (micro-batches of one update) instead of overwriting it. Default false. */
   accumulate?: boolean;
+  /** The buffer of the ParamSet's layout the gradients go into. Default `params.grads`. */
+  into?: FlatBuffer;
 }
-const GRADIENT_OPTION_KEYS = optionKeys<TfjsGradientOptions>({ accumulate: true });
+const GRADIENT_OPTION_KEYS = optionKeys<TfjsGradientOptions>({ accumulate: true, into: true });
 
 /**
  * A ParamSet laid out from a tfjs model's trainable weights (one tensor per weight, named and
@@ -96,7 +99,8 @@ export class TfjsParams {
 
   private constructor(
     private readonly tf: TfjsNamespace,
-    private readonly weights: readonly TfjsWeightLike[],
+    /** @internal */
+    readonly weights: readonly TfjsWeightLike[],
     params: ParamSet,
   ) {
     this.params = params;
@@ -192,11 +196,14 @@ export class TfjsParams {
     this.params.checkLive('TfjsParams.writeGradients');
     const accumulate = options.accumulate ?? false;
     if (typeof accumulate !== 'boolean') throw new InvalidArgumentError(`TfjsParams: accumulate must be a boolean, got ${describeValue(accumulate)}`);
+    const into = options.into ?? this.params.grads;
+    if (!(into instanceof FlatBuffer) || into.length !== this.params.length)
+      throw new SizeMismatchError(`TfjsParams.writeGradients: into must be a FlatBuffer of the ParamSet's length ${this.params.length}, got ${describeValue(into)}`);
     for (const w of this.weights) {
       const g = grads[variableOf(w).name] ?? grads[w.name];
       if (g === undefined) throw new InvalidArgumentError(`TfjsParams.writeGradients: no gradient for weight "${w.name}" (does the loss depend on it?)`);
       const data = g.dataSync();
-      const view = this.params.view(this.params.grads, w.name);
+      const view = this.params.view(into, w.name);
       if (data.length !== view.length) throw new SizeMismatchError(`TfjsParams.writeGradients: the gradient of "${w.name}" holds ${data.length} values, the weight ${view.length}`);
       if (accumulate) for (let i = 0; i < view.length; i++) view[i]! += data[i]!;
       else view.set(data);
@@ -210,4 +217,133 @@ function variableOf(w: TfjsWeightLike): Variable {
   if (typeof v.assign !== 'function' || typeof v.name !== 'string')
     throw new InvalidArgumentError(`TfjsParams: weight "${w.name}" does not read as a tf.Variable; pass a tfjs model's trainableWeights`);
   return v as Variable;
+}
+
+/** A tfjs model that maps a batch of inputs to outputs (a `tf.LayersModel`). @category TensorFlow.js */
+export interface TfjsLayersModelLike extends TfjsModelLike {
+  readonly inputs: readonly { readonly shape: readonly (number | null)[] }[];
+  readonly outputs: readonly { readonly shape: readonly (number | null)[] }[];
+  apply(input: Tensor): Tensor | Tensor[];
+}
+
+/** The part of a TensorFlow.js namespace a {@link TfjsStage} uses besides {@link TfjsNamespace}. @category TensorFlow.js */
+export interface TfjsStageNamespace extends TfjsNamespace {
+  variable(initialValue: Tensor, trainable?: boolean, name?: string): Variable;
+  mul(a: Tensor, b: Tensor): Tensor;
+  sum(x: Tensor): Scalar;
+}
+
+/**
+ * A tfjs sub-model as a pipeline stage (a {@link StageModel}): its forward and backward run
+ * through tfjs, its weights, update and transfers through sapipe. The forward keeps the
+ * micro-batch's input; the backward runs the forward again under tfjs's gradient tape, at the
+ * weights the forward read (a stashed or predicted version included), and takes the
+ * vector-Jacobian product with the output's gradient: activations are recomputed rather than kept
+ * (tfjs's tape lives inside one call). A module exporting `createStage(part, parts)` that returns
+ * one plugs into `PipelineTrainer({ model: { module, parts } })`.
+ *
+ * @category TensorFlow.js
+ */
+export class TfjsStage implements StageModel {
+  readonly params: ParamSet;
+  readonly inputSize: number;
+  readonly outputSize: number;
+  private readonly adapter: TfjsParams;
+  private readonly inputShape: number[];
+  private readonly slots = new Map<number, { input: Float32Array; batch: number; weights: FlatBuffer }>();
+
+  constructor(
+    private readonly tf: TfjsStageNamespace,
+    private readonly model: TfjsLayersModelLike,
+  ) {
+    if (tf === null || typeof tf !== 'object' || typeof tf.variable !== 'function' || typeof tf.mul !== 'function' || typeof tf.sum !== 'function')
+      throw new InvalidArgumentError(`TfjsStage(tf, model): tf must be the TensorFlow.js namespace, got ${describeValue(tf)}`);
+    const shapeOf = (list: unknown, what: string): number[] => {
+      const shape = Array.isArray(list) && list.length === 1 ? (list[0] as { shape?: unknown }).shape : undefined;
+      if (!Array.isArray(shape) || shape.length < 2 || shape.slice(1).some((d) => typeof d !== 'number' || !Number.isInteger(d) || d < 1))
+        throw new InvalidArgumentError(`TfjsStage: the model must have one ${what} of a known shape [batch, ...], got ${describeValue(shape)}`);
+      return shape.slice(1) as number[];
+    };
+    if (model === null || typeof model !== 'object' || typeof model.apply !== 'function')
+      throw new InvalidArgumentError(`TfjsStage(tf, model): model must be a tf.LayersModel, got ${describeValue(model)}`);
+    this.inputShape = shapeOf(model.inputs, 'input');
+    const outputShape = shapeOf(model.outputs, 'output');
+    this.inputSize = this.inputShape.reduce((a, b) => a * b, 1);
+    this.outputSize = outputShape.reduce((a, b) => a * b, 1);
+    this.adapter = TfjsParams.fromModel(tf, model);
+    this.params = this.adapter.params;
+  }
+
+  forward(slot: number, input: FlatBuffer, batch: number, weights: FlatBuffer): FlatBuffer {
+    const x = input.array.slice(0, batch * this.inputSize);
+    this.slots.set(slot, { input: x, batch, weights });
+    this.adapter.writeWeights(weights);
+    const y = this.run(x, batch);
+    try {
+      const out = FlatBuffer.allocate(batch * this.outputSize);
+      out.array.set(y.dataSync());
+      return out;
+    } finally {
+      y.dispose();
+    }
+  }
+
+  backward(slot: number, gradOutput: FlatBuffer, options: StageBackwardOptions): FlatBuffer | undefined {
+    const saved = this.slots.get(slot);
+    if (saved === undefined) throw new InvalidArgumentError(`TfjsStage.backward: no forward in slot ${slot}`);
+    if (options.weightGrad === false) throw new InvalidArgumentError('TfjsStage: a split backward (weightGrad: false) is not offered; use a schedule without zero-bubble splits');
+    this.slots.delete(slot);
+    const { input, batch } = saved;
+    this.adapter.writeWeights(options.weights ?? saved.weights);
+    const tf = this.tf;
+    const xTensor = tf.tensor(input, [batch, ...this.inputShape], 'float32');
+    const dy = tf.tensor(gradOutput.array.slice(0, batch * this.outputSize), [batch * this.outputSize], 'float32');
+    const wantInput = options.inputGrad ?? true;
+    const x = wantInput ? tf.variable(xTensor, true) : undefined;
+    try {
+      // d/dw sum(f(x) * dy) = the vector-Jacobian product of f with dy, for the weights and the input.
+      const { value, grads } = tf.variableGrads(() => {
+        const y = this.model.apply(x ?? xTensor) as Tensor;
+        return tf.sum(tf.mul(y.reshape([batch * this.outputSize]), dy));
+      }, [...this.adapter.weights.map((w) => variableOf(w)), ...(x ? [x] : [])]);
+      try {
+        this.adapter.writeGradients(grads, { into: options.grads, accumulate: options.accumulate ?? false });
+        if (!x) return undefined;
+        const gx = grads[x.name]!;
+        const out = FlatBuffer.allocate(batch * this.inputSize);
+        out.array.set(gx.dataSync());
+        return out;
+      } finally {
+        value.dispose();
+        for (const g of Object.values(grads)) g.dispose();
+      }
+    } finally {
+      xTensor.dispose();
+      dy.dispose();
+      x?.dispose();
+    }
+  }
+
+  activationFloats(batch: number): number {
+    return batch * this.inputSize;
+  }
+
+  recycle(buffer: FlatBuffer): void {
+    buffer.dispose();
+  }
+
+  dispose(): void {
+    this.slots.clear();
+    this.params.dispose();
+  }
+
+  private run(x: Float32Array, batch: number): Tensor {
+    const tf = this.tf;
+    const xTensor = tf.tensor(x, [batch, ...this.inputShape], 'float32');
+    try {
+      return this.model.apply(xTensor) as Tensor;
+    } finally {
+      xTensor.dispose();
+    }
+  }
 }

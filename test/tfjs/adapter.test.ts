@@ -8,6 +8,9 @@
  * - `sapipe-wp`: the ranks agree, the loss falls, the model's variables hold the predicted weights
  *   the forward read, and `tf.memory().numTensors` is flat across 20 steps (no tensor leaks).
  * - Bad input: typed errors; a missing TensorFlow.js is a BackendUnavailableError saying what to install.
+ * - TfjsStage: tfjs sub-models as pipeline stages; GPipe and 1F1B over 2 parts equal the whole
+ *   network trained by tfjs's momentum optimizer (one round per epoch over the whole set) to 1e-5;
+ *   PipeOptim trains.
  */
 import * as tf from '@tensorflow/tfjs';
 import t from 'tap';
@@ -136,4 +139,70 @@ t.test('bad input is a typed error; a missing TensorFlow.js says what to install
   t.throws(() => a.writeWeights(), { code: 'ERR_DISPOSED' });
   t.throws(() => requirePackage('@tensorflow/no-such-package'), { code: 'ERR_BACKEND_UNAVAILABLE', message: /npm install @tensorflow\/tfjs/ });
   t.end();
+});
+
+t.test('a tfjs sub-model as a pipeline stage: GPipe over 2 tfjs parts equals tfjs training the whole network', async (t) => {
+  // From the build, as the runtime tests do: stage threads load what the trainer was loaded from,
+  // and through the test runner's TypeScript hook each would compile lib/ again.
+  const { PipelineTrainer } = (await import(new URL('../../dist/index.js', import.meta.url).href)) as typeof import('../../lib/index.js');
+  const fixture = new URL('../fixtures/pipeline/tfjs-stage.mjs', import.meta.url);
+  const { layer, FEATURES: F, LAYERS } = (await import(fixture.href)) as { layer(i: number, shape: number[]): tf.layers.Layer; FEATURES: number; LAYERS: { units: number }[] };
+  const M = 4;
+  const B = 4;
+  const n = M * B; // one round per epoch: every round is the whole set, whatever its order
+  const inputs = new Float32Array(n * F).map((_, i) => Math.sin(1 + i * 0.37));
+  const labels = Array.from({ length: n }, (_, i) => i % 3);
+  const LR = 0.1;
+  const MU = 0.9;
+  const ROUNDS = 6;
+  const reference = tf.sequential({ layers: [layer(0, [F]), layer(1, [LAYERS[0]!.units])] });
+  const optimizer = tf.train.momentum(LR, MU);
+  const xs = tf.tensor2d(inputs, [n, F]);
+  const ys = tf.oneHot(tf.tensor1d(labels, 'int32'), 3);
+  for (let r = 0; r < ROUNDS; r++) optimizer.minimize(() => tf.losses.softmaxCrossEntropy(ys, reference.apply(xs) as tf.Tensor) as tf.Scalar);
+  tf.dispose([xs, ys]);
+  for (const schedule of ['gpipe', '1f1b'] as const) {
+    const trainer = await PipelineTrainer.create({
+      schedule,
+      stages: 2,
+      microBatches: M,
+      microBatchSize: B,
+      model: { module: fixture.href },
+      optimizer: { kind: 'sgd', lr: LR, momentum: MU },
+      data: { inputs, labels: Uint8Array.from(labels), features: F },
+    });
+    try {
+      for (let r = 0; r < ROUNDS; r++) await trainer.trainEpoch();
+      const parts = await trainer.weights();
+      const want = reference.trainableWeights.map((w) => w.read().dataSync());
+      // Part k's ParamSet holds layer k's kernel then bias, each aligned to 16 floats.
+      let worst = 0;
+      parts.forEach((p, k) => {
+        const [kernel, bias] = [want[2 * k]!, want[2 * k + 1]!];
+        const at = Math.ceil(kernel.length / 16) * 16;
+        kernel.forEach((v, i) => (worst = Math.max(worst, Math.abs(v - p[i]!) / Math.max(1e-3, Math.abs(v)))));
+        bias.forEach((v, i) => (worst = Math.max(worst, Math.abs(v - p[at + i]!) / Math.max(1e-3, Math.abs(v)))));
+      });
+      t.ok(worst <= 1e-5, `${schedule}: after ${ROUNDS} rounds the parts equal the whole network trained by tfjs (largest relative difference ${worst.toExponential(2)}, limit 1e-5)`);
+    } finally {
+      await trainer.dispose();
+    }
+  }
+  // PipeOptim: the forward of the first stage reads the weights the fused kernel predicts.
+  const async = await PipelineTrainer.create({
+    schedule: 'pipeoptim',
+    stages: 2,
+    microBatches: M,
+    microBatchSize: B,
+    model: { module: fixture.href },
+    optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 },
+    data: { inputs, labels: Uint8Array.from(labels), features: F },
+  });
+  try {
+    const losses: number[] = [];
+    for (let r = 0; r < 10; r++) losses.push((await async.trainEpoch()).loss);
+    t.ok(losses[9]! < losses[0]!, `pipeoptim with tfjs stages: the loss falls (${losses[0]!.toFixed(4)} -> ${losses[9]!.toFixed(4)})`);
+  } finally {
+    await async.dispose();
+  }
 });
