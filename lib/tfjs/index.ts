@@ -99,11 +99,29 @@ export class TfjsParams {
 
   private constructor(
     private readonly tf: TfjsNamespace,
+    private readonly model: TfjsModelLike,
     /** @internal */
     readonly weights: readonly TfjsWeightLike[],
     params: ParamSet,
   ) {
     this.params = params;
+  }
+
+  /**
+   * The model still has the weights the ParamSet was laid out from (the same variables, in the
+   * same order, of the same shapes): a model rebuilt or grown since would otherwise be written
+   * into the wrong places, or not at all.
+   */
+  private checkModel(what: string): void {
+    this.params.checkLive(what);
+    const now = this.model.trainableWeights;
+    const same =
+      now.length === this.weights.length &&
+      now.every((w, i) => w === this.weights[i] && w.shape.length === this.params.layout(w.name).shape.length && w.shape.every((d, j) => d === this.params.layout(w.name).shape[j]));
+    if (!same)
+      throw new SizeMismatchError(
+        `${what}: the model's trainable weights changed since its ParamSet was made (${this.weights.length} then, ${now.length} now, or other variables or shapes); make a new TfjsParams.fromModel and a new trainer`,
+      );
   }
 
   /** Lays out a ParamSet from `model.trainableWeights` and copies the model's current weights into it. */
@@ -125,7 +143,7 @@ export class TfjsParams {
       weights.map((w) => [w.name, [...w.shape] as number[]] as [string, number[]]),
       options.memory === undefined ? {} : { memory: options.memory },
     );
-    const adapter = new TfjsParams(tf, weights, params);
+    const adapter = new TfjsParams(tf, model, [...weights], params);
     try {
       adapter.readWeights();
     } catch (error) {
@@ -142,7 +160,7 @@ export class TfjsParams {
 
   /** Copies the model's variables into `params.weights` (the real weights sapipe updates). */
   readWeights(): void {
-    this.params.checkLive('TfjsParams.readWeights');
+    this.checkModel('TfjsParams.readWeights');
     for (const w of this.weights) {
       const view = this.params.view(this.params.weights, w.name);
       const data = w.read().dataSync();
@@ -156,7 +174,7 @@ export class TfjsParams {
    * optimizer's `forwardWeights`) into the model's variables, so that its next forward reads them.
    */
   writeWeights(source: FlatBuffer = this.params.weights): void {
-    this.params.checkLive('TfjsParams.writeWeights');
+    this.checkModel('TfjsParams.writeWeights');
     if (!(source instanceof FlatBuffer) || source.length !== this.params.length)
       throw new SizeMismatchError(`TfjsParams.writeWeights(source): source must be a FlatBuffer of the ParamSet's length ${this.params.length}, got ${describeValue(source)}`);
     for (const w of this.weights) {
@@ -178,7 +196,7 @@ export class TfjsParams {
   computeGradients(lossFn: () => Scalar, options: TfjsGradientOptions = {}): number {
     if (typeof lossFn !== 'function') throw new InvalidArgumentError(`TfjsParams.computeGradients(lossFn): lossFn must be a function returning a scalar, got ${describeValue(lossFn)}`);
     checkOptions(options, GRADIENT_OPTION_KEYS, 'TfjsParams.computeGradients(lossFn, options)');
-    this.params.checkLive('TfjsParams.computeGradients');
+    this.checkModel('TfjsParams.computeGradients');
     const { value, grads } = this.tf.variableGrads(lossFn, this.weights.map((w) => variableOf(w)));
     try {
       this.writeGradients(grads, options);
@@ -193,7 +211,7 @@ export class TfjsParams {
   writeGradients(grads: NamedTensorMap, options: TfjsGradientOptions = {}): void {
     if (grads === null || typeof grads !== 'object') throw new InvalidArgumentError(`TfjsParams.writeGradients(grads): grads must map weight names to tensors, got ${describeValue(grads)}`);
     checkOptions(options, GRADIENT_OPTION_KEYS, 'TfjsParams.writeGradients(grads, options)');
-    this.params.checkLive('TfjsParams.writeGradients');
+    this.checkModel('TfjsParams.writeGradients');
     const accumulate = options.accumulate ?? false;
     if (typeof accumulate !== 'boolean') throw new InvalidArgumentError(`TfjsParams: accumulate must be a boolean, got ${describeValue(accumulate)}`);
     const into = options.into ?? this.params.grads;

@@ -90,6 +90,35 @@ t.test('sync on 2 ranks equals tfjs training the whole batch with its own moment
   tf.dispose([...models, reference].flatMap((m) => m.weights.map((w) => w.read())));
 });
 
+for (const kind of ['sgd', 'adam'] as const)
+  t.test(`one worker, ${kind === 'sgd' ? 'SGD with momentum' : 'Adam'}: 50 steps equal tfjs's own optimizer on the same batches`, async (t) => {
+    const reference = model(5);
+    const mine = model(5);
+    const tfOptimizer = kind === 'sgd' ? tf.train.momentum(0.05, 0.9) : tf.train.adam(0.01, 0.9, 0.999, 1e-8);
+    const tp = TfjsParams.fromModel(tf, mine);
+    const { SGD, Adam } = await import('../../lib/index.js');
+    const optimizer = kind === 'sgd' ? new SGD(tp.params, { lr: 0.05, momentum: 0.9 }) : new Adam(tp.params, { lr: 0.01, eps: 1e-8 });
+    for (let s = 0; s < 50; s++) {
+      const { xs, ys } = batch(s % 7);
+      tfOptimizer.minimize(() => loss(reference, xs, ys));
+      tp.writeWeights(optimizer.forwardWeights);
+      tp.computeGradients(() => loss(mine, xs, ys));
+      await optimizer.step();
+      tf.dispose([xs, ys]);
+    }
+    tp.writeWeights();
+    let worst = 0;
+    reference.trainableWeights.forEach((w, i) => {
+      const want = w.read().dataSync();
+      const got = mine.trainableWeights[i]!.read().dataSync();
+      want.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - got[j]!) / Math.max(1e-2, Math.abs(v)))));
+    });
+    // Adam: tfjs adds eps to sqrt(v) before the bias correction, PyTorch's rule (sapipe's) after it.
+    t.ok(worst <= 1e-4, `largest difference ${worst.toExponential(2)} (relative above 0.01, absolute below; limit 1e-4)`);
+    optimizer.dispose();
+    tp.params.dispose();
+  });
+
 t.test('sapipe-wp: the forward reads the predicted weights, the loss falls, no tensor leaks', async (t) => {
   const comms = await ranks('tfjs-wp');
   const models = [model(3), model(3)];
@@ -137,6 +166,13 @@ t.test('bad input is a typed error; a missing TensorFlow.js says what to install
   t.throws(() => a.writeGradients({}), { code: 'ERR_INVALID_ARGUMENT', message: /no gradient for weight/ });
   a.params.dispose();
   t.throws(() => a.writeWeights(), { code: 'ERR_DISPOSED' });
+  // A model that grows after its ParamSet was made is refused, not written into the wrong places.
+  const grown = tf.sequential({ layers: [tf.layers.dense({ inputShape: [FEATURES], units: 4 })] });
+  const g = TfjsParams.fromModel(tf, grown);
+  grown.add(tf.layers.dense({ units: 2 }));
+  t.throws(() => g.writeWeights(), { code: 'ERR_SIZE_MISMATCH', message: /trainable weights changed/ });
+  t.throws(() => g.computeGradients(() => tf.scalar(0)), { code: 'ERR_SIZE_MISMATCH' });
+  g.params.dispose();
   t.throws(() => requirePackage('@tensorflow/no-such-package'), { code: 'ERR_BACKEND_UNAVAILABLE', message: /npm install @tensorflow\/tfjs/ });
   t.end();
 });
