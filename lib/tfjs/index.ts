@@ -249,6 +249,7 @@ export interface TfjsStageNamespace extends TfjsNamespace {
   variable(initialValue: Tensor, trainable?: boolean, name?: string): Variable;
   mul(a: Tensor, b: Tensor): Tensor;
   sum(x: Tensor): Scalar;
+  reshape(x: Tensor, shape: number[]): Tensor;
 }
 
 /**
@@ -274,7 +275,7 @@ export class TfjsStage implements StageModel {
     private readonly tf: TfjsStageNamespace,
     private readonly model: TfjsLayersModelLike,
   ) {
-    if (tf === null || typeof tf !== 'object' || typeof tf.variable !== 'function' || typeof tf.mul !== 'function' || typeof tf.sum !== 'function')
+    if (tf === null || typeof tf !== 'object' || typeof tf.variable !== 'function' || typeof tf.mul !== 'function' || typeof tf.sum !== 'function' || typeof tf.reshape !== 'function')
       throw new InvalidArgumentError(`TfjsStage(tf, model): tf must be the TensorFlow.js namespace, got ${describeValue(tf)}`);
     const shapeOf = (list: unknown, what: string): number[] => {
       const shape = Array.isArray(list) && list.length === 1 ? (list[0] as { shape?: unknown }).shape : undefined;
@@ -322,7 +323,7 @@ export class TfjsStage implements StageModel {
       // d/dw sum(f(x) * dy) = the vector-Jacobian product of f with dy, for the weights and the input.
       const { value, grads } = tf.variableGrads(() => {
         const y = this.model.apply(x ?? xTensor) as Tensor;
-        return tf.sum(tf.mul(y.reshape([batch * this.outputSize]), dy));
+        return tf.sum(tf.mul(tf.reshape(y, [batch * this.outputSize]), dy));
       }, [...this.adapter.weights.map((w) => variableOf(w)), ...(x ? [x] : [])]);
       try {
         this.adapter.writeGradients(grads, { into: options.grads, accumulate: options.accumulate ?? false });
