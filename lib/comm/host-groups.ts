@@ -3,7 +3,7 @@
  * its host, and the ranks holding the same local rank on every host.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 import type { Communicator } from './communicator.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { fromEnv } from './rendezvous/env.js';
@@ -36,8 +36,7 @@ const HOST_GROUP_OPTION_KEYS = optionKeys<CreateHostGroupsOptions>({ timeoutMs: 
  */
 export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { world: Communicator; destroy(): void }> {
   checkOptions(options, HOST_GROUP_OPTION_KEYS, 'createHostGroups(options)');
-  const timeoutMs = options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS;
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`createHostGroups: timeoutMs must be a positive integer, got ${describeValue(timeoutMs)}`);
+  const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'createHostGroups: timeoutMs', 1, 2 ** 31 - 1);
   const env = fromEnv();
   const perHost = env.localWorldSize;
   if (perHost === undefined || env.worldSize % perHost !== 0)

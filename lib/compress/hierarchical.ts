@@ -17,8 +17,8 @@ import { QueuedCommunicator } from '../comm/queued.js';
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { countNonFinite } from '../ops.js';
 import { FlatBuffer } from '../tensor.js';
-import { checkOptions, describeValue, optionKeys } from '../validate.js';
-import { exchangeSparse, type SparseAllreduceOptions } from './sparse-allreduce.js';
+import { checkOptions, describeValue } from '../validate.js';
+import { exchangeSparse, SPARSE_OPTION_KEYS, type SparseAllreduceOptions } from './sparse-allreduce.js';
 import { checkTopkArguments } from './topk.js';
 
 /** What {@link hierarchicalSparseAllreduce} did. @category Compression */
@@ -30,8 +30,6 @@ export interface HierarchicalSparseResult {
   /** Bytes this rank received from the other hosts. */
   crossBytes: number;
 }
-
-const OPTION_KEYS = optionKeys<SparseAllreduceOptions>({ density: true, residual: true, rounds: true });
 
 /**
  * Length of the part of a `length`-element gradient that one of `localSize` ranks of a host
@@ -57,22 +55,19 @@ export async function hierarchicalSparseAllreduce(groups: HostGroups, grad: Flat
   if (groups === null || typeof groups !== 'object' || !(groups.local instanceof Communicator) || !(groups.cross instanceof Communicator))
     throw new InvalidArgumentError(`hierarchicalSparseAllreduce(groups) must be { local, cross } communicators, got ${describeValue(groups)}`);
   if (!(grad instanceof FlatBuffer)) throw new InvalidArgumentError(`hierarchicalSparseAllreduce(grad) must be a FlatBuffer, got ${describeValue(grad)}`);
-  checkOptions(options, OPTION_KEYS, 'hierarchicalSparseAllreduce(groups, grad, options)');
+  checkOptions(options, SPARSE_OPTION_KEYS, 'hierarchicalSparseAllreduce(groups, grad, options)');
   const { local, cross } = groups;
   const n = grad.length;
   const part = hierarchicalPartLength(n, local.size);
   if (options.residual !== undefined && (!(options.residual instanceof FlatBuffer) || options.residual.length !== part))
     throw new SizeMismatchError(`hierarchicalSparseAllreduce: residual must be a FlatBuffer of ${part} elements (hierarchicalPartLength(${n}, ${local.size}))`);
-  // Checked on a stand-in of the part's length before anything starts (a rank that threw later
-  // would leave its peers waiting).
-  const buffers = scratch(local, part);
-  const { mine } = buffers;
-  let padded: FlatBuffer | undefined;
+  const { mine, padded, release } = scratch(local, part);
   try {
-    const { k, rounds, residual } = checkTopkArguments(mine, { density: options.density, ...(options.residual ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'hierarchicalSparseAllreduce');
+    // Checked against this rank's part before anything starts (a rank that threw later would
+    // leave its peers waiting).
+    const { k, rounds, residual } = checkTopkArguments(mine, options, 'hierarchicalSparseAllreduce');
     local.checkLive('hierarchicalSparseAllreduce');
     cross.checkLive('hierarchicalSparseAllreduce');
-    padded = buffers.padded;
     padded.array.fill(0);
     padded.array.set(grad.array);
     if (local.size > 1) await local.reduceScatter(padded, mine, { op: 'avg' });
@@ -86,7 +81,7 @@ export async function hierarchicalSparseAllreduce(groups: HostGroups, grad: Flat
     grad.array.set(padded.array.subarray(0, n));
     return { nonFiniteCount: nonFinite, k, crossBytes: exchanged.bytes };
   } finally {
-    buffers.release();
+    release();
   }
 }
 

@@ -29,7 +29,8 @@ export interface SparseAllreduceOptions {
   /** MSTopK's most sampling passes (default 8). */
   rounds?: number;
 }
-const SPARSE_OPTION_KEYS = optionKeys<SparseAllreduceOptions>({ density: true, residual: true, rounds: true });
+/** @internal The keys of {@link SparseAllreduceOptions}, for every sparse all-reduce. */
+export const SPARSE_OPTION_KEYS = optionKeys<SparseAllreduceOptions>({ density: true, residual: true, rounds: true });
 
 /** What {@link sparseAllreduce} did. @category Compression */
 export interface SparseAllreduceResult {
@@ -52,7 +53,7 @@ export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, opti
   checkOptions(options, SPARSE_OPTION_KEYS, 'sparseAllreduce(comm, grad, options)');
   // Everything is checked before the exchange: a rank that threw after it started would leave its
   // peers waiting for it until their timeout.
-  const { k, rounds, residual } = checkTopkArguments(grad, { density: options.density, ...(options.residual !== undefined ? { residual: options.residual } : {}), ...(options.rounds !== undefined ? { rounds: options.rounds } : {}) }, 'sparseAllreduce');
+  const { k, rounds, residual } = checkTopkArguments(grad, options, 'sparseAllreduce');
   comm.checkLive('sparseAllreduce');
   const r = await exchangeSparse(comm, grad, k, rounds, residual);
   // Nothing will be applied: the ranks that selected keep all of x for a later step.

@@ -48,7 +48,7 @@ function checkBuffer(b: unknown, what: string): FlatBuffer {
  * before a collective starts (a rank that throws later leaves its peers waiting). `k` is at most
  * the gradient's length.
  */
-export function checkTopkArguments(grad: unknown, options: TopkOptions, what: string): { grad: FlatBuffer; k: number; rounds: number; residual: FlatBuffer | null } {
+export function checkTopkArguments(grad: unknown, options: TopkOptions, what: string): { k: number; rounds: number; residual: FlatBuffer | null } {
   checkBuffer(grad, `${what}(grad)`);
   const g = grad as FlatBuffer;
   checkOptions(options, TOPK_OPTION_KEYS, `${what}(grad, options)`);
@@ -61,7 +61,7 @@ export function checkTopkArguments(grad: unknown, options: TopkOptions, what: st
   const residual = options.residual === undefined ? null : checkBuffer(options.residual, `${what}: residual`);
   if (residual && residual.length !== g.length) throw new SizeMismatchError(`${what}: residual has ${residual.length} elements, grad ${g.length}`);
   if (residual === g) throw new AliasingError(`${what}: grad and residual must be different buffers`);
-  return { grad: g, k, rounds, residual };
+  return { k, rounds, residual };
 }
 
 /**

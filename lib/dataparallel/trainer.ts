@@ -699,12 +699,13 @@ export class DataParallelTrainer {
   private startReduction(buffer: FlatBuffer, unscale: number): Pending {
     // In the same buckets as the overlapped update's reduction, so that the two sum every element
     // in the same order (a ring over 3+ ranks orders its sums by chunk) and agree bit for bit.
-    const ranges = bucketRanges(buffer.length, this.bucketOptions.bucketBytes, this.bucketOptions.firstBucketBytes);
-    const reduction = this.compression
-      ? this.compressedAverage(buffer)
-      : Promise.all(ranges.map(([offset, count]) => this.comm.allreduce(buffer, { op: 'avg', offset, count }))).then((results) => ({
-          nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0),
-        }));
+    const dense = (): Promise<ReduceResult> =>
+      Promise.all(
+        bucketRanges(buffer.length, this.bucketOptions.bucketBytes, this.bucketOptions.firstBucketBytes).map(([offset, count]) =>
+          this.comm.allreduce(buffer, { op: 'avg', offset, count }),
+        ),
+      ).then((results) => ({ nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0) }));
+    const reduction = this.compression ? this.compressedAverage(buffer) : dense();
     const pending: Pending = { buffer, reduction, result: undefined, unscale };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
