@@ -45,12 +45,12 @@ t.test('examples/pipeline-mnist.mjs trains an MLP on 4 stage workers', async (t)
   t.match(stdout, /cut at layers \[\d+, \d+, \d+\]/);
 });
 
-t.test('examples/tfjs-mnist.mjs trains a TensorFlow.js CNN on 4 data-parallel workers in sync and sapipe-wp', async (t) => {
+t.test('examples/tfjs-mnist.mjs trains a TensorFlow.js CNN data-parallel (sync, sapipe-wp) and cut into 2 pipeline stages (1f1b, pipeoptim)', async (t) => {
   const script = fileURLToPath(new URL('../examples/tfjs-mnist.mjs', import.meta.url));
   // 50 digits per class, 2 epochs: a short run (about a minute here); chance is 10 %.
   const { stdout } = await run(process.execPath, [script, '50', '2'], { timeout: 300_000 });
-  for (const mode of ['sync', 'sapipe-wp']) {
-    const m = new RegExp(`${mode}: test accuracy ([\\d.]+)%`).exec(stdout);
-    t.ok(m && Number(m[1]) > 40, `${mode} learns: ${m?.[1]}% (chance 10%)`);
+  for (const label of ['sync', 'sapipe-wp', '1f1b over 2 stages', 'pipeoptim over 2 stages']) {
+    const m = new RegExp(`${label}: test accuracy ([\\d.]+)%`).exec(stdout);
+    t.ok(m && Number(m[1]) > 40, `${label} learns: ${m?.[1]}% (chance 10%)`);
   }
 });

@@ -6,6 +6,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { DATA_PARALLEL_MODES, DEFAULT_WP_ESTIMATE, type DataParallelMode } from '../dataparallel/mode.js';
 import type { NetworkEmulation } from '../comm/emulation.js';
+import type { DataParallelTrainerOptions } from '../dataparallel/trainer.js';
 import type { GradientEstimate } from '../optim/options.js';
 import { describeValue } from '../validate.js';
 
@@ -119,4 +120,29 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
       throw new InvalidArgumentError(`--latency-us must be a non-negative number, got ${describeValue(latencyUs)}`);
   }
   return c;
+}
+
+/** The MNIST split every demo rank reads: SharedArrayBuffer-backed, so N workers do not each copy it. */
+export interface DemoSharedData {
+  trainInputs: Float32Array;
+  trainLabels: Uint8Array;
+  testInputs: Float32Array;
+  testLabels: Uint8Array;
+}
+
+/** What a demo rank's DataParallelTrainer needs besides the communicator and the parameters. */
+export type DemoTrainerSettings = Pick<DemoConfig, 'lambda' | 'dcKind' | 'overlap' | 'topk' | 'lr' | 'momentum'>;
+
+/** The DataParallelTrainer options of one variant: its mode, estimate and compensation, SGD with momentum, and the exchange. */
+export function demoTrainerOptions(variant: DemoVariant, s: DemoTrainerSettings): Omit<DataParallelTrainerOptions, 'comm' | 'params'> {
+  const compensated = variant.mode === 'sapipe-dc' || variant.compensate;
+  const overlap = s.overlap ?? true;
+  return {
+    mode: variant.mode,
+    ...(variant.estimate ? { estimate: variant.estimate } : {}),
+    ...(compensated ? { compensation: { ...(s.lambda === undefined ? {} : { lambda: s.lambda }), ...(s.dcKind === undefined ? {} : { kind: s.dcKind }) } } : {}),
+    optimizer: { kind: 'sgd', lr: s.lr, momentum: s.momentum },
+    ...(overlap || s.topk ? {} : { overlapUpdate: false }),
+    ...(s.topk ? { compression: { kind: 'topk' as const, density: s.topk.density, errorFeedback: s.topk.errorFeedback } } : {}),
+  };
 }

@@ -4,6 +4,8 @@
  * per-epoch test accuracy from rank 0 and every rank's timings, and summarises them per mode.
  * Modes run one after another so they never compete for the cores.
  */
+import type { Worker } from 'node:worker_threads';
+
 import { InvalidArgumentError } from '../errors.js';
 import { spawnLocalRanks } from '../comm/local.js';
 import { loadMnist } from '../data/mnist.js';
@@ -87,24 +89,10 @@ async function runMode(
   const workers = spawnLocalRanks(new URL(`./worker.${ext}`, import.meta.url), config.workers, { workerData: workerData as unknown as Record<string, unknown> });
   const epochAccuracy: number[] = [];
   try {
-    const done = await new Promise<Extract<DemoWorkerMessage, { kind: 'done' }>[]>((resolve, reject) => {
-      const results: Extract<DemoWorkerMessage, { kind: 'done' }>[] = [];
-      workers.forEach((w, rank) => {
-        w.on('error', reject);
-        w.on('exit', (code) => {
-          if (!results.some((r) => r.rank === rank)) reject(new Error(`demo worker ${rank} (${mode}) exited with code ${code} before finishing`));
-        });
-        w.on('message', (m: DemoWorkerMessage) => {
-          if (m.kind === 'error') reject(new Error(`demo worker ${m.rank} (${mode}): ${m.error}`));
-          else if (m.kind === 'epoch') {
-            epochAccuracy.push(m.accuracy);
-            onProgress({ mode, epoch: m.epoch, epochs: config.epochs, accuracy: m.accuracy });
-          } else {
-            results.push(m);
-            if (results.length === config.workers) resolve(results);
-          }
-        });
-      });
+    const done = await gatherRanks<Extract<DemoWorkerMessage, { kind: 'done' }>>(workers, mode, (m: DemoWorkerMessage) => {
+      if (m.kind !== 'epoch') return;
+      epochAccuracy.push(m.accuracy);
+      onProgress({ mode, epoch: m.epoch, epochs: config.epochs, accuracy: m.accuracy });
     });
     const wallMs = Math.max(...done.map((d) => d.trainMs));
     const steps = done[0]!.steps;
@@ -126,6 +114,30 @@ async function runMode(
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));
   }
+}
+
+/**
+ * @internal Waits until every worker rank has posted its `{ kind: 'done', rank }` message; an
+ * `{ kind: 'error' }` message, an error event or a rank exiting before it is done fails the wait.
+ * Other messages go to `onOther`.
+ */
+export function gatherRanks<D extends { kind: 'done'; rank: number }>(workers: readonly Worker[], label: string, onOther: (message: never) => void = () => {}): Promise<D[]> {
+  return new Promise<D[]>((resolve, reject) => {
+    const results: D[] = [];
+    workers.forEach((w, rank) => {
+      w.on('error', reject);
+      w.on('exit', (code) => {
+        if (!results.some((r) => r.rank === rank)) reject(new Error(`demo worker ${rank} (${label}) exited with code ${code} before finishing`));
+      });
+      w.on('message', (m: { kind: string; rank?: number; error?: string }) => {
+        if (m.kind === 'error') reject(new Error(`demo worker ${m.rank} (${label}): ${m.error}`));
+        else if (m.kind === 'done') {
+          results.push(m as unknown as D);
+          if (results.length === workers.length) resolve(results);
+        } else onOther(m as never);
+      });
+    });
+  });
 }
 
 export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) => void = () => {}): Promise<DemoResult> {

@@ -13,9 +13,9 @@ import { shuffledIndices } from '../data/seeded-random.js';
 import { DataParallelTrainer } from '../dataparallel/trainer.js';
 import { MLP } from '../nn/mlp.js';
 import { FlatBuffer } from '../tensor.js';
-import { DEMO_LAYERS, type DemoVariant } from './config.js';
+import { DEMO_LAYERS, demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
 
-export interface DemoWorkerData extends LocalRankData {
+export interface DemoWorkerData extends LocalRankData, DemoSharedData {
   variant: DemoVariant;
   lambda: number | undefined;
   dcKind: 'elementwise' | 'adaptive' | undefined;
@@ -29,11 +29,6 @@ export interface DemoWorkerData extends LocalRankData {
   momentum: number;
   seed: number;
   emulate: NetworkEmulation | undefined;
-  /** Shared (SharedArrayBuffer-backed) so N workers do not each copy the data set. */
-  trainInputs: Float32Array;
-  trainLabels: Uint8Array;
-  testInputs: Float32Array;
-  testLabels: Uint8Array;
 }
 
 export type DemoWorkerMessage =
@@ -49,18 +44,7 @@ async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
   const model = new MLP(DEMO_LAYERS, { seed: data.seed });
-  const { variant, lambda, dcKind } = data;
-  const compensated = variant.mode === 'sapipe-dc' || variant.compensate;
-  const trainer = await DataParallelTrainer.create({
-    comm,
-    params: model.params,
-    mode: variant.mode,
-    ...(variant.estimate ? { estimate: variant.estimate } : {}),
-    ...(compensated ? { compensation: { ...(lambda === undefined ? {} : { lambda }), ...(dcKind === undefined ? {} : { kind: dcKind }) } } : {}),
-    optimizer: { kind: 'sgd', lr: data.lr, momentum: data.momentum },
-    ...(data.overlap || data.topk ? {} : { overlapUpdate: false }),
-    ...(data.topk ? { compression: { kind: 'topk' as const, density: data.topk.density, errorFeedback: data.topk.errorFeedback } } : {}),
-  });
+  const trainer = await DataParallelTrainer.create({ comm, params: model.params, ...demoTrainerOptions(data.variant, data) });
   const trainCount = data.trainLabels.length;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).
   const perRank = Math.floor(trainCount / size);

@@ -241,7 +241,8 @@ function variableOf(w: TfjsWeightLike): Variable {
 export interface TfjsLayersModelLike extends TfjsModelLike {
   readonly inputs: readonly { readonly shape: readonly (number | null)[] }[];
   readonly outputs: readonly { readonly shape: readonly (number | null)[] }[];
-  apply(input: Tensor): Tensor | Tensor[];
+  /** Typed loosely: a real LayersModel's apply also returns symbolic tensors (for tensors in, it returns a tensor). */
+  apply(input: Tensor): unknown;
 }
 
 /** The part of a TensorFlow.js namespace a {@link TfjsStage} uses besides {@link TfjsNamespace}. @category TensorFlow.js */

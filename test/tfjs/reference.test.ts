@@ -169,7 +169,7 @@ t.test('no tensor leaks over 1,000 steps: a sapipe-wp loop and a TfjsStage', asy
   comm.destroy();
 
   // The stage form: forward, backward (input and weight gradients) for 1,000 micro-batches.
-  const stage = new TfjsStage(tf, model() as never);
+  const stage = new TfjsStage(tf, model());
   const input = FlatBuffer.allocate(BATCH * FEATURES);
   const sample = batch(1, 0);
   input.array.set(sample.xs.dataSync());

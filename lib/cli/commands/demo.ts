@@ -18,6 +18,9 @@ import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../
 import { renderDemoReport } from '../../demo/report.js';
 import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
 import type { DataParallelProfile } from '../../dataparallel/projection.js';
+import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from '../../pipeline/runtime/weights.js';
+// TensorFlow.js itself is loaded only when --tfjs asks for it (demo/tfjs-model.ts).
+import { runTfjsDemo, TFJS_DEMO_DEFAULTS, type TfjsDemoConfig } from '../../demo/tfjs-run.js';
 
 interface DemoCliOptions {
   workers: string;
@@ -38,6 +41,9 @@ interface DemoCliOptions {
   profileOut?: string;
   report: string;
   json?: boolean;
+  tfjs?: boolean;
+  schedules: string;
+  stages: string;
 }
 
 // Options arrive as strings and are checked here (not by commander parsers) so every bad value
@@ -133,6 +139,64 @@ function printTable(result: DemoResult): void {
   );
 }
 
+/** `--tfjs`: the TensorFlow.js CNN, with its own defaults where the user gave none. */
+async function tfjsDemo(options: DemoCliOptions, command: Command): Promise<void> {
+  for (const name of ['profileOut', 'report'])
+    if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name === 'profileOut' ? 'profile-out' : name} is not offered with --tfjs (the table or --json is its output)`);
+  const fromUser = (name: string): boolean => command.getOptionValueSource(name) === 'cli';
+  const o: DemoCliOptions = {
+    ...options,
+    modes: fromUser('modes') ? options.modes : TFJS_DEMO_DEFAULTS.modes,
+    epochs: fromUser('epochs') ? options.epochs : String(TFJS_DEMO_DEFAULTS.epochs),
+    batch: fromUser('batch') ? options.batch : String(TFJS_DEMO_DEFAULTS.batch),
+    trainSamples: options.trainSamples ?? String(TFJS_DEMO_DEFAULTS.trainSamples),
+  };
+  const config: TfjsDemoConfig = {
+    ...demoConfigFromCli(o),
+    schedules: parseSchedules(o.schedules),
+    stages: num(o.stages, '--stages'),
+  };
+  const live = !options.json && process.stderr.isTTY;
+  const result = await runTfjsDemo(config, (run) => {
+    if (live) process.stderr.write(`${run.run}: test accuracy ${(run.accuracy * 100).toFixed(2)}%, ${(run.wallMs / 1000).toFixed(1)} s\n`);
+  });
+  if (options.json) {
+    console.log(JSON.stringify(result, null, 2));
+    return;
+  }
+  const c = result.config;
+  console.log(
+    `TensorFlow.js CNN (conv 3x3x8, max-pool, dense 64, dense 10) on MNIST (${c.trainSamples} train / ${c.testSamples} test), tfjs backend ${c.backend}, ` +
+      `global batch ${c.workers} x ${c.batch}, ${c.epochs} epoch(s), SGD lr ${c.lr} momentum ${c.momentum}, seed ${c.seed}, ${c.cores} cores`,
+  );
+  const table = cliTable(['run', 'test accuracy', 'wall s', 'samples/s', 'speedup vs tfjs alone', 'tfjs fwd+bwd ms/step', 'adapter ms/step', 'adapter share']);
+  for (const r of result.runs)
+    table.push([
+      r.run,
+      `${(r.accuracy * 100).toFixed(2)}%`,
+      (r.wallMs / 1000).toFixed(2),
+      r.samplesPerSec.toFixed(0),
+      r.speedup === undefined ? '-' : `${r.speedup.toFixed(2)}x`,
+      r.stepMs ? r.stepMs.tfjs.toFixed(1) : '-',
+      r.stepMs ? r.stepMs.adapter.toFixed(3) : '-',
+      r.adapterShare === undefined ? '-' : `${(r.adapterShare * 100).toFixed(2)}%`,
+    ]);
+  console.log(table.toString());
+  console.log(
+    `Data-parallel rows: ${c.workers} ranks (threads) each on its ${c.batch} samples of every global batch; adapter: writing the weights the forward reads into the model and copying tfjs's gradients out, per step, against tfjs's forward and backward. ` +
+      `Pipeline rows: the CNN cut into ${c.stages} TfjsStage parts, ${c.workers} micro-batches of ${c.batch} per round. ` +
+      (c.workers > c.cores ? `With ${c.workers} ranks on ${c.cores} cores the ranks take turns on the cores.` : ''),
+  );
+}
+
+function parseSchedules(list: string): RuntimeScheduleName[] {
+  const names = list.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const n of names)
+    if (!(RUNTIME_SCHEDULES as readonly string[]).includes(n)) throw new InvalidArgumentError(`--schedules: unknown schedule "${n}"; choose from ${RUNTIME_SCHEDULES.join(', ')}`);
+  if (new Set(names).size !== names.length) throw new InvalidArgumentError(`--schedules: each schedule at most once, got "${list}"`);
+  return names as RuntimeScheduleName[];
+}
+
 export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
@@ -165,7 +229,16 @@ export function registerDemoCommand(program: Command): void {
     .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
     .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')
-    .action(async (options: DemoCliOptions) => {
+    .option(
+      '--tfjs',
+      `train a TensorFlow.js CNN through sapipe/tfjs instead of sapipe's MLP: tfjs alone, then data-parallel in each mode, then pipeline-parallel under each of --schedules (needs @tensorflow/tfjs; defaults: --modes ${TFJS_DEMO_DEFAULTS.modes} --epochs ${TFJS_DEMO_DEFAULTS.epochs} --batch ${TFJS_DEMO_DEFAULTS.batch} --train-samples ${TFJS_DEMO_DEFAULTS.trainSamples})`,
+    )
+    .option('--schedules <list>', '--tfjs: pipeline schedules for the CNN cut into --stages parts (empty: none)', TFJS_DEMO_DEFAULTS.schedules)
+    .option('--stages <n>', '--tfjs: pipeline stages (2 or 3)', String(TFJS_DEMO_DEFAULTS.stages))
+    .action(async (options: DemoCliOptions, command: Command) => {
+      if (options.tfjs) return tfjsDemo(options, command);
+      for (const name of ['schedules', 'stages'])
+        if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} belongs to --tfjs (the TensorFlow.js demo)`);
       const config = demoConfigFromCli(options);
       const bar = progress(!options.json, config);
       let result: DemoResult;
