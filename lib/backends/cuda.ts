@@ -108,6 +108,10 @@ export interface CudaAddon {
   cudaUpdate(config: NativeUpdateConfig, buffers: CudaUpdateBuffers): NativeUpdateResult;
   /** Non-finite elements of [offset, offset + count). */
   cudaCountNonFinite(buffer: CudaBufferHandle, offset: number, count: number): number;
+  /** MSTopK of grad (+ residual) into pack: k int32 indices (as float bits), then k values; run to completion. */
+  cudaTopkSelect(grad: CudaBufferHandle, residual: CudaBufferHandle | null, k: number, rounds: number, pack: CudaBufferHandle): { passes: number; lower: number; upper: number; band: number };
+  /** out = (zeroFirst ? 0 : out) + scale * the pairs of each of `ranks` packs of `width` floats in `all`, in rank order. */
+  cudaScatterAdd(out: CudaBufferHandle, all: CudaBufferHandle, width: number, k: number, ranks: number, scale: number, zeroFirst: boolean): void;
   NcclComm: new (device: number, size: number, rank: number, timeoutMs: number) => NcclCommHandle;
   ncclUniqueId(): Uint8Array;
 }

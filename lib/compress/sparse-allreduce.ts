@@ -18,14 +18,16 @@ import { InvalidArgumentError } from '../errors.js';
 import { countNonFinite } from '../ops.js';
 import { FlatBuffer } from '../tensor.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
+import { DeviceBuffer } from '../device.js';
+import { checkDeviceTopkArguments, exchangeSparseDevice } from './device-sparse.js';
 import { checkTopkArguments, mstopk, scatterAdd } from './topk.js';
 
 /** Options of {@link sparseAllreduce}. @category Compression */
 export interface SparseAllreduceOptions {
   /** Fraction of the elements each rank sends, in (0, 1]. */
   density: number;
-  /** Error feedback: this rank's residual (same length as the gradient, zero at the start). */
-  residual?: FlatBuffer;
+  /** Error feedback: this rank's residual (same length and kind as the gradient, zero at the start). */
+  residual?: FlatBuffer | DeviceBuffer;
   /** MSTopK's most sampling passes (default 8). */
   rounds?: number;
 }
@@ -44,18 +46,29 @@ export interface SparseAllreduceResult {
 
 /**
  * Replaces `grad` on every rank with the average over the ranks of their top-k selections (see
- * the file comment). Every rank calls it with the same density and gradient length.
+ * the file comment). Every rank calls it with the same density and gradient length. On the
+ * `nccl` backend the gradient (and residual) are DeviceBuffers: the selection and the scatter-add
+ * run on the GPU (lib/compress/device-sparse.ts), the exchange is NCCL's all-gather.
  *
  * @category Compression
  */
-export async function sparseAllreduce(comm: Communicator, grad: FlatBuffer, options: SparseAllreduceOptions): Promise<SparseAllreduceResult> {
+export async function sparseAllreduce(comm: Communicator | Communicator<DeviceBuffer>, grad: FlatBuffer | DeviceBuffer, options: SparseAllreduceOptions): Promise<SparseAllreduceResult> {
   if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`sparseAllreduce(comm) must be a Communicator, got ${describeValue(comm)}`);
   checkOptions(options, SPARSE_OPTION_KEYS, 'sparseAllreduce(comm, grad, options)');
   // Everything is checked before the exchange: a rank that threw after it started would leave its
   // peers waiting for it until their timeout.
+  const onDevice = comm.backend === 'nccl';
+  if (onDevice !== grad instanceof DeviceBuffer)
+    throw new InvalidArgumentError(`sparseAllreduce: the ${comm.backend} backend exchanges ${onDevice ? 'DeviceBuffers' : 'FlatBuffers'}, got ${describeValue(grad)}`);
+  if (grad instanceof DeviceBuffer) {
+    const d = checkDeviceTopkArguments(grad, options, 'sparseAllreduce');
+    comm.checkLive('sparseAllreduce');
+    const r = await exchangeSparseDevice(comm as Communicator<DeviceBuffer>, grad, d.k, d.rounds, d.residual);
+    return { nonFiniteCount: r.nonFiniteCount, k: d.k, bytes: r.bytes };
+  }
   const { k, rounds, residual } = checkTopkArguments(grad, options, 'sparseAllreduce');
   comm.checkLive('sparseAllreduce');
-  const r = await exchangeSparse(comm, grad, k, rounds, residual);
+  const r = await exchangeSparse(comm as Communicator, grad, k, rounds, residual);
   // Nothing will be applied: the ranks that selected keep all of x for a later step.
   if (r.nonFiniteCount > 0) r.restore();
   return { nonFiniteCount: r.nonFiniteCount, k, bytes: r.bytes };

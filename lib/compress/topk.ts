@@ -48,20 +48,26 @@ function checkBuffer(b: unknown, what: string): FlatBuffer {
  * before a collective starts (a rank that throws later leaves its peers waiting). `k` is at most
  * the gradient's length.
  */
-export function checkTopkArguments(grad: unknown, options: TopkOptions, what: string): { k: number; rounds: number; residual: FlatBuffer | null } {
+export function checkTopkArguments(grad: unknown, options: Omit<TopkOptions, 'residual'> & { residual?: unknown }, what: string): { k: number; rounds: number; residual: FlatBuffer | null } {
   checkBuffer(grad, `${what}(grad)`);
   const g = grad as FlatBuffer;
-  checkOptions(options, TOPK_OPTION_KEYS, `${what}(grad, options)`);
-  if ((options.density === undefined) === (options.k === undefined)) throw new InvalidArgumentError(`${what}: give density or k, one of them`);
-  const k =
-    options.k !== undefined
-      ? checkInteger(options.k, `${what}: k`, 0, g.length)
-      : Math.min(g.length, Math.max(1, Math.round(checkNumber(options.density, `${what}: density`, 0, 1, { loOpen: true }) * g.length)));
-  const rounds = checkInteger(options.rounds ?? 8, `${what}: rounds`, 0, 64);
+  const { k, rounds } = checkTopkOptions(g.length, options, what);
   const residual = options.residual === undefined ? null : checkBuffer(options.residual, `${what}: residual`);
   if (residual && residual.length !== g.length) throw new SizeMismatchError(`${what}: residual has ${residual.length} elements, grad ${g.length}`);
   if (residual === g) throw new AliasingError(`${what}: grad and residual must be different buffers`);
   return { k, rounds, residual };
+}
+
+/** @internal k and rounds from {@link TopkOptions} for a gradient of `length` elements (the residual is the caller's to check). */
+export function checkTopkOptions(length: number, options: { density?: number; k?: number; rounds?: number; residual?: unknown }, what: string): { k: number; rounds: number } {
+  checkOptions(options, TOPK_OPTION_KEYS, `${what}(grad, options)`);
+  if ((options.density === undefined) === (options.k === undefined)) throw new InvalidArgumentError(`${what}: give density or k, one of them`);
+  const k =
+    options.k !== undefined
+      ? checkInteger(options.k, `${what}: k`, 0, length)
+      : Math.min(length, Math.max(1, Math.round(checkNumber(options.density, `${what}: density`, 0, 1, { loOpen: true }) * length)));
+  const rounds = checkInteger(options.rounds ?? 8, `${what}: rounds`, 0, 64);
+  return { k, rounds };
 }
 
 /**

@@ -209,12 +209,82 @@ Napi::Value CudaCountNonFinite(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(bad));
 }
 
+// cudaTopkSelect(grad, residual | null, k, rounds, pack): MSTopK of grad (+ residual, formed in
+// place there) into pack (2k + 1 floats: the k indices as int32 bits, then the k values; the last
+// float is the caller's), the selection zeroed in the residual; run to completion. Returns the
+// search's { passes, lower, upper, band }. grad must be finite (countNonFinite first).
+Napi::Value CudaTopkSelect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<DeviceAllocation> grad = CudaBuffer::FromValue(env, info[0], "cudaTopkSelect(grad)");
+  std::shared_ptr<DeviceAllocation> residual =
+      info[1].IsNull() ? nullptr : CudaBuffer::FromValue(env, info[1], "cudaTopkSelect(residual)");
+  const size_t k = index_arg(env, info[2], "cudaTopkSelect(k)");
+  const size_t rounds = index_arg(env, info[3], "cudaTopkSelect(rounds)");
+  std::shared_ptr<DeviceAllocation> pack = CudaBuffer::FromValue(env, info[4], "cudaTopkSelect(pack)");
+  if (k > grad->length || pack->length < 2 * k || (residual && residual->length != grad->length) || rounds > 64)
+    throw_error(env, "ERR_SIZE_MISMATCH", "cudaTopkSelect: k must be at most the gradient's length, the pack hold 2k floats and the residual match the gradient");
+  for (const auto* m : {grad.get(), residual.get(), pack.get()})
+    if (m != nullptr && (m->device != grad->device || m->users.load() != 0))
+      throw_error(env, "ERR_BUSY", "cudaTopkSelect: every buffer must be on the gradient's device and not in use by a queued operation");
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, grad->device);
+  sapipe_topk_stats stats{};
+  check_status(env, cuda,
+               cuda->topk_select(grad->data, residual ? residual->data : nullptr, grad->length, k, static_cast<int32_t>(rounds),
+                                 reinterpret_cast<int32_t*>(pack->data), pack->data + k, &stats, nullptr),
+               "cudaTopkSelect");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("passes", Napi::Number::New(env, stats.passes));
+  o.Set("lower", Napi::Number::New(env, stats.lower));
+  o.Set("upper", Napi::Number::New(env, stats.upper));
+  o.Set("band", Napi::Number::New(env, static_cast<double>(stats.band)));
+  return o;
+}
+
+// cudaScatterAdd(out, all, width, k, ranks, scale, zeroFirst): out = (zeroFirst ? 0 : out) plus
+// scale times the pairs of every rank's pack in `all` (rank r's at r * width: k int32 indices, k
+// values), ranks in order; run to completion. An index out of range is ERR_INTERNAL (a corrupt pack).
+Napi::Value CudaScatterAdd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<DeviceAllocation> out = CudaBuffer::FromValue(env, info[0], "cudaScatterAdd(out)");
+  std::shared_ptr<DeviceAllocation> all = CudaBuffer::FromValue(env, info[1], "cudaScatterAdd(all)");
+  const size_t width = index_arg(env, info[2], "cudaScatterAdd(width)");
+  const size_t k = index_arg(env, info[3], "cudaScatterAdd(k)");
+  const size_t ranks = index_arg(env, info[4], "cudaScatterAdd(ranks)");
+  if (!info[5].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "cudaScatterAdd(scale) must be a number");
+  const float scale = static_cast<float>(info[5].As<Napi::Number>().DoubleValue());
+  const bool zero_first = info[6].ToBoolean().Value();
+  if (2 * k > width || ranks == 0 || width * ranks > all->length)
+    throw_error(env, "ERR_SIZE_MISMATCH", "cudaScatterAdd: `all` must hold ranks packs of width >= 2k floats");
+  if (out->device != all->device || out->users.load() != 0 || all->users.load() != 0)
+    throw_error(env, "ERR_BUSY", "cudaScatterAdd: both buffers must be on one device and not in use by a queued operation");
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, out->device);
+  void* word = nullptr;
+  check_status(env, cuda, cuda->malloc_device(&word, sizeof(int64_t)), "cudaScatterAdd");
+  const int64_t zero = 0;
+  int64_t bad = 0;
+  sapipe_status s = cuda->copy_to_device(word, &zero, sizeof zero, nullptr);
+  if (s == SAPIPE_OK && zero_first) s = cuda->zero(out->data, out->length, nullptr);
+  for (size_t r = 0; s == SAPIPE_OK && r < ranks; ++r) {
+    float* pack = all->data + r * width;
+    s = cuda->scatter_add(out->data, out->length, reinterpret_cast<const int32_t*>(pack), pack + k, k, scale, static_cast<int64_t*>(word), nullptr);
+  }
+  if (s == SAPIPE_OK) s = cuda->copy_to_host(&bad, word, sizeof bad, nullptr);
+  if (s == SAPIPE_OK) s = cuda->stream_synchronize(nullptr);
+  const std::string why = s == SAPIPE_OK ? "" : cuda->last_error();
+  cuda->free_device(word);
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), "cudaScatterAdd: " + why);
+  if (bad != 0) throw_error(env, "ERR_INTERNAL", "cudaScatterAdd: " + std::to_string(bad) + " index(es) outside the buffer: a corrupt pack");
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitCudaBuffer(Napi::Env env, Napi::Object exports) {
   CudaBuffer::Init(env, exports);
   exports.Set("cudaUpdate", Napi::Function::New(env, CudaUpdate, "cudaUpdate"));
   exports.Set("cudaCountNonFinite", Napi::Function::New(env, CudaCountNonFinite, "cudaCountNonFinite"));
+  exports.Set("cudaTopkSelect", Napi::Function::New(env, CudaTopkSelect, "cudaTopkSelect"));
+  exports.Set("cudaScatterAdd", Napi::Function::New(env, CudaScatterAdd, "cudaScatterAdd"));
 }
 
 }  // namespace sapipe::addon

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../core/thread_pool.h"
+#include "../core/topk_search.h"
 #include "sapipe/kernels.h"
 
 // The hot loops are compiled twice, for AVX2 machines and the baseline, the loader picking one
@@ -30,7 +31,7 @@
 namespace sapipe::cpu {
 namespace {
 
-constexpr int kSamples = 7;
+constexpr int kSamples = core::kTopkSamples;
 constexpr size_t kBlock = 1024;
 
 // counts[j] += #{ |x_i| > thresholds[j] } over one block: |x| once, then one compare-and-count
@@ -182,75 +183,30 @@ sapipe_status sapipe_cpu_topk_select(const float* grad, float* residual, size_t 
   if (count > static_cast<size_t>(INT32_MAX) || k > count) return SAPIPE_ERR_INVALID_ARGUMENT;
   const Range range = form_and_range(grad, residual, count);
   const float* x = residual != nullptr ? residual : grad;
-  // The bracket: c(lo) >= k >= c(hi), c(t) = #{|x| > t}. Below mean|x| it starts at -1 (every element).
-  float lo = -1.0f, hi = range.max_abs;
-  int64_t c_lo = static_cast<int64_t>(count), c_hi = 0;
-  const int64_t want = static_cast<int64_t>(k);
-  int passes = 0;
-  if (count > 0 && k > 0 && k < count) {
-    const float mean = static_cast<float>(range.sum_abs / static_cast<double>(count));
-    // The first pass samples mean|x| itself and six thresholds spread over (mean, max]: the
-    // largest elements lie above the mean whenever k is small against the count.
-    for (int r = 0; r < rounds + 1 && c_lo != want && c_hi != want && c_lo - want > want / 64 && hi > lo; ++r) {
-      float th[kSamples];
-      int m = 0;
-      const float from = r == 0 ? mean : lo;
-      if (r == 0 && mean > lo && mean < hi) th[m++] = mean;
-      for (int j = 1; m < kSamples; ++j) {
-        const int slots = r == 0 ? kSamples - 1 : kSamples;
-        if (j > slots) break;
-        const float t = from + (hi - from) * (static_cast<float>(j) / (slots + 1));
-        if (t > lo && t < hi && (m == 0 || t > th[m - 1])) th[m++] = t;
-      }
-      if (m == 0) break;  // the bracket is as narrow as floats go
-      int64_t c[kSamples];
-      count_above(x, count, th, m, c);
-      ++passes;
-      for (int j = 0; j < m; ++j) {
-        if (c[j] >= want) {
-          lo = th[j];
-          c_lo = c[j];
-        } else {
-          hi = th[j];
-          c_hi = c[j];
-          break;
-        }
-      }
-    }
-  }
-  if (k >= count) {
-    lo = -1.0f;
-    c_lo = static_cast<int64_t>(count);
-  }
-  // An exact hit: everything above that threshold and nothing from a band.
-  if (c_lo == want) {
-    hi = lo;
-    c_hi = c_lo;
-  }
+  core::TopkBracket br;
+  core::topk_bracket(
+      count, k, rounds, range.sum_abs, range.max_abs,
+      [&](const float* th, int m, int64_t* c) {
+        count_above(x, count, th, m, c);
+        return SAPIPE_OK;
+      },
+      &br);
+  const float lo = br.lo, hi = br.hi;
+  int passes = br.passes;
   // Per chunk: how many above hi and in the band (lo, hi], then each chunk's share of the band
   // fill in index order and its output offset.
   ThreadPool& pool = ThreadPool::global();
   const size_t chunks = static_cast<size_t>(pool.size());
-  std::vector<int64_t> above(chunks, 0), band(chunks, 0), begin(chunks, 0), end_(chunks, 0);
+  std::vector<int64_t> above(chunks, 0), band(chunks, 0);
   if (k > 0) {
     pool.parallel_for(count, kChunkAlign, [&](int t, size_t b, size_t e) {
       count_above_and_band(x, b, e, lo, hi, &above[static_cast<size_t>(t)], &band[static_cast<size_t>(t)]);
-      begin[static_cast<size_t>(t)] = static_cast<int64_t>(b);
-      end_[static_cast<size_t>(t)] = static_cast<int64_t>(e);
     });
     ++passes;
   }
-  int64_t total_above = std::accumulate(above.begin(), above.end(), int64_t{0});
-  int64_t fill = want - total_above;  // from the band, first come first taken
   std::vector<int64_t> quota(chunks, 0), offset(chunks, 0);
-  int64_t at = 0;
-  for (size_t t = 0; t < chunks; ++t) {
-    quota[t] = std::min(band[t], std::max<int64_t>(fill, 0));
-    fill -= quota[t];
-    offset[t] = at;
-    at += above[t] + quota[t];
-  }
-  if (at != want && k > 0) return SAPIPE_ERR_INTERNAL;
+  if (!core::topk_fill(above.data(), band.data(), chunks, static_cast<int64_t>(k), quota.data(), offset.data()) && k > 0)
+    return SAPIPE_ERR_INTERNAL;
   if (k > 0) {
     pool.parallel_for(count, kChunkAlign, [&](int t, size_t b, size_t e) {
       const size_t ti = static_cast<size_t>(t);
@@ -262,7 +218,7 @@ sapipe_status sapipe_cpu_topk_select(const float* grad, float* residual, size_t 
     stats->passes = passes;
     stats->lower = lo;
     stats->upper = hi;
-    stats->band = c_lo - c_hi;
+    stats->band = br.c_lo - br.c_hi;
   }
   return SAPIPE_OK;
 }

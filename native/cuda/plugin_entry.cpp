@@ -15,6 +15,7 @@
 #include "nccl_entry.h"
 #include "../core/nccl_loader.h"
 #include "reduce.cuh"
+#include "topk.cuh"
 #include "sapipe/plugin.h"
 
 #define SAPIPE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -223,6 +224,30 @@ sapipe_status c_count_non_finite(const float* x, size_t count, int64_t* out, voi
     return enqueue_count_non_finite_into(x, count, out, as_stream(stream));
   });
 }
+sapipe_status c_topk_select(const float* grad, float* residual, size_t count, size_t k, int32_t rounds, int32_t* out_indices,
+                            float* out_values, sapipe_topk_stats* stats, void* stream) {
+  return guarded("topkSelect", [&] {
+    if (grad == nullptr || rounds < 0 || (k > 0 && (out_indices == nullptr || out_values == nullptr)))
+      return invalid("topkSelect: grad (and, for k > 0, out_indices and out_values) are required and rounds must be >= 0");
+    if (count > static_cast<size_t>(INT32_MAX) || k > count) return invalid("topkSelect: count must fit an int32 and k <= count");
+    if (residual != nullptr && overlaps(grad, residual, count * sizeof(float))) return fail(SAPIPE_ERR_ALIASING, "topkSelect: grad and residual overlap");
+    return topk_select(grad, residual, count, k, rounds, out_indices, out_values, stats, as_stream(stream));
+  });
+}
+sapipe_status c_scatter_add(float* out, size_t count, const int32_t* indices, const float* values, size_t n, float scale,
+                            int64_t* device_bad, void* stream) {
+  return guarded("scatterAdd", [&] {
+    if (out == nullptr || (n > 0 && (indices == nullptr || values == nullptr)) || !std::isfinite(scale))
+      return invalid("scatterAdd: out (and, for n > 0, indices and values) are required and scale must be finite");
+    return enqueue_scatter_add(out, count, indices, values, n, scale, device_bad, as_stream(stream));
+  });
+}
+sapipe_status c_zero(float* x, size_t count, void* stream) {
+  return guarded("zero", [&] {
+    if (x == nullptr) return invalid("zero: null pointer");
+    return from_cuda(cudaMemsetAsync(x, 0, count * sizeof(float), as_stream(stream)), "zero");
+  });
+}
 sapipe_status c_nccl_probe(int32_t* version, const char** library_path) {
   return guarded("ncclProbe", [&] {
     const nccl::Api* api = nullptr;
@@ -290,6 +315,9 @@ const sapipe_cuda_plugin_v1 kTable = {
     c_nccl_fused_update,
     c_nccl_fused_update_recheck,
     c_nccl_fused_update_result,
+    c_topk_select,
+    c_scatter_add,
+    c_zero,
 };
 
 }  // namespace

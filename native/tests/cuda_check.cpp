@@ -1,10 +1,12 @@
 // Needs a GPU: every CUDA kernel of the plugin against the CPU kernels on the same random data,
 // through the plugin's C ABI (as the addon uses it). Sizes cover the float4 body and scalar tails;
 // offsets cover the unaligned (scalar-only) path; three steps per variant. Also the non-finite
-// guard (nothing written on device), the bf16 copy of w_hat, and every helper kernel. With NCCL:
+// guard (nothing written on device), the bf16 copy of w_hat, every helper kernel, and MSTopK with
+// the scatter-add. With NCCL:
 // a one-rank communicator through the appended entries (collectives, stream_query, the async
 // error, and the fused replicated and sharded steps and their recheck, against the CPU update).
 // usage: sapipe_cuda_check [device]
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -199,6 +201,103 @@ void check_helpers(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
   cuda->free_device(dcount);
 }
 
+// MSTopK on the device against the CPU kernels: exactly k, indices ascending, the values of
+// x = g + r at them, the residual zeroed there and x elsewhere, and recall against the exact top-k
+// at least 1 - 1/64 (the search's stopping rule), on Gaussian and heavy-tailed data at densities
+// 0.001, 0.01, 0.05. Then the scatter-add of three ranks' selections in order, against the CPU's,
+// with an out-of-range index skipped and counted.
+void check_topk(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  };
+  auto normal = [&] { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()); };
+  int64_t* dbad = nullptr;
+  cuda->malloc_device(reinterpret_cast<void**>(&dbad), sizeof(int64_t));
+  for (size_t n : {size_t{1}, size_t{4099}, (size_t{1} << 20) + 3, size_t{1} << 24})
+    for (int heavy = 0; heavy < 2; ++heavy)
+      for (double density : {0.001, 0.01, 0.05}) {
+        const size_t k = std::max<size_t>(1, static_cast<size_t>(std::llround(density * static_cast<double>(n))));
+        std::vector<float> g(n), r(n), x(n);
+        for (size_t i = 0; i < n; ++i) {
+          // heavy: a Student-t with 2 degrees of freedom (infinite variance).
+          g[i] = static_cast<float>(heavy ? normal() / std::sqrt(-std::log(uniform())) : normal());
+          r[i] = static_cast<float>(0.1 * normal());
+          x[i] = g[i] + r[i];
+        }
+        const std::string at = " n=" + std::to_string(n) + (heavy ? " heavy-tailed" : " gaussian") + " density=" + std::to_string(density);
+        DeviceVector dg(cuda, g), dr(cuda, r);
+        int32_t* didx = nullptr;
+        float* dval = nullptr;
+        cuda->malloc_device(reinterpret_cast<void**>(&didx), k * sizeof(int32_t));
+        cuda->malloc_device(reinterpret_cast<void**>(&dval), k * sizeof(float));
+        sapipe_topk_stats stats{};
+        const bool ok = cuda->topk_select(dg.ptr, dr.ptr, n, k, 8, didx, dval, &stats, nullptr) == SAPIPE_OK;
+        std::vector<int32_t> idx(k);
+        std::vector<float> val(k);
+        cuda->copy_to_host(idx.data(), didx, k * sizeof(int32_t), nullptr);
+        cuda->copy_to_host(val.data(), dval, k * sizeof(float), nullptr);
+        cuda->stream_synchronize(nullptr);
+        std::vector<float> res = dr.host();
+        bool ascending = true, values = true, residual = true;
+        std::vector<char> taken(n, 0);
+        for (size_t i = 0; i < k; ++i) {
+          const int32_t j = idx[i];
+          ascending = ascending && j >= 0 && static_cast<size_t>(j) < n && (i == 0 || j > idx[i - 1]);
+          if (!ascending) break;
+          taken[static_cast<size_t>(j)] = 1;
+          values = values && val[i] == x[static_cast<size_t>(j)];
+        }
+        for (size_t i = 0; ascending && i < n; ++i) residual = residual && res[i] == (taken[i] ? 0.0f : x[i]);
+        std::vector<int32_t> exact(k);
+        std::vector<float> exact_values(k);
+        sapipe_cpu_topk_exact(x.data(), n, k, exact.data(), exact_values.data());
+        size_t hits = 0;
+        for (int32_t j : exact) hits += ascending && taken[static_cast<size_t>(j)] ? 1 : 0;
+        const double recall = static_cast<double>(hits) / static_cast<double>(k);
+        t.expect(ok && ascending, "topk select: exactly k ascending indices" + at);
+        t.expect(values && residual, "topk select: the values of x and the residual zeroed at them" + at);
+        t.expect(recall >= 1.0 - 1.0 / 64.0, "topk select: recall " + std::to_string(recall) + " against the exact top-k" + at);
+        cuda->free_device(didx);
+        cuda->free_device(dval);
+      }
+  {
+    // Three ranks' pairs, applied in rank order, on device and host.
+    const size_t n = 10007, k = 300;
+    std::vector<float> host_out(n, 0.0f);
+    DeviceVector dout(cuda, host_out);
+    int64_t zero = 0;
+    cuda->copy_to_device(dbad, &zero, sizeof zero, nullptr);
+    for (int rank = 0; rank < 3; ++rank) {
+      std::vector<int32_t> idx(k);
+      std::vector<float> val(k);
+      for (size_t i = 0; i < k; ++i) {
+        idx[i] = static_cast<int32_t>((i * 31 + static_cast<size_t>(rank) * 7) % n);
+        val[i] = static_cast<float>(normal());
+      }
+      if (rank == 2) idx[k - 1] = static_cast<int32_t>(n);  // out of range: skipped, counted
+      int32_t* didx = nullptr;
+      float* dval = nullptr;
+      cuda->malloc_device(reinterpret_cast<void**>(&didx), k * sizeof(int32_t));
+      cuda->malloc_device(reinterpret_cast<void**>(&dval), k * sizeof(float));
+      cuda->copy_to_device(didx, idx.data(), k * sizeof(int32_t), nullptr);
+      cuda->copy_to_device(dval, val.data(), k * sizeof(float), nullptr);
+      t.expect(cuda->scatter_add(dout.ptr, n, didx, dval, k, 1.0f / 3.0f, dbad, nullptr) == SAPIPE_OK, "scatter add: rank " + std::to_string(rank));
+      sapipe_cpu_scatter_add(host_out.data(), n, idx.data(), val.data(), rank == 2 ? k - 1 : k, 1.0f / 3.0f);
+      cuda->stream_synchronize(nullptr);
+      cuda->free_device(didx);
+      cuda->free_device(dval);
+    }
+    int64_t bad = -1;
+    cuda->copy_to_host(&bad, dbad, sizeof bad, nullptr);
+    cuda->stream_synchronize(nullptr);
+    t.expect(worst_error(dout.host(), host_out, 1e-6, 1e-7) <= 1.0, "scatter add: three ranks in order equal the CPU's");
+    t.expect(bad == 1, "scatter add: the out-of-range index skipped and counted");
+  }
+  cuda->free_device(dbad);
+}
+
 // A one-rank NCCL communicator: with one rank every collective is a copy and the fused steps are
 // the plain update (grad_scale folds 1/size = 1), so they are checked against the CPU update.
 void check_nccl(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
@@ -302,6 +401,7 @@ int main(int argc, char** argv) {
   check_updates(t, cuda);
   check_guard(t, cuda);
   check_helpers(t, cuda);
+  check_topk(t, cuda);
   check_nccl(t, cuda);
   return t.finish("sapipe_cuda_check");
 }

@@ -313,3 +313,50 @@ gpuTest(
   },
   true,
 );
+
+gpuTest(
+  'one-rank NcclCommunicator: sparseAllreduce on device buffers equals the host exchange (MSTopK on the GPU, error feedback, NaN)',
+  async (t) => {
+    const { LocalCommunicator } = await import('../../lib/comm/local.js');
+    const { sparseAllreduce } = await import('../../lib/compress/sparse-allreduce.js');
+    const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
+    const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+    const local = await LocalCommunicator.create({ group: `sparse-gpu-${process.pid}`, rank: 0, size: 1 });
+    try {
+      const n = 100_003;
+      const g = random(n, 21);
+      const hostGrad = FlatBuffer.allocate(n);
+      const hostResidual = FlatBuffer.allocate(n);
+      const devGrad = DeviceBuffer.allocate(n, { device: 'cuda:0' });
+      const devResidual = DeviceBuffer.allocate(n, { device: 'cuda:0' });
+      for (let step = 0; step < 5; step++) {
+        hostGrad.array.set(g.map((v, i) => v * Math.cos(step + i * 1e-3)));
+        devGrad.copyFromHost(hostGrad.array);
+        const h = await sparseAllreduce(local, hostGrad, { density: 0.01, residual: hostResidual });
+        const d = await sparseAllreduce(comm, devGrad, { density: 0.01, residual: devResidual });
+        t.same(d, h, `step ${step}: the same k, bytes and count`);
+        // One rank: the average is this rank's selection. The search's mean|x| is summed in another
+        // order on the GPU, so a few elements at the band's edge may differ; the masses agree.
+        const [hg, dg] = [hostGrad.array, devGrad.copyToHost()];
+        const sent = (a: Float32Array): number => a.reduce((s, v) => s + (v !== 0 ? 1 : 0), 0);
+        t.equal(sent(dg), sent(hg), `step ${step}: exactly k elements sent on both`);
+        const dr = devResidual.copyToHost();
+        t.ok(worstError(Float32Array.from(dg, (v, i) => v + dr[i]!), Float32Array.from(hg, (v, i) => v + hostResidual.array[i]!), 1e-6, 1e-7).ratio <= 1, `step ${step}: sent + residual agree`);
+      }
+      devGrad.copyFromHost(new Float32Array([Number.NaN]), 7);
+      const before = devResidual.copyToHost();
+      const r = await sparseAllreduce(comm, devGrad, { density: 0.01, residual: devResidual });
+      t.equal(r.nonFiniteCount, 1, 'a NaN is counted, the step is to be skipped');
+      t.ok(Number.isNaN(devGrad.copyToHost()[7]!), 'and travels where a dense sum would put it');
+      t.same([...devResidual.copyToHost()], [...before], 'the rank with the NaN selected nothing: its residual is unchanged');
+      t.equal(((await rejectionOf(sparseAllreduce(comm, hostGrad as never, { density: 0.01 }))) as SapipeError).code, 'ERR_INVALID_ARGUMENT', 'a host buffer is refused');
+      for (const b of [devGrad, devResidual]) b.dispose();
+      for (const b of [hostGrad, hostResidual]) b.dispose();
+    } finally {
+      comm.destroy();
+      local.destroy();
+      await store.close();
+    }
+  },
+  true,
+);

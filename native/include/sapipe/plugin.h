@@ -182,6 +182,23 @@ typedef struct sapipe_cuda_plugin_v1 {
                                              void* compute_stream);
   /* The outcome of the last fused update or recheck, once both of its streams are idle. */
   sapipe_status (*nccl_fused_update_result)(void* comm, sapipe_nccl_step_result* out);
+
+  /* MSTopK on device buffers, as sapipe_cpu_topk_select (the same threshold search, from counts
+   * taken on the device): grad, residual (or NULL), out_indices and out_values (k entries) are
+   * device memory, stats host memory (or NULL); grad must be finite (count_non_finite first).
+   * The search decides on the host, so this waits for `stream` once per sampling pass and returns
+   * once the selection is written. */
+  sapipe_status (*topk_select)(const float* grad, float* residual, size_t count, size_t k, int32_t rounds,
+                               int32_t* out_indices, float* out_values, sapipe_topk_stats* stats, void* stream);
+  /* out[indices[i]] += scale * values[i] for i < n, enqueued on stream. The indices of one call
+   * must be distinct (a selection's are), so the result does not depend on thread order; calls on
+   * one stream apply in order (one per rank's pairs: the same sum on every rank). Indices outside
+   * [0, count) are skipped and counted into *device_bad (an int64 in device memory, not cleared;
+   * may be NULL). */
+  sapipe_status (*scatter_add)(float* out, size_t count, const int32_t* indices, const float* values, size_t n, float scale,
+                               int64_t* device_bad, void* stream);
+  /* x[0, count) = +0.0f, enqueued (a memset: NaN/Inf are cleared too, which scale(x, 0) would keep). */
+  sapipe_status (*zero)(float* x, size_t count, void* stream);
 } sapipe_cuda_plugin_v1;
 
 /* Bytes of the table as it was before the appended entries: what every v1 plugin provides. */

@@ -81,6 +81,9 @@ sapipe_cuda_plugin_v1 make_table() {
   t.nccl_fused_update = UNAVAILABLE(nccl_fused_update);
   t.nccl_fused_update_recheck = UNAVAILABLE(nccl_fused_update_recheck);
   t.nccl_fused_update_result = UNAVAILABLE(nccl_fused_update_result);
+  t.topk_select = UNAVAILABLE(topk_select);
+  t.scatter_add = UNAVAILABLE(scatter_add);
+  t.zero = UNAVAILABLE(zero);
 #endif
   return t;
 }
