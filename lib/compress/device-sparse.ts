@@ -22,6 +22,7 @@ export function checkDeviceTopkArguments(
   what: string,
 ): { k: number; rounds: number; residual: DeviceBuffer | null } {
   grad.checkLive(`${what}(grad)`);
+  if (grad.length > 2 ** 31 - 1) throw new SizeMismatchError(`${what}: the GPU selection indexes with int32; the gradient has ${grad.length} elements (at most 2^31 - 1)`);
   const { k, rounds } = checkTopkOptions(grad.length, options, what);
   const r = options.residual;
   if (r === undefined) return { k, rounds, residual: null };
@@ -48,35 +49,51 @@ export async function exchangeSparseDevice(
   const width = 2 * k + 1;
   const on = { device: grad.device };
   const bad = grad.countNonFinite();
-  const pack = DeviceBuffer.allocate(width, on);
-  const all = DeviceBuffer.allocate(width * comm.size, on);
+  let pack: DeviceBuffer | undefined;
+  let all: DeviceBuffer | undefined;
   try {
+    pack = DeviceBuffer.allocate(width, on);
+    all = DeviceBuffer.allocate(width * comm.size, on);
+    const [p, a] = [pack, all];
     const tail = new Float32Array(1);
     if (bad === 0) {
-      callNative(() => cudaAddon().cudaTopkSelect(grad.handle, residual?.handle ?? null, k, rounds, pack.handle));
+      callNative(() => cudaAddon().cudaTopkSelect(grad.handle, residual?.handle ?? null, k, rounds, p.handle));
     } else {
-      // This rank's NaN/Inf elements where they are (up to k), the rest (0, 0).
+      // This rank's NaN/Inf elements where they are (up to k). The rest of the pack repeats the
+      // first of them: a scatter-add's indices must be distinct, and a repeated non-finite pair
+      // can only write a non-finite value where one belongs.
       const host = grad.copyToHost();
       const packed = new Float32Array(2 * k);
       const indices = new Int32Array(packed.buffer, 0, k);
-      for (let i = 0, j = 0; i < host.length && j < k; i++)
+      let j = 0;
+      for (let i = 0; i < host.length && j < k; i++)
         if (!Number.isFinite(host[i]!)) {
           indices[j] = i;
           packed[k + j++] = host[i]!;
         }
-      pack.copyFromHost(packed);
+      for (; j < k; j++) {
+        indices[j] = indices[0]!;
+        packed[k + j] = packed[k]!;
+      }
+      p.copyFromHost(packed);
     }
     tail[0] = bad;
-    pack.copyFromHost(tail, 2 * k);
-    await comm.allgather(pack, all);
+    p.copyFromHost(tail, 2 * k);
+    await comm.allgather(p, a);
     let nonFinite = 0;
-    for (let r = 0; r < comm.size; r++) nonFinite += all.copyToHost(tail, r * width + 2 * k)[0]!;
-    callNative(() => cudaAddon().cudaScatterAdd(grad.handle, all.handle, width, k, comm.size, 1 / comm.size, true));
+    for (let r = 0; r < comm.size; r++) nonFinite += a.copyToHost(tail, r * width + 2 * k)[0]!;
+    callNative(() => cudaAddon().cudaScatterAdd(grad.handle, a.handle, width, k, comm.size, 1 / comm.size, true));
     // Nothing will be applied: the ranks that selected keep all of x for a later step.
-    if (nonFinite > 0 && bad === 0 && residual) callNative(() => cudaAddon().cudaScatterAdd(residual.handle, pack.handle, width, k, 1, 1, false));
-    return { nonFiniteCount: nonFinite, bytes: all.length * 4 };
+    if (nonFinite > 0 && bad === 0 && residual) callNative(() => cudaAddon().cudaScatterAdd(residual.handle, p.handle, width, k, 1, 1, false));
+    return { nonFiniteCount: nonFinite, bytes: a.length * 4 };
   } finally {
-    pack.dispose();
-    all.dispose();
+    // Each on its own: a buffer a failed collective still holds (ERR_BUSY) must not hide the
+    // error that ended the exchange, nor keep the other from being freed.
+    for (const b of [pack, all])
+      try {
+        b?.dispose();
+      } catch {
+        // freed with its communicator
+      }
   }
 }

@@ -62,6 +62,8 @@ export async function sparseAllreduce(comm: Communicator | Communicator<DeviceBu
     throw new InvalidArgumentError(`sparseAllreduce: the ${comm.backend} backend exchanges ${onDevice ? 'DeviceBuffers' : 'FlatBuffers'}, got ${describeValue(grad)}`);
   if (grad instanceof DeviceBuffer) {
     const d = checkDeviceTopkArguments(grad, options, 'sparseAllreduce');
+    const device = (comm as Communicator<DeviceBuffer> & { device?: string }).device;
+    if (grad.device !== device) throw new InvalidArgumentError(`sparseAllreduce: the gradient is on ${grad.device}, the communicator on ${String(device)}`);
     comm.checkLive('sparseAllreduce');
     const r = await exchangeSparseDevice(comm as Communicator<DeviceBuffer>, grad, d.k, d.rounds, d.residual);
     return { nonFiniteCount: r.nonFiniteCount, k: d.k, bytes: r.bytes };

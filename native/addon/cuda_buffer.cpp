@@ -223,6 +223,8 @@ Napi::Value CudaTopkSelect(const Napi::CallbackInfo& info) {
   std::shared_ptr<DeviceAllocation> pack = CudaBuffer::FromValue(env, info[4], "cudaTopkSelect(pack)");
   if (k > grad->length || pack->length < 2 * k || (residual && residual->length != grad->length) || rounds > 64)
     throw_error(env, "ERR_SIZE_MISMATCH", "cudaTopkSelect: k must be at most the gradient's length, the pack hold 2k floats and the residual match the gradient");
+  if (pack == grad || pack == residual || residual == grad)
+    throw_error(env, "ERR_ALIASING", "cudaTopkSelect: the gradient, the residual and the pack must be different buffers");
   for (const auto* m : {grad.get(), residual.get(), pack.get()})
     if (m != nullptr && (m->device != grad->device || m->users.load() != 0))
       throw_error(env, "ERR_BUSY", "cudaTopkSelect: every buffer must be on the gradient's device and not in use by a queued operation");
@@ -255,6 +257,7 @@ Napi::Value CudaScatterAdd(const Napi::CallbackInfo& info) {
   const bool zero_first = info[6].ToBoolean().Value();
   if (2 * k > width || ranks == 0 || width * ranks > all->length)
     throw_error(env, "ERR_SIZE_MISMATCH", "cudaScatterAdd: `all` must hold ranks packs of width >= 2k floats");
+  if (out == all) throw_error(env, "ERR_ALIASING", "cudaScatterAdd: out and the gathered packs must be different buffers");
   if (out->device != all->device || out->users.load() != 0 || all->users.load() != 0)
     throw_error(env, "ERR_BUSY", "cudaScatterAdd: both buffers must be on one device and not in use by a queued operation");
   const sapipe_cuda_plugin_v1* cuda = require_device_table(env, out->device);

@@ -8,7 +8,7 @@
 // each chunk's quota and offset: the output is in ascending index order with no global sort.
 #include <cub/block/block_scan.cuh>
 
-#include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include "../core/topk_search.h"
@@ -28,15 +28,17 @@ __device__ __forceinline__ T warp_sum(T x) {
   return x;
 }
 
-__device__ __forceinline__ unsigned int warp_max(unsigned int x) {
-  for (int d = 16; d > 0; d /= 2) x = max(x, __shfl_down_sync(0xffffffffu, x, d));
+__device__ __forceinline__ float warp_max(float x) {
+  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_down_sync(0xffffffffu, x, d));
   return x;
 }
 
-// |x| of finite floats orders as its bit pattern does, so the maximum is an integer atomicMax.
-__global__ void form_range_kernel(const float* grad, float* residual, size_t n, double* sum, unsigned int* max_bits) {
-  float s = 0.0f;
-  unsigned int m = 0;
+// Block b's sum |x| and max |x| into sums[b] and maxima[b]; the host adds the blocks in order, so
+// the mean (and with it the thresholds and the selection) is the same from run to run.
+__global__ void form_range_kernel(const float* grad, float* residual, size_t n, double* sums, float* maxima) {
+  __shared__ double warp_sums[kThreads / 32];
+  __shared__ float warp_maxima[kThreads / 32];
+  float s = 0.0f, m = 0.0f;
   SAPIPE_GRID_STRIDE(i, 0, n) {
     float v = grad[i];
     if (residual != nullptr) {
@@ -45,13 +47,25 @@ __global__ void form_range_kernel(const float* grad, float* residual, size_t n, 
     }
     const float a = fabsf(v);
     s += a;
-    m = max(m, __float_as_uint(a));
+    m = fmaxf(m, a);
   }
   const double total = warp_sum(static_cast<double>(s));
   m = warp_max(m);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
   if ((threadIdx.x & 31) == 0) {
-    if (total != 0.0) atomicAdd(sum, total);
-    if (m != 0) atomicMax(max_bits, m);
+    warp_sums[warp] = total;
+    warp_maxima[warp] = m;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double b = 0.0;
+    float bm = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      b += warp_sums[w];
+      bm = fmaxf(bm, warp_maxima[w]);
+    }
+    sums[blockIdx.x] = b;
+    maxima[blockIdx.x] = bm;
   }
 }
 
@@ -145,7 +159,7 @@ __global__ void scatter_add_kernel(float* out, size_t count, const int32_t* indi
       ++skipped;
       continue;
     }
-    out[j] += scale * values[i];
+    out[j] = __fadd_rn(out[j], __fmul_rn(scale, values[i]));  // rounded twice, as the CPU's
   }
   if (bad == nullptr) return;
   skipped = warp_sum(skipped);
@@ -165,41 +179,42 @@ struct Scratch {
 sapipe_status topk_select(const float* grad, float* residual, size_t count, size_t k, int32_t rounds, int32_t* out_indices,
                           float* out_values, sapipe_topk_stats* stats, cudaStream_t stream) {
   const size_t chunks = count == 0 ? 0 : (count + kChunk - 1) / kChunk;
-  // Layout: sum (double), max bits (uint, padded to 8), counts (7 x u64), then per chunk: above,
-  // band, quota, offset (int64 each).
-  const size_t head = sizeof(double) + 8 + core::kTopkSamples * sizeof(unsigned long long);
+  const unsigned int blocks = count == 0 ? 0 : grid_for(count);
+  // Layout (8-byte slots): the form pass's per-block sums (double) and maxima (float, padded), the
+  // sampling pass's counts (7 x u64), then per chunk: above, band, quota, offset (int64 each).
+  const size_t head = 2 * blocks * sizeof(double) + core::kTopkSamples * sizeof(unsigned long long);
   Scratch scratch;
   if (sapipe_status s = from_cuda(cudaMalloc(&scratch.p, head + 4 * chunks * sizeof(long long)), "topkSelect scratch"); s != SAPIPE_OK)
     return s;
-  auto* sum = static_cast<double*>(scratch.p);
-  auto* max_bits = reinterpret_cast<unsigned int*>(static_cast<char*>(scratch.p) + sizeof(double));
-  auto* counts = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch.p) + sizeof(double) + 8);
+  auto* sums = static_cast<double*>(scratch.p);
+  auto* maxima = reinterpret_cast<float*>(sums + blocks);
+  auto* counts = reinterpret_cast<unsigned long long*>(sums + 2 * blocks);
   auto* above = reinterpret_cast<long long*>(static_cast<char*>(scratch.p) + head);
   long long* band = above + chunks;
   long long* quota = band + chunks;
   long long* offset = quota + chunks;
 
-  if (sapipe_status s = from_cuda(cudaMemsetAsync(scratch.p, 0, head, stream), "topkSelect"); s != SAPIPE_OK) return s;
-  if (count != 0) form_range_kernel<<<grid_for(count), kThreads, 0, stream>>>(grad, residual, count, sum, max_bits);
-  if (sapipe_status s = check_launch("topkSelect form kernel"); s != SAPIPE_OK) return s;
-  struct {
-    double sum;
-    unsigned int max_bits;
-  } range{};
-  if (sapipe_status s = from_cuda(cudaMemcpyAsync(&range.sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream), "topkSelect"); s != SAPIPE_OK)
-    return s;
-  if (sapipe_status s = from_cuda(cudaMemcpyAsync(&range.max_bits, max_bits, sizeof(unsigned int), cudaMemcpyDeviceToHost, stream), "topkSelect");
-      s != SAPIPE_OK)
-    return s;
-  if (sapipe_status s = from_cuda(cudaStreamSynchronize(stream), "topkSelect"); s != SAPIPE_OK) return s;
+  double sum_abs = 0.0;
   float max_abs = 0.0f;
-  static_assert(sizeof(float) == sizeof(unsigned int), "float is 32 bits");
-  std::memcpy(&max_abs, &range.max_bits, sizeof max_abs);
+  if (count != 0) {
+    form_range_kernel<<<blocks, kThreads, 0, stream>>>(grad, residual, count, sums, maxima);
+    if (sapipe_status s = check_launch("topkSelect form kernel"); s != SAPIPE_OK) return s;
+    std::vector<double> host(2 * blocks);
+    if (sapipe_status s = from_cuda(cudaMemcpyAsync(host.data(), sums, 2 * blocks * sizeof(double), cudaMemcpyDeviceToHost, stream), "topkSelect");
+        s != SAPIPE_OK)
+      return s;
+    if (sapipe_status s = from_cuda(cudaStreamSynchronize(stream), "topkSelect"); s != SAPIPE_OK) return s;
+    const auto* host_maxima = reinterpret_cast<const float*>(host.data() + blocks);
+    for (unsigned int b = 0; b < blocks; ++b) {
+      sum_abs += host[b];
+      max_abs = std::max(max_abs, host_maxima[b]);
+    }
+  }
 
   const float* x = residual != nullptr ? residual : grad;
   core::TopkBracket br;
   sapipe_status searched = core::topk_bracket(
-      count, k, rounds, range.sum, max_abs,
+      count, k, rounds, sum_abs, max_abs,
       [&](const float* th, int m, int64_t* c) -> sapipe_status {
         Thresholds t{};
         for (int j = 0; j < m; ++j) t.t[j] = th[j];
