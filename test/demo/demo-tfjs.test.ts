@@ -14,7 +14,7 @@ import type { TfjsDemoResult } from '../../lib/demo/tfjs-run.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
-const sapipe = (...args: string[]) => run(process.execPath, [bin, ...args], { maxBuffer: 1 << 22, timeout: 240_000 });
+const sapipe = (...args: string[]) => run(process.execPath, [bin, ...args], { maxBuffer: 1 << 22, timeout: 420_000 });
 
 t.test('demo --tfjs --json: tfjs alone, sync through the adapter and a 2-stage 1F1B pipeline', async (t) => {
   // 2 workers x batch 8 over 192 samples, 2 epochs: 24 updates (about 30 s here).
