@@ -52,12 +52,15 @@ export interface DemoProgress {
   accuracy: number;
 }
 
+/** @internal A copy of `a` in a SharedArrayBuffer, so N worker threads read one copy of the data set. */
+export function sharedCopy<T extends Float32Array | Uint8Array>(a: T): T {
+  const out = new (a.constructor as new (b: SharedArrayBuffer) => T)(new SharedArrayBuffer(a.byteLength));
+  out.set(a);
+  return out;
+}
+
 function shared(d: Dataset): { inputs: Float32Array; labels: Uint8Array } {
-  const inputs = new Float32Array(new SharedArrayBuffer(d.inputs.byteLength));
-  inputs.set(d.inputs);
-  const labels = new Uint8Array(new SharedArrayBuffer(d.labels.byteLength));
-  labels.set(d.labels);
-  return { inputs, labels };
+  return { inputs: sharedCopy(d.inputs), labels: sharedCopy(d.labels) };
 }
 
 async function runMode(

@@ -16,7 +16,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { PipelineTrainer } from '../pipeline/runtime/trainer.js';
 import type { RuntimeScheduleName } from '../pipeline/runtime/weights.js';
 import { checkDemoConfig, type DemoConfig } from './config.js';
-import { gatherRanks } from './run-demo.js';
+import { gatherRanks, sharedCopy } from './run-demo.js';
 import { CNN_MAX_STAGES, cnnAccuracy, disposeModel, loadTfjs, mnistCnn } from './tfjs-model.js';
 // Types only: importing the worker for real would run a rank in this thread.
 import type { TfjsDemoWorkerData, TfjsDemoWorkerMessage } from './tfjs-worker.js';
@@ -62,12 +62,6 @@ export function checkTfjsDemoConfig(c: TfjsDemoConfig): TfjsDemoConfig {
   return c;
 }
 
-function shared<T extends Float32Array | Uint8Array>(a: T): T {
-  const out = new (a.constructor as new (b: SharedArrayBuffer) => T)(new SharedArrayBuffer(a.byteLength));
-  out.set(a);
-  return out;
-}
-
 /** @internal */
 export async function runTfjsDemo(config: TfjsDemoConfig, onRun: (run: TfjsDemoRun) => void = () => {}): Promise<TfjsDemoResult> {
   checkTfjsDemoConfig(config);
@@ -76,8 +70,8 @@ export async function runTfjsDemo(config: TfjsDemoConfig, onRun: (run: TfjsDemoR
   const trainSamples = Math.min(config.trainSamples ?? fullTrain.count, fullTrain.count);
   const global = config.batch * config.workers;
   if (trainSamples < global) throw new InvalidArgumentError(`--train-samples ${trainSamples} is less than one global batch (${config.workers} workers x batch ${config.batch})`);
-  const train = { inputs: shared(fullTrain.inputs.subarray(0, trainSamples * 784)), labels: shared(fullTrain.labels.subarray(0, trainSamples)) };
-  const test = { inputs: shared(testSet.inputs), labels: shared(testSet.labels) };
+  const train = { inputs: sharedCopy(fullTrain.inputs.subarray(0, trainSamples * 784)), labels: sharedCopy(fullTrain.labels.subarray(0, trainSamples)) };
+  const test = { inputs: sharedCopy(testSet.inputs), labels: sharedCopy(testSet.labels) };
   const runs: TfjsDemoRun[] = [];
   const add = (run: Omit<TfjsDemoRun, 'speedup'>): void => {
     const base = run.kind === 'tfjs' ? run : runs.find((r) => r.kind === 'tfjs');

@@ -20,6 +20,15 @@ unsigned int grid_for(size_t items);
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+#ifdef __CUDACC__
+// Sum of x over the 32 lanes of a warp, in lane 0 (every lane must take part).
+template <class T>
+__device__ __forceinline__ T warp_sum(T x) {
+  for (int d = 16; d > 0; d /= 2) x += __shfl_down_sync(0xffffffffu, x, d);
+  return x;
+}
+#endif
+
 // Grid-stride iteration over [begin, end).
 #define SAPIPE_GRID_STRIDE(i, begin, end)                                                  \
   for (size_t i = (begin) + static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (end); \

@@ -11,12 +11,6 @@ __device__ __forceinline__ unsigned int non_finite(float x) {
   return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
 }
 
-template <class T>
-__device__ __forceinline__ T warp_sum(T x) {
-  for (int d = 16; d > 0; d /= 2) x += __shfl_down_sync(0xffffffffu, x, d);
-  return x;
-}
-
 __global__ void count_non_finite_kernel(const float* x, size_t n, size_t groups, unsigned long long* out) {
   unsigned long long bad = 0;
   SAPIPE_GRID_STRIDE(q, 0, groups) {

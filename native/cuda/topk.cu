@@ -22,12 +22,6 @@ namespace {
 constexpr int kItems = 16;                   // elements per thread per chunk
 constexpr size_t kChunk = kThreads * kItems;  // elements per select block
 
-template <class T>
-__device__ __forceinline__ T warp_sum(T x) {
-  for (int d = 16; d > 0; d /= 2) x += __shfl_down_sync(0xffffffffu, x, d);
-  return x;
-}
-
 __device__ __forceinline__ float warp_max(float x) {
   for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_down_sync(0xffffffffu, x, d));
   return x;
