@@ -17,6 +17,7 @@ export * from './data/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
 export * from './nn/index.js';
+export * from './recsys/index.js';
 export {
   backendStatuses,
   selectBackend,

@@ -5,6 +5,7 @@
  */
 import { UcxCommunicator } from '../comm/ucx.js';
 import { measureAllreduce, type AllreduceMeasureOptions } from './allreduce-measure.js';
+import { runAsRankScript } from './rank-script.js';
 
 export const REPORT_PREFIX = 'SAPIPE_BENCH_REPORT ';
 
@@ -20,11 +21,4 @@ async function main(): Promise<void> {
 }
 
 // Run only as a script, so that the driver can import REPORT_PREFIX.
-if (process.env.RANK !== undefined && process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].split('/').pop() ?? '\0'))
-  main().then(
-    () => process.exit(0),
-    (e: unknown) => {
-      process.stderr.write(`${String((e as { code?: string }).code ?? '')} ${String(e)}\n`);
-      process.exit(1);
-    },
-  );
+runAsRankScript(import.meta.url, main);

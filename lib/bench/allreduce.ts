@@ -7,15 +7,12 @@
  * thread (the ucx backend's ranks each drive their transfers and reductions from one thread too). Also the fused all-reduce + update of one ParamSet against the
  * all-reduce alone.
  */
-import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
-
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { spawnLocalRanks } from '../comm/local.js';
-import { launch } from '../launch/launch.js';
 import type { AllreduceMeasureOptions, AllreduceRankReport } from './allreduce-measure.js';
 import { REPORT_PREFIX, type UcxRankData } from './allreduce-ucx-rank.js';
 import type { AllreduceWorkerData } from './allreduce-worker.js';
+import { launchRankScript } from './rank-script.js';
 import { describeValue } from '../validate.js';
 
 export interface AllreduceBenchOptions {
@@ -122,26 +119,7 @@ async function runUcxRanks(nproc: number, measure: UcxRankData): Promise<Allredu
   const { ucxStatus } = await import('../backends/ucx.js');
   const status = ucxStatus();
   if (!status.available) throw new BackendUnavailableError(`the ucx backend is unavailable: ${status.reason ?? 'unknown reason'}`);
-  const fromSource = import.meta.url.endsWith('.ts');
-  let stdout = '';
-  let stderr = '';
-  const collect = (append: (s: string) => void): Writable =>
-    new Writable({
-      write(chunk: Buffer, _encoding, callback): void {
-        append(chunk.toString());
-        callback();
-      },
-    });
-  const result = await launch({
-    script: fileURLToPath(new URL(`./allreduce-ucx-rank.${fromSource ? 'ts' : 'js'}`, import.meta.url)),
-    args: [JSON.stringify(measure)],
-    nproc,
-    // From source, the ranks need the TypeScript loader this process runs under.
-    nodeArgs: fromSource ? process.execArgv : [],
-    stdout: collect((s) => (stdout += s)),
-    stderr: collect((s) => (stderr += s)),
-    forwardSignals: true,
-  });
+  const { result, stdout, stderr } = await launchRankScript('allreduce-ucx-rank', { args: [JSON.stringify(measure)], nproc, forwardSignals: true });
   const line = stdout.split('\n').find((l) => l.startsWith(`[0] ${REPORT_PREFIX}`));
   if (result.exitCode !== 0 || line === undefined)
     throw new Error(`the ucx ranks failed (${result.message ?? `exit code ${result.exitCode}`}): ${stderr.trim().split('\n').slice(-5).join(' | ')}`);

@@ -187,6 +187,16 @@ export async function latestCompleteStep(dir: string, worldSize: number): Promis
   return undefined;
 }
 
+/** @internal The steps whose manifest `rank` wrote (its save finished), newest first. */
+export async function rankSteps(dir: string, rank: number): Promise<number[]> {
+  const out: number[] = [];
+  for (const step of await steps(dir)) {
+    const m = await readManifest(join(stepDirectory(dir, step), `rank-${rank}.json`));
+    if (m !== undefined && m.step === step && m.rank === rank) out.push(step);
+  }
+  return out;
+}
+
 /** @internal The rank's file of `step`, checked against its manifest (size and SHA-256). */
 export async function readRankFile(dir: string, step: number, rank: number): Promise<{ bytes: Buffer; manifest: CheckpointManifest; path: string }> {
   const at = stepDirectory(dir, step);

@@ -20,7 +20,7 @@ import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
 import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
 import { checkInteger, checkObject, describeValue, optionKeys, checkOptions } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, rankSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
 
 const KIND = 'data-parallel-trainer';
 
@@ -35,8 +35,16 @@ export interface SaveCheckpointOptions {
   keep?: number;
   /** The caller's own state to restore (data position, seeds): anything JSON.stringify keeps. */
   extra?: unknown;
+  /**
+   * The caller's own tensors (e.g. a model-parallel shard the trainer does not hold), stored under
+   * `user/<name>` in the rank's file and given back by loadCheckpoint and readRankCheckpoint. The
+   * arrays are written in the background: do not change them until `written` resolves (pass copies).
+   */
+  tensors?: ReadonlyMap<string, SafetensorsTensor>;
 }
-const SAVE_OPTION_KEYS = optionKeys<SaveCheckpointOptions>({ dir: true, keep: true, extra: true });
+const SAVE_OPTION_KEYS = optionKeys<SaveCheckpointOptions>({ dir: true, keep: true, extra: true, tensors: true });
+/** The prefix of the caller's own tensors in a rank's file. */
+const USER_PREFIX = 'user/';
 
 /** A save under way: the snapshot is taken, the file is being written. @category Checkpoints */
 export interface CheckpointSave {
@@ -64,6 +72,8 @@ export interface LoadedCheckpoint {
   readonly path: string;
   /** The `extra` given to saveCheckpoint. */
   readonly extra: unknown;
+  /** The `tensors` given to saveCheckpoint (empty if none). */
+  readonly tensors: Map<string, SafetensorsTensor>;
 }
 
 /**
@@ -79,6 +89,7 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
   checkOptions(options, SAVE_OPTION_KEYS, 'saveCheckpoint(trainer, options)');
   const dir = await checkDirectory(options.dir, 'saveCheckpoint');
   const keep = checkInteger(options.keep ?? 2, 'saveCheckpoint: keep', 1, 1 << 20);
+  const own = checkUserTensors(options.tensors);
   let extra: string;
   try {
     extra = JSON.stringify(options.extra ?? null);
@@ -94,7 +105,9 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
   const entry = { state, written: false };
   snapshots.set(trainer, entry);
   const { rank, size } = trainer.comm;
-  const chunks = encodeSafetensors(tensorsOf(trainer, state), {
+  const all = tensorsOf(trainer, state);
+  for (const [name, t] of own) all.set(USER_PREFIX + name, t);
+  const chunks = encodeSafetensors(all, {
     format: CHECKPOINT_FORMAT,
     version: String(CHECKPOINT_VERSION),
     kind: KIND,
@@ -159,7 +172,78 @@ export async function loadCheckpoint(trainer: DataParallelTrainer, options: { di
   } catch (error) {
     throw new CheckpointError(`${path}: extra is not JSON`, { reason: 'corrupt', cause: error });
   }
-  return { step, path: stepDirectory(dir, step), extra };
+  return { step, path: stepDirectory(dir, step), extra, tensors: userTensors(tensors) };
+}
+
+/** What {@link readRankCheckpoint} read: a rank's file, without a trainer. @category Checkpoints */
+export interface RankCheckpoint {
+  readonly step: number;
+  readonly path: string;
+  readonly extra: unknown;
+  /** The `tensors` given to saveCheckpoint. */
+  readonly tensors: Map<string, SafetensorsTensor>;
+  /** The trainer's step() calls when it was saved. */
+  readonly calls: number;
+}
+
+/**
+ * Reads one rank's file of one step, checked (size, SHA-256, format), without touching a trainer:
+ * what partial recovery reloads for the rank that was lost while the others keep their state.
+ * `step` defaults to the newest step this rank saved completely (its manifest is written), which
+ * may be newer than the newest step every rank completed. Resolves with null when the rank has
+ * no checkpoint in `dir`.
+ *
+ * @category Checkpoints
+ */
+export async function readRankCheckpoint(dir: string, rank: number, step?: number): Promise<RankCheckpoint | null> {
+  dir = await checkDirectory(dir, 'readRankCheckpoint');
+  checkInteger(rank, 'readRankCheckpoint: rank', 0, 1 << 24);
+  if (step === undefined) {
+    step = (await rankSteps(dir, rank))[0];
+    if (step === undefined) return null;
+  } else checkInteger(step, 'readRankCheckpoint: step', 0, Number.MAX_SAFE_INTEGER);
+  const { bytes, path } = await readRankFile(dir, step, rank);
+  const { tensors, metadata } = decodeSafetensors(bytes, path);
+  if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
+  if (metadata.version !== String(CHECKPOINT_VERSION))
+    throw new CheckpointError(`${path}: checkpoint format version ${describeValue(metadata.version)}; this sapipe reads version ${CHECKPOINT_VERSION}`, { reason: 'version' });
+  if (metadata.rank !== String(rank)) throw new CheckpointError(`${path}: saved by rank ${describeValue(metadata.rank)}, read as rank ${rank}`, { reason: 'mismatch' });
+  let extra: unknown;
+  let calls: number;
+  try {
+    extra = JSON.parse(metadata.extra ?? 'null');
+    calls = (JSON.parse(metadata.trainer ?? '') as { calls: number }).calls;
+  } catch (error) {
+    throw new CheckpointError(`${path}: its metadata is not JSON`, { reason: 'corrupt', cause: error });
+  }
+  return { step, path, extra, tensors: userTensors(tensors), calls };
+}
+
+/** The steps in `dir` for which `rank`'s save finished (its manifest is there), newest first. @category Checkpoints */
+export async function rankCheckpointSteps(dir: string, rank: number): Promise<number[]> {
+  dir = await checkDirectory(dir, 'rankCheckpointSteps');
+  checkInteger(rank, 'rankCheckpointSteps: rank', 0, 1 << 24);
+  return rankSteps(dir, rank);
+}
+
+function checkUserTensors(tensors: unknown): ReadonlyMap<string, SafetensorsTensor> {
+  if (tensors === undefined) return new Map();
+  if (!(tensors instanceof Map)) throw new InvalidArgumentError(`saveCheckpoint: tensors must be a Map of name -> { shape, data }, got ${describeValue(tensors)}`);
+  for (const [name, t] of tensors as Map<unknown, unknown>) {
+    if (typeof name !== 'string' || name === '') throw new InvalidArgumentError(`saveCheckpoint: tensor names must be non-empty strings, got ${describeValue(name)}`);
+    checkObject(t, `saveCheckpoint: tensors.get(${JSON.stringify(name)})`);
+    if (!(t.data instanceof Float32Array || t.data instanceof Int32Array))
+      throw new InvalidArgumentError(`saveCheckpoint: tensor ${JSON.stringify(name)}'s data must be a Float32Array or an Int32Array`);
+    if (!Array.isArray(t.shape) || t.shape.reduce((n: number, d: unknown) => n * (Number.isInteger(d) && (d as number) >= 0 ? (d as number) : NaN), 1) !== t.data.length)
+      throw new InvalidArgumentError(`saveCheckpoint: tensor ${JSON.stringify(name)}'s shape must list non-negative integers whose product is its ${t.data.length} values`);
+  }
+  return tensors as ReadonlyMap<string, SafetensorsTensor>;
+}
+
+function userTensors(tensors: Map<string, SafetensorsTensor>): Map<string, SafetensorsTensor> {
+  const out = new Map<string, SafetensorsTensor>();
+  for (const [name, t] of tensors) if (name.startsWith(USER_PREFIX)) out.set(name.slice(USER_PREFIX.length), t);
+  return out;
 }
 
 /** The stretches of the flat buffer between and after the tensors (alignment): [offset, length]. */

@@ -7,3 +7,4 @@ export { MLP, type MLPOptions } from './mlp.js';
 export { kaimingUniform, biasUniform } from './init.js';
 export { Sequential, balancedBoundaries, mlpLayers, partRanges, type LayerSpec, type SequentialOptions } from './sequential.js';
 export type { StageBackwardOptions, StageModel } from './stage-model.js';
+export { rocAuc } from './metrics.js';

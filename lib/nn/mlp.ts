@@ -138,11 +138,19 @@ export class MLP {
 
   /**
    * Backpropagates the dLogits of the last loss() call and writes (not accumulates) every gradient
-   * into `grads`, a buffer with the ParamSet's layout (default the ParamSet's own gradients).
+   * into `grads`, a buffer with the ParamSet's layout (default the ParamSet's own gradients). With
+   * `inputGrad`, also writes the loss's gradient with respect to the input [batch, inFeatures]
+   * there (for a layer below the MLP, e.g. embeddings).
    */
-  backward(grads: FlatBuffer = this.params.grads): void {
+  backward(grads: FlatBuffer = this.params.grads, inputGrad?: FlatBuffer): void {
     this.checkLive('backward');
     this.checkLayout(grads, 'MLP.backward: grads');
+    if (inputGrad !== undefined) {
+      if (!(inputGrad instanceof FlatBuffer)) throw new InvalidArgumentError('MLP.backward: inputGrad must be a FlatBuffer or left out');
+      if (inputGrad.disposed) throw new DisposedError('MLP.backward: inputGrad was disposed');
+      const need = (this.last?.batch ?? 0) * this.inFeatures;
+      if (inputGrad.length < need) throw new SizeMismatchError(`MLP.backward: inputGrad holds ${inputGrad.length} values, batch x ${this.inFeatures} needs ${need}`);
+    }
     if (!this.last || !this.haveLossGrad) throw new InvalidArgumentError('MLP.backward: call forward(x, batch) and then loss(labels) first');
     const { x, batch, weights } = this.last;
     if (x.disposed) throw new DisposedError('MLP.backward: the input buffer of the forward pass was disposed');
@@ -152,7 +160,8 @@ export class MLP {
     for (let i = this.layers.length - 1; i >= 0; i--) {
       const layer = this.layers[i]!;
       const input = i === 0 ? x : this.activations[i - 1]!;
-      layer.backward({ buffer: input }, { buffer: dy }, batch, i === 0 ? undefined : { buffer: dx }, grads, weights);
+      const dInput = i === 0 ? (inputGrad === undefined ? undefined : { buffer: inputGrad }) : { buffer: dx };
+      layer.backward({ buffer: input }, { buffer: dy }, batch, dInput, grads, weights);
       if (i > 0) {
         reluBackward(input.array.subarray(0, batch * layer.inFeatures), dx.array.subarray(0, batch * layer.inFeatures));
         [dy, dx] = [dx, dy];

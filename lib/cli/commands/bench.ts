@@ -4,6 +4,8 @@ import type { Command } from 'commander';
 
 import { benchAllreduce } from '../../bench/allreduce.js';
 import { benchCheckpoint } from '../../bench/checkpoint.js';
+import { benchCpr } from '../../bench/cpr.js';
+import { RECOVERY_POLICIES, type RecoveryPolicy } from '../../recsys/cpr.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
@@ -349,6 +351,48 @@ export function registerBenchCommand(program: Command): void {
       console.log(`snapshot on the training thread: ${r.snapshotMs.toFixed(2)} ms for ${mb(r.snapshotBytes)}; a copy of the same bytes ${r.memcpyMs.toFixed(2)} ms; ratio ${r.snapshotRatio.toFixed(2)} ${r.snapshotRatio <= 1.2 ? '(<= 1.2)' : '(> 1.2)'}`);
       console.log(`save of a ${mb(r.fileBytes)} file: ${r.saveMBps.toFixed(0)} MB/s; the same bytes written and fsynced alone: ${r.diskMBps.toFixed(0)} MB/s; ratio ${r.saveRatio.toFixed(2)}`);
       console.log(`while a save was written in the background, the training thread's longest stall: ${r.writeStallMs.toFixed(1)} ms (what a step could wait for beyond the snapshot)`);
+    });
+  bench
+    .command('cpr')
+    .description(
+      'the CPR experiment: a recommendation model (sharded embedding tables + MLP, Zipf click data) trained by ucx processes with ranks SIGKILLed on a fixed schedule, under full recovery, partial recovery, MFU and SSU; time lost and final loss/AUC against a run without failures',
+    )
+    .option('--ranks <n>', 'processes (each holds one embedding shard)', parsePositiveInt, 4)
+    .option('--steps <n>', 'training steps', parsePositiveInt, 3000)
+    .option('--failures <n>', 'ranks killed, evenly spaced over the run', (v: string) => Number(parsePositiveInt(String(Number(v) + 1))) - 1, 3)
+    .option('--policies <list>', `comma-separated, of ${RECOVERY_POLICIES.join(', ')}`, RECOVERY_POLICIES.join(','))
+    .option('--lost-fraction <p>', "CPR's target portion of lost samples (sets the partial policies' interval)", (v: string) => numberOption(v, '--lost-fraction'), 0.02)
+    .option('--seed <n>', 'seed of the data and the model', (v: string) => Number(parsePositiveInt(String(Number(v) + 1))) - 1, 3)
+    .option('--json', 'print JSON')
+    .action(async (options: { ranks: number; steps: number; failures: number; policies: string; lostFraction: number; seed: number; json?: boolean }) => {
+      const policies = options.policies.split(',').filter((p) => p !== '').map((p) => checkOneOf(p, '--policies', RECOVERY_POLICIES) as RecoveryPolicy);
+      const r = await benchCpr({ ranks: options.ranks, steps: options.steps, failures: options.failures, policies, lostFraction: options.lostFraction, seed: options.seed });
+      if (options.json) {
+        console.log(JSON.stringify(r, null, 2));
+        return;
+      }
+      console.log(
+        `${r.ranks} ranks, ${r.steps} steps of ${r.stepMs.toFixed(2)} ms, failures at steps ${r.failAt.join(', ')} (one every ${r.mtbfSeconds.toFixed(1)} s); ` +
+          `a full save costs the training thread ${r.saveCost.stallMs.toFixed(2)} ms (its file ${r.saveCost.writeMs.toFixed(1)} ms in the background)`,
+      );
+      console.log(`intervals: Young's ${r.youngSeconds.toFixed(2)} s (full recovery), CPR's ${r.cprSeconds.toFixed(2)} s (partial policies)`);
+      const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'overhead', 'restart s (each)', 'recomputed steps', 'shard steps lost', 'saves', 'loss', 'AUC']);
+      for (const row of r.rows)
+        table.push([
+          row.policy,
+          row.saveEvery || '-',
+          row.priorityEvery ?? '-',
+          row.trainingSeconds.toFixed(2),
+          `${(row.overhead * 100).toFixed(1)} %`,
+          row.restartSeconds.map((s) => s.toFixed(2)).join(' ') || '-',
+          row.recomputedSteps,
+          row.shardStepsLost.join(' ') || '-',
+          row.saves ? `${row.saves.full}+${row.saves.priority}` : '-',
+          row.metrics.loss.toFixed(4),
+          row.metrics.auc.toFixed(4),
+        ]);
+      console.log(table.toString());
+      console.log('overhead: training time (first step to last, restarts included) over the run without checkpoints or failures, minus 1; saves: full + priority (last attempt)');
     });
   bench
     .command('topk')

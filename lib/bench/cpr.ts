@@ -1,0 +1,191 @@
+/**
+ * The CPR experiment (`sapipe bench cpr`): the recommendation model trained by `ranks` ucx
+ * processes under `sapipe launch --max-restarts`, first without checkpoints or failures (the
+ * baseline: its training time, step time and the cost of a save), then under each recovery
+ * policy with the same failures injected on a fixed schedule (SIGKILLed ranks). Intervals follow
+ * ALGORITHMS.md section 7: Young's for full recovery, CPR's for the partial policies, from the
+ * measured save cost and the failures' spacing. For each policy: the time lost as a share of the
+ * baseline's training time (saves, restarts, recomputed steps), and the final loss and AUC.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { syntheticClicks, writeClickData } from '../recsys/clicks.js';
+import { cprIntervalSeconds, RECOVERY_POLICIES, youngIntervalSeconds, type RecoveryPolicy } from '../recsys/cpr.js';
+import type { ClickMetrics } from '../recsys/model.js';
+import { checkInteger, checkNumber } from '../validate.js';
+import { launchRankScript } from './rank-script.js';
+import { EVENT_PREFIX, REPORT_PREFIX, type CprEvent, type CprRankData, type CprRankReport } from './cpr-rank.js';
+
+export interface CprBenchOptions {
+  ranks: number;
+  steps: number;
+  /** Failures injected, evenly spaced over the run. */
+  failures: number;
+  policies: readonly RecoveryPolicy[];
+  /** CPR's target portion of lost samples. Default 0.02. */
+  lostFraction?: number;
+  priorityFraction?: number;
+  ssuSampleRate?: number;
+  batch?: number;
+  seed?: number;
+}
+
+export interface CprPolicyRow {
+  policy: RecoveryPolicy | 'none';
+  /** Steps between full saves (and between priority saves: mfu, ssu). */
+  saveEvery: number;
+  priorityEvery: number | null;
+  /** From the first step to the last, restarts included, s. */
+  trainingSeconds: number;
+  /** (trainingSeconds - baseline) / baseline. */
+  overhead: number;
+  /** Per failure: from the kill to the ranks ready again, s. */
+  restartSeconds: number[];
+  /** Steps run again after full recoveries. */
+  recomputedSteps: number;
+  /** Partial recoveries: steps of updates the reloaded shard lost (the resume step minus the step its shard came back from). */
+  shardStepsLost: number[];
+  saves: { full: number; priority: number; stallMs: number } | null;
+  metrics: ClickMetrics;
+  restarts: number;
+}
+
+export interface CprBenchResult {
+  ranks: number;
+  steps: number;
+  failAt: number[];
+  stepMs: number;
+  saveCost: { stallMs: number; writeMs: number };
+  mtbfSeconds: number;
+  youngSeconds: number;
+  cprSeconds: number;
+  rows: CprPolicyRow[];
+}
+
+/** Runs one policy's job; resolves with rank 0's events and report. */
+async function runJob(data: CprRankData, ranks: number, maxRestarts: number): Promise<{ events: CprEvent[]; report: CprRankReport; restarts: number }> {
+  const { result, stdout, stderr } = await launchRankScript('cpr-rank', { args: [JSON.stringify(data)], nproc: ranks, maxRestarts, checkpointDir: data.dir, forwardSignals: true });
+  const lines = stdout.split('\n');
+  const events = lines.filter((l) => l.startsWith(`[0] ${EVENT_PREFIX}`)).map((l) => JSON.parse(l.slice(`[0] ${EVENT_PREFIX}`.length)) as CprEvent);
+  const line = lines.find((l) => l.startsWith(`[0] ${REPORT_PREFIX}`));
+  if (result.exitCode !== 0 || line === undefined)
+    throw new Error(`the ${data.policy} job failed (${result.message ?? `exit code ${result.exitCode}`}): ${stderr.trim().split('\n').slice(-6).join(' | ')}`);
+  return { events, report: JSON.parse(line.slice(`[0] ${REPORT_PREFIX}`.length)) as CprRankReport, restarts: result.restarts };
+}
+
+export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult> {
+  const ranks = checkInteger(options.ranks, 'bench cpr: ranks', 2, 64);
+  const steps = checkInteger(options.steps, 'bench cpr: steps', 10, 1 << 24);
+  const failures = checkInteger(options.failures, 'bench cpr: failures', 0, 100);
+  for (const p of options.policies) if (!RECOVERY_POLICIES.includes(p)) throw new InvalidArgumentError(`bench cpr: unknown policy ${JSON.stringify(p)}; use ${RECOVERY_POLICIES.join(', ')}`);
+  const lostFraction = checkNumber(options.lostFraction ?? 0.02, 'bench cpr: lostFraction', 0, 1, { loOpen: true });
+  const { ucxStatus } = await import('../backends/ucx.js');
+  const status = ucxStatus();
+  if (!status.available) throw new BackendUnavailableError(`bench cpr needs the ucx backend: ${status.reason ?? 'unknown reason'}`);
+  const root = mkdtempSync(join(tmpdir(), 'sapipe-cpr-'));
+  const shm = mkdtempSync(join(existsDir('/dev/shm') ? '/dev/shm' : tmpdir(), 'sapipe-cpr-handoff-'));
+  // Failure i at the start of step failAt[i], spread over the run away from its ends.
+  const failAt = Array.from({ length: failures }, (_, i) => Math.floor((steps * (i + 0.6)) / (failures + 0.2)));
+  const base: Omit<CprRankData, 'policy' | 'dir' | 'handoffDir' | 'workDir' | 'saveEvery'> = {
+    priorityFraction: options.priorityFraction ?? 0.125,
+    ssuSampleRate: options.ssuSampleRate ?? 0.125,
+    failAt,
+    steps,
+    batch: options.batch ?? 64,
+    tables: [40000, 40000, 10000, 10000],
+    dim: 8,
+    dense: 4,
+    hidden: [32],
+    trainFile: join(root, 'train.safetensors'),
+    testFile: join(root, 'test.safetensors'),
+    seed: options.seed ?? 3,
+    embeddingLr: 0.5,
+    lr: 0.05,
+  };
+  const clickOptions = { tables: base.tables, dense: base.dense, seed: base.seed };
+  writeClickData(base.trainFile, syntheticClicks({ ...clickOptions, samples: 200_000, sampleSeed: 1 }));
+  writeClickData(base.testFile, syntheticClicks({ ...clickOptions, samples: 20_000, sampleSeed: 2 }));
+  const dirs = (name: string): Pick<CprRankData, 'dir' | 'handoffDir' | 'workDir'> => {
+    const workDir = join(root, name);
+    return { dir: join(workDir, 'checkpoints'), handoffDir: join(shm, name), workDir };
+  };
+  try {
+    const start = (name: string): ReturnType<typeof dirs> => {
+      const d = dirs(name);
+      mkdirSync(d.workDir, { recursive: true });
+      return d;
+    };
+    const clean = await runJob({ ...base, policy: 'none', saveEvery: 1, ...start('none') }, ranks, 0);
+    const baseline = (clean.report.endedAt - clean.events[0]!.at) / 1000;
+    const stepMs = (baseline * 1000) / steps;
+    const saveCost = clean.report.saveCost!;
+    const mtbfSeconds = failures > 0 ? baseline / failures : baseline;
+    const youngSeconds = youngIntervalSeconds(saveCost.stallMs / 1000, mtbfSeconds);
+    const cprSeconds = cprIntervalSeconds({ saveSeconds: saveCost.stallMs / 1000, mtbfSeconds, shards: ranks, lostFraction });
+    const rows: CprPolicyRow[] = [
+      {
+        policy: 'none',
+        saveEvery: 0,
+        priorityEvery: null,
+        trainingSeconds: baseline,
+        overhead: 0,
+        restartSeconds: [],
+        recomputedSteps: 0,
+        shardStepsLost: [],
+        saves: null,
+        metrics: clean.report.metrics,
+        restarts: 0,
+      },
+    ];
+    for (const policy of options.policies) {
+      const seconds = policy === 'full' ? youngSeconds : cprSeconds;
+      const saveEvery = Math.max(1, Math.round((seconds * 1000) / stepMs));
+      const priorityEvery = policy === 'mfu' || policy === 'ssu' ? Math.max(1, Math.round(saveEvery * base.priorityFraction)) : null;
+      const d = start(policy);
+      const job = await runJob({ ...base, policy, saveEvery, ...d }, ranks, failures);
+      const killedAt = Array.from({ length: failures }, (_, i) => {
+        try {
+          return Number(readFileSync(join(d.workDir, `failure-${i}`), 'utf8'));
+        } catch {
+          return NaN;
+        }
+      });
+      const restarts = job.events.slice(1);
+      let recomputed = 0;
+      const shardStepsLost: number[] = [];
+      restarts.forEach((e, i) => {
+        if (e.resume.kind === 'full') recomputed += Math.max(0, failAt[i]! - e.resume.step);
+        for (const from of e.resume.reloadedFrom) shardStepsLost.push(from < 0 ? e.resume.step : e.resume.step - from);
+      });
+      const trainingSeconds = (job.report.endedAt - job.events[0]!.at) / 1000;
+      rows.push({
+        policy,
+        saveEvery,
+        priorityEvery,
+        trainingSeconds,
+        overhead: (trainingSeconds - baseline) / baseline,
+        restartSeconds: restarts.map((e, i) => (e.at - killedAt[i]!) / 1000),
+        recomputedSteps: recomputed,
+        shardStepsLost,
+        saves: job.report.stats && { full: job.report.stats.fullSaves, priority: job.report.stats.prioritySaves, stallMs: job.report.stats.saveMs },
+        metrics: job.report.metrics,
+        restarts: job.restarts,
+      });
+    }
+    return { ranks, steps, failAt, stepMs, saveCost, mtbfSeconds, youngSeconds, cprSeconds, rows };
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+    rmSync(shm, { recursive: true, force: true });
+  }
+}
+
+function existsDir(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
