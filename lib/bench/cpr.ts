@@ -31,6 +31,8 @@ export interface CprBenchOptions {
   ssuSampleRate?: number;
   batch?: number;
   seed?: number;
+  /** Runs of every job (baseline included); the table gives medians and spreads. Default 1. */
+  reps?: number;
 }
 
 export interface CprPolicyRow {
@@ -38,17 +40,20 @@ export interface CprPolicyRow {
   /** Steps between full saves (and between priority saves: mfu, ssu). */
   saveEvery: number;
   priorityEvery: number | null;
-  /** From the first step to the last, restarts included, s. */
+  /** From the first step to the last, restarts included, s: the median over the repetitions. */
   trainingSeconds: number;
-  /** (trainingSeconds - baseline) / baseline. */
+  /** The fastest and slowest repetition, s. */
+  spread: [number, number];
+  /** (trainingSeconds - baseline) / baseline, both medians. */
   overhead: number;
-  /** Per failure: from the kill to the ranks ready again, s. */
+  /** Per failure (of every repetition): from the kill to the ranks ready again, s. */
   restartSeconds: number[];
   /** Steps run again after full recoveries. */
   recomputedSteps: number;
   /** Partial recoveries: steps of updates the reloaded shard lost (the resume step minus the step its shard came back from). */
   shardStepsLost: number[];
   saves: { full: number; priority: number; stallMs: number } | null;
+  /** Medians over the repetitions. */
   metrics: ClickMetrics;
   restarts: number;
 }
@@ -56,6 +61,7 @@ export interface CprPolicyRow {
 export interface CprBenchResult {
   ranks: number;
   steps: number;
+  reps: number;
   failAt: number[];
   stepMs: number;
   saveCost: { stallMs: number; writeMs: number };
@@ -80,6 +86,7 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
   const ranks = checkInteger(options.ranks, 'bench cpr: ranks', 2, 64);
   const steps = checkInteger(options.steps, 'bench cpr: steps', 10, 1 << 24);
   const failures = checkInteger(options.failures, 'bench cpr: failures', 0, 100);
+  const reps = checkInteger(options.reps ?? 1, 'bench cpr: reps', 1, 100);
   for (const p of options.policies) if (!RECOVERY_POLICIES.includes(p)) throw new InvalidArgumentError(`bench cpr: unknown policy ${JSON.stringify(p)}; use ${RECOVERY_POLICIES.join(', ')}`);
   const lostFraction = checkNumber(options.lostFraction ?? 0.02, 'bench cpr: lostFraction', 0, 1, { loOpen: true });
   const { ucxStatus } = await import('../backends/ucx.js');
@@ -89,12 +96,13 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
   const shm = mkdtempSync(join(existsDir('/dev/shm') ? '/dev/shm' : tmpdir(), 'sapipe-cpr-handoff-'));
   // Failure i at the start of step failAt[i], spread over the run away from its ends.
   const failAt = Array.from({ length: failures }, (_, i) => Math.floor((steps * (i + 0.6)) / (failures + 0.2)));
+  const batch = checkInteger(options.batch ?? 64, 'bench cpr: batch', 1, 1 << 16);
   const base: Omit<CprRankData, 'policy' | 'dir' | 'handoffDir' | 'workDir' | 'saveEvery'> = {
     priorityFraction: options.priorityFraction ?? 0.125,
     ssuSampleRate: options.ssuSampleRate ?? 0.125,
     failAt,
     steps,
-    batch: options.batch ?? 64,
+    batch,
     tables: [40000, 40000, 10000, 10000],
     dim: 8,
     dense: 4,
@@ -105,77 +113,110 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
     embeddingLr: 0.5,
     lr: 0.05,
   };
+  // One epoch: every step on new samples, as recommendation models are trained.
   const clickOptions = { tables: base.tables, dense: base.dense, seed: base.seed };
-  writeClickData(base.trainFile, syntheticClicks({ ...clickOptions, samples: 200_000, sampleSeed: 1 }));
+  writeClickData(base.trainFile, syntheticClicks({ ...clickOptions, samples: steps * batch * ranks, sampleSeed: 1 }));
   writeClickData(base.testFile, syntheticClicks({ ...clickOptions, samples: 20_000, sampleSeed: 2 }));
+  let jobs = 0;
   const dirs = (name: string): Pick<CprRankData, 'dir' | 'handoffDir' | 'workDir'> => {
-    const workDir = join(root, name);
-    return { dir: join(workDir, 'checkpoints'), handoffDir: join(shm, name), workDir };
+    const workDir = join(root, `${name}-${jobs++}`);
+    mkdirSync(workDir, { recursive: true });
+    return { dir: join(workDir, 'checkpoints'), handoffDir: join(shm, `${name}-${jobs}`), workDir };
+  };
+  const median = (xs: readonly number[]): number => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
   };
   try {
-    const start = (name: string): ReturnType<typeof dirs> => {
-      const d = dirs(name);
-      mkdirSync(d.workDir, { recursive: true });
-      return d;
+    // The first baseline run sets the intervals; every repetition runs every policy, so that a
+    // machine whose speed drifts affects them alike.
+    const baselines: CprRankReport[] = [];
+    const baselineSeconds: number[] = [];
+    const runBaseline = async (): Promise<void> => {
+      const clean = await runJob({ ...base, policy: 'none', saveEvery: 1, ...dirs('none') }, ranks, 0);
+      baselines.push(clean.report);
+      baselineSeconds.push((clean.report.endedAt - clean.events[0]!.at) / 1000);
     };
-    const clean = await runJob({ ...base, policy: 'none', saveEvery: 1, ...start('none') }, ranks, 0);
-    const baseline = (clean.report.endedAt - clean.events[0]!.at) / 1000;
-    const stepMs = (baseline * 1000) / steps;
-    const saveCost = clean.report.saveCost!;
-    const mtbfSeconds = failures > 0 ? baseline / failures : baseline;
+    await runBaseline();
+    const stepMs = (baselineSeconds[0]! * 1000) / steps;
+    const saveCost = baselines[0]!.saveCost!;
+    const mtbfSeconds = failures > 0 ? baselineSeconds[0]! / failures : baselineSeconds[0]!;
     const youngSeconds = youngIntervalSeconds(saveCost.stallMs / 1000, mtbfSeconds);
     const cprSeconds = cprIntervalSeconds({ saveSeconds: saveCost.stallMs / 1000, mtbfSeconds, shards: ranks, lostFraction });
+    const runs = new Map<RecoveryPolicy, { seconds: number; report: CprRankReport; row: Omit<CprPolicyRow, 'trainingSeconds' | 'spread' | 'overhead' | 'metrics'> }[]>();
+    for (let rep = 0; rep < reps; rep++) {
+      if (rep > 0) await runBaseline();
+      for (const policy of options.policies) {
+        const seconds = policy === 'full' ? youngSeconds : cprSeconds;
+        const saveEvery = Math.max(1, Math.round((seconds * 1000) / stepMs));
+        const priorityEvery = policy === 'mfu' || policy === 'ssu' ? Math.max(1, Math.round(saveEvery * base.priorityFraction)) : null;
+        const d = dirs(policy);
+        const job = await runJob({ ...base, policy, saveEvery, ...d }, ranks, failures);
+        const killedAt = Array.from({ length: failures }, (_, i) => {
+          try {
+            return Number(readFileSync(join(d.workDir, `failure-${i}`), 'utf8'));
+          } catch {
+            return NaN;
+          }
+        });
+        const restarts = job.events.slice(1);
+        let recomputed = 0;
+        const shardStepsLost: number[] = [];
+        restarts.forEach((e, i) => {
+          if (e.resume.kind === 'full') recomputed += Math.max(0, failAt[i]! - e.resume.step);
+          for (const from of e.resume.reloadedFrom) shardStepsLost.push(from < 0 ? e.resume.step : e.resume.step - from);
+        });
+        const list = runs.get(policy) ?? [];
+        list.push({
+          seconds: (job.report.endedAt - job.events[0]!.at) / 1000,
+          report: job.report,
+          row: {
+            policy,
+            saveEvery,
+            priorityEvery,
+            restartSeconds: restarts.map((e, i) => (e.at - killedAt[i]!) / 1000),
+            recomputedSteps: recomputed,
+            shardStepsLost,
+            saves: job.report.stats && { full: job.report.stats.fullSaves, priority: job.report.stats.prioritySaves, stallMs: job.report.stats.saveMs },
+            restarts: job.restarts,
+          },
+        });
+        runs.set(policy, list);
+      }
+    }
+    const baseline = median(baselineSeconds);
+    const metricsOf = (reports: readonly CprRankReport[]): ClickMetrics => ({ loss: median(reports.map((r) => r.metrics.loss)), auc: median(reports.map((r) => r.metrics.auc)) });
     const rows: CprPolicyRow[] = [
       {
         policy: 'none',
         saveEvery: 0,
         priorityEvery: null,
         trainingSeconds: baseline,
+        spread: [Math.min(...baselineSeconds), Math.max(...baselineSeconds)],
         overhead: 0,
         restartSeconds: [],
         recomputedSteps: 0,
         shardStepsLost: [],
         saves: null,
-        metrics: clean.report.metrics,
+        metrics: metricsOf(baselines),
         restarts: 0,
       },
     ];
-    for (const policy of options.policies) {
-      const seconds = policy === 'full' ? youngSeconds : cprSeconds;
-      const saveEvery = Math.max(1, Math.round((seconds * 1000) / stepMs));
-      const priorityEvery = policy === 'mfu' || policy === 'ssu' ? Math.max(1, Math.round(saveEvery * base.priorityFraction)) : null;
-      const d = start(policy);
-      const job = await runJob({ ...base, policy, saveEvery, ...d }, ranks, failures);
-      const killedAt = Array.from({ length: failures }, (_, i) => {
-        try {
-          return Number(readFileSync(join(d.workDir, `failure-${i}`), 'utf8'));
-        } catch {
-          return NaN;
-        }
-      });
-      const restarts = job.events.slice(1);
-      let recomputed = 0;
-      const shardStepsLost: number[] = [];
-      restarts.forEach((e, i) => {
-        if (e.resume.kind === 'full') recomputed += Math.max(0, failAt[i]! - e.resume.step);
-        for (const from of e.resume.reloadedFrom) shardStepsLost.push(from < 0 ? e.resume.step : e.resume.step - from);
-      });
-      const trainingSeconds = (job.report.endedAt - job.events[0]!.at) / 1000;
+    for (const [policy, list] of runs) {
+      const seconds = list.map((r) => r.seconds);
+      const trainingSeconds = median(seconds);
       rows.push({
+        ...list[0]!.row,
         policy,
-        saveEvery,
-        priorityEvery,
+        restartSeconds: list.flatMap((r) => r.row.restartSeconds),
         trainingSeconds,
+        spread: [Math.min(...seconds), Math.max(...seconds)],
         overhead: (trainingSeconds - baseline) / baseline,
-        restartSeconds: restarts.map((e, i) => (e.at - killedAt[i]!) / 1000),
-        recomputedSteps: recomputed,
-        shardStepsLost,
-        saves: job.report.stats && { full: job.report.stats.fullSaves, priority: job.report.stats.prioritySaves, stallMs: job.report.stats.saveMs },
-        metrics: job.report.metrics,
-        restarts: job.restarts,
+        metrics: metricsOf(list.map((r) => r.report)),
       });
     }
-    return { ranks, steps, failAt, stepMs, saveCost, mtbfSeconds, youngSeconds, cprSeconds, rows };
+    return { ranks, steps, reps, failAt, stepMs, saveCost, mtbfSeconds, youngSeconds, cprSeconds, rows };
   } finally {
     rmSync(root, { recursive: true, force: true });
     rmSync(shm, { recursive: true, force: true });

@@ -20,6 +20,7 @@ t.test('bench cpr: a SIGKILLed rank under full, partial and mfu recovery', { tim
   }
   const r = await benchCpr({ ranks: 3, steps: 240, failures: 1, policies: ['full', 'partial', 'mfu'], seed: 3 });
   t.same(r.failAt, [Math.floor((240 * 0.6) / 1.2)]);
+  t.equal(r.rows[0]!.spread[0], r.rows[0]!.trainingSeconds, 'one run: no spread');
   const [none, full, partial, mfu] = r.rows;
   t.same(r.rows.map((x) => x.policy), ['none', 'full', 'partial', 'mfu']);
   t.equal(full!.restarts, 1);

@@ -363,26 +363,28 @@ export function registerBenchCommand(program: Command): void {
     .option('--policies <list>', `comma-separated, of ${RECOVERY_POLICIES.join(', ')}`, RECOVERY_POLICIES.join(','))
     .option('--lost-fraction <p>', "CPR's target portion of lost samples (sets the partial policies' interval)", (v: string) => numberOption(v, '--lost-fraction'), 0.02)
     .option('--seed <n>', 'seed of the data and the model', (v: string) => Number(parsePositiveInt(String(Number(v) + 1))) - 1, 3)
+    .option('--reps <n>', 'runs of every job (the baseline included); medians and spreads', parsePositiveInt, 1)
     .option('--json', 'print JSON')
-    .action(async (options: { ranks: number; steps: number; failures: number; policies: string; lostFraction: number; seed: number; json?: boolean }) => {
+    .action(async (options: { ranks: number; steps: number; failures: number; policies: string; lostFraction: number; seed: number; reps: number; json?: boolean }) => {
       const policies = options.policies.split(',').filter((p) => p !== '').map((p) => checkOneOf(p, '--policies', RECOVERY_POLICIES) as RecoveryPolicy);
-      const r = await benchCpr({ ranks: options.ranks, steps: options.steps, failures: options.failures, policies, lostFraction: options.lostFraction, seed: options.seed });
+      const r = await benchCpr({ ranks: options.ranks, steps: options.steps, failures: options.failures, policies, lostFraction: options.lostFraction, seed: options.seed, reps: options.reps });
       if (options.json) {
         console.log(JSON.stringify(r, null, 2));
         return;
       }
       console.log(
-        `${r.ranks} ranks, ${r.steps} steps of ${r.stepMs.toFixed(2)} ms, failures at steps ${r.failAt.join(', ')} (one every ${r.mtbfSeconds.toFixed(1)} s); ` +
+        `${r.ranks} ranks, ${r.steps} steps of ${r.stepMs.toFixed(2)} ms (one epoch), ${r.reps} run(s) of every job, failures at steps ${r.failAt.join(', ')} (one every ${r.mtbfSeconds.toFixed(1)} s); ` +
           `a full save costs the training thread ${r.saveCost.stallMs.toFixed(2)} ms (its file ${r.saveCost.writeMs.toFixed(1)} ms in the background)`,
       );
       console.log(`intervals: Young's ${r.youngSeconds.toFixed(2)} s (full recovery), CPR's ${r.cprSeconds.toFixed(2)} s (partial policies)`);
-      const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'overhead', 'restart s (each)', 'recomputed steps', 'shard steps lost', 'saves', 'loss', 'AUC']);
+      const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'spread', 'overhead', 'restart s (each)', 'recomputed steps', 'shard steps lost', 'saves', 'loss', 'AUC']);
       for (const row of r.rows)
         table.push([
           row.policy,
           row.saveEvery || '-',
           row.priorityEvery ?? '-',
           row.trainingSeconds.toFixed(2),
+          row.spread.map((x) => x.toFixed(1)).join('-'),
           `${(row.overhead * 100).toFixed(1)} %`,
           row.restartSeconds.map((s) => s.toFixed(2)).join(' ') || '-',
           row.recomputedSteps,
@@ -392,7 +394,10 @@ export function registerBenchCommand(program: Command): void {
           row.metrics.auc.toFixed(4),
         ]);
       console.log(table.toString());
-      console.log('overhead: training time (first step to last, restarts included) over the run without checkpoints or failures, minus 1; saves: full + priority (last attempt)');
+      console.log(
+        'training s: first step to last, restarts included (median of the runs); overhead: over the run without checkpoints or failures, minus 1; ' +
+          'recomputed, shard steps lost, saves (full + priority, last attempt): of the first run; loss and AUC: medians',
+      );
     });
   bench
     .command('topk')

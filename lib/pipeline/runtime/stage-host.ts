@@ -12,7 +12,7 @@ import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { Sequential, type LayerSpec } from '../../nn/sequential.js';
 import type { StageModel } from '../../nn/stage-model.js';
 import { Adam, AdamW, type AdamOptions } from '../../optim/adam.js';
-import type { Optimizer } from '../../optim/optimizer.js';
+import type { Optimizer, OptimizerState } from '../../optim/optimizer.js';
 import { SGD, type SGDOptions } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
@@ -88,13 +88,17 @@ export type ToStage =
   | { type: 'round'; startAt: number; samples: Int32Array }
   | { type: 'weights' }
   | { type: 'lr'; lr: number }
+  | { type: 'exportState' }
+  | { type: 'importState'; parts: PartCheckpointState[] }
   | { type: 'stop' };
 
 /** @internal Stage -> trainer. */
 export type FromStage =
-  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number }[] }
+  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind'] }[] }
   | { type: 'round'; pipeline: number; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
+  | { type: 'state'; stage: number; parts: PartCheckpointState[] }
+  | { type: 'imported'; stage: number }
   | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
 
 /** @internal Builds part `part` of the model described by `spec`. */
@@ -165,6 +169,15 @@ export class SharedDataSource implements MicroBatchSource {
     this.inputs.clear();
     this.pool.length = 0;
   }
+}
+
+/** @internal A part's state between rounds: what a pipeline checkpoint holds per part. */
+export interface PartCheckpointState {
+  part: number;
+  weights: Float32Array;
+  optimizer: OptimizerState;
+  updates: number;
+  skipped: number;
 }
 
 /** @internal One stage's models, optimizers, runner and data, built from its description. */
@@ -243,6 +256,37 @@ export class StageHost {
     for (const p of this.parts) p.optimizer.lr = lr;
   }
 
+  /** Each part's weights, optimizer state and counters, between rounds. */
+  exportState(): PartCheckpointState[] {
+    this.checkCheckpointable('exportState');
+    return this.parts.map((p) => ({ part: p.part, weights: p.model.params.weights.array.slice(), optimizer: p.optimizer.exportState(), ...this.runner.counters(p.part) }));
+  }
+
+  /** Restores exportState() into a stage of the same configuration, between rounds; checks every part before changing any. */
+  importState(states: readonly PartCheckpointState[]): void {
+    this.checkCheckpointable('importState');
+    const byPart = new Map(states.map((s) => [s.part, s]));
+    for (const p of this.parts) {
+      const s = byPart.get(p.part);
+      if (!s) throw new InvalidArgumentError(`importState: no state for part ${p.part}`);
+      if (!(s.weights instanceof Float32Array) || s.weights.length !== p.model.params.length)
+        throw new SizeMismatchError(`importState: part ${p.part}'s weights hold ${s.weights?.length} values, the part ${p.model.params.length}`);
+      if (s.optimizer?.kind !== p.optimizer.kind || s.optimizer.length !== p.model.params.length)
+        throw new InvalidArgumentError(`importState: part ${p.part}'s optimizer state is of kind ${describeKind(s.optimizer?.kind)} over ${s.optimizer?.length} values; this part's optimizer is '${p.optimizer.kind}' over ${p.model.params.length}`);
+    }
+    for (const p of this.parts) {
+      const s = byPart.get(p.part)!;
+      p.optimizer.importState(s.optimizer);
+      p.model.params.weights.array.set(s.weights);
+      this.runner.setCounters(p.part, s);
+    }
+  }
+
+  private checkCheckpointable(what: string): void {
+    if (this.parts.some((p) => p.replicas) || this.centers.size > 0)
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
+  }
+
   /** Frees everything; a part's data-parallel trainer first waits for its all-reduce in flight. */
   async dispose(): Promise<void> {
     this.runner.dispose();
@@ -258,6 +302,10 @@ async function disposeParts(parts: readonly StagePart[]): Promise<void> {
     else p.optimizer.dispose();
     p.model.dispose();
   }
+}
+
+function describeKind(kind: unknown): string {
+  return typeof kind === 'string' ? `'${kind}'` : String(kind);
 }
 
 /** @internal Serialises an error for the trainer. */

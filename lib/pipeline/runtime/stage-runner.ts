@@ -464,6 +464,24 @@ export class StageRunner {
     return { stage: this.stage, timeline, losses, versions, peakStashed, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
   }
 
+  /** @internal A part's counters between rounds (what a checkpoint keeps besides weights and optimizer state). */
+  counters(part: number): { updates: number; skipped: number } {
+    const p = this.parts.get(part);
+    if (!p) throw new InvalidArgumentError(`StageRunner.counters: this stage has no part ${part}`);
+    if (this.running) throw new BusyError('StageRunner.counters: a round is running');
+    return { updates: p.updates, skipped: p.skipped };
+  }
+
+  /** @internal Restores counters() into a runner between rounds. */
+  setCounters(part: number, counters: { updates: number; skipped: number }): void {
+    const p = this.parts.get(part);
+    if (!p) throw new InvalidArgumentError(`StageRunner.setCounters: this stage has no part ${part}`);
+    if (this.running) throw new BusyError('StageRunner.setCounters: a round is running');
+    p.updates = checkInteger(counters.updates, 'StageRunner.setCounters: updates', 0, Number.MAX_SAFE_INTEGER);
+    p.skipped = checkInteger(counters.skipped, 'StageRunner.setCounters: skipped', 0, p.updates);
+    p.backwardPredictionAt = -1;
+  }
+
   /** The parts' weights, gradients and optimizer state buffers, in bytes. */
   private modelBytes(): number {
     let bytes = 0;

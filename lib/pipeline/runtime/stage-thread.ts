@@ -43,7 +43,7 @@ async function main(): Promise<void> {
     type: 'ready',
     stage: description.stage,
     pipeline,
-    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams })),
+    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind })),
   });
   // Messages are handled in order: a round must end before the weights are read.
   let chain = Promise.resolve();
@@ -62,6 +62,13 @@ async function main(): Promise<void> {
             break;
           case 'lr':
             host.setLr(message.lr);
+            break;
+          case 'exportState':
+            post({ type: 'state', stage: description.stage, parts: host.exportState() });
+            break;
+          case 'importState':
+            host.importState(message.parts);
+            post({ type: 'imported', stage: description.stage });
             break;
           case 'stop':
             await host.dispose();

@@ -17,7 +17,8 @@ import type { Schedule } from '../schedule.js';
 import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
 import { epochOrder, planPipeline, type PipelineTrainerOptions } from './plan.js';
-import type { FromStage, PipelineModelSpec, ToStage } from './stage-host.js';
+import type { FromStage, PartCheckpointState, PipelineModelSpec, ToStage } from './stage-host.js';
+import type { OptimizerState } from '../../optim/optimizer.js';
 import type { StageRoundResult, VersionRead } from './stage-runner.js';
 
 /** One round: every stage's measured timeline and what it saw. @category Pipeline runtime */
@@ -57,8 +58,27 @@ export interface EpochReport {
 /** How long a stage's "peer lost" waits for the failure that caused it before failing the job itself. */
 const SECONDARY_GRACE_MS = 250;
 
+/**
+ * A pipeline trainer's state between rounds: every part's weights, optimizer state and counters
+ * (the version counter the schedule's weight versions count from), and the position in the data.
+ * Importing it into a trainer of the same configuration continues exactly as if training had not
+ * stopped. @category Pipeline runtime
+ */
+export interface PipelineTrainerState {
+  version: 1;
+  /** The schedule's name, stages and parts: a state fits a trainer with the same. */
+  schedule: string;
+  stages: number;
+  rounds: number;
+  epochs: number;
+  /** Samples of the current epoch's order already trained on. */
+  orderPosition: number;
+  /** Index = part. */
+  parts: { weights: Float32Array; optimizer: OptimizerState; updates: number; skipped: number }[];
+}
+
 interface Pending {
-  readonly type: 'round' | 'weights' | 'ready';
+  readonly type: 'round' | 'weights' | 'ready' | 'state' | 'imported';
   readonly replies: Map<number, FromStage>;
   resolve(replies: FromStage[]): void;
   reject(error: unknown): void;
@@ -96,6 +116,9 @@ export class PipelineTrainer {
   private epochsRun = 0;
   private order: Int32Array;
   private orderPosition = 0;
+  /** Each part's ParamSet length and optimizer kind (index = part), from the stages' ready replies. */
+  private partLengths: number[] = [];
+  private partOptimizers: OptimizerState['kind'][] = [];
 
   private constructor(
     readonly schedule: Schedule,
@@ -127,7 +150,12 @@ export class PipelineTrainer {
     const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), pipelines * schedule.stages, { workerData: { descriptions, data, timeoutMs, pipelines } });
     const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines });
     try {
-      await trainer.request('ready', undefined);
+      for (const reply of await trainer.request('ready', undefined))
+        if (reply.type === 'ready' && reply.pipeline === 0)
+          for (const p of reply.parts) {
+            trainer.partLengths[p.part] = p.length;
+            trainer.partOptimizers[p.part] = p.optimizer;
+          }
     } catch (error) {
       await trainer.dispose();
       throw error;
@@ -202,6 +230,65 @@ export class PipelineTrainer {
       const out: Float32Array[] = [];
       for (const r of replies) if (r.type === 'weights') for (const p of r.parts) out[p.part] = p.weights;
       return out;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * A copy of the trainer's state between rounds (see PipelineTrainerState); for checkpoints,
+   * savePipelineCheckpoint writes it to a file. One pipeline only: parallel pipelines' checkpoints
+   * (dataParallel, avgpipe) are planned.
+   */
+  async exportState(): Promise<PipelineTrainerState> {
+    this.checkUsable('exportState');
+    if (this.options.pipelines > 1) throw new InvalidArgumentError('PipelineTrainer.exportState: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline\'s are supported');
+    this.busy = true;
+    try {
+      const parts: PipelineTrainerState['parts'] = [];
+      for (const r of await this.request('state', { type: 'exportState' }))
+        if (r.type === 'state') for (const p of r.parts) parts[p.part] = { weights: p.weights, optimizer: p.optimizer, updates: p.updates, skipped: p.skipped };
+      return { version: 1, schedule: this.schedule.name, stages: this.schedule.stages, rounds: this.roundsRun, epochs: this.epochsRun, orderPosition: this.orderPosition, parts };
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Restores exportState()'s state into a trainer of the same schedule, model and optimizer
+   * (typically a new one, to resume). Everything is checked before any stage changes.
+   */
+  async importState(state: PipelineTrainerState): Promise<void> {
+    this.checkUsable('importState');
+    if (this.options.pipelines > 1) throw new InvalidArgumentError('PipelineTrainer.importState: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline\'s are supported');
+    if (state === null || typeof state !== 'object' || state.version !== 1 || !Array.isArray(state.parts))
+      throw new InvalidArgumentError('PipelineTrainer.importState: not a state from exportState() (version 1)');
+    if (state.schedule !== this.schedule.name || state.stages !== this.schedule.stages || state.parts.length !== this.partLengths.length)
+      throw new InvalidArgumentError(
+        `PipelineTrainer.importState: the state is of ${describeValue(state.schedule)} on ${describeValue(state.stages)} stages with ${state.parts.length} parts; ` +
+          `this trainer runs '${this.schedule.name}' on ${this.schedule.stages} stages with ${this.partLengths.length} parts`,
+      );
+    for (const key of ['rounds', 'epochs', 'orderPosition'] as const)
+      if (!Number.isSafeInteger(state[key]) || state[key] < 0) throw new InvalidArgumentError(`PipelineTrainer.importState: ${key} must be a non-negative integer, got ${describeValue(state[key])}`);
+    if (state.orderPosition > this.samples) throw new InvalidArgumentError(`PipelineTrainer.importState: orderPosition ${state.orderPosition} is past the ${this.samples} samples of an epoch`);
+    state.parts.forEach((p, j) => {
+      if (p === null || typeof p !== 'object' || !(p.weights instanceof Float32Array) || p.weights.length !== this.partLengths[j])
+        throw new SizeMismatchError(`PipelineTrainer.importState: part ${j}'s weights must be a Float32Array of ${this.partLengths[j]} values (the part's layout)`);
+      if (p.optimizer === null || typeof p.optimizer !== 'object' || p.optimizer.length !== this.partLengths[j] || !Number.isSafeInteger(p.updates) || !Number.isSafeInteger(p.skipped))
+        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state or counters do not fit the part`);
+      if (p.optimizer.kind !== this.partOptimizers[j])
+        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state is ${describeValue(p.optimizer.kind)}'s; this trainer's optimizer is '${this.partOptimizers[j]}'`);
+    });
+    this.busy = true;
+    try {
+      const byStage = new Map<number, PartCheckpointState[]>();
+      this.workers.forEach((_, s) => byStage.set(s, []));
+      for (const [part, stage] of partStages(this.schedule)) byStage.get(stage)!.push({ part, ...state.parts[part]! });
+      await this.requestEach('imported', (s) => ({ type: 'importState', parts: byStage.get(s)! }));
+      this.roundsRun = state.rounds;
+      this.epochsRun = state.epochs;
+      this.order = this.epochOrder(state.epochs);
+      this.orderPosition = state.orderPosition;
     } finally {
       this.busy = false;
     }
@@ -306,6 +393,11 @@ export class PipelineTrainer {
 
   /** Sends `message` to every stage (none for 'ready') and waits for one reply of `type` from each. */
   private request(type: Pending['type'], message: ToStage | undefined): Promise<FromStage[]> {
+    return this.requestEach(type, message && (() => message));
+  }
+
+  /** As request(), with a message of its own for each stage. */
+  private requestEach(type: Pending['type'], messageFor: ((stage: number) => ToStage) | undefined): Promise<FromStage[]> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     return new Promise<FromStage[]>((resolve, reject) => {
       const entry: Pending = {
@@ -319,7 +411,7 @@ export class PipelineTrainer {
         }, this.options.timeoutMs + 5000),
       };
       this.pending.add(entry);
-      if (message) for (const w of this.workers) w.postMessage(message);
+      if (messageFor) this.workers.forEach((w, s) => w.postMessage(messageFor(s)));
     });
   }
 
@@ -373,6 +465,15 @@ export class PipelineTrainer {
     if (this.failure !== undefined) throw this.failure instanceof SapipeError ? this.failure : new RankFailedError(`PipelineTrainer.${what}: the job failed earlier`, { cause: this.failure, rank: -1 });
     if (this.busy) throw new BusyError(`PipelineTrainer.${what}: another call is in flight; await it first`);
   }
+}
+
+/** Which stage holds each part: [part, stage] pairs, from the schedule's actions. */
+function partStages(schedule: Schedule): [number, number][] {
+  const out = new Map<number, number>();
+  schedule.actions.forEach((actions, stage) => {
+    for (const a of actions) if ('part' in a && typeof a.part === 'number' && !out.has(a.part)) out.set(a.part, stage);
+  });
+  return [...out.entries()];
 }
 
 /** @internal Accuracy of a sequential model from its parts' weights, on this thread. */

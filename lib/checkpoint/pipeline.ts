@@ -1,0 +1,135 @@
+/**
+ * Checkpoints of a PipelineTrainer (one pipeline, on worker threads): its exportState() between
+ * rounds, every part's weights and optimizer state and counters, and the position in the data,
+ * in one safetensors file in the layout of store.ts (one "rank": the trainer's process). Resuming
+ * continues exactly as if training had not stopped.
+ *
+ * In the file: each part's flat weights under `part<j>/weights` (the part's ParamSet, aligned),
+ * its optimizer buffers under `part<j>/optimizer/<buffer>`; in `__metadata__` the format, the
+ * schedule, the counters and `extra` as JSON.
+ */
+import { performance } from 'node:perf_hooks';
+
+import { CheckpointError, InvalidArgumentError } from '../errors.js';
+import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
+import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
+import type { PipelineTrainer, PipelineTrainerState } from '../pipeline/runtime/trainer.js';
+import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
+import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import type { CheckpointSave, LoadedCheckpoint, SavedCheckpoint } from './trainer.js';
+
+const KIND = 'pipeline-trainer';
+
+/** Options of {@link savePipelineCheckpoint}. @category Checkpoints */
+export interface SavePipelineCheckpointOptions {
+  dir: string;
+  /** Complete checkpoints to keep. Default 2. */
+  keep?: number;
+  /** The caller's own state to restore: anything JSON.stringify keeps. */
+  extra?: unknown;
+}
+const SAVE_OPTION_KEYS = optionKeys<SavePipelineCheckpointOptions>({ dir: true, keep: true, extra: true });
+
+interface SavedCounters {
+  schedule: string;
+  stages: number;
+  rounds: number;
+  epochs: number;
+  orderPosition: number;
+  parts: { updates: number; skipped: number; optimizer: Omit<OptimizerState, 'buffers'> }[];
+}
+
+/**
+ * Saves a PipelineTrainer between rounds: the state is gathered from the stages (copies), then the
+ * file is written in the background (`written`). The step of the checkpoint is the trainer's
+ * rounds so far. A save cut short leaves the previous checkpoint the newest complete one.
+ *
+ * @category Checkpoints
+ */
+export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: SavePipelineCheckpointOptions): Promise<CheckpointSave> {
+  checkOptions(options, SAVE_OPTION_KEYS, 'savePipelineCheckpoint(trainer, options)');
+  const dir = await checkDirectory(options.dir, 'savePipelineCheckpoint');
+  const keep = checkInteger(options.keep ?? 2, 'savePipelineCheckpoint: keep', 1, 1 << 20);
+  let extra: string;
+  try {
+    extra = JSON.stringify(options.extra ?? null);
+  } catch (error) {
+    throw new InvalidArgumentError(`savePipelineCheckpoint: extra must be JSON-serialisable (${(error as Error).message})`, { cause: error });
+  }
+  const start = performance.now();
+  const state = await trainer.exportState();
+  const snapshotMs = performance.now() - start;
+  const tensors = new Map<string, SafetensorsTensor>();
+  state.parts.forEach((p, j) => {
+    tensors.set(`part${j}/weights`, { shape: [p.weights.length], data: p.weights });
+    for (const [name, data] of Object.entries(p.optimizer.buffers)) if (data) tensors.set(`part${j}/optimizer/${name}`, { shape: [data.length], data });
+  });
+  const counters: SavedCounters = {
+    schedule: state.schedule,
+    stages: state.stages,
+    rounds: state.rounds,
+    epochs: state.epochs,
+    orderPosition: state.orderPosition,
+    parts: state.parts.map((p) => ({ updates: p.updates, skipped: p.skipped, optimizer: { kind: p.optimizer.kind, step: p.optimizer.step, skippedSteps: p.optimizer.skippedSteps, lr: p.optimizer.lr, length: p.optimizer.length } })),
+  };
+  const chunks = encodeSafetensors(tensors, { format: CHECKPOINT_FORMAT, version: String(CHECKPOINT_VERSION), kind: KIND, trainer: JSON.stringify(counters), extra });
+  const step = state.rounds;
+  const written = (async (): Promise<SavedCheckpoint> => {
+    const manifest = await saveRankFile(dir, step, 0, 1, KIND, chunks);
+    await pruneSteps(dir, 1, keep);
+    return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+  })();
+  written.catch(() => undefined); // the caller awaits it
+  return { step, snapshotMs, written };
+}
+
+/**
+ * Restores the newest complete checkpoint in `dir` into a PipelineTrainer of the same schedule,
+ * model and optimizer (created fresh); resolves with its step (rounds) and `extra`, or null when
+ * there is none. A file that is truncated, corrupt, foreign, of another version or of another
+ * configuration is a CheckpointError naming it, with the trainer unchanged.
+ *
+ * @category Checkpoints
+ */
+export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: { dir: string }): Promise<LoadedCheckpoint | null> {
+  checkOptions(options, ['dir'], 'loadPipelineCheckpoint(trainer, options)');
+  const dir = await checkDirectory(options.dir, 'loadPipelineCheckpoint');
+  const step = await latestCompleteStep(dir, 1);
+  if (step === undefined) return null;
+  const { bytes, path } = await readRankFile(dir, step, 0);
+  const { tensors, metadata } = decodeSafetensors(bytes, path);
+  if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
+  if (metadata.version !== String(CHECKPOINT_VERSION))
+    throw new CheckpointError(`${path}: checkpoint format version ${describeValue(metadata.version)}; this sapipe reads version ${CHECKPOINT_VERSION}`, { reason: 'version' });
+  if (metadata.kind !== KIND) throw new CheckpointError(`${path}: a ${describeValue(metadata.kind)} checkpoint, not a pipeline trainer's`, { reason: 'mismatch' });
+  let saved: SavedCounters;
+  let extra: unknown;
+  try {
+    saved = JSON.parse(metadata.trainer ?? '') as SavedCounters;
+    extra = JSON.parse(metadata.extra ?? 'null');
+  } catch (error) {
+    throw new CheckpointError(`${path}: its metadata is not JSON`, { reason: 'corrupt', cause: error });
+  }
+  if (saved === null || typeof saved !== 'object' || !Array.isArray(saved.parts)) throw new CheckpointError(`${path}: the trainer's counters are missing`, { reason: 'corrupt' });
+  const parts = saved.parts.map((p, j) => {
+    const weights = tensors.get(`part${j}/weights`)?.data;
+    if (!(weights instanceof Float32Array)) throw new CheckpointError(`${path}: part${j}/weights is missing`, { reason: 'mismatch' });
+    const buffers: Partial<Record<StateBufferName, Float32Array>> = {};
+    for (const name of STATE_BUFFER_NAMES) {
+      const t = tensors.get(`part${j}/optimizer/${name}`);
+      if (t?.data instanceof Float32Array) buffers[name] = t.data;
+    }
+    return { weights, optimizer: { ...p.optimizer, buffers }, updates: p.updates, skipped: p.skipped };
+  });
+  const state: PipelineTrainerState = { version: 1, schedule: saved.schedule, stages: saved.stages, rounds: saved.rounds, epochs: saved.epochs, orderPosition: saved.orderPosition, parts };
+  try {
+    await trainer.importState(state);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'ERR_INVALID_ARGUMENT' || code === 'ERR_SIZE_MISMATCH')
+      throw new CheckpointError(`${path}: does not fit this trainer: ${(error as Error).message}`, { reason: 'mismatch', cause: error });
+    throw error;
+  }
+  return { step, path: stepDirectory(dir, step), extra, tensors: new Map() };
+}

@@ -1,0 +1,123 @@
+/**
+ * PipelineTrainer checkpoints: for each schedule whose state crosses rounds (weights, optimizer
+ * state with its predictions and spike compensation, the version counters), 2 rounds, a save, the
+ * trainer disposed, a new one resumed from the file, 2 more rounds: the weights equal those of 4
+ * uninterrupted rounds bit for bit, and so do the losses of rounds 3 and 4 (the same data
+ * order, reshuffled per epoch). Faulty files and other configurations are typed errors with the
+ * trainer unchanged; parallel pipelines are refused (planned). Imports the build: stages are
+ * worker threads of dist/.
+ */
+import t from 'tap';
+
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { loadPipelineCheckpoint, PipelineTrainer, savePipelineCheckpoint, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
+import { FEATURES, LAYERS, SEED, dataset, evenBoundaries } from '../pipeline/runtime-helpers.js';
+
+const S = 3;
+const sgdm: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };
+const cases: { schedule: RuntimeScheduleName; optimizer: PipelineOptimizerSpec; microBatches: number }[] = [
+  { schedule: '1f1b', optimizer: { kind: 'adam', lr: 0.003 }, microBatches: 6 },
+  { schedule: 'pipedream', optimizer: sgdm, microBatches: 6 },
+  { schedule: 'pipedream-2bw', optimizer: sgdm, microBatches: 3 },
+  { schedule: 'pipeoptim', optimizer: { kind: 'adam', lr: 0.003 }, microBatches: 6 },
+  { schedule: 'spectrain', optimizer: sgdm, microBatches: 6 },
+  { schedule: 'pipelined-backprop', optimizer: sgdm, microBatches: 6 },
+];
+const B = 4;
+// 3 rounds per epoch: rounds 3 and 4 cross an epoch boundary, reshuffled.
+const { inputs, labels } = dataset(3 * 6 * B + 5, 13);
+
+function create(c: (typeof cases)[number]): Promise<PipelineTrainer> {
+  return PipelineTrainer.create({
+    schedule: c.schedule,
+    stages: S,
+    microBatches: c.microBatches,
+    microBatchSize: B,
+    model: { layers: LAYERS, seed: SEED, boundaries: evenBoundaries(LAYERS.length, S) },
+    optimizer: c.optimizer,
+    data: { inputs, labels, features: FEATURES },
+    seed: 5,
+  });
+}
+
+function sameValues(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
+  return true;
+}
+
+for (const c of cases) {
+  t.test(`${c.schedule} (${c.optimizer.kind}): 2 rounds, save, resume, 2 rounds equals 4 rounds`, async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'sapipe-pipe-ckpt-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const whole = await create(c);
+    const losses: number[] = [];
+    for (let r = 0; r < 4; r++) losses.push((await whole.trainRound()).loss);
+    const expected = await whole.weights();
+    await whole.dispose();
+
+    const first = await create(c);
+    await first.trainRound();
+    await first.trainRound();
+    const save = await savePipelineCheckpoint(first, { dir, extra: { note: 'two rounds' } });
+    t.equal(save.step, 2);
+    await save.written;
+    await first.trainRound(); // work after the checkpoint, lost with the trainer
+    await first.dispose();
+
+    const resumed = await create(c);
+    const loaded = await loadPipelineCheckpoint(resumed, { dir });
+    t.same([loaded?.step, loaded?.extra], [2, { note: 'two rounds' }]);
+    t.equal(resumed.rounds, 2);
+    const after = [(await resumed.trainRound()).loss, (await resumed.trainRound()).loss];
+    t.ok(sameValues(after, losses.slice(2)), `rounds 3 and 4 lose the same (${after.map((l) => l.toFixed(6)).join(', ')})`);
+    const got = await resumed.weights();
+    t.ok(got.length === expected.length && got.every((w, j) => sameValues(w, expected[j]!)), 'every part bit for bit');
+    await resumed.dispose();
+  });
+}
+
+t.test('faulty files and other configurations are typed errors; the trainer stays usable', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-pipe-ckpt-bad-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const c = cases[0]!;
+  const a = await create(c);
+  await a.trainRound();
+  await (await savePipelineCheckpoint(a, { dir })).written;
+  await a.dispose();
+  // Another optimizer: the file does not fit.
+  const other = await create({ ...c, optimizer: sgdm });
+  await t.rejects(loadPipelineCheckpoint(other, { dir }), { code: 'ERR_CHECKPOINT', reason: 'mismatch' });
+  t.equal(other.rounds, 0, 'unchanged');
+  await other.trainRound();
+  await other.dispose();
+  // Another schedule.
+  const pd = await create(cases[1]!);
+  await t.rejects(loadPipelineCheckpoint(pd, { dir }), { code: 'ERR_CHECKPOINT', reason: 'mismatch' });
+  await pd.dispose();
+  // A corrupted file.
+  const step = join(dir, readdirSync(dir).find((n) => n.startsWith('step-'))!);
+  writeFileSync(join(step, 'rank-0.safetensors'), 'garbage');
+  const b = await create(c);
+  await t.rejects(loadPipelineCheckpoint(b, { dir }), { code: 'ERR_CHECKPOINT' });
+  await t.rejects(savePipelineCheckpoint(b, { dir, extra: 1n } as never), { code: 'ERR_INVALID_ARGUMENT' });
+  await t.rejects(b.importState({ version: 2 } as never), { code: 'ERR_INVALID_ARGUMENT' });
+  await b.dispose();
+  // Parallel pipelines: planned.
+  const dp = await PipelineTrainer.create({
+    schedule: '1f1b',
+    stages: 2,
+    microBatches: 4,
+    microBatchSize: B,
+    pipelines: 2,
+    dataParallel: { mode: 'sync' },
+    model: { layers: LAYERS, seed: SEED, boundaries: evenBoundaries(LAYERS.length, 2) },
+    optimizer: sgdm,
+    data: { inputs, labels, features: FEATURES },
+  });
+  await t.rejects(savePipelineCheckpoint(dp, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /planned/ });
+  await dp.dispose();
+});
