@@ -8,10 +8,11 @@
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 
 import { UcxCommunicator } from '../comm/ucx.js';
 import { PeerLostError } from '../errors.js';
-import { readClickData } from '../recsys/clicks.js';
+import { readClickData, type ClickData } from '../recsys/clicks.js';
 import { CprCheckpointer, type CprResume, type CprStats, type RecoveryPolicy } from '../recsys/cpr.js';
 import { ClickModel, type ClickMetrics } from '../recsys/model.js';
 import { runAsRankScript } from './rank-script.js';
@@ -63,24 +64,43 @@ export interface CprRankReport {
   /** Wall clock of the last step's end. */
   endedAt: number;
   stats: CprStats | null;
-  /** The baseline: a full save's cost on the training thread and its write, medians of 5, ms. */
-  saveCost?: { stallMs: number; writeMs: number };
+  /** The baseline: a full save's stall on the training thread (mean), its file's write, and its cost to training (see measureSave), ms. */
+  saveCost?: { stallMs: number; writeMs: number; costMs: number };
 }
 
-async function measureSave(model: ClickModel, data: CprRankData): Promise<{ stallMs: number; writeMs: number }> {
-  const dir = join(data.workDir, 'save-cost');
-  const cpr = await CprCheckpointer.create(model, { dir, policy: 'full', saveEvery: 1 });
-  const stalls: number[] = [];
-  const writes: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const before = cpr.costSoFar.saveMs;
-    await cpr.save('full');
-    stalls.push(cpr.costSoFar.saveMs - before);
+/**
+ * What a full save costs training, measured two ways: the snapshot on the training thread (its
+ * stall), and the steps' slowdown while saving (alternating stretches of steps without and with
+ * a save every SAVE_EVERY steps: the background writes compete with training for the cores and
+ * the disk, and a step waits for the slowest rank). The larger is the save cost the intervals use.
+ */
+async function measureSave(model: ClickModel, data: CprRankData, train: ClickData, perEpoch: number): Promise<NonNullable<CprRankReport['saveCost']>> {
+  const STEPS = 120;
+  const SAVE_EVERY = 10;
+  const { rank, size } = model.comm;
+  const cpr = await CprCheckpointer.create(model, { dir: join(data.workDir, 'save-cost'), policy: 'full', saveEvery: SAVE_EVERY });
+  let plain = 0;
+  let saving = 0;
+  let at = 0;
+  const stretch = async (save: boolean): Promise<number> => {
+    const start = performance.now();
+    for (let i = 0; i < STEPS; i++, at++) {
+      await model.trainStep(train, ((at % perEpoch) * size + rank) * data.batch, data.batch);
+      if (save) await cpr.afterStep();
+    }
     await cpr.close();
-    writes.push(cpr.costSoFar.lastSaved!.writeMs);
+    return performance.now() - start;
+  };
+  for (let r = 0; r < 2; r++) {
+    plain += await stretch(false);
+    saving += await stretch(true);
   }
-  const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
-  return { stallMs: median(stalls), writeMs: median(writes) };
+  const saves = cpr.costSoFar.fullSaves;
+  return {
+    stallMs: cpr.costSoFar.saveMs / saves,
+    writeMs: cpr.costSoFar.lastSaved!.writeMs,
+    costMs: Math.max(cpr.costSoFar.saveMs / saves, (saving - plain) / saves),
+  };
 }
 
 async function main(): Promise<void> {
@@ -142,7 +162,7 @@ async function main(): Promise<void> {
   await cpr?.close();
   const metrics = await model.evaluate(test, 512);
   // The baseline measures what a full save costs the training thread and how long its file takes.
-  const saveCost = data.policy === 'none' ? await measureSave(model, data) : undefined;
+  const saveCost = data.policy === 'none' ? await measureSave(model, data, train, perEpoch) : undefined;
   if (rank === 0)
     process.stdout.write(
       `${REPORT_PREFIX}${JSON.stringify({ policy: data.policy, metrics, stepsRun: step - first, endedAt, stats: cpr ? cpr.costSoFar : null, ...(saveCost && { saveCost }) } satisfies CprRankReport)}\n`,

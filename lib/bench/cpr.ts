@@ -64,7 +64,7 @@ export interface CprBenchResult {
   reps: number;
   failAt: number[];
   stepMs: number;
-  saveCost: { stallMs: number; writeMs: number };
+  saveCost: { stallMs: number; writeMs: number; costMs: number };
   mtbfSeconds: number;
   youngSeconds: number;
   cprSeconds: number;
@@ -142,8 +142,8 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
     const stepMs = (baselineSeconds[0]! * 1000) / steps;
     const saveCost = baselines[0]!.saveCost!;
     const mtbfSeconds = failures > 0 ? baselineSeconds[0]! / failures : baselineSeconds[0]!;
-    const youngSeconds = youngIntervalSeconds(saveCost.stallMs / 1000, mtbfSeconds);
-    const cprSeconds = cprIntervalSeconds({ saveSeconds: saveCost.stallMs / 1000, mtbfSeconds, shards: ranks, lostFraction });
+    const youngSeconds = youngIntervalSeconds(saveCost.costMs / 1000, mtbfSeconds);
+    const cprSeconds = cprIntervalSeconds({ saveSeconds: saveCost.costMs / 1000, mtbfSeconds, shards: ranks, lostFraction });
     const runs = new Map<RecoveryPolicy, { seconds: number; report: CprRankReport; row: Omit<CprPolicyRow, 'trainingSeconds' | 'spread' | 'overhead' | 'metrics'> }[]>();
     for (let rep = 0; rep < reps; rep++) {
       if (rep > 0) await runBaseline();

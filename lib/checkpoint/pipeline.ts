@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
 import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
-import type { PipelineTrainer, PipelineTrainerState } from '../pipeline/runtime/trainer.js';
+import { PipelineTrainer, type PipelineTrainerState } from '../pipeline/runtime/trainer.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
 import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
@@ -48,6 +48,7 @@ interface SavedCounters {
  * @category Checkpoints
  */
 export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: SavePipelineCheckpointOptions): Promise<CheckpointSave> {
+  checkPipelineTrainer(trainer, 'savePipelineCheckpoint');
   checkOptions(options, SAVE_OPTION_KEYS, 'savePipelineCheckpoint(trainer, options)');
   const dir = await checkDirectory(options.dir, 'savePipelineCheckpoint');
   const keep = checkInteger(options.keep ?? 2, 'savePipelineCheckpoint: keep', 1, 1 << 20);
@@ -93,6 +94,7 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
  * @category Checkpoints
  */
 export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: { dir: string }): Promise<LoadedCheckpoint | null> {
+  checkPipelineTrainer(trainer, 'loadPipelineCheckpoint');
   checkOptions(options, ['dir'], 'loadPipelineCheckpoint(trainer, options)');
   const dir = await checkDirectory(options.dir, 'loadPipelineCheckpoint');
   const step = await latestCompleteStep(dir, 1);
@@ -132,4 +134,8 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
     throw error;
   }
   return { step, path: stepDirectory(dir, step), extra, tensors: new Map() };
+}
+
+function checkPipelineTrainer(trainer: unknown, what: string): void {
+  if (!(trainer instanceof PipelineTrainer)) throw new InvalidArgumentError(`${what}: trainer must be a PipelineTrainer, got ${describeValue(trainer)}`);
 }

@@ -18,7 +18,7 @@ export function rocAuc(scores: ArrayLike<number>, labels: ArrayLike<number>): nu
   for (let i = 0; i < n; i++) {
     const l = labels[i]!;
     if (l !== 0 && l !== 1) throw new InvalidArgumentError(`rocAuc: label ${String(l)} at ${i} is not 0 or 1`);
-    if (Number.isNaN(scores[i]!)) throw new InvalidArgumentError(`rocAuc: score ${i} is NaN`);
+    if (typeof scores[i] !== 'number' || Number.isNaN(scores[i]!)) throw new InvalidArgumentError(`rocAuc: score ${i} is not a number`);
     positives += l;
   }
   const negatives = n - positives;

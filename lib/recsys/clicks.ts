@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from '../checkpoint/safetensors.js';
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import { checkSeed, seededRandom } from '../data/seeded-random.js';
-import { checkInteger, checkNumber, checkOptions, optionKeys } from '../validate.js';
+import { checkInteger, checkNumber, checkObject, checkOptions, optionKeys } from '../validate.js';
 
 /** Options of {@link syntheticClicks}. @category Recommendation */
 export interface ClickDataOptions {
@@ -89,6 +89,8 @@ export function syntheticClicks(options: ClickDataOptions): ClickData {
     throw new InvalidArgumentError('syntheticClicks: tables must list 1 to 64 table sizes (rows), e.g. [10000, 5000]');
   const tables = options.tables.map((r, i) => checkInteger(r, `syntheticClicks: tables[${i}]`, 1, 1 << 24));
   const denseFeatures = checkInteger(options.dense ?? 4, 'syntheticClicks: dense', 0, 1024);
+  if (samples * (tables.length + denseFeatures) > 1 << 28 || tables.reduce((a, b) => a + b, 0) > 1 << 26)
+    throw new InvalidArgumentError('syntheticClicks: at most 2^28 values of samples (samples x (tables + dense)) and 2^26 rows over the tables; generate in parts');
   const s = checkNumber(options.zipf ?? 1.05, 'syntheticClicks: zipf', 0, 4);
   const seed = checkSeed(options.seed ?? 0, 'syntheticClicks: seed');
   const sampleSeed = checkSeed(options.sampleSeed ?? 1, 'syntheticClicks: sampleSeed');
@@ -137,19 +139,58 @@ export function syntheticClicks(options: ClickDataOptions): ClickData {
  */
 export function writeClickData(path: string, data: ClickData): void {
   if (typeof path !== 'string' || path === '') throw new InvalidArgumentError('writeClickData: path must be a file path');
+  checkClickData(data, 'writeClickData(path, data): data');
   const T = data.tables.length;
   const tensors = new Map<string, SafetensorsTensor>([
     ['sparse', { shape: [data.samples, T], data: data.sparse }],
     ['dense', { shape: [data.samples, data.denseFeatures], data: data.dense }],
     ['labels', { shape: [data.samples], data: Int32Array.from(data.labels) }],
   ]);
-  writeFileSync(path, Buffer.concat(encodeSafetensors(tensors, { tables: JSON.stringify(data.tables) })));
+  try {
+    writeFileSync(path, Buffer.concat(encodeSafetensors(tensors, { tables: JSON.stringify(data.tables) })));
+  } catch (error) {
+    throw new CheckpointError(`writeClickData: cannot write ${path} (${(error as Error).message})`, { reason: 'missing', cause: error });
+  }
+}
+
+/**
+ * Checks that `data` is click data (syntheticClicks' or readClickData's shape): its arrays of the
+ * right types and lengths and, with `rows` (default), every row inside its table (a pass over the
+ * data: a training step leaves it out, the embedding checks its batch's rows). Throws
+ * InvalidArgumentError naming what is wrong.
+ *
+ * @category Recommendation
+ */
+export function checkClickData(data: unknown, what: string, rows = true): asserts data is ClickData {
+  checkObject(data, what);
+  const d = data as Partial<ClickData>;
+  const samples = checkInteger(d.samples, `${what}.samples`, 1, 1 << 30);
+  if (!Array.isArray(d.tables) || d.tables.length < 1) throw new InvalidArgumentError(`${what}.tables must list the rows of each table`);
+  const tables = d.tables.map((r, i) => checkInteger(r, `${what}.tables[${i}]`, 1, 1 << 24));
+  const dense = checkInteger(d.denseFeatures, `${what}.denseFeatures`, 0, 1024);
+  if (!(d.sparse instanceof Int32Array) || d.sparse.length !== samples * tables.length)
+    throw new InvalidArgumentError(`${what}.sparse must be an Int32Array of samples x tables (${samples * tables.length}) rows`);
+  if (!(d.dense instanceof Float32Array) || d.dense.length !== samples * dense)
+    throw new InvalidArgumentError(`${what}.dense must be a Float32Array of samples x denseFeatures (${samples * dense}) values`);
+  if (!(d.labels instanceof Uint8Array) || d.labels.length !== samples) throw new InvalidArgumentError(`${what}.labels must be a Uint8Array of ${samples} labels (0 or 1)`);
+  if (!rows) return;
+  const T = tables.length;
+  for (let i = 0; i < d.sparse.length; i++) {
+    const row = d.sparse[i]!;
+    if (row < 0 || row >= tables[i % T]!) throw new InvalidArgumentError(`${what}.sparse[${i}] = ${row} is outside table ${i % T}'s ${tables[i % T]} rows`);
+  }
 }
 
 /** Reads what writeClickData wrote; a file of another shape is a CheckpointError naming it. @category Recommendation */
 export function readClickData(path: string): ClickData {
   if (typeof path !== 'string' || path === '') throw new InvalidArgumentError('readClickData: path must be a file path');
-  const { tensors, metadata } = decodeSafetensors(readFileSync(path), path);
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(path);
+  } catch (error) {
+    throw new CheckpointError(`readClickData: cannot read ${path} (${(error as Error).message})`, { reason: 'missing', cause: error });
+  }
+  const { tensors, metadata } = decodeSafetensors(bytes, path);
   const sparse = tensors.get('sparse');
   const dense = tensors.get('dense');
   const labels = tensors.get('labels');
@@ -162,7 +203,11 @@ export function readClickData(path: string): ClickData {
   if (!(sparse?.data instanceof Int32Array) || !(dense?.data instanceof Float32Array) || !(labels?.data instanceof Int32Array) || !Array.isArray(tables))
     throw new CheckpointError(`${path}: not click data (sparse, dense, labels)`, { reason: 'foreign' });
   const samples = labels.data.length;
-  if (sparse.data.length !== samples * tables.length || dense.shape.length !== 2 || dense.shape[0] !== samples)
-    throw new CheckpointError(`${path}: the click data's tensors disagree on the number of samples`, { reason: 'corrupt' });
-  return { samples, tables, denseFeatures: dense.shape[1]!, sparse: sparse.data, dense: dense.data, labels: Uint8Array.from(labels.data) };
+  const data = { samples, tables, denseFeatures: dense.shape[1]!, sparse: sparse.data, dense: dense.data, labels: Uint8Array.from(labels.data) };
+  try {
+    checkClickData(data, path);
+  } catch (error) {
+    throw new CheckpointError(`${path}: not consistent click data: ${(error as Error).message}`, { reason: 'corrupt', cause: error });
+  }
+  return data;
 }

@@ -24,11 +24,11 @@ import { performance } from 'node:perf_hooks';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from '../checkpoint/safetensors.js';
 import { loadCheckpoint, rankCheckpointSteps, readRankCheckpoint, saveCheckpoint, type SavedCheckpoint } from '../checkpoint/trainer.js';
 import type { DataParallelTrainerState } from '../dataparallel/trainer.js';
-import { CheckpointError, InvalidArgumentError } from '../errors.js';
+import { CheckpointError, DisposedError, InvalidArgumentError } from '../errors.js';
 import { seededRandom } from '../data/seeded-random.js';
 import { FlatBuffer } from '../tensor.js';
-import { checkInteger, checkNumber, checkOneOf, checkOptions, optionKeys } from '../validate.js';
-import type { ClickModel } from './model.js';
+import { checkBoolean, checkInteger, checkNumber, checkOneOf, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { ClickModel } from './model.js';
 
 /** @category Recommendation */
 export type RecoveryPolicy = 'full' | 'partial' | 'mfu' | 'ssu';
@@ -105,6 +105,8 @@ export function cprIntervalSeconds(options: { saveSeconds: number; mtbfSeconds: 
 
 /** Expected overhead of a policy as a fraction of training time (ALGORITHMS.md section 7). @category Recommendation */
 export function expectedOverhead(options: { intervalSeconds: number; saveSeconds: number; loadSeconds: number; mtbfSeconds: number; partial: boolean }): number {
+  checkOptions(options, ['intervalSeconds', 'saveSeconds', 'loadSeconds', 'mtbfSeconds', 'partial'], 'expectedOverhead(options)');
+  checkBoolean(options.partial, 'expectedOverhead: partial');
   const { intervalSeconds: t, saveSeconds: o, loadSeconds: l, mtbfSeconds: f } = options;
   checkNumber(t, 'expectedOverhead: intervalSeconds', 0, Number.MAX_VALUE, { loOpen: true });
   checkNumber(o, 'expectedOverhead: saveSeconds', 0, Number.MAX_VALUE);
@@ -145,6 +147,8 @@ export class CprCheckpointer {
 
   /** Resumes `model` (fresh from create()) from `dir` under the policy, then returns the checkpointer. Every rank calls it. */
   static async create(model: ClickModel, options: CprOptions): Promise<CprCheckpointer> {
+    if (!(model instanceof ClickModel)) throw new InvalidArgumentError(`CprCheckpointer.create: model must be a ClickModel, got ${describeValue(model)}`);
+    if (model.disposed) throw new DisposedError('CprCheckpointer.create: the model was disposed');
     checkOptions(options, CPR_OPTION_KEYS, 'CprCheckpointer.create(model, options)');
     checkOneOf(options.policy, 'CprCheckpointer: policy', RECOVERY_POLICIES);
     if (typeof options.dir !== 'string' || options.dir === '') throw new InvalidArgumentError('CprCheckpointer: dir must be a directory path');
@@ -157,6 +161,8 @@ export class CprCheckpointer {
       seed: checkInteger(options.seed ?? 0, 'CprCheckpointer: seed', 0, 0xffffffff),
       handoffDir: options.handoffDir,
     };
+    if (full.handoffDir !== undefined && (typeof full.handoffDir !== 'string' || full.handoffDir === ''))
+      throw new InvalidArgumentError(`CprCheckpointer: handoffDir must be a directory path, got ${describeValue(full.handoffDir)}`);
     if (full.policy !== 'full' && typeof full.handoffDir !== 'string')
       throw new InvalidArgumentError(`CprCheckpointer: policy '${full.policy}' recovers partially and needs handoffDir (e.g. a directory on /dev/shm)`);
     const start = performance.now();
@@ -284,10 +290,14 @@ export class CprCheckpointer {
       optimizerStep: String(state.optimizer.step),
       skippedSteps: String(state.optimizer.skippedSteps),
     });
-    mkdirSync(handoffDir, { recursive: true });
     const path = join(handoffDir, HANDOFF_FILE(e.rank));
-    writeFileSync(`${path}.tmp`, Buffer.concat(chunks));
-    renameSync(`${path}.tmp`, path);
+    try {
+      mkdirSync(handoffDir, { recursive: true });
+      writeFileSync(`${path}.tmp`, Buffer.concat(chunks));
+      renameSync(`${path}.tmp`, path);
+    } catch (error) {
+      throw new CheckpointError(`CprCheckpointer.handOff: cannot write ${path} (${(error as Error).message})`, { reason: 'missing', cause: error });
+    }
   }
 
   /** Waits for the file being written (rejects with its error). */

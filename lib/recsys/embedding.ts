@@ -9,11 +9,11 @@
  * backward all-gathers the vectors' gradients and each owner applies SGD to its rows, in rank,
  * sample and table order. Adding zeros is exact, so the result is the same on any number of ranks.
  */
-import type { Communicator } from '../comm/communicator.js';
+import { Communicator } from '../comm/communicator.js';
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { seededRandom } from '../data/seeded-random.js';
 import { FlatBuffer, type MemorySource } from '../tensor.js';
-import { checkFloat32Array, checkInteger, checkNumber, describeValue } from '../validate.js';
+import { checkFloat32Array, checkInteger, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** The buffers of one batch size (the collectives need exact lengths). */
 interface BatchBuffers {
@@ -36,6 +36,7 @@ export interface ShardedEmbeddingOptions {
   /** Default 0.05. */
   initScale?: number;
 }
+const SHARDED_EMBEDDING_OPTION_KEYS = optionKeys<ShardedEmbeddingOptions>({ tables: true, dim: true, seed: true, initScale: true });
 
 /**
  * This rank's shard of every embedding table, trained with SGD. `rows[t]` holds the owned rows of
@@ -65,9 +66,12 @@ export class ShardedEmbedding {
     readonly comm: Communicator,
     options: ShardedEmbeddingOptions,
   ) {
-    if (!Array.isArray(options?.tables) || options.tables.length < 1) throw new InvalidArgumentError('ShardedEmbedding: tables must list the rows of each table');
+    if (!(comm instanceof Communicator)) throw new InvalidArgumentError(`ShardedEmbedding: comm must be a Communicator, got ${describeValue(comm)}`);
+    checkOptions(options, SHARDED_EMBEDDING_OPTION_KEYS, 'ShardedEmbedding(comm, options)');
+    if (!Array.isArray(options.tables) || options.tables.length < 1 || options.tables.length > 1024) throw new InvalidArgumentError('ShardedEmbedding: tables must list the rows of each table (1 to 1024 tables)');
     this.tables = Object.freeze(options.tables.map((r, i) => checkInteger(r, `ShardedEmbedding: tables[${i}]`, 1, 1 << 24)));
     this.dim = checkInteger(options.dim, 'ShardedEmbedding: dim', 1, 4096);
+    if (this.tables.reduce((n, r) => n + r * this.dim, 0) > 1 << 28) throw new InvalidArgumentError('ShardedEmbedding: at most 2^28 values over every table (rows x dim)');
     const scale = checkNumber(options.initScale ?? 0.05, 'ShardedEmbedding: initScale', 0, 1e3);
     const seed = checkInteger(options.seed ?? 0, 'ShardedEmbedding: seed', 0, 0xffff);
     this.rank = comm.rank;

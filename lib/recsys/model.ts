@@ -7,12 +7,12 @@
 import type { Communicator } from '../comm/communicator.js';
 import { DataParallelTrainer } from '../dataparallel/trainer.js';
 import type { DataParallelOptimizerSpec } from '../dataparallel/mode.js';
-import { InvalidArgumentError } from '../errors.js';
+import { DisposedError, InvalidArgumentError } from '../errors.js';
 import { MLP } from '../nn/mlp.js';
 import { rocAuc } from '../nn/metrics.js';
 import { FlatBuffer, type MemorySource } from '../tensor.js';
-import { checkInteger, checkNumber, checkObject } from '../validate.js';
-import type { ClickData } from './clicks.js';
+import { checkInteger, checkNumber, checkOptions, optionKeys } from '../validate.js';
+import { checkClickData, type ClickData } from './clicks.js';
 import { ShardedEmbedding } from './embedding.js';
 
 /** Options of {@link ClickModel.create}. @category Recommendation */
@@ -33,6 +33,8 @@ export interface ClickModelOptions {
   optimizer: DataParallelOptimizerSpec;
 }
 
+const CLICK_MODEL_OPTION_KEYS = optionKeys<ClickModelOptions>({ comm: true, tables: true, dim: true, denseFeatures: true, hidden: true, seed: true, embeddingLr: true, optimizer: true });
+
 /** A model's quality on a data set: mean log loss and ROC AUC. @category Recommendation */
 export interface ClickMetrics {
   loss: number;
@@ -50,6 +52,7 @@ export class ClickModel {
   private dx: FlatBuffer | undefined;
   private embGrad = new Float32Array(0);
   private capacity = 0;
+  private isDisposed = false;
 
   private constructor(
     readonly comm: Communicator,
@@ -61,7 +64,7 @@ export class ClickModel {
   ) {}
 
   static async create(options: ClickModelOptions): Promise<ClickModel> {
-    checkObject(options, 'ClickModel.create(options)');
+    checkOptions(options, CLICK_MODEL_OPTION_KEYS, 'ClickModel.create(options)');
     const { comm } = options;
     const dim = checkInteger(options.dim ?? 8, 'ClickModel: dim', 1, 4096);
     const denseFeatures = checkInteger(options.denseFeatures, 'ClickModel: denseFeatures', 0, 1024);
@@ -72,7 +75,13 @@ export class ClickModel {
     const embedding = new ShardedEmbedding(comm, { tables: options.tables, dim, seed });
     const inputs = embedding.tables.length * dim + denseFeatures;
     const memory = typeof (comm as Partial<MemorySource>).allocate === 'function' ? (comm as unknown as MemorySource) : undefined;
-    const mlp = new MLP([inputs, ...hidden, 2], { seed: seed + 1, ...(memory && { memory }) });
+    let mlp: MLP;
+    try {
+      mlp = new MLP([inputs, ...hidden, 2], { seed: seed + 1, ...(memory && { memory }) });
+    } catch (error) {
+      embedding.dispose();
+      throw error;
+    }
     try {
       const trainer = await DataParallelTrainer.create({ comm, params: mlp.params, model: mlp, mode: 'sync', optimizer: options.optimizer });
       return new ClickModel(comm, embedding, mlp, trainer, denseFeatures, embeddingLr);
@@ -94,6 +103,7 @@ export class ClickModel {
    * updated by their owners. Resolves with this rank's mean log loss.
    */
   async trainStep(data: ClickData, start: number, batch: number): Promise<number> {
+    this.checkLive('trainStep');
     const logits = await this.forward(data, start, batch, this.trainer.forwardWeights);
     const labels = data.labels.subarray(start, start + batch);
     const loss = this.mlp.loss(labels);
@@ -115,6 +125,8 @@ export class ClickModel {
    * rank scores its share in batches of `batch`, and the scores are gathered.
    */
   async evaluate(data: ClickData, batch = 256): Promise<ClickMetrics> {
+    this.checkLive('evaluate');
+    checkClickData(data, 'ClickModel.evaluate(data): data', false);
     checkInteger(batch, 'ClickModel.evaluate: batch', 1, 1 << 20);
     const { rank, size } = this.comm;
     const n = data.samples;
@@ -148,7 +160,13 @@ export class ClickModel {
     }
   }
 
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+
   async dispose(): Promise<void> {
+    if (this.isDisposed) return;
+    this.isDisposed = true;
     this.embedding.dispose();
     await this.trainer.dispose();
     this.mlp.dispose();
@@ -156,7 +174,12 @@ export class ClickModel {
     this.dx?.dispose();
   }
 
+  private checkLive(what: string): void {
+    if (this.isDisposed) throw new DisposedError(`ClickModel.${what}: the model was disposed`);
+  }
+
   private async forward(data: ClickData, start: number, batch: number, weights: FlatBuffer): Promise<Float32Array> {
+    checkClickData(data, 'ClickModel: data', false);
     checkInteger(batch, 'ClickModel: batch', 1, 1 << 20);
     checkInteger(start, 'ClickModel: start', 0, Math.max(0, data.samples - batch));
     const T = this.embedding.tables.length;

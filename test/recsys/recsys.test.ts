@@ -56,6 +56,11 @@ t.test('click data: deterministic, Zipf-shaped, labels from the hidden model', a
   t.ok(sameValues(back.sparse, a.sparse) && sameValues(back.dense, a.dense) && sameValues(back.labels, a.labels), 'the file holds the same data');
   writeFileSync(join(dir, 'bad'), 'not safetensors');
   t.throws(() => readClickData(join(dir, 'bad')), { code: 'ERR_CHECKPOINT' });
+  t.throws(() => readClickData(join(dir, 'missing')), { code: 'ERR_CHECKPOINT', reason: 'missing' });
+  t.throws(() => writeClickData(join(dir, 'x'), { ...a, labels: new Uint8Array(3) }), { code: 'ERR_INVALID_ARGUMENT' });
+  t.throws(() => writeClickData(join(dir, 'x'), { ...a, sparse: a.sparse.map((v) => v + 1000) }), { code: 'ERR_INVALID_ARGUMENT', message: /outside table 0/ });
+  t.throws(() => writeClickData(join(dir, 'no-such-dir', 'x'), a), { code: 'ERR_CHECKPOINT' });
+  t.throws(() => syntheticClicks({ samples: 1 << 26, tables: [10, 10, 10, 10, 10] }), { code: 'ERR_INVALID_ARGUMENT', message: /2\^28/ });
 });
 
 t.test('rocAuc equals the share of pairs ordered right', async (t) => {
@@ -141,6 +146,11 @@ t.test('the click model learns the hidden model (2 ranks)', async (t) => {
   t.ok(after[0]!.auc > 0.7 && after[0]!.auc > before.auc + 0.15, `AUC ${before.auc.toFixed(3)} -> ${after[0]!.auc.toFixed(3)}`);
   t.ok(after[0]!.loss < before.loss, `loss ${before.loss.toFixed(4)} -> ${after[0]!.loss.toFixed(4)}`);
   await t.rejects(models[0]!.trainStep(test, test.samples, B), { code: 'ERR_INVALID_ARGUMENT' }, 'a batch past the end');
+  await t.rejects(models[0]!.trainStep({ samples: 3 } as never, 0, B), { code: 'ERR_INVALID_ARGUMENT' }, 'not click data');
+  await t.rejects(models[0]!.evaluate(syntheticClicks({ samples: 10, tables: [5], dense: 4 })), { code: 'ERR_INVALID_ARGUMENT' }, 'data of another shape');
+  await t.rejects(ClickModel.create({ comm: {} as never, tables, denseFeatures: 4, embeddingLr: 0.1, optimizer: { kind: 'sgd', lr: 0.1 } }), { code: 'ERR_INVALID_ARGUMENT' });
+  await t.rejects(ClickModel.create({ comm: cs[0]!, tables, denseFeatures: 4, embeddingLr: 0.1, optimizer: { kind: 'sgd', lr: 0.1 }, rows: 3 } as never), { code: 'ERR_INVALID_ARGUMENT' });
   await Promise.all(models.map((m) => m.dispose()));
+  await t.rejects(models[0]!.trainStep(train, 0, B), { code: 'ERR_DISPOSED' });
   for (const c of cs) c.destroy();
 });

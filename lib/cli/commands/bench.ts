@@ -374,7 +374,7 @@ export function registerBenchCommand(program: Command): void {
       }
       console.log(
         `${r.ranks} ranks, ${r.steps} steps of ${r.stepMs.toFixed(2)} ms (one epoch), ${r.reps} run(s) of every job, failures at steps ${r.failAt.join(', ')} (one every ${r.mtbfSeconds.toFixed(1)} s); ` +
-          `a full save costs the training thread ${r.saveCost.stallMs.toFixed(2)} ms (its file ${r.saveCost.writeMs.toFixed(1)} ms in the background)`,
+          `a full save stalls the training thread ${r.saveCost.stallMs.toFixed(2)} ms (its file ${r.saveCost.writeMs.toFixed(1)} ms in the background) and costs training ${r.saveCost.costMs.toFixed(1)} ms (the intervals' O_save)`,
       );
       console.log(`intervals: Young's ${r.youngSeconds.toFixed(2)} s (full recovery), CPR's ${r.cprSeconds.toFixed(2)} s (partial policies)`);
       const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'spread', 'overhead', 'restart s (each)', 'recomputed steps', 'shard steps lost', 'saves', 'loss', 'AUC']);
