@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from '../checkpoint/safetensors.js';
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import { checkSeed, seededRandom } from '../data/seeded-random.js';
-import { checkInteger, checkNumber, checkObject, checkOptions, optionKeys } from '../validate.js';
+import { checkInteger, checkNumber, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Options of {@link syntheticClicks}. @category Recommendation */
 export interface ClickDataOptions {
@@ -161,7 +161,9 @@ export function writeClickData(path: string, data: ClickData): void {
  *
  * @category Recommendation
  */
-export function checkClickData(data: unknown, what: string, rows = true): asserts data is ClickData {
+export function checkClickData(data: unknown, what = 'data', rows = true): asserts data is ClickData {
+  if (typeof what !== 'string') what = 'data';
+  if (typeof rows !== 'boolean') throw new InvalidArgumentError(`checkClickData: rows must be true or false, got ${describeValue(rows)}`);
   checkObject(data, what);
   const d = data as Partial<ClickData>;
   const samples = checkInteger(d.samples, `${what}.samples`, 1, 1 << 30);
