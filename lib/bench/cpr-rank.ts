@@ -47,6 +47,14 @@ export interface CprRankData {
   lr: number;
 }
 
+/** What a rank that kills itself writes first. */
+export interface FailureMarker {
+  /** Wall clock, ms since the epoch. */
+  at: number;
+  /** Row updates of its shard that no save holds. */
+  unsavedUpdates: number;
+}
+
 /** A resume, as rank 0 saw it. */
 export interface CprEvent {
   /** Wall clock (ms since the epoch) when the ranks were ready to train again. */
@@ -106,9 +114,13 @@ async function measureSave(model: ClickModel, data: CprRankData, train: ClickDat
 async function main(): Promise<void> {
   const data = JSON.parse(process.argv[2] ?? '{}') as CprRankData;
   const attempt = Number(process.env.SAPIPE_RESTART_COUNT ?? 0);
-  let stopping = false;
-  // The launcher's SIGTERM after another rank's failure: finish the step, hand off, leave.
-  process.on('SIGTERM', () => (stopping = true));
+  let cpr: CprCheckpointer | null = null;
+  // The launcher's SIGTERM after another rank's failure: a survivor hands its state off at once
+  // (from its last complete step, whatever collective it is blocked in) and leaves.
+  process.on('SIGTERM', () => {
+    if (cpr && data.policy !== 'full') cpr.handOff();
+    process.exit(1);
+  });
   const comm = await UcxCommunicator.create({ timeoutMs: 20_000 });
   const { rank, size } = comm;
   const train = readClickData(data.trainFile);
@@ -123,7 +135,7 @@ async function main(): Promise<void> {
     embeddingLr: data.embeddingLr,
     optimizer: { kind: 'sgd', lr: data.lr, momentum: 0.9 },
   });
-  const cpr =
+  cpr =
     data.policy === 'none'
       ? null
       : await CprCheckpointer.create(model, {
@@ -146,16 +158,16 @@ async function main(): Promise<void> {
       if (failure >= 0 && rank === (failure + 1) % size) {
         const marker = join(data.workDir, `failure-${failure}`);
         if (!existsSync(marker)) {
-          writeFileSync(marker, String(Date.now()));
+          // When it died, and the row updates of its shard no save holds (what partial recovery loses).
+          writeFileSync(marker, JSON.stringify({ at: Date.now(), unsavedUpdates: cpr!.unsavedUpdates() } satisfies FailureMarker));
           process.kill(process.pid, 'SIGKILL');
         }
       }
-      if (stopping) throw new PeerLostError('stopped by the launcher');
       await model.trainStep(train, ((step % perEpoch) * size + rank) * data.batch, data.batch);
       await cpr?.afterStep();
     }
   } catch (error) {
-    if (cpr && data.policy !== 'full' && (error instanceof PeerLostError || stopping)) cpr.handOff();
+    if (cpr && data.policy !== 'full' && error instanceof PeerLostError) cpr.handOff();
     throw error;
   }
   const endedAt = Date.now();

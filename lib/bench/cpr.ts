@@ -17,7 +17,7 @@ import { cprIntervalSeconds, RECOVERY_POLICIES, youngIntervalSeconds, type Recov
 import type { ClickMetrics } from '../recsys/model.js';
 import { checkInteger, checkNumber } from '../validate.js';
 import { launchRankScript } from './rank-script.js';
-import { EVENT_PREFIX, REPORT_PREFIX, type CprEvent, type CprRankData, type CprRankReport } from './cpr-rank.js';
+import { EVENT_PREFIX, REPORT_PREFIX, type CprEvent, type CprRankData, type CprRankReport, type FailureMarker } from './cpr-rank.js';
 
 export interface CprBenchOptions {
   ranks: number;
@@ -50,8 +50,8 @@ export interface CprPolicyRow {
   restartSeconds: number[];
   /** Steps run again after full recoveries. */
   recomputedSteps: number;
-  /** Partial recoveries: steps of updates the reloaded shard lost (the resume step minus the step its shard came back from). */
-  shardStepsLost: number[];
+  /** Per failure: the row updates of the lost shard that no save held, lost by a partial recovery (0 for a full one, which recomputes them). */
+  lostUpdates: number[];
   saves: { full: number; priority: number; stallMs: number } | null;
   /** Medians over the repetitions. */
   metrics: ClickMetrics;
@@ -153,19 +153,19 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
         const priorityEvery = policy === 'mfu' || policy === 'ssu' ? Math.max(1, Math.round(saveEvery * base.priorityFraction)) : null;
         const d = dirs(policy);
         const job = await runJob({ ...base, policy, saveEvery, ...d }, ranks, failures);
-        const killedAt = Array.from({ length: failures }, (_, i) => {
+        const markers = Array.from({ length: failures }, (_, i): FailureMarker | undefined => {
           try {
-            return Number(readFileSync(join(d.workDir, `failure-${i}`), 'utf8'));
+            return JSON.parse(readFileSync(join(d.workDir, `failure-${i}`), 'utf8')) as FailureMarker;
           } catch {
-            return NaN;
+            return undefined;
           }
         });
         const restarts = job.events.slice(1);
+        if (restarts.length !== failures || markers.some((m) => m === undefined))
+          throw new Error(`the ${policy} job restarted ${restarts.length} times with ${markers.filter(Boolean).length} failures injected; expected ${failures} of each`);
         let recomputed = 0;
-        const shardStepsLost: number[] = [];
         restarts.forEach((e, i) => {
           if (e.resume.kind === 'full') recomputed += Math.max(0, failAt[i]! - e.resume.step);
-          for (const from of e.resume.reloadedFrom) shardStepsLost.push(from < 0 ? e.resume.step : e.resume.step - from);
         });
         const list = runs.get(policy) ?? [];
         list.push({
@@ -175,9 +175,10 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
             policy,
             saveEvery,
             priorityEvery,
-            restartSeconds: restarts.map((e, i) => (e.at - killedAt[i]!) / 1000),
+            restartSeconds: restarts.map((e, i) => (e.at - markers[i]!.at) / 1000),
             recomputedSteps: recomputed,
-            shardStepsLost,
+            // Partial recovery loses the reloaded shard's unsaved updates; full recovery recomputes them.
+            lostUpdates: restarts.map((e, i) => (e.resume.kind === 'partial' ? markers[i]!.unsavedUpdates : 0)),
             saves: job.report.stats && { full: job.report.stats.fullSaves, priority: job.report.stats.prioritySaves, stallMs: job.report.stats.saveMs },
             restarts: job.restarts,
           },
@@ -197,7 +198,7 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
         overhead: 0,
         restartSeconds: [],
         recomputedSteps: 0,
-        shardStepsLost: [],
+        lostUpdates: [],
         saves: null,
         metrics: metricsOf(baselines),
         restarts: 0,

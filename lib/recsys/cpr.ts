@@ -18,10 +18,12 @@
  * complete step; a step cut by the failure may have updated a survivor's rows and runs again.
  */
 import { readFileSync, renameSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from '../checkpoint/safetensors.js';
+import { stepDirectory } from '../checkpoint/store.js';
 import { loadCheckpoint, rankCheckpointSteps, readRankCheckpoint, saveCheckpoint, type SavedCheckpoint } from '../checkpoint/trainer.js';
 import type { DataParallelTrainerState } from '../dataparallel/trainer.js';
 import { CheckpointError, DisposedError, InvalidArgumentError } from '../errors.js';
@@ -127,10 +129,13 @@ const HANDOFF_FILE = (rank: number): string => `rank-${rank}.handoff`;
 export class CprCheckpointer {
   private writing: Promise<SavedCheckpoint> | undefined;
   private busy = false;
+  private handedOff = false;
   private good: DataParallelTrainerState | undefined;
   private readonly stats: CprStats = { fullSaves: 0, prioritySaves: 0, prioritySkipped: 0, priorityRows: 0, saveMs: 0, lastSaved: undefined };
   /** ssu: the tracked rows, per table (a mark per owned row). */
   private readonly sampled: Uint8Array[];
+  /** Per owned row, the embedding's update count when the row was last written to a save. */
+  private readonly savedAt: Uint32Array[];
   private readonly sample: () => number;
   readonly priorityEvery: number;
 
@@ -141,6 +146,7 @@ export class CprCheckpointer {
   ) {
     const e = model.embedding;
     this.sampled = e.tables.map((_, t) => new Uint8Array(e.ownedRows(t)));
+    this.savedAt = e.tables.map((_, t) => new Uint32Array(e.ownedRows(t)));
     this.sample = seededRandom((options.seed * 7919 + e.rank) >>> 0);
     this.priorityEvery = Math.max(1, Math.round(options.saveEvery * options.priorityFraction));
   }
@@ -166,10 +172,18 @@ export class CprCheckpointer {
     if (full.policy !== 'full' && typeof full.handoffDir !== 'string')
       throw new InvalidArgumentError(`CprCheckpointer: policy '${full.policy}' recovers partially and needs handoffDir (e.g. a directory on /dev/shm)`);
     const start = performance.now();
-    const resumed = full.policy === 'full' ? await resumeFull(model, full.dir) : await resumePartial(model, full.dir, full.handoffDir!);
-    resumed.ms = performance.now() - start;
-    const cpr = new CprCheckpointer(model, full, resumed);
+    const resumed = full.policy === 'full' ? { resume: await resumeFull(model, full.dir) } : await resumePartial(model, full.dir, full.handoffDir!);
+    const cpr = new CprCheckpointer(model, full, resumed.resume);
+    // A survivor's successor goes on with the survivor's tracking.
+    if (resumed.tracking) {
+      resumed.tracking.savedAt.forEach((a, t) => cpr.savedAt[t]!.set(a));
+      resumed.tracking.sampled.forEach((a, t) => cpr.sampled[t]!.set(a));
+    }
+    resumed.resume.ms = performance.now() - start;
     cpr.good = await model.trainer.exportState();
+    // Priority saves need a full save before them to rebuild a shard from: a fresh start saves
+    // the initial state.
+    if (resumed.resume.kind === 'fresh' && (full.policy === 'mfu' || full.policy === 'ssu')) await cpr.save('full');
     return cpr;
   }
 
@@ -231,12 +245,26 @@ export class CprCheckpointer {
     this.writing.catch(() => undefined); // surfaced by the next save or close()
   }
 
-  /** Every owned row of every table (copies), and the update counts cleared. */
+  /**
+   * Row updates this shard holds that no save has captured: for each owned row, its updates since
+   * it was last written to a save. What a failure of this rank would lose under partial recovery.
+   */
+  unsavedUpdates(): number {
+    const e = this.model.embedding;
+    let n = 0;
+    e.updates.forEach((u, t) => {
+      const at = this.savedAt[t]!;
+      for (let r = 0; r < u.length; r++) n += (u[r]! - at[r]!) >>> 0;
+    });
+    return n;
+  }
+
+  /** Every owned row of every table (copies); every row counts as saved, every mark is cleared. */
   private fullShard(): Map<string, SafetensorsTensor> {
     const e = this.model.embedding;
     const out = new Map<string, SafetensorsTensor>();
     e.rows.forEach((rows, t) => out.set(`embedding/${t}`, { shape: [e.ownedRows(t), e.dim], data: rows.slice() }));
-    for (const u of e.updates) u.fill(0);
+    e.updates.forEach((u, t) => this.savedAt[t]!.set(u));
     for (const s of this.sampled) s.fill(0);
     return out;
   }
@@ -248,16 +276,19 @@ export class CprCheckpointer {
     e.rows.forEach((rows, t) => {
       const cap = this.priorityRows(t);
       let chosen: number[];
+      const u = e.updates[t]!;
+      const at = this.savedAt[t]!;
       if (this.options.policy === 'mfu') {
-        const counts = e.updates[t]!;
-        chosen = topCounts(counts, cap);
-        for (const r of chosen) counts[r] = 0;
+        const since = new Uint32Array(u.length);
+        for (let r = 0; r < u.length; r++) since[r] = (u[r]! - at[r]!) >>> 0;
+        chosen = topCounts(since, cap);
       } else {
         const marks = this.sampled[t]!;
         chosen = [];
         for (let r = 0; r < marks.length && chosen.length < cap; r++) if (marks[r]) chosen.push(r);
         for (const r of chosen) marks[r] = 0;
       }
+      for (const r of chosen) at[r] = u[r]!;
       const ids = Int32Array.from(chosen);
       const values = new Float32Array(ids.length * e.dim);
       ids.forEach((r, i) => values.set(rows.subarray(r * e.dim, (r + 1) * e.dim), i * e.dim));
@@ -270,26 +301,26 @@ export class CprCheckpointer {
 
   /**
    * A survivor's hand-off: writes its state after its last complete step (the MLP's trainer state,
-   * its embedding shard and update counts) to `handoffDir`, for the process that takes its place
-   * after the launcher's restart. Synchronous, so it completes before the process exits.
+   * its embedding shard, update counts and save tracking) to `handoffDir`, for the process that
+   * takes its place after the launcher's restart. Synchronous, so it completes before the process
+   * exits (it may run in a SIGTERM handler); a second call does nothing.
    */
   handOff(): void {
     const { handoffDir } = this.options;
-    if (handoffDir === undefined || this.good === undefined) return;
+    if (handoffDir === undefined || this.good === undefined || this.handedOff) return;
+    this.handedOff = true;
     const e = this.model.embedding;
     const state = this.good;
     const tensors = new Map<string, SafetensorsTensor>();
     tensors.set('weights', { shape: [state.weights.length], data: state.weights });
     for (const [name, data] of Object.entries(state.optimizer.buffers)) if (data) tensors.set(`optimizer/${name}`, { shape: [data.length], data });
     e.rows.forEach((rows, t) => tensors.set(`embedding/${t}`, { shape: [rows.length], data: rows }));
-    e.updates.forEach((u, t) => tensors.set(`updates/${t}`, { shape: [u.length], data: new Int32Array(u.buffer, u.byteOffset, u.length) }));
-    const chunks = encodeSafetensors(tensors, {
-      rank: String(e.rank),
-      worldSize: String(e.size),
-      calls: String(state.calls),
-      optimizerStep: String(state.optimizer.step),
-      skippedSteps: String(state.optimizer.skippedSteps),
-    });
+    const asInt = (u: Uint32Array): Int32Array => new Int32Array(u.buffer, u.byteOffset, u.length);
+    e.updates.forEach((u, t) => tensors.set(`updates/${t}`, { shape: [u.length], data: asInt(u) }));
+    this.savedAt.forEach((u, t) => tensors.set(`savedAt/${t}`, { shape: [u.length], data: asInt(u) }));
+    this.sampled.forEach((m, t) => tensors.set(`sampled/${t}`, { shape: [m.length], data: Int32Array.from(m) }));
+    const meta: HandoffMeta = { calls: state.calls, step: state.optimizer.step, skippedSteps: state.optimizer.skippedSteps, lr: state.optimizer.lr };
+    const chunks = encodeSafetensors(tensors, { rank: String(e.rank), worldSize: String(e.size), state: JSON.stringify(meta) });
     const path = join(handoffDir, HANDOFF_FILE(e.rank));
     try {
       mkdirSync(handoffDir, { recursive: true });
@@ -317,11 +348,22 @@ function topCounts(counts: Uint32Array, cap: number): number[] {
 /** Full recovery: every rank loads the newest complete checkpoint (trainer and shard). */
 async function resumeFull(model: ClickModel, dir: string): Promise<CprResume> {
   const loaded = await loadCheckpoint(model.trainer, { dir });
+  // This rank's saves past the step every rank goes back to belong to a timeline rolled back:
+  // they must never enter a later recovery's chain.
+  await forgetSavesAfter(dir, model.embedding.rank, loaded?.step ?? -1);
   if (loaded === null) return { step: 0, kind: 'fresh', reloaded: [], reloadedFrom: [], ms: 0 };
-  // The newest complete step of mfu or ssu may be a priority save: the shard is its chain.
-  if ((loaded.extra as { cpr?: string } | null)?.cpr === 'priority') await reloadShard(model, dir);
+  // The newest complete step of mfu or ssu may be a priority save: the shard is its chain, up to that step.
+  if ((loaded.extra as { cpr?: string } | null)?.cpr === 'priority') await reloadShard(model, dir, loaded.step);
   else applyFullShard(model, loaded.tensors, loaded.path);
   return { step: loaded.step, kind: 'full', reloaded: [], reloadedFrom: [], ms: 0 };
+}
+
+/** Removes `rank`'s manifests (its saves count as unfinished) of the steps after `step`. */
+async function forgetSavesAfter(dir: string, rank: number, step: number): Promise<void> {
+  for (const s of await rankCheckpointSteps(dir, rank).catch(() => [] as number[])) {
+    if (s <= step) break;
+    await rm(join(stepDirectory(dir, s), `rank-${rank}.json`), { force: true });
+  }
 }
 
 function applyFullShard(model: ClickModel, tensors: Map<string, SafetensorsTensor>, path: string): void {
@@ -334,102 +376,169 @@ function applyFullShard(model: ClickModel, tensors: Map<string, SafetensorsTenso
   });
 }
 
-/** Reads and deletes this rank's hand-off, if a predecessor left one for this job shape. */
-function takeHandoff(model: ClickModel, handoffDir: string): Map<string, SafetensorsTensor> & { meta?: Record<string, string> } | undefined {
-  const e = model.embedding;
-  const path = join(handoffDir, HANDOFF_FILE(e.rank));
-  let bytes: Buffer;
-  try {
-    bytes = readFileSync(path);
-  } catch {
-    return undefined;
-  }
-  rmSync(path, { force: true });
-  const { tensors, metadata } = decodeSafetensors(bytes, path);
-  if (metadata.rank !== String(e.rank) || metadata.worldSize !== String(e.size)) return undefined;
-  const out = tensors as Map<string, SafetensorsTensor> & { meta?: Record<string, string> };
-  out.meta = metadata;
-  return out;
+/** The counters of a hand-off (JSON in its metadata): exact, whatever their size. */
+interface HandoffMeta {
+  calls: number;
+  step: number;
+  skippedSteps: number;
+  lr: number;
+}
+
+/** A survivor's hand-off, checked against this rank's model. */
+interface Handoff {
+  path: string;
+  meta: HandoffMeta;
+  tensors: Map<string, SafetensorsTensor>;
 }
 
 /**
- * Partial recovery. Survivors (ranks with a hand-off) keep their shard; the MLP and the step come
- * from the survivor furthest ahead; each rank without a hand-off reloads its shard from its own
- * newest full save plus the priority saves after it. With no survivor at all, full recovery.
+ * This rank's hand-off, if a predecessor left one that fits this model (every tensor's size
+ * checked here, so that nothing fails later on one rank only); anything else counts as none.
  */
-async function resumePartial(model: ClickModel, dir: string, handoffDir: string): Promise<CprResume> {
+function takeHandoff(model: ClickModel, handoffDir: string, template: DataParallelTrainerState): Handoff | undefined {
+  const e = model.embedding;
+  const path = join(handoffDir, HANDOFF_FILE(e.rank));
+  try {
+    const { tensors, metadata } = decodeSafetensors(readFileSync(path), path);
+    if (metadata.rank !== String(e.rank) || metadata.worldSize !== String(e.size)) return undefined;
+    const meta = JSON.parse(metadata.state ?? '') as HandoffMeta;
+    const counts = [meta.calls, meta.step, meta.skippedSteps];
+    if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0 && n < 2 ** 48) || typeof meta.lr !== 'number' || !Number.isFinite(meta.lr)) return undefined;
+    const fits = (name: string, length: number, type: typeof Float32Array | typeof Int32Array): boolean => {
+      const t = tensors.get(name);
+      return t !== undefined && t.data instanceof type && t.data.length === length;
+    };
+    if (!fits('weights', template.weights.length, Float32Array)) return undefined;
+    for (const [name, data] of Object.entries(template.optimizer.buffers)) if (data && !fits(`optimizer/${name}`, data.length, Float32Array)) return undefined;
+    for (let t = 0; t < e.tables.length; t++) {
+      const owned = e.ownedRows(t);
+      if (!fits(`embedding/${t}`, owned * e.dim, Float32Array) || !fits(`updates/${t}`, owned, Int32Array) || !fits(`savedAt/${t}`, owned, Int32Array) || !fits(`sampled/${t}`, owned, Int32Array))
+        return undefined;
+    }
+    return { path, meta, tensors };
+  } catch {
+    return undefined; // none, unreadable or foreign: this rank is recovered from disk
+  }
+}
+
+/** What partial recovery hands the new checkpointer: how it resumed, and a survivor's save tracking. */
+interface PartialResume {
+  resume: CprResume;
+  tracking?: { savedAt: Uint32Array[]; sampled: Uint8Array[] };
+}
+
+/** Exact integers through a float collective: two 24-bit halves (past 2^48, refused earlier). */
+const HALF = 2 ** 24;
+
+/**
+ * Partial recovery. Survivors (ranks with a fitting hand-off) keep their shard; the MLP, its
+ * optimizer state and the step come from the survivor furthest ahead; each rank without a
+ * hand-off reloads its shard from its own newest full save plus the priority saves after it.
+ * With no survivor at all, full recovery. Every rank runs the same collectives whatever happens
+ * locally: a local failure travels in the last all-gather and every rank throws. A hand-off is
+ * deleted only once the recovery succeeded everywhere.
+ */
+async function resumePartial(model: ClickModel, dir: string, handoffDir: string): Promise<PartialResume> {
   const { comm, trainer, embedding: e } = model;
-  const mine = takeHandoff(model, handoffDir);
-  // [has a hand-off, calls, optimizer step, skipped steps] of every rank.
-  const FIELDS = 4;
+  const template = await trainer.exportState();
+  const mine = takeHandoff(model, handoffDir, template);
+  const FIELDS = 3; // has a hand-off, calls (high, low)
   const local = FlatBuffer.allocate(FIELDS);
   const all = FlatBuffer.allocate(FIELDS * comm.size);
   try {
-    if (mine) local.array.set([1, Number(mine.meta!.calls), Number(mine.meta!.optimizerStep), Number(mine.meta!.skippedSteps)]);
+    if (mine) local.array.set([1, Math.floor(mine.meta.calls / HALF), mine.meta.calls % HALF]);
     await comm.allgather(local, all);
     const v = all.array;
+    const callsOf = (r: number): number => v[r * FIELDS + 1]! * HALF + v[r * FIELDS + 2]!;
     let donor = -1;
-    for (let r = 0; r < comm.size; r++) if (v[r * FIELDS] === 1 && (donor < 0 || v[r * FIELDS + 1]! > v[donor * FIELDS + 1]!)) donor = r;
-    if (donor < 0) return await resumeFull(model, dir);
+    for (let r = 0; r < comm.size; r++) if (v[r * FIELDS] === 1 && (donor < 0 || callsOf(r) > callsOf(donor))) donor = r;
+    if (donor < 0) return { resume: await resumeFull(model, dir) };
 
-    // The MLP (trainer state) from the donor: every float array of the state, broadcast.
-    const template = await trainer.exportState();
+    // The donor's counters (JSON bytes, exact), then every float array of the MLP's state.
+    const text = comm.rank === donor ? Buffer.from(JSON.stringify(mine!.meta)) : Buffer.alloc(0);
+    const length = FlatBuffer.from([text.length]);
+    let meta: HandoffMeta;
+    try {
+      await comm.broadcast(length, donor);
+      const bytes = FlatBuffer.allocate(length.array[0]!);
+      try {
+        if (comm.rank === donor) bytes.array.set(text);
+        await comm.broadcast(bytes, donor);
+        meta = JSON.parse(Buffer.from(Uint8Array.from(bytes.array)).toString()) as HandoffMeta;
+      } finally {
+        bytes.dispose();
+      }
+    } finally {
+      length.dispose();
+    }
     const arrays: Array<[string, Float32Array]> = [['weights', template.weights]];
     for (const [name, data] of Object.entries(template.optimizer.buffers).sort(([a], [b]) => a.localeCompare(b))) if (data) arrays.push([`optimizer/${name}`, data]);
     for (const [name, target] of arrays) {
       const buffer = FlatBuffer.allocate(target.length);
       try {
-        if (comm.rank === donor) {
-          const src = mine!.get(name)?.data;
-          if (!(src instanceof Float32Array) || src.length !== target.length) throw new CheckpointError(`hand-off of rank ${donor}: ${name} is missing or of another size`, { reason: 'mismatch' });
-          buffer.array.set(src);
-        }
+        if (comm.rank === donor) buffer.array.set(mine!.tensors.get(name)!.data as Float32Array);
         await comm.broadcast(buffer, donor);
         target.set(buffer.array);
       } finally {
         buffer.dispose();
       }
     }
-    trainer.importState({
-      ...template,
-      calls: v[donor * FIELDS + 1]!,
-      optimizer: { ...template.optimizer, step: v[donor * FIELDS + 2]!, skippedSteps: v[donor * FIELDS + 3]! },
-    });
 
-    // The shards: a survivor's own, the others' from disk.
-    const reloaded: number[] = [];
-    for (let r = 0; r < comm.size; r++) if (v[r * FIELDS] !== 1) reloaded.push(r);
-    const reloadedFrom = new Float32Array(reloaded.length);
-    const fromLocal = FlatBuffer.allocate(1);
-    const fromAll = FlatBuffer.allocate(comm.size);
+    // The local part: import the MLP, then this rank's shard from its hand-off or from disk.
+    let failure: unknown;
+    let from = -1;
+    let tracking: PartialResume['tracking'];
     try {
+      trainer.importState({ ...template, calls: meta.calls, optimizer: { ...template.optimizer, step: meta.step, skippedSteps: meta.skippedSteps, lr: meta.lr } });
       if (mine) {
+        const asU32 = (name: string): Uint32Array => {
+          const d = mine.tensors.get(name)!.data as Int32Array;
+          return new Uint32Array(d.buffer, d.byteOffset, d.length);
+        };
         e.rows.forEach((rows, t) => {
-          const data = mine.get(`embedding/${t}`)?.data;
-          if (!(data instanceof Float32Array) || data.length !== rows.length) throw new CheckpointError(`hand-off of rank ${e.rank}: embedding/${t} does not fit`, { reason: 'mismatch' });
-          rows.set(data);
-          const counts = mine.get(`updates/${t}`)?.data;
-          if (counts instanceof Int32Array && counts.length === e.updates[t]!.length) e.updates[t]!.set(new Uint32Array(counts.buffer, counts.byteOffset, counts.length));
+          rows.set(mine.tensors.get(`embedding/${t}`)!.data as Float32Array);
+          e.updates[t]!.set(asU32(`updates/${t}`));
         });
-        fromLocal.array[0] = v[e.rank * FIELDS + 1]!;
-      } else fromLocal.array[0] = await reloadShard(model, dir);
-      await comm.allgather(fromLocal, fromAll);
-      reloaded.forEach((r, i) => (reloadedFrom[i] = fromAll.array[r]!));
-    } finally {
-      fromLocal.dispose();
-      fromAll.dispose();
+        tracking = {
+          savedAt: e.tables.map((_, t) => asU32(`savedAt/${t}`).slice()),
+          sampled: e.tables.map((_, t) => Uint8Array.from(mine.tensors.get(`sampled/${t}`)!.data as Int32Array)),
+        };
+        from = mine.meta.calls;
+      } else from = await reloadShard(model, dir);
+    } catch (error) {
+      failure = error;
     }
-    return { step: v[donor * FIELDS + 1]!, kind: 'partial', reloaded, reloadedFrom: Array.from(reloadedFrom), ms: 0 };
+    // [ok, step the shard came back from (high, low; -1: none)] of every rank.
+    const done = FlatBuffer.from([failure === undefined ? 1 : 0, from < 0 ? -1 : Math.floor(from / HALF), from < 0 ? 0 : from % HALF]);
+    const doneAll = FlatBuffer.allocate(3 * comm.size);
+    try {
+      await comm.allgather(done, doneAll);
+      if (failure !== undefined) throw failure;
+      const d = doneAll.array;
+      const failed = Array.from({ length: comm.size }, (_, r) => r).filter((r) => d[3 * r] !== 1);
+      if (failed.length > 0) throw new CheckpointError(`partial recovery failed on rank(s) ${failed.join(', ')} (see their error); the hand-offs are kept for the next attempt`, { reason: 'missing' });
+      const reloaded = Array.from({ length: comm.size }, (_, r) => r).filter((r) => v[r * FIELDS] !== 1);
+      const reloadedFrom = reloaded.map((r) => (d[3 * r + 1]! < 0 ? -1 : d[3 * r + 1]! * HALF + d[3 * r + 2]!));
+      if (mine) rmSync(mine.path, { force: true });
+      return { resume: { step: meta.calls, kind: 'partial', reloaded, reloadedFrom, ms: 0 }, ...(tracking && { tracking }) };
+    } finally {
+      done.dispose();
+      doneAll.dispose();
+    }
   } finally {
     local.dispose();
     all.dispose();
   }
 }
 
-/** A lost rank's shard from its newest full save and the priority saves after it; resolves with the newest step applied, -1 if none. */
-async function reloadShard(model: ClickModel, dir: string): Promise<number> {
+/**
+ * A lost rank's shard from its newest full save and the priority saves after it (none past
+ * `maxStep`); resolves with the newest step applied, -1 if this rank never saved. Priority saves
+ * without a full save before them are a CheckpointError (the shard cannot be rebuilt).
+ */
+async function reloadShard(model: ClickModel, dir: string, maxStep = Number.MAX_SAFE_INTEGER): Promise<number> {
   const e = model.embedding;
-  const steps = await rankCheckpointSteps(dir, e.rank);
+  const steps = (await rankCheckpointSteps(dir, e.rank)).filter((s) => s <= maxStep);
   const deltas: number[] = [];
   for (const step of steps) {
     const file = await readRankCheckpoint(dir, e.rank, step);
@@ -457,5 +566,7 @@ async function reloadShard(model: ClickModel, dir: string): Promise<number> {
     }
     return deltas.length > 0 ? deltas[deltas.length - 1]! : step;
   }
+  if (deltas.length > 0)
+    throw new CheckpointError(`${dir}: rank ${e.rank} has priority saves (steps ${deltas.join(', ')}) but no full save before them; its shard cannot be rebuilt`, { reason: 'missing' });
   return -1;
 }

@@ -135,11 +135,17 @@ export class ClickModel {
     const all = FlatBuffer.allocate(chunks * batch * size);
     try {
       for (let c = 0; c < chunks; c++) {
-        // Rank r scores [(c * size + r) * batch, ... + batch); past the end it scores the last rows again (ignored).
-        const start = Math.min((c * size + rank) * batch, Math.max(0, n - batch));
+        // Rank r scores [(c * size + r) * batch, ... + batch). Near the end the batch is moved back
+        // to stay inside the data (every rank runs the same batch size): score i of the chunk is
+        // then row `nominal + i`'s, at `nominal + i - start` in the batch; past the end, ignored.
+        const nominal = (c * size + rank) * batch;
         const b = Math.min(batch, n);
+        const start = Math.min(nominal, n - b);
         const logits = await this.forward(data, start, b, this.trainer.forwardWeights);
-        for (let r = 0; r < b; r++) mine.array[c * batch + r] = 1 / (1 + Math.exp(logits[2 * r]! - logits[2 * r + 1]!));
+        for (let i = 0; i < batch && nominal + i < n; i++) {
+          const r = nominal + i - start;
+          mine.array[c * batch + i] = 1 / (1 + Math.exp(logits[2 * r]! - logits[2 * r + 1]!));
+        }
       }
       await this.comm.allgather(mine, all);
       const scores = new Float32Array(n);

@@ -105,6 +105,14 @@ t.test('faulty files and other configurations are typed errors; the trainer stay
   await t.rejects(loadPipelineCheckpoint(b, { dir }), { code: 'ERR_CHECKPOINT' });
   await t.rejects(savePipelineCheckpoint(b, { dir, extra: 1n } as never), { code: 'ERR_INVALID_ARGUMENT' });
   await t.rejects(b.importState({ version: 2 } as never), { code: 'ERR_INVALID_ARGUMENT' });
+  // A state of the right shape with one bad field anywhere changes no stage.
+  const good = await b.exportState();
+  const noMomentum = { ...good, parts: good.parts.map((p, j) => (j === 2 ? { ...p, optimizer: { ...p.optimizer, buffers: {} } } : p)) };
+  await t.rejects(b.importState(noMomentum), { code: 'ERR_INVALID_ARGUMENT', message: /optimizer buffers/ });
+  const badCounters = { ...good, parts: good.parts.map((p, j) => (j === 2 ? { ...p, skipped: p.updates + 1 } : p)) };
+  await t.rejects(b.importState(badCounters), { code: 'ERR_INVALID_ARGUMENT', message: /counters/ });
+  await b.trainRound(); // still usable
+  await b.importState(good);
   await b.dispose();
   // Parallel pipelines: planned.
   const dp = await PipelineTrainer.create({
@@ -120,4 +128,8 @@ t.test('faulty files and other configurations are typed errors; the trainer stay
   });
   await t.rejects(savePipelineCheckpoint(dp, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /planned/ });
   await dp.dispose();
+  // Wavelet: every stage holds a copy of a part.
+  const wavelet = await create({ schedule: 'wavelet', optimizer: sgdm, microBatches: 6 });
+  await t.rejects(wavelet.exportState(), { code: 'ERR_INVALID_ARGUMENT', message: /wavelet.*planned/ });
+  await wavelet.dispose();
 });

@@ -3,7 +3,8 @@
  * under `sapipe launch --max-restarts`, one rank SIGKILLed mid-run. Full recovery ends exactly
  * where the run without failures ends (same loss and AUC to the last bit: resume is exact through
  * a kill and a restart); partial recovery and mfu finish after one restart, reloading one shard
- * and continuing from where the survivors were (no step recomputed). Imports the build: the ranks
+ * and continuing from where the survivors were (no step recomputed), losing the updates of the
+ * shard that no save held (fewer with mfu's priority saves). Imports the build: the ranks
  * are processes of dist/.
  */
 import t from 'tap';
@@ -29,10 +30,13 @@ t.test('bench cpr: a SIGKILLed rank under full, partial and mfu recovery', { tim
   for (const row of [partial!, mfu!]) {
     t.equal(row.restarts, 1, `${row.policy}: one restart`);
     t.equal(row.recomputedSteps, 0, `${row.policy}: no step recomputed`);
-    t.equal(row.shardStepsLost.length, 1, `${row.policy}: one shard reloaded`);
-    t.ok(row.shardStepsLost[0]! >= 0 && row.shardStepsLost[0]! <= row.saveEvery, `${row.policy}: the shard lost ${row.shardStepsLost[0]} steps of updates`);
+    t.equal(row.lostUpdates.length, 1, `${row.policy}: one failure`);
+    t.ok(row.lostUpdates[0]! >= 0, `${row.policy}: the reloaded shard lost ${row.lostUpdates[0]} row updates no save held`);
     t.ok(row.metrics.auc > 0.7 && Math.abs(row.metrics.auc - none!.metrics.auc) < 0.02, `${row.policy}: AUC ${row.metrics.auc.toFixed(4)} against ${none!.metrics.auc.toFixed(4)}`);
   }
   t.ok(mfu!.saves!.priority > 0, 'mfu wrote priority saves');
+  t.ok(partial!.lostUpdates[0]! > 0, 'partial recovery loses the updates since the last full save');
+  t.ok(mfu!.lostUpdates[0]! <= partial!.lostUpdates[0]!, `mfu's priority saves leave no more updates unsaved (${mfu!.lostUpdates[0]} against ${partial!.lostUpdates[0]})`);
+  t.same(full!.lostUpdates, [0], 'full recovery loses no update (it recomputes)');
   for (const row of r.rows.slice(1)) t.ok(row.restartSeconds.length === 1 && row.restartSeconds[0]! > 0 && row.restartSeconds[0]! < 60, `${row.policy}: restarted in ${row.restartSeconds[0]?.toFixed(2)} s`);
 });

@@ -10,7 +10,7 @@
  */
 import t from 'tap';
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -95,7 +95,7 @@ t.test('partial recovery (mfu): only the lost shard comes from disk, the survivo
   const history = new Map<number, Float32Array[]>();
   await train(a, 0, 21, (step) => history.set(step, a.models[1]!.embedding.rows.map((r) => r.slice())));
   const live = a.models.map((m) => ({ rows: m.embedding.rows.map((r) => r.slice()), updates: m.embedding.updates.map((u) => u.slice()), mlp: m.mlp.params.weights.array.slice() }));
-  t.same(a.cprs.map((c) => [c.costSoFar.fullSaves, c.costSoFar.prioritySaves]), Array(3).fill([2, 8]), 'full saves at 8 and 16, priority saves at the even steps between');
+  t.same(a.cprs.map((c) => [c.costSoFar.fullSaves, c.costSoFar.prioritySaves]), Array(3).fill([3, 8]), 'full saves at 0 (the fresh start), 8 and 16, priority saves at the even steps between');
   // Rank 1 is lost; the survivors hand off, every process starts again.
   a.cprs[0]!.handOff();
   a.cprs[2]!.handOff();
@@ -113,7 +113,25 @@ t.test('partial recovery (mfu): only the lost shard comes from disk, the survivo
     });
   }
 
+  // A recovery that fails on one rank (its checkpoint corrupt) fails on every rank, typed, and
+  // keeps the survivors' hand-offs for the next attempt.
+  const victim = join(dir, 'step-0000000016', 'rank-1.safetensors');
+  const intact = readFileSync(victim);
+  writeFileSync(victim, Buffer.from('garbage'));
+  const name = `cpr-${process.pid}-${group++}`;
+  const cs = await Promise.all(Array.from({ length: 3 }, (_, rank) => LocalCommunicator.create({ group: name, rank, size: 3, timeoutMs: 10_000 })));
+  const ms = await Promise.all(cs.map((comm) => ClickModel.create({ comm, tables: TABLES, dim: 4, denseFeatures: 2, hidden: [8], embeddingLr: 0.4, optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 } })));
+  const attempts = await Promise.allSettled(ms.map((m) => CprCheckpointer.create(m, options)));
+  t.ok(
+    attempts.every((a) => a.status === 'rejected' && (a.reason as { code?: string }).code === 'ERR_CHECKPOINT'),
+    `every rank fails, typed: ${attempts.map((a) => (a.status === 'rejected' ? (a.reason as Error).message.slice(0, 60) : 'resolved')).join(' | ')}`,
+  );
+  t.ok(existsSync(join(handoffDir, 'rank-0.handoff')) && existsSync(join(handoffDir, 'rank-2.handoff')), 'the hand-offs are kept');
+  await end({ models: ms, cprs: [], comms: cs });
+  writeFileSync(victim, intact);
+
   const b = await job(3, options);
+  t.notOk(existsSync(join(handoffDir, 'rank-0.handoff')), 'a hand-off is removed once the recovery succeeded');
   for (const c of b.cprs) {
     t.equal(c.resumed.kind, 'partial');
     t.equal(c.resumed.step, 21);

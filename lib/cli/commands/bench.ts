@@ -377,7 +377,7 @@ export function registerBenchCommand(program: Command): void {
           `a full save stalls the training thread ${r.saveCost.stallMs.toFixed(2)} ms (its file ${r.saveCost.writeMs.toFixed(1)} ms in the background) and costs training ${r.saveCost.costMs.toFixed(1)} ms (the intervals' O_save)`,
       );
       console.log(`intervals: Young's ${r.youngSeconds.toFixed(2)} s (full recovery), CPR's ${r.cprSeconds.toFixed(2)} s (partial policies)`);
-      const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'spread', 'overhead', 'restart s (each)', 'recomputed steps', 'shard steps lost', 'saves', 'loss', 'AUC']);
+      const table = cliTable(['policy', 'save every', 'priority every', 'training s', 'spread', 'overhead', 'restart s (each)', 'recomputed steps', 'lost row updates', 'saves', 'loss', 'AUC']);
       for (const row of r.rows)
         table.push([
           row.policy,
@@ -388,7 +388,7 @@ export function registerBenchCommand(program: Command): void {
           `${(row.overhead * 100).toFixed(1)} %`,
           row.restartSeconds.map((s) => s.toFixed(2)).join(' ') || '-',
           row.recomputedSteps,
-          row.shardStepsLost.join(' ') || '-',
+          row.lostUpdates.join(' ') || '-',
           row.saves ? `${row.saves.full}+${row.saves.priority}` : '-',
           row.metrics.loss.toFixed(4),
           row.metrics.auc.toFixed(4),
@@ -396,7 +396,7 @@ export function registerBenchCommand(program: Command): void {
       console.log(table.toString());
       console.log(
         'training s: first step to last, restarts included (median of the runs); overhead: over the run without checkpoints or failures, minus 1; ' +
-          'recomputed, shard steps lost, saves (full + priority, last attempt): of the first run; loss and AUC: medians',
+          'recomputed steps, lost row updates (the lost shard\'s updates no save held), saves (full + priority, last attempt): of the first run; loss and AUC: medians',
       );
     });
   bench

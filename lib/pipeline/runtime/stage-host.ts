@@ -94,7 +94,7 @@ export type ToStage =
 
 /** @internal Stage -> trainer. */
 export type FromStage =
-  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind'] }[] }
+  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind']; buffers: string[] }[] }
   | { type: 'round'; pipeline: number; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
   | { type: 'state'; stage: number; parts: PartCheckpointState[] }
@@ -273,6 +273,8 @@ export class StageHost {
         throw new SizeMismatchError(`importState: part ${p.part}'s weights hold ${s.weights?.length} values, the part ${p.model.params.length}`);
       if (s.optimizer?.kind !== p.optimizer.kind || s.optimizer.length !== p.model.params.length)
         throw new InvalidArgumentError(`importState: part ${p.part}'s optimizer state is of kind ${describeKind(s.optimizer?.kind)} over ${s.optimizer?.length} values; this part's optimizer is '${p.optimizer.kind}' over ${p.model.params.length}`);
+      if (!Number.isSafeInteger(s.updates) || s.updates < 0 || !Number.isSafeInteger(s.skipped) || s.skipped < 0 || s.skipped > s.updates)
+        throw new InvalidArgumentError(`importState: part ${p.part}'s counters (updates ${s.updates}, skipped ${s.skipped}) are not counts`);
     }
     for (const p of this.parts) {
       const s = byPart.get(p.part)!;

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { LocalCommunicator, type LocalRankData } from '../../comm/local.js';
+import { STATE_BUFFER_NAMES } from '../../optim/optimizer.js';
 import { type FromStage, type PipelineData, type StageDescription, type ToStage, StageHost, describeError } from './stage-host.js';
 
 interface StageThreadData extends LocalRankData {
@@ -43,7 +44,7 @@ async function main(): Promise<void> {
     type: 'ready',
     stage: description.stage,
     pipeline,
-    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind })),
+    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
   });
   // Messages are handled in order: a round must end before the weights are read.
   let chain = Promise.resolve();

@@ -119,6 +119,9 @@ export class PipelineTrainer {
   /** Each part's ParamSet length and optimizer kind (index = part), from the stages' ready replies. */
   private partLengths: number[] = [];
   private partOptimizers: OptimizerState['kind'][] = [];
+  private partBuffers: string[][] = [];
+  /** Each part's stages (several in Wavelet's model-parallel form). */
+  private partHolders: number[][] = [];
 
   private constructor(
     readonly schedule: Schedule,
@@ -155,6 +158,8 @@ export class PipelineTrainer {
           for (const p of reply.parts) {
             trainer.partLengths[p.part] = p.length;
             trainer.partOptimizers[p.part] = p.optimizer;
+            trainer.partBuffers[p.part] = p.buffers;
+            (trainer.partHolders[p.part] ??= []).push(reply.stage);
           }
     } catch (error) {
       await trainer.dispose();
@@ -242,7 +247,7 @@ export class PipelineTrainer {
    */
   async exportState(): Promise<PipelineTrainerState> {
     this.checkUsable('exportState');
-    if (this.options.pipelines > 1) throw new InvalidArgumentError('PipelineTrainer.exportState: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline\'s are supported');
+    this.checkCheckpointable('exportState');
     this.busy = true;
     try {
       const parts: PipelineTrainerState['parts'] = [];
@@ -260,7 +265,7 @@ export class PipelineTrainer {
    */
   async importState(state: PipelineTrainerState): Promise<void> {
     this.checkUsable('importState');
-    if (this.options.pipelines > 1) throw new InvalidArgumentError('PipelineTrainer.importState: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline\'s are supported');
+    this.checkCheckpointable('importState');
     if (state === null || typeof state !== 'object' || state.version !== 1 || !Array.isArray(state.parts))
       throw new InvalidArgumentError('PipelineTrainer.importState: not a state from exportState() (version 1)');
     if (state.schedule !== this.schedule.name || state.stages !== this.schedule.stages || state.parts.length !== this.partLengths.length)
@@ -271,19 +276,28 @@ export class PipelineTrainer {
     for (const key of ['rounds', 'epochs', 'orderPosition'] as const)
       if (!Number.isSafeInteger(state[key]) || state[key] < 0) throw new InvalidArgumentError(`PipelineTrainer.importState: ${key} must be a non-negative integer, got ${describeValue(state[key])}`);
     if (state.orderPosition > this.samples) throw new InvalidArgumentError(`PipelineTrainer.importState: orderPosition ${state.orderPosition} is past the ${this.samples} samples of an epoch`);
-    state.parts.forEach((p, j) => {
+    for (let j = 0; j < state.parts.length; j++) {
+      const p = state.parts[j]!;
       if (p === null || typeof p !== 'object' || !(p.weights instanceof Float32Array) || p.weights.length !== this.partLengths[j])
         throw new SizeMismatchError(`PipelineTrainer.importState: part ${j}'s weights must be a Float32Array of ${this.partLengths[j]} values (the part's layout)`);
       if (p.optimizer === null || typeof p.optimizer !== 'object' || p.optimizer.length !== this.partLengths[j] || !Number.isSafeInteger(p.updates) || !Number.isSafeInteger(p.skipped))
         throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state or counters do not fit the part`);
       if (p.optimizer.kind !== this.partOptimizers[j])
         throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state is ${describeValue(p.optimizer.kind)}'s; this trainer's optimizer is '${this.partOptimizers[j]}'`);
-    });
+      const buffers = p.optimizer.buffers !== null && typeof p.optimizer.buffers === 'object' ? Object.entries(p.optimizer.buffers).filter(([, d]) => d !== undefined) : [];
+      const names = buffers.map(([n]) => n).sort();
+      if (names.join() !== this.partBuffers[j]!.join() || buffers.some(([, d]) => !(d instanceof Float32Array) || d.length !== this.partLengths[j]))
+        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer buffers are [${names.join(', ')}]; this trainer's optimizer keeps [${this.partBuffers[j]!.join(', ')}], each of ${this.partLengths[j]} values`);
+      const o = p.optimizer;
+      if (!Number.isSafeInteger(o.step) || o.step < 0 || !Number.isSafeInteger(o.skippedSteps) || o.skippedSteps < 0 || typeof o.lr !== 'number' || !Number.isFinite(o.lr) || o.lr < 0)
+        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer counters or learning rate are not valid`);
+      if (p.updates < 0 || p.skipped < 0 || p.skipped > p.updates) throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s counters (updates ${p.updates}, skipped ${p.skipped}) are not counts`);
+    }
     this.busy = true;
     try {
       const byStage = new Map<number, PartCheckpointState[]>();
       this.workers.forEach((_, s) => byStage.set(s, []));
-      for (const [part, stage] of partStages(this.schedule)) byStage.get(stage)!.push({ part, ...state.parts[part]! });
+      this.partHolders.forEach((stages, part) => stages.forEach((stage) => byStage.get(stage)!.push({ part, ...state.parts[part]! })));
       await this.requestEach('imported', (s) => ({ type: 'importState', parts: byStage.get(s)! }));
       this.roundsRun = state.rounds;
       this.epochsRun = state.epochs;
@@ -454,6 +468,13 @@ export class PipelineTrainer {
     for (const w of this.workers) void w.terminate();
   }
 
+  /** Checkpoints cover one pipeline whose parts each live on one stage. */
+  private checkCheckpointable(what: string): void {
+    if (this.options.pipelines > 1) throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
+    if (this.partHolders.some((stages) => stages.length > 1))
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);
+  }
+
   /** Worker `index` in messages: its stage, and its pipeline when there are several. */
   private workerName(index: number): string {
     const stages = this.schedule.stages;
@@ -465,15 +486,6 @@ export class PipelineTrainer {
     if (this.failure !== undefined) throw this.failure instanceof SapipeError ? this.failure : new RankFailedError(`PipelineTrainer.${what}: the job failed earlier`, { cause: this.failure, rank: -1 });
     if (this.busy) throw new BusyError(`PipelineTrainer.${what}: another call is in flight; await it first`);
   }
-}
-
-/** Which stage holds each part: [part, stage] pairs, from the schedule's actions. */
-function partStages(schedule: Schedule): [number, number][] {
-  const out = new Map<number, number>();
-  schedule.actions.forEach((actions, stage) => {
-    for (const a of actions) if ('part' in a && typeof a.part === 'number' && !out.has(a.part)) out.set(a.part, stage);
-  });
-  return [...out.entries()];
 }
 
 /** @internal Accuracy of a sequential model from its parts' weights, on this thread. */
