@@ -17,6 +17,7 @@ import { cprIntervalSeconds, RECOVERY_POLICIES, youngIntervalSeconds, type Recov
 import type { ClickMetrics } from '../recsys/model.js';
 import { checkInteger, checkNumber } from '../validate.js';
 import { launchRankScript } from './rank-script.js';
+import { median } from './timing.js';
 import { EVENT_PREFIX, REPORT_PREFIX, type CprEvent, type CprRankData, type CprRankReport, type FailureMarker } from './cpr-rank.js';
 
 export interface CprBenchOptions {
@@ -122,11 +123,6 @@ export async function benchCpr(options: CprBenchOptions): Promise<CprBenchResult
     const workDir = join(root, `${name}-${jobs++}`);
     mkdirSync(workDir, { recursive: true });
     return { dir: join(workDir, 'checkpoints'), handoffDir: join(shm, `${name}-${jobs}`), workDir };
-  };
-  const median = (xs: readonly number[]): number => {
-    const sorted = [...xs].sort((a, b) => a - b);
-    const mid = sorted.length >> 1;
-    return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
   };
   try {
     // The first baseline run sets the intervals; every repetition runs every policy, so that a

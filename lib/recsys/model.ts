@@ -104,11 +104,10 @@ export class ClickModel {
    */
   async trainStep(data: ClickData, start: number, batch: number): Promise<number> {
     this.checkLive('trainStep');
-    const logits = await this.forward(data, start, batch, this.trainer.forwardWeights);
+    await this.forward(data, start, batch, this.trainer.forwardWeights);
     const labels = data.labels.subarray(start, start + batch);
     const loss = this.mlp.loss(labels);
     this.mlp.backward(this.trainer.grads, this.dx);
-    void logits;
     // The embedding part of each input row's gradient.
     const T = this.embedding.tables.length;
     const width = T * this.embedding.dim;

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 
 import { loadPipelineCheckpoint, PipelineTrainer, savePipelineCheckpoint, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, SEED, dataset, evenBoundaries } from '../pipeline/runtime-helpers.js';
+import { sameValues } from '../helpers/same-values.js';
 
 const S = 3;
 const sgdm: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };
@@ -41,12 +42,6 @@ function create(c: (typeof cases)[number]): Promise<PipelineTrainer> {
     data: { inputs, labels, features: FEATURES },
     seed: 5,
   });
-}
-
-function sameValues(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
-  return true;
 }
 
 for (const c of cases) {

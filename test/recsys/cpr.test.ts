@@ -25,16 +25,11 @@ import {
   youngIntervalSeconds,
   type CprOptions,
 } from '../../lib/index.js';
+import { sameValues } from '../helpers/same-values.js';
 
 const TABLES = [300, 120, 40];
 const DATA = syntheticClicks({ samples: 6000, tables: TABLES, dense: 2, seed: 7, sampleSeed: 1 });
 const B = 16;
-
-function sameValues(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
-  return true;
-}
 
 let group = 0;
 async function job(size: number, options: Omit<CprOptions, 'policy'> & { policy: CprOptions['policy'] }): Promise<{ models: ClickModel[]; cprs: CprCheckpointer[]; comms: LocalCommunicator[] }> {

@@ -13,13 +13,7 @@ import { join } from 'node:path';
 import { ClickModel, LocalCommunicator, readClickData, rocAuc, ShardedEmbedding, syntheticClicks, writeClickData } from '../../lib/index.js';
 import { seededRandom } from '../../lib/data/seeded-random.js';
 import { referenceAuc, referenceLookup, referenceSgd, referenceTables } from '../reference/recsys.js';
-
-/** Whether two arrays hold the same values (tap's deep comparison is slow on large arrays). */
-function sameValues(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
-  return true;
-}
+import { sameValues } from '../helpers/same-values.js';
 
 async function comms(n: number, name: string): Promise<LocalCommunicator[]> {
   return Promise.all(Array.from({ length: n }, (_, rank) => LocalCommunicator.create({ group: `${name}-${process.pid}`, rank, size: n, timeoutMs: 10_000 })));
