@@ -79,8 +79,14 @@ export function registerInfoCommand(program: Command): void {
         // of repeating its reason.
         let reason = b.reason ?? '';
         for (const [other, text] of reasons) if (other !== b.name && text && reason.includes(text)) reason = reason.replace(text, `see ${other} above`);
+        // Reasons may hold line breaks (a list of places looked at): the wrap lays them out.
+        reason = reason.replace(/:\s*\n\s*/g, ': ').replace(/\s*\n\s*/g, '; ');
         const head = `  ${b.name.padEnd(6)} ${b.kind.padEnd(7)} `;
         console.log(wrap(head + (b.available ? 'available' : `unavailable: ${reason}`), width, indent));
+        // What an available accelerator backend found (devices, architectures, library versions);
+        // the cpu backend's details are the simd and threads lines above.
+        if (b.available && b.details && b.name !== 'cpu')
+          console.log(wrap(indent + Object.entries(b.details).map(([k, v]) => `${k}: ${String(v)}`).join('; '), width, indent));
         const known = [...COMPUTE_BACKENDS, ...COMM_BACKENDS].find((name) => name === b.name);
         if (!b.available && known) console.log(wrap(`${indent}to use it: ${installHint(known)}`, width, indent));
       }
