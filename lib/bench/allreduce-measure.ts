@@ -28,6 +28,8 @@ export interface AllreduceMeasureOptions {
   optimizers: ('sgd' | 'sgd-momentum' | 'adam')[];
   /** Also time the top-k exchange (sparseAllreduce at this density, error feedback) of a fusedBytes gradient. */
   topkDensity?: number | undefined;
+  /** The replicated fused step's guard (allreduceAndStep's `guard`); the backend's default when unset. */
+  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 export interface AllreduceRankReport {
@@ -37,7 +39,17 @@ export interface AllreduceRankReport {
    * whole optimizer step; `unfusedShardedMs` a reduce-scatter, the step of this rank's part, an
    * all-gather of the weights.
    */
-  fused: { optimizer: string; allreduceMs: number; fusedMs: number; shardedMs: number; unfusedMs: number; unfusedShardedMs: number }[];
+  fused: {
+    optimizer: string;
+    allreduceMs: number;
+    fusedMs: number;
+    shardedMs: number;
+    unfusedMs: number;
+    unfusedShardedMs: number;
+    /** Medians of the per-iteration ratios (each fused step against its unfused sequence, run back to back): steadier than a ratio of medians on a machine whose memory bandwidth drifts. */
+    unfusedPairedRatio: number;
+    unfusedShardedPairedRatio: number;
+  }[];
   /** With topkDensity: the top-k exchange of the fusedBytes gradient against its dense all-reduce. */
   topk?: { density: number; allreduceMs: number; topkMs: number };
   /** Rank 0 only. */
@@ -84,6 +96,8 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
     const sh: number[] = [];
     const u: number[] = [];
     const us: number[] = [];
+    const pr: number[] = [];
+    const psr: number[] = [];
     for (let i = 0; i < data.warmup + Math.max(3, Math.ceil(data.reps / 3)); i++) {
       fillDistinct(params.grads.array, 11 + rank, -1e-3, 1e-3);
       await comm.barrier();
@@ -92,7 +106,7 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
       const ta = performance.now() - start;
       await comm.barrier();
       start = performance.now();
-      await allreduceAndStep(comm, opt);
+      await allreduceAndStep(comm, opt, data.guard ? { guard: data.guard } : {});
       const tf = performance.now() - start;
       await comm.barrier();
       start = performance.now();
@@ -118,9 +132,11 @@ export async function measureAllreduce(comm: Communicator, data: AllreduceMeasur
         sh.push(ts);
         u.push(tu);
         us.push(tus);
+        pr.push(tf / tu);
+        psr.push(ts / tus);
       }
     }
-    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh), unfusedMs: median(u), unfusedShardedMs: median(us) });
+    fused.push({ optimizer: kind, allreduceMs: median(a), fusedMs: median(f), shardedMs: median(sh), unfusedMs: median(u), unfusedShardedMs: median(us), unfusedPairedRatio: median(pr), unfusedShardedPairedRatio: median(psr) });
     opt.dispose();
     params.dispose();
     ownOpt.dispose();

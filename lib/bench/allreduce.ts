@@ -28,6 +28,8 @@ export interface AllreduceBenchOptions {
   algorithm: 'direct' | 'ring';
   /** Also time the top-k exchange (sparseAllreduce) of the fused-size gradient at this density. */
   topkDensity?: number | undefined;
+  /** The replicated fused step's guard; the backend's default when unset. */
+  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 export interface AllreduceBenchResult {
@@ -45,7 +47,10 @@ export interface AllreduceBenchResult {
     ratio: number;
     shardedMs: number;
     shardedRatio: number;
-    /** The same work as separate calls, and the fused step's time over it (goal: at most 0.9). */
+    /**
+     * The same work as separate calls, and the fused step's time over it (goal: at most 0.9): the
+     * median of the per-iteration ratios, each fused step timed back to back with its unfused sequence.
+     */
     unfusedMs: number;
     unfusedRatio: number;
     unfusedShardedMs: number;
@@ -68,7 +73,7 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
   if (backend !== 'local' && backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got ${describeValue(backend)}`);
   const sizes = allreduceSizes(o.minBytes, o.maxBytes);
   if (o.topkDensity !== undefined && !(o.topkDensity > 0 && o.topkDensity <= 1)) throw new InvalidArgumentError(`--topk must be a density in (0, 1], got ${describeValue(o.topkDensity)}`);
-  const measure: AllreduceMeasureOptions = { sizes, reps: o.reps, warmup: o.warmup, fusedBytes: o.fusedBytes, optimizers: o.optimizers, topkDensity: o.topkDensity };
+  const measure: AllreduceMeasureOptions = { sizes, reps: o.reps, warmup: o.warmup, fusedBytes: o.fusedBytes, optimizers: o.optimizers, topkDensity: o.topkDensity, guard: o.guard };
   const report = backend === 'ucx' ? await runUcxRanks(o.nproc, { ...measure, algorithm: o.algorithm }) : await runLocalRanks(o.nproc, measure, o.algorithm);
   const n = o.nproc;
   const copy = report.copy!;
@@ -88,8 +93,8 @@ export async function benchAllreduce(o: AllreduceBenchOptions): Promise<Allreduc
       bytes: o.fusedBytes,
       ratio: f.fusedMs / f.allreduceMs,
       shardedRatio: f.shardedMs / f.allreduceMs,
-      unfusedRatio: f.fusedMs / f.unfusedMs,
-      unfusedShardedRatio: f.shardedMs / f.unfusedShardedMs,
+      unfusedRatio: f.unfusedPairedRatio,
+      unfusedShardedRatio: f.unfusedShardedPairedRatio,
     })),
     ...(report.topk ? { topk: { ...report.topk, bytes: o.fusedBytes, ratio: report.topk.topkMs / report.topk.allreduceMs } } : {}),
   };

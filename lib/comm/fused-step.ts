@@ -15,11 +15,17 @@
  *   reduced. A non-finite input skips the step on every rank before anything is reduced; a
  *   possible overflow falls back to `deferred`. Best where communication is slower than memory
  *   (a network transport, or `emulate`): the extra local read is hidden by the overlap.
- * - `guard: 'deferred'`: all buckets are reduced first (the reduction counts non-finite results as
- *   it writes them, so no extra read), then the update runs on the whole ParamSet in one call, or
- *   the step is skipped. No overlap of update and reduction, but no extra pass: best on the local
- *   backend, where reduction and update compete for the same memory bandwidth anyway. The default
- *   for `local` without emulation.
+ * - `guard: 'deferred'`: the reduction counts non-finite results as it writes them (no extra
+ *   read), and nothing is updated until every sum is known finite. On the local backend (without
+ *   emulation or bucket options) this is two native passes: a reduce-scatter in place (rank r sums
+ *   part r into its own gradient buffer, counting), then, if every sum is finite, every rank
+ *   updates its whole ParamSet reading part q of the averaged gradient where rank q left it, so the
+ *   reduced gradient is never copied to every rank and read back. Afterwards each rank's `grads`
+ *   hold its own part averaged and the rest as it was. Elsewhere all buckets are reduced first,
+ *   then one update over the whole ParamSet. No overlap of update and reduction, but no extra
+ *   pass: best where reduction and update compete for the same memory bandwidth. The default where
+ *   every rank is reached at memory speed: `local`, or `ucx` with every rank on one machine,
+ *   without emulation.
  *
  * Either way the reduced gradient is exact and the same on every rank, so every rank's update is
  * the reference update applied to the all-reduced average.
@@ -41,7 +47,7 @@ import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';
-import { Communicator, type ReduceResult } from './communicator.js';
+import { Communicator, type ReduceResult, type ShardedStepResult } from './communicator.js';
 import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -54,7 +60,7 @@ export interface FusedStepOptions {
   bucketBytes?: number;
   /** Bytes of the first bucket (default 1 MB). */
   firstBucketBytes?: number;
-  /** How the step stays all-or-nothing (see above). Default: `deferred` on an un-emulated local backend, else `prescan`. */
+  /** How the step stays all-or-nothing (see above). Default: `deferred` where every rank is reached at memory speed (local, or ucx with every rank on one machine, without emulation), else `prescan`. */
   guard?: 'prescan' | 'deferred';
   /** This rank's local gradient (a copy: the all-reduce overwrites the ParamSet's grads), for the `local` estimates. */
   localGrad?: FlatBuffer;
@@ -112,7 +118,7 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
   const params = optimizer.params;
   params.checkLive('allreduceAndStep');
   const ranges = bucketRanges(params.length, options.bucketBytes, options.firstBucketBytes);
-  const guard = options.guard ?? (comm.backend === 'local' && !comm.emulation ? 'deferred' : 'prescan');
+  const guard = options.guard ?? (comm instanceof QueuedCommunicator && comm.memorySpeedLinks ? 'deferred' : 'prescan');
   if (guard !== 'prescan' && guard !== 'deferred') throw new InvalidArgumentError(`allreduceAndStep: guard must be 'prescan' or 'deferred', got ${describeValue(guard)}`);
   const grads = params.grads;
   const inputs = options.localGrad ? { localGrad: options.localGrad } : {};
@@ -120,6 +126,24 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
 
   const update = options.update ?? 'replicated';
   if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${describeValue(update)}`);
+  // The backend's own replicated step (QueuedCommunicator.replicatedUpdate), where it has one and
+  // no bucket sizes were asked for (buckets are for links slower than memory, where each bucket's
+  // update hides behind the next bucket's reduction).
+  const native = comm instanceof QueuedCommunicator && comm.fusesReplicatedUpdate && options.bucketBytes === undefined && options.firstBucketBytes === undefined ? comm : undefined;
+  const nativeReplicated = async (backend: QueuedCommunicator): Promise<FusedStepResult> => {
+    const step = optimizer.beginStep('allreduceAndStep', inputs);
+    let r: ShardedStepResult;
+    try {
+      r = await backend.replicatedUpdate(
+        { config: { ...step.config, gradChecked: true }, buffers: step.buffers!, queue: step.queue, grads, weights: params.weights, predicted: optimizer.stateBuffer('predicted') },
+        1 / comm.size,
+      );
+    } catch (error) {
+      step.finish(false, 0);
+      throw error;
+    }
+    return { ...step.finish(r.applied, r.nonFiniteCount), buckets: 1, guard: 'deferred', update: 'replicated' };
+  };
   if (update === 'sharded') {
     const p = optimizer.prediction;
     if (p?.kind === 'sapipe' && p.estimate !== 'prev-sync')
@@ -183,7 +207,10 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
       return { ...step.finish(true, 0), buckets: ranges.length, guard, update };
     }
   }
-  // deferred: reduce every bucket (pipelined on the communicator's queue), then one update.
+  // deferred (also a prescan's possible overflow, and the sharded step's fallback): on a backend
+  // with its own replicated step, its two passes; else reduce every bucket (pipelined on the
+  // communicator's queue), then one update.
+  if (native) return nativeReplicated(native);
   const reductions = ranges.map(([offset, count]) => comm.allreduce(grads, { op: 'avg', offset, count }));
   const results = await Promise.all(reductions);
   const nonFinite = results.reduce((a, r) => a + r.nonFiniteCount, 0);

@@ -7,8 +7,10 @@ export interface LocalCommHandle extends QueuedCommHandle {
   ready(queue: QueueHandle): Promise<void>;
   /** The collective, run by the ring algorithm over the local channels when `ring` is set. */
   collective(...call: [...CollectiveCall, ring: boolean]): Promise<number>;
-  /** The sharded fused step (kReduceUpdate in native/comm/local/local_group.h); resolves with non-finite sums seen. */
+  /** The sharded fused step (kReduceUpdate in native/comm/collective.h); resolves with non-finite sums seen. */
   reduceUpdate(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, scale: number): Promise<number>;
+  /** The replicated fused step's second pass (kUpdateFromParts in native/comm/collective.h). */
+  updateFromParts(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers): Promise<number>;
 }
 
 /** @category Communication */

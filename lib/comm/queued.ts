@@ -84,6 +84,38 @@ export abstract class QueuedCommunicator extends Communicator {
     return this.emulated('allreduce', step.grads.length * 4, () => this.runShardedUpdate(step, scale));
   }
 
+  /**
+   * @internal Whether every peer is reached at memory speed (no network between the ranks, no
+   * emulation): there a bucket's update cannot hide behind the next bucket's reduction, which
+   * competes for the same memory, so allreduceAndStep's default guard is 'deferred'.
+   */
+  get memorySpeedLinks(): boolean {
+    return false;
+  }
+
+  /**
+   * @internal Whether this backend runs the replicated fused step in two passes of its own
+   * (replicatedUpdate), so that the reduced gradient is not copied to every rank and read back.
+   */
+  get fusesReplicatedUpdate(): boolean {
+    return false;
+  }
+
+  /**
+   * @internal The replicated fused step where {@link fusesReplicatedUpdate}: a reduce-scatter in
+   * place that counts the non-finite sums (any: the step is skipped on every rank and nothing else
+   * is written), then every rank updating its whole state from the parts where their owners left
+   * them (ReduceUpdateJob in native/comm/collective.h). Afterwards the gradient buffer holds this
+   * rank's part averaged and the rest as it was. Resolves with the non-finite sums seen.
+   */
+  async replicatedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
+    this.checkLive('replicatedUpdate');
+    return this.runReplicatedUpdate(step, scale);
+  }
+  protected runReplicatedUpdate(_step: ShardedStep, _scale: number): Promise<ShardedStepResult> {
+    return Promise.reject(new InvalidArgumentError(`replicatedUpdate: the ${this.backend} backend has no fused replicated step; use allreduceAndStep`));
+  }
+
   /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
   async allgatherShards(buffer: FlatBuffer): Promise<void> {
     this.checkLive('allgatherShards');

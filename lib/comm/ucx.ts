@@ -107,6 +107,8 @@ const UCX_OPTION_KEYS = optionKeys<UcxCommunicatorOptions>({ rank: true, size: t
 export class UcxCommunicator extends QueuedCommunicator {
   readonly backend = 'ucx' as const;
   private mesh: LivenessMesh | undefined;
+  /** Every peer runs on this machine (set once connected). */
+  private oneMachine = false;
 
   private constructor(
     rank: number,
@@ -182,6 +184,7 @@ export class UcxCommunicator extends QueuedCommunicator {
         addresses.push(entry.subarray(2 + hostBytes));
       }
       await awaitNative(handle.connect(comm.collectives.handle, addresses, remote));
+      comm.oneMachine = !remote.includes(true);
     } catch (error) {
       comm.destroy();
       throw error;
@@ -195,6 +198,11 @@ export class UcxCommunicator extends QueuedCommunicator {
    */
   get sharedMemoryCollectives(): number {
     return this.handle.directRuns();
+  }
+
+  /** @internal Every peer on this machine and no emulation: UCX moves the bytes through memory. */
+  override get memorySpeedLinks(): boolean {
+    return this.oneMachine && !this.emulation;
   }
 
   protected override allocateBuffer(length: number): FlatBuffer {

@@ -63,6 +63,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
                                          {InstanceMethod<&LocalComm::Ready>("ready"),
                                           InstanceMethod<&LocalComm::Collective>("collective"),
                                           InstanceMethod<&LocalComm::ReduceUpdate>("reduceUpdate"),
+                                          InstanceMethod<&LocalComm::UpdateFromParts>("updateFromParts"),
                                           InstanceMethod<&LocalComm::Send>("send"),
                                           InstanceMethod<&LocalComm::Recv>("recv"),
                                           InstanceMethod<&LocalComm::Destroy>("destroy")}));
@@ -168,38 +169,51 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
   // reduceUpdate(queue, config, buffers, scale): the sharded mode's fused step (kReduceUpdate) over
   // buffers' [offset, offset + count). The caller has established that the reduced gradient is
   // finite (the prescan), since blocks are updated as they are reduced.
-  Napi::Value ReduceUpdate(const Napi::CallbackInfo& info) {
+  Napi::Value ReduceUpdate(const Napi::CallbackInfo& info) { return SubmitUpdateJob(info, CollectiveKind::kReduceUpdate); }
+
+  // updateFromParts(queue, config, buffers): the replicated fused step's second pass
+  // (kUpdateFromParts) over buffers' [offset, offset + count), after a reduceScatterInPlace of the
+  // same range found every sum finite.
+  Napi::Value UpdateFromParts(const Napi::CallbackInfo& info) { return SubmitUpdateJob(info, CollectiveKind::kUpdateFromParts); }
+
+  Napi::Value SubmitUpdateJob(const Napi::CallbackInfo& info, CollectiveKind kind) {
     Napi::Env env = info.Env();
+    const bool sharded = kind == CollectiveKind::kReduceUpdate;
+    const char* what = sharded ? "reduceUpdate" : "updateFromParts";
     Queue* queue = Queue::FromValue(env, info[0]);
-    live(env, "reduceUpdate");
+    live(env, what);
     auto job = std::make_shared<comm::local::ReduceUpdateJob>();
     ParsedUpdate parsed = parse_update(env, info[1], info[2]);
     job->config = parsed.config;
     job->buffers = parsed.buffers;
-    if (sapipe_status s = core::check_update_config(job->config); s != SAPIPE_OK) throw_status(env, s, "reduceUpdate");
-    if (sapipe_status s = core::check_update_buffers(job->config, job->buffers); s != SAPIPE_OK)
-      throw_status(env, s, "reduceUpdate");
-    if (core::update_reads_local_grad(job->config) || job->buffers.prev_local_grad != nullptr)
+    if (sapipe_status s = core::check_update_config(job->config); s != SAPIPE_OK) throw_status(env, s, what);
+    if (sapipe_status s = core::check_update_buffers(job->config, job->buffers); s != SAPIPE_OK) throw_status(env, s, what);
+    if (sharded && (core::update_reads_local_grad(job->config) || job->buffers.prev_local_grad != nullptr))
       throw_error(env, "ERR_INVALID_ARGUMENT",
                   "reduceUpdate: weight prediction with a local or local-prev-sync estimate depends on each rank's own "
                   "gradient over the whole model, so it cannot be sharded; use the prev-sync estimate or the "
                   "replicated update");
+    if (sharded && job->buffers.weights_in != nullptr)
+      throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: the sharded step updates the weights in place");
     job->plan = core::make_update_plan(job->config);
-    job->plan.stream_predicted = false;  // each predicted block is read back at once to copy it to the peers
-    if (!info[3].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be a number");
+    // Sharded, each predicted block is read back at once to copy it to the peers.
+    if (sharded) job->plan.stream_predicted = false;
     CollectiveArgs args;
-    args.kind = CollectiveKind::kReduceUpdate;
+    args.kind = kind;
     args.input = const_cast<float*>(job->buffers.grad) + job->buffers.offset;
     args.input_count = job->buffers.count;
-    args.scale = info[3].As<Napi::Number>().FloatValue();
-    if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be finite");
+    if (sharded) {
+      if (!info[3].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be a number");
+      args.scale = info[3].As<Napi::Number>().FloatValue();
+      if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be finite");
+    }
     args.job = job.get();
 
     class ReduceUpdateOp : public CommOp {
      public:
-      ReduceUpdateOp(Napi::Env env, std::vector<BufferPtr> held, std::shared_ptr<Membership> m,
+      ReduceUpdateOp(Napi::Env env, const char* what, std::vector<BufferPtr> held, std::shared_ptr<Membership> m,
                      std::shared_ptr<comm::local::ReduceUpdateJob> job, CollectiveArgs a, Deadline d)
-          : CommOp(env, "reduceUpdate", std::move(held)), m_(std::move(m)), job_(std::move(job)), a_(a), d_(d) {}
+          : CommOp(env, what, std::move(held)), m_(std::move(m)), job_(std::move(job)), a_(a), d_(d) {}
       void Run() override { status_ = m_->group->collective(m_->rank, a_, d_, &non_finite_, &detail_); }
       Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
      private:
@@ -209,7 +223,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
       Deadline d_;
       int64_t non_finite_ = 0;
     };
-    return queue->Submit(env, new ReduceUpdateOp(env, std::move(parsed.held), member_, job, args, deadline()));
+    return queue->Submit(env, new ReduceUpdateOp(env, what, std::move(parsed.held), member_, job, args, deadline()));
   }
 
   // send(queue, buffer, offset, count, peer) / recv(queue, buffer, offset, count, peer)

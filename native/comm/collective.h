@@ -21,6 +21,7 @@ enum class CollectiveKind : int32_t {
   kReduceScatterInPlace = 5, // input's part partition(count, n, rank) = scale * sum; other parts untouched
   kAllgatherInPlace = 6,     // every rank's part partition(count, n, rank) of input copied to all ranks
   kReduceUpdate = 7,         // the sharded fused step: see ReduceUpdateJob
+  kUpdateFromParts = 8,      // the replicated fused step's second pass: see ReduceUpdateJob
 };
 
 // The sharded mode's fused step in one pass (kReduceUpdate). The input is each rank's local
@@ -31,6 +32,14 @@ enum class CollectiveKind : int32_t {
 // gradient byte is read once, nothing reduced is written back, and the optimizer state of part r
 // is read and written by rank r only: state is sharded (valid on the owner's part), weights and
 // predicted weights end up identical on every rank.
+//
+// The replicated mode's fused step in two passes (local backend): kReduceScatterInPlace leaves
+// rank q's part of the averaged gradient in rank q's own gradient buffer and counts the
+// non-finite sums, so the step can be skipped on every rank before anything is written; then
+// kUpdateFromParts: every rank updates its whole range of weights and state, reading part q of the
+// averaged gradient where rank q left it. Against an all-reduce then an update, nothing reduced is
+// copied to the other ranks' buffers and read back: every rank's state stays whole (replicated),
+// and each rank's gradient buffer keeps its own part averaged and the rest as it was.
 struct ReduceUpdateJob {
   core::UpdatePlan plan{};
   sapipe_update_config config{};

@@ -156,10 +156,12 @@ export function registerBenchCommand(program: Command): void {
     .option('--optimizers <list>', 'optimizers of the fused comparison: sgd, sgd-momentum, adam', 'sgd,sgd-momentum,adam')
     .option('--algorithm <name>', 'direct (ranks read each other\'s buffers in shared memory; on ucx, buffers from comm.allocate) or ring', 'direct')
     .option('--topk <density>', 'also time the top-k exchange (MSTopK + sparse all-gather, error feedback) of the fused-size gradient at this density against its all-reduce')
+    .option('--guard <guard>', "the replicated fused step's non-finite guard: prescan or deferred (default: the backend's)")
     .option('--json', 'print JSON')
-    .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; topk?: string; json?: boolean }) => {
+    .action(async (options: { backend: string; nproc: number; min: number; max: number; reps: number; warmup: number; fusedSize: number; optimizers: string; algorithm: string; topk?: string; guard?: string; json?: boolean }) => {
       if (options.backend !== 'local' && options.backend !== 'ucx') throw new InvalidArgumentError(`--backend must be local or ucx, got "${options.backend}"`);
       if (options.algorithm !== 'direct' && options.algorithm !== 'ring') throw new InvalidArgumentError('--algorithm must be direct or ring');
+      if (options.guard !== undefined && options.guard !== 'prescan' && options.guard !== 'deferred') throw new InvalidArgumentError(`--guard must be prescan or deferred, got "${options.guard}"`);
       const optimizers = options.optimizers.split(',').filter(Boolean);
       for (const o of optimizers)
         if (!['sgd', 'sgd-momentum', 'adam'].includes(o)) throw new InvalidArgumentError(`unknown optimizer "${o}" in --optimizers`);
@@ -174,6 +176,7 @@ export function registerBenchCommand(program: Command): void {
         optimizers: optimizers as ('sgd' | 'sgd-momentum' | 'adam')[],
         algorithm: options.algorithm,
         ...(options.topk !== undefined ? { topkDensity: numberOption(options.topk, '--topk') } : {}),
+        ...(options.guard !== undefined ? { guard: options.guard as 'prescan' | 'deferred' } : {}),
       });
       if (options.json) {
         console.log(JSON.stringify(r, null, 2));
@@ -204,7 +207,7 @@ export function registerBenchCommand(program: Command): void {
         console.log(
           'x all-reduce: the fused step (all-reduce of the gradient and the optimizer update in one pass per bucket) over the ' +
             'plain all-reduce of the same gradient; 1.0 means the update costs nothing on top of the communication. ' +
-            'x unfused: the fused step over the same work as separate calls (replicated: all-reduce, then the step; sharded: ' +
+            'x unfused: the fused step over the same work as separate calls, the median of per-iteration ratios (replicated: all-reduce, then the step; sharded: ' +
             `reduce-scatter, the step of this rank's part, all-gather of the weights: ${r.fused.map((f) => `${f.optimizer} ${f.unfusedMs.toFixed(3)} / ${f.unfusedShardedMs.toFixed(3)} ms`).join(', ')}); goal: at most 0.9.`,
         );
       }

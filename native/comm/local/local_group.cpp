@@ -33,6 +33,7 @@ const char* kind_name(CollectiveKind k) {
     case CollectiveKind::kReduceScatterInPlace: return "reduceScatter (in place)";
     case CollectiveKind::kAllgatherInPlace: return "allgather (in place)";
     case CollectiveKind::kReduceUpdate: return "sharded all-reduce + update";
+    case CollectiveKind::kUpdateFromParts: return "replicated update from the reduced parts";
   }
   return "collective";
 }
@@ -47,9 +48,10 @@ bool overlaps(const float* a, size_t na, const float* b, size_t nb) {
 // thread). The update itself must be the same on every rank, or replicas would drift apart.
 sapipe_status validate_reduce_update(const std::vector<CollectiveArgs>& a, std::string* detail) {
   const size_t n = a.size();
+  const std::string what = kind_name(a[0].kind);
   for (size_t r = 0; r < n; ++r) {
     if (a[r].job == nullptr) {
-      *detail = "sharded all-reduce + update: rank " + std::to_string(r) + " passed no update";
+      *detail = what + ": rank " + std::to_string(r) + " passed no update";
       return SAPIPE_ERR_INVALID_ARGUMENT;
     }
   }
@@ -61,28 +63,33 @@ sapipe_status validate_reduce_update(const std::vector<CollectiveArgs>& a, std::
         c.beta1 != c0.beta1 || c.beta2 != c0.beta2 || c.eps != c0.eps || c.step != c0.step ||
         c.grad_scale != c0.grad_scale || c.compensation != c0.compensation || c.prediction != c0.prediction ||
         c.estimate != c0.estimate) {
-      *detail = "sharded all-reduce + update: rank " + std::to_string(r) +
+      *detail = what + ": rank " + std::to_string(r) +
                 " configured another update than rank 0 (optimizer, hyper-parameters, step, compensation or "
                 "prediction); every rank must step the same optimizer";
       return SAPIPE_ERR_INVALID_ARGUMENT;
     }
     if ((j.buffers.predicted == nullptr) != (z.buffers.predicted == nullptr)) {
-      *detail = "sharded all-reduce + update: ranks disagree on whether predicted weights are written";
+      *detail = what + ": ranks disagree on whether predicted weights are written";
       return SAPIPE_ERR_INVALID_ARGUMENT;
     }
   }
+  // Sharded, ranks write each other's weights and predicted weights; replicated, each rank writes
+  // its own while its peers read its gradient: either way no rank's written range may meet a
+  // peer's buffer (possible with several ranks on one thread sharing a ParamSet).
+  const bool replicated = a[0].kind == CollectiveKind::kUpdateFromParts;
   for (size_t r = 0; r < n; ++r) {
     const sapipe_update_buffers& b = a[r].job->buffers;
     for (size_t q = 0; q < n; ++q) {
       if (q == r) continue;
       const sapipe_update_buffers& p = a[q].job->buffers;
       const float* written[2] = {b.weights + b.offset, b.predicted ? b.predicted + b.offset : nullptr};
-      const float* peer[2] = {p.weights + p.offset, p.predicted ? p.predicted + p.offset : nullptr};
+      const float* peer[3] = {p.weights + p.offset, p.predicted ? p.predicted + p.offset : nullptr,
+                              replicated ? a[q].input : nullptr};
       for (const float* w : written)
         for (const float* x : peer)
           if (w && x && overlaps(w, b.count, x, p.count)) {
-            *detail = "sharded all-reduce + update: ranks " + std::to_string(q) + " and " + std::to_string(r) +
-                      " passed the same weights; each rank needs its own ParamSet";
+            *detail = what + ": ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                      " passed the same weights or gradients; each rank needs its own ParamSet";
             return SAPIPE_ERR_ALIASING;
           }
     }
@@ -122,7 +129,7 @@ sapipe_status validate(const std::vector<CollectiveArgs>& a, std::string* detail
     *detail = "allgather: the output must have size x the input's elements";
     return SAPIPE_ERR_SIZE_MISMATCH;
   }
-  if (z.kind == CollectiveKind::kReduceUpdate) {
+  if (z.kind == CollectiveKind::kReduceUpdate || z.kind == CollectiveKind::kUpdateFromParts) {
     if (sapipe_status s = validate_reduce_update(a, detail); s != SAPIPE_OK) return s;
   }
   if (z.root < 0 || static_cast<size_t>(z.root) >= n) {
@@ -132,7 +139,8 @@ sapipe_status validate(const std::vector<CollectiveArgs>& a, std::string* detail
   // Ranks read and write each other's memory: no rank's written range may overlap any buffer of
   // another rank (possible when several ranks live on one thread and share a buffer).
   const bool in_place = z.kind == CollectiveKind::kAllreduce || z.kind == CollectiveKind::kBroadcast ||
-                        z.kind == CollectiveKind::kReduceScatterInPlace || z.kind == CollectiveKind::kAllgatherInPlace;
+                        z.kind == CollectiveKind::kReduceScatterInPlace || z.kind == CollectiveKind::kAllgatherInPlace ||
+                        z.kind == CollectiveKind::kUpdateFromParts;
   for (size_t r = 0; r < n; ++r) {
     for (size_t q = 0; q < n; ++q) {
       if (in_place) {
@@ -199,6 +207,28 @@ int64_t reduce_update(const core::HostKernels& k, int rank, const std::vector<Co
   return bad;
 }
 
+// kUpdateFromParts (see ReduceUpdateJob): this rank's whole range updated in place, part q's
+// gradient read from rank q's buffer, where kReduceScatterInPlace left it averaged. The sums are
+// the all-reduce's, so the update equals all-reduce-then-update bit for bit.
+int64_t update_from_parts(const core::HostKernels& k, int rank, const std::vector<CollectiveArgs>& a) {
+  const int n = static_cast<int>(a.size());
+  const CollectiveArgs& me = a[static_cast<size_t>(rank)];
+  const ReduceUpdateJob& job = *me.job;
+  const sapipe_update_buffers& own = job.buffers;
+  for (int q = 0; q < n; ++q) {
+    auto [lo, hi] = partition(me.input_count, n, q);
+    if (hi <= lo) continue;
+    const size_t s = own.offset + lo;
+    core::UpdatePointers p{own.weights + s,           a[static_cast<size_t>(q)].input + lo,
+                          core::at(own.momentum, s),   core::at(own.second_moment, s),
+                          core::at(own.backup, s),     core::at(own.predicted, s),
+                          core::at(own.local_grad, s), core::at(own.prev_local_grad, s),
+                          core::at(own.weights_in, s)};
+    k.fused_update(job.plan, p, hi - lo);
+  }
+  return 0;
+}
+
 int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
   const core::HostKernels& k = core::host_kernels();
   const int n = static_cast<int>(a.size());
@@ -248,6 +278,7 @@ int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
       return 0;
     }
     case CollectiveKind::kReduceUpdate: return reduce_update(k, rank, a);
+    case CollectiveKind::kUpdateFromParts: return update_from_parts(k, rank, a);
   }
   return 0;
 }
