@@ -70,6 +70,21 @@ export interface NativeUpdateBuffers {
 export interface NativeUpdateResult {
   applied: boolean;
   nonFiniteCount: number;
+  /** With a clip: the gradient's norm in the units the optimizer applies (before clipping). */
+  gradNorm?: number;
+}
+
+/**
+ * Gradient-norm clipping decided where the update runs (native/addon/update_binding.cpp): the norm
+ * is sqrt(sum g^2) * base * unscale, and above maxNorm the step's scale becomes base * unscale *
+ * maxNorm / (norm + 1e-6); otherwise base * unscale.
+ */
+export interface NativeClip {
+  maxNorm: number;
+  /** The optimizer's gradScale. */
+  base: number;
+  /** Loss scale and accumulation removed. */
+  unscale: number;
 }
 
 export interface NativeInfo {
@@ -111,7 +126,7 @@ export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
   update(config: NativeUpdateConfig, buffers: NativeUpdateBuffers): NativeUpdateResult;
-  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers): Promise<NativeUpdateResult>;
+  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, clip?: NativeClip): Promise<NativeUpdateResult>;
   updateBytesPerElement(config: NativeUpdateConfig): number;
   elasticAverage(worker: NativeBufferHandle, center: NativeBufferHandle, alpha: number): void;
   sum(out: NativeBufferHandle, inputs: NativeBufferHandle[], scale: number): number;

@@ -46,7 +46,7 @@ export interface AllreduceRankReport {
     shardedMs: number;
     unfusedMs: number;
     unfusedShardedMs: number;
-    /** Medians of the per-iteration ratios (each fused step against its unfused sequence, run back to back): steadier than a ratio of medians on a machine whose memory bandwidth drifts. */
+    /** Medians over iterations of the ratio within each iteration (the fused step against its unfused sequence, timed a few milliseconds apart): steadier than a ratio of medians on a machine whose memory bandwidth drifts. */
     unfusedPairedRatio: number;
     unfusedShardedPairedRatio: number;
   }[];

@@ -49,7 +49,8 @@ export interface AllreduceBenchResult {
     shardedRatio: number;
     /**
      * The same work as separate calls, and the fused step's time over it (goal: at most 0.9): the
-     * median of the per-iteration ratios, each fused step timed back to back with its unfused sequence.
+     * median over iterations of the ratio within each iteration (each iteration times the fused
+     * step and its unfused sequence a few milliseconds apart), not unfusedMs over fusedMs.
      */
     unfusedMs: number;
     unfusedRatio: number;

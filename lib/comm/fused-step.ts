@@ -42,7 +42,7 @@
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
 import { BackendUnavailableError, DisposedError, InvalidArgumentError } from '../errors.js';
-import { awaitNative, callNative, nativeAddon, type NativeUpdateResult } from '../native.js';
+import { awaitNative, callNative, nativeAddon, type NativeClip, type NativeUpdateResult } from '../native.js';
 import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
@@ -235,6 +235,11 @@ export interface OverlappedStepTargets {
   predicted: FlatBuffer | undefined;
   /** Multiplies the optimizer's gradScale for this step (loss scale and accumulation). */
   gradScaleFactor: number;
+  /**
+   * Clip the averaged gradient to this global L2 norm (in the units the optimizer applies), decided
+   * where the update runs once the last bucket has landed; the result then carries `gradNorm`.
+   */
+  clipGradNorm?: number | undefined;
   bucketBytes?: number | undefined;
   firstBucketBytes?: number | undefined;
 }
@@ -259,7 +264,7 @@ export interface OverlappedStepTargets {
  * The optimizer counts as stepping until the returned promise settles. Every rank must call it
  * with the same bucket options.
  */
-export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, targets: OverlappedStepTargets): Promise<StepResult> {
+export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, targets: OverlappedStepTargets): Promise<StepResult & { gradNorm?: number }> {
   checkCommAndOptimizer('startOverlappedStep', comm, optimizer);
   comm.checkLive('step');
   const params = optimizer.params;
@@ -276,14 +281,16 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
     weights: targets.weights.handle,
     ...(targets.predicted ? { predicted: targets.predicted.handle } : {}),
   };
+  const clip: NativeClip | undefined =
+    targets.clipGradNorm === undefined ? undefined : { maxNorm: targets.clipGradNorm, base: ticket.config.gradScale ?? 1, unscale: targets.gradScaleFactor };
   let reductions: Promise<ReduceResult>[];
   let update: Promise<NativeUpdateResult>;
   try {
-    const chained = comm instanceof QueuedCommunicator ? comm.reduceThenUpdate(targets.grads, ranges, config, buffers) : undefined;
+    const chained = comm instanceof QueuedCommunicator ? comm.reduceThenUpdate(targets.grads, ranges, config, buffers, clip) : undefined;
     if (chained) ({ reductions, update } = chained);
     else {
       reductions = ranges.map(([offset, count]) => comm.allreduce(targets.grads, { op: 'avg', offset, count }));
-      update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers))));
+      update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers, clip))));
     }
   } catch (error) {
     // Nothing was queued (reduceThenUpdate starts nothing when it throws): the step never ran.
@@ -299,7 +306,8 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
       throw (failed as PromiseRejectedResult).reason;
     }
     const r = (updated as PromiseFulfilledResult<NativeUpdateResult>).value;
-    return ticket.finish(r.applied, r.nonFiniteCount);
+    const result = ticket.finish(r.applied, r.nonFiniteCount);
+    return r.gradNorm === undefined ? result : { ...result, gradNorm: r.gradNorm };
   })();
 }
 

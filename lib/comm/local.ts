@@ -118,18 +118,23 @@ export class LocalCommunicator extends QueuedCommunicator {
     return { applied: true, nonFiniteCount: nonFinite };
   }
 
-  /** ReduceUpdateJob in native/comm/collective.h. Not under network emulation, whose per-bucket timing it would bypass. */
+  /**
+   * ReduceUpdateJob in native/comm/collective.h. Not under network emulation, whose per-bucket
+   * timing it would bypass, nor with the ring algorithm, whose all-reduce sums in another order.
+   */
   override get fusesReplicatedUpdate(): boolean {
-    return !this.emulation;
+    return !this.emulation && !this.ring;
   }
   /** @internal Ranks are threads of one process: memory speed unless a network is emulated. */
   override get memorySpeedLinks(): boolean {
     return !this.emulation;
   }
   protected override async runReplicatedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
-    const n = step.grads.length;
+    // The same range as the update's, so that the parts the update reads are the ones reduced.
+    const offset = step.buffers.offset ?? 0;
+    const count = step.buffers.count ?? step.grads.length - offset;
     // Every rank sees the same count (summed over the ranks), so every rank skips or none does.
-    const nonFinite = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, 0, n, null, scale);
+    const nonFinite = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, offset, count, null, scale);
     if (nonFinite > 0) return { applied: false, nonFiniteCount: nonFinite };
     await awaitNative(callNative(() => this.handle.updateFromParts(this.collectives.handle, step.config, step.buffers)));
     return { applied: true, nonFiniteCount: 0 };

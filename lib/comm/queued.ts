@@ -4,7 +4,7 @@
  * receiver holds up nothing else). The handles' shape is in native-handle.ts.
  */
 import { DisposedError, InvalidArgumentError } from '../errors.js';
-import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
+import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type NativeClip, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
 import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
@@ -137,6 +137,7 @@ export abstract class QueuedCommunicator extends Communicator {
     ranges: readonly (readonly [number, number])[],
     config: NativeUpdateConfig,
     buffers: NativeUpdateBuffers,
+    clip?: NativeClip,
   ): { reductions: Promise<ReduceResult>[]; update: Promise<NativeUpdateResult> } | undefined {
     this.checkLive('reduceThenUpdate');
     if (this.emulation) return undefined;
@@ -144,7 +145,7 @@ export abstract class QueuedCommunicator extends Communicator {
     const reductions = ranges.map(([offset, count]) => this.runAllreduce(grads, offset, count, 1 / this.size));
     let update: Promise<NativeUpdateResult>;
     try {
-      update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers)));
+      update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers, clip)));
     } catch (error) {
       // The update's buffers failed their native checks after the buckets were queued: those
       // finish on their own, and their outcome no longer matters to anyone.

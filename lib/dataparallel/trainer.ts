@@ -41,7 +41,9 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * clip_grad_norm_ after the all-reduce): the norm is of the gradient the optimizer applies,
    * averaged over ranks and in post-gradScale units (loss scale and accumulation removed), and
    * every element is multiplied by min(1, clipGradNorm / (norm + 1e-6)) inside the update's pass.
-   * In `sync` mode the all-reduce then completes before the update (no per-bucket fusion).
+   * In `sync` mode the all-reduce then completes before the update (no per-bucket fusion). In the
+   * staleness-1 modes with overlapUpdate, the norm is taken and the factor applied where the update
+   * runs, behind the last bucket's reduction, off the JavaScript thread.
    */
   clipGradNorm?: number;
   /**
@@ -63,8 +65,8 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * the weights (and predicted weights) while the update writes the other, and step() swaps them.
    * Default: on wherever it applies. It does not apply to the `local` and `local-prev-sync`
    * estimates (their prediction reads the gradient the caller has not computed yet) or to
-   * `clipGradNorm` (the clip factor needs the whole averaged gradient on the JavaScript thread);
-   * those apply each update at the next step(), as `false` does. `true` where it cannot apply is an error.
+   * `compression` (the scatter-add runs on the JavaScript thread); those apply each update at the
+   * next step(), as `false` does. `true` where it cannot apply is an error.
    */
   overlapUpdate?: boolean;
   /**
@@ -180,8 +182,8 @@ export interface DataParallelTrainerState {
 interface OverlappedJob {
   /** The gradient buffer under reduction, returned to the caller once the job is collected. */
   readonly grads: FlatBuffer;
-  readonly done: Promise<StepResult>;
-  result: StepResult | undefined;
+  readonly done: Promise<StepResult & { gradNorm?: number }>;
+  result: (StepResult & { gradNorm?: number }) | undefined;
 }
 
 interface Pending {
@@ -722,6 +724,7 @@ export class DataParallelTrainer {
       weights: this.spareWeights!,
       predicted: this.sparePredicted,
       gradScaleFactor: unscale,
+      clipGradNorm: this.clipGradNorm,
       bucketBytes: this.bucketOptions.bucketBytes,
       firstBucketBytes: this.bucketOptions.firstBucketBytes,
     });
@@ -898,7 +901,6 @@ function overlapApplies(options: DataParallelTrainerOptions, mode: ResolvedMode)
 function overlapObstacle(options: DataParallelTrainerOptions, mode: ResolvedMode): string | undefined {
   if (mode.staleness !== 1) return `mode '${mode.mode}' applies each gradient at once`;
   if (mode.needsLocalGrad) return `the '${options.estimate}' estimate reads the gradient the caller computes next`;
-  if (options.clipGradNorm !== undefined) return 'clipGradNorm needs the whole averaged gradient before the update';
   if (options.compression !== undefined) return 'compression scatter-adds the selected elements on the JavaScript thread before the update';
   return undefined;
 }

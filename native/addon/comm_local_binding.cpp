@@ -193,8 +193,8 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
                   "reduceUpdate: weight prediction with a local or local-prev-sync estimate depends on each rank's own "
                   "gradient over the whole model, so it cannot be sharded; use the prev-sync estimate or the "
                   "replicated update");
-    if (sharded && job->buffers.weights_in != nullptr)
-      throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: the sharded step updates the weights in place");
+    if (job->buffers.weights_in != nullptr)
+      throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + ": the fused step updates the weights in place (no weightsIn)");
     job->plan = core::make_update_plan(job->config);
     // Sharded, each predicted block is read back at once to copy it to the peers.
     if (sharded) job->plan.stream_predicted = false;

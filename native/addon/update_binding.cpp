@@ -1,5 +1,6 @@
-// update(config, buffers) and updateAsync(queue, config, buffers): one call per optimizer step
-// for a whole ParamSet (or one bucket of it, with offset and count).
+// update(config, buffers) and updateAsync(queue, config, buffers, clip?): one call per optimizer
+// step for a whole ParamSet (or one bucket of it, with offset and count).
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -73,18 +74,55 @@ Napi::Value result_object(Napi::Env env, const sapipe_update_result& r) {
   return o;
 }
 
+// Gradient-norm clipping decided where the update runs, once the gradient it reads is complete
+// (behind its all-reduce on a queue): the norm in the units the optimizer applies is
+// sqrt(sum g^2) * base * unscale, and above max_norm the step's scale becomes
+// base * unscale * max_norm / (norm + 1e-6). Computed in double in the same order as the trainer's
+// JavaScript path, so both give the same float scale.
+struct Clip {
+  double max_norm = 0;
+  double base = 1;     // the optimizer's gradScale
+  double unscale = 1;  // loss scale and accumulation removed
+};
+
+Clip parse_clip(Napi::Env env, const Napi::Value& v) {
+  Napi::Object o = expect_object(env, v, "clip");
+  Clip c;
+  c.max_norm = get_number(o, "maxNorm", -1);
+  c.base = get_number(o, "base", 1);
+  c.unscale = get_number(o, "unscale", 1);
+  if (!(c.max_norm > 0) || !std::isfinite(c.max_norm) || !std::isfinite(c.base) || !std::isfinite(c.unscale))
+    throw_error(env, "ERR_INVALID_ARGUMENT", "updateAsync: clip needs a positive finite maxNorm and finite base and unscale");
+  return c;
+}
+
 class UpdateOp : public AsyncOp {
  public:
-  UpdateOp(Napi::Env env, ParsedUpdate parsed) : AsyncOp(env), parsed_(std::move(parsed)) {
+  UpdateOp(Napi::Env env, ParsedUpdate parsed, const Clip* clip) : AsyncOp(env), parsed_(std::move(parsed)) {
+    if (clip) clip_ = std::make_unique<Clip>(*clip);
     for (auto& b : parsed_.held) b->acquire();
     if (parsed_.read_only) parsed_.read_only->acquire_read();
   }
   ~UpdateOp() override { release(); }
-  void Run() override { status_ = sapipe_cpu_update(&parsed_.config, &parsed_.buffers, &result_); }
+  void Run() override {
+    if (clip_) {
+      double sq = 0;
+      status_ = sapipe_cpu_squared_norm(parsed_.buffers.grad + parsed_.buffers.offset, parsed_.buffers.count, &sq);
+      if (status_ != SAPIPE_OK) return;
+      grad_norm_ = std::sqrt(sq) * clip_->base * clip_->unscale;
+      double factor = clip_->unscale;
+      // A non-finite norm means a non-finite gradient: the guard skips the step, nothing to clip.
+      if (std::isfinite(grad_norm_) && grad_norm_ > clip_->max_norm) factor *= clip_->max_norm / (grad_norm_ + 1e-6);
+      parsed_.config.grad_scale = static_cast<float>(clip_->base * factor);
+    }
+    status_ = sapipe_cpu_update(&parsed_.config, &parsed_.buffers, &result_);
+  }
   Napi::Value Result(Napi::Env env) override {
     release();  // the continuation may dispose the buffers
     if (status_ != SAPIPE_OK) throw make_status_error(env, status_, "update");
-    return result_object(env, result_);
+    Napi::Value r = result_object(env, result_);
+    if (clip_) r.As<Napi::Object>().Set("gradNorm", Napi::Number::New(env, grad_norm_));
+    return r;
   }
 
  private:
@@ -95,6 +133,8 @@ class UpdateOp : public AsyncOp {
     parsed_.read_only.reset();
   }
   ParsedUpdate parsed_;
+  std::unique_ptr<Clip> clip_;
+  double grad_norm_ = 0;
   sapipe_status status_ = SAPIPE_ERR_INTERNAL;
   sapipe_update_result result_{};
 };
@@ -117,7 +157,9 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Queue* queue = Queue::FromValue(env, info[0]);
   ParsedUpdate parsed = parse_update(env, info[1], info[2]);
-  return queue->Submit(env, new UpdateOp(env, std::move(parsed)));
+  const bool clipped = info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull();
+  const Clip clip = clipped ? parse_clip(env, info[3]) : Clip{};
+  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clipped ? &clip : nullptr));
 }
 
 Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {

@@ -1,6 +1,7 @@
 // Needs a GPU: the effective bandwidth of every fused update variant (bytes as ALGORITHMS.md
 // counts them / median time) and its ratio to a device-to-device copy timed in the same run,
-// interleaved. The target (docs/cuda.md) is >= 0.9 of the copy at 64M elements. Then MSTopK's
+// interleaved. The target (docs/cuda.md) is >= 0.9 of the copy at 64M elements. Then every variant
+// launched back to back (the kernel's own time, as PyTorch's steps are timed). Then MSTopK's
 // selection (with the residual) on the GPU against the CPU's and the exact top-k on the host, on
 // the same Gaussian data (0 for topk-elements skips it).
 // usage: sapipe_cuda_bench [elements=64M] [reps=20] [device=0] [topk-elements=16M]
@@ -49,11 +50,20 @@ int bench_topk(const sapipe_cuda_plugin_v1* cuda, size_t n, int reps) {
     const size_t k = static_cast<size_t>(std::llround(density * static_cast<double>(n)));
     int32_t* didx = nullptr;
     float* dval = nullptr;
-    if (cuda->malloc_device(reinterpret_cast<void**>(&didx), k * sizeof(int32_t)) != SAPIPE_OK ||
-        cuda->malloc_device(reinterpret_cast<void**>(&dval), k * sizeof(float)) != SAPIPE_OK) {
+    // Freed on every way out of this density's runs.
+    struct Owned {
+      const sapipe_cuda_plugin_v1* cuda;
+      void* p = nullptr;
+      ~Owned() {
+        if (p) cuda->free_device(p);
+      }
+    } oi{cuda}, ov{cuda};
+    if (cuda->malloc_device(&oi.p, k * sizeof(int32_t)) != SAPIPE_OK || cuda->malloc_device(&ov.p, k * sizeof(float)) != SAPIPE_OK) {
       std::printf("topk: %s\n", cuda->last_error());
       return 1;
     }
+    didx = static_cast<int32_t*>(oi.p);
+    dval = static_cast<float*>(ov.p);
     std::vector<int32_t> idx(k);
     std::vector<float> val(k);
     std::vector<double> gpu, cpu, exact;
@@ -69,14 +79,91 @@ int bench_topk(const sapipe_cuda_plugin_v1* cuda, size_t n, int reps) {
       }
       r = r0;
       const double c_ms = time_ms([&] { st = sapipe_cpu_topk_select(g.data(), r.data(), n, k, 8, idx.data(), val.data(), &cs); });
-      const double e_ms = time_ms([&] { sapipe_cpu_topk_exact(x.data(), n, k, idx.data(), val.data()); });
-      if (st != SAPIPE_OK) return 1;
+      if (st != SAPIPE_OK) {
+        std::printf("topk (cpu): status %d\n", static_cast<int>(st));
+        return 1;
+      }
+      const double e_ms = time_ms([&] { st = sapipe_cpu_topk_exact(x.data(), n, k, idx.data(), val.data()); });
+      if (st != SAPIPE_OK) {
+        std::printf("topk (exact): status %d\n", static_cast<int>(st));
+        return 1;
+      }
       if (rep >= 2) gpu.push_back(g_ms), cpu.push_back(c_ms), exact.push_back(e_ms);
     }
-    cuda->free_device(didx);
-    cuda->free_device(dval);
     const double gm = median_of(gpu), cm = median_of(cpu), em = median_of(exact);
     std::printf("%8.3f %10.3f %8d %10.3f %8d %10.3f %9.1f %9.1f\n", density, gm, gs.passes, cm, cs.passes, em, cm / gm, em / gm);
+  }
+  return 0;
+}
+
+// Each variant launched `inner` times back to back on one stream and timed on the host around
+// them (after a synchronize): the launches overlap the kernels, so this is the kernel's own time,
+// as PyTorch's optimizer steps are timed in scripts/experiments/torch-fused-optim.py.
+int bench_back_to_back(const sapipe_cuda_plugin_v1* cuda, size_t n, int reps, int inner) {
+  std::vector<float> host(n);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1e-2f);
+  for (float& x : host) x = u(rng);
+  std::vector<void*> owned;
+  struct Free {
+    const sapipe_cuda_plugin_v1* cuda;
+    std::vector<void*>* p;
+    ~Free() {
+      for (void* x : *p) cuda->free_device(x);
+    }
+  } free_all{cuda, &owned};
+  auto buffer = [&]() -> float* {
+    void* p = nullptr;
+    if (cuda->malloc_device(&p, n * sizeof(float)) != SAPIPE_OK) return nullptr;
+    owned.push_back(p);
+    cuda->copy_to_device(p, host.data(), n * sizeof(float), nullptr);
+    return static_cast<float*>(p);
+  };
+  float* w = buffer();
+  float* g = buffer();
+  float* m = buffer();
+  float* v = buffer();
+  float* backup = buffer();
+  float* predicted = buffer();
+  float* local = buffer();
+  float* prev_local = buffer();
+  float* copy_dst = buffer();
+  if (!w || !g || !m || !v || !backup || !predicted || !local || !prev_local || !copy_dst) {
+    std::printf("back to back: %s\n", cuda->last_error());
+    return 1;
+  }
+  sapipe_update_buffers b{};
+  b.count = n;
+  b.weights = w, b.grad = g, b.momentum = m, b.backup = backup, b.predicted = predicted, b.local_grad = local;
+  b.prev_local_grad = prev_local;
+  auto per_call = [&](auto&& launch) -> double {
+    std::vector<double> t;
+    for (int r = 0; r < reps + 1; ++r) {
+      cuda->stream_synchronize(nullptr);
+      const double ms = time_ms([&] {
+        for (int i = 0; i < inner; ++i) launch();
+        cuda->stream_synchronize(nullptr);
+      });
+      if (r > 0) t.push_back(ms / inner);
+    }
+    return median_of(t);
+  };
+  const double copy = per_call([&] { cuda->copy_on_device(copy_dst, w, n * sizeof(float), nullptr); });
+  std::printf("\nback to back: %d launches per timing, median of %d; copy %.3f ms (%.1f GB/s)\n", inner, reps, copy,
+              8.0 * static_cast<double>(n) / (copy * 1e6));
+  std::printf("%-40s %10s %9s %8s\n", "variant", "ms", "GB/s", "x copy");
+  for (const Variant& var : update_variants()) {
+    sapipe_update_config c = var.config;
+    c.grad_checked = 1;
+    b.second_moment = c.optimizer != SAPIPE_OPTIMIZER_SGD ? v : nullptr;
+    sapipe_status st = SAPIPE_OK;
+    const double ms = per_call([&] { st = cuda->update_async(&c, &b, nullptr, nullptr, nullptr); });
+    if (st != SAPIPE_OK) {
+      std::printf("%s: %s\n", var.name.c_str(), cuda->last_error());
+      return 1;
+    }
+    const double gbps = static_cast<double>(sapipe_update_bytes_per_element(&var.config)) * static_cast<double>(n) / (ms * 1e6);
+    std::printf("%-40s %10.3f %9.1f %8.3f\n", var.name.c_str(), ms, gbps, gbps / (8.0 * static_cast<double>(n) / (copy * 1e6)));
   }
   return 0;
 }
@@ -107,5 +194,6 @@ int main(int argc, char** argv) {
     if (gbps / copy_gbps < lowest) lowest = gbps / copy_gbps;
   }
   std::printf("lowest ratio to the device copy (fused kernel alone): %.3f\n", lowest);
+  if (int s = bench_back_to_back(cuda, n, reps > 10 ? 10 : reps, 20); s != 0) return s;
   return topk_n > 0 ? bench_topk(cuda, topk_n, reps > 10 ? 10 : reps) : 0;
 }

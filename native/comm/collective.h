@@ -43,7 +43,9 @@ enum class CollectiveKind : int32_t {
 struct ReduceUpdateJob {
   core::UpdatePlan plan{};
   sapipe_update_config config{};
-  // This rank's buffers; grad is unused (the reduced block is used instead); offset/count as in
+  // This rank's buffers; offset/count as in the collective's input range. kReduceUpdate does not
+  // read grad (the reduced block is used instead); kUpdateFromParts reads every rank's gradient,
+  // which is the collective's input. Out-of-place weights (weights_in) are refused for both.
   // the collective's input range.
   sapipe_update_buffers buffers{};
 };
@@ -56,7 +58,7 @@ struct CollectiveArgs {
   size_t output_count = 0;
   float scale = 1.0f;
   int32_t root = 0;
-  const ReduceUpdateJob* job = nullptr;  // kReduceUpdate only; owned by the caller for the call
+  const ReduceUpdateJob* job = nullptr;  // kReduceUpdate and kUpdateFromParts; owned by the caller for the call
 };
 
 }  // namespace sapipe::comm

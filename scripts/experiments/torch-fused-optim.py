@@ -2,15 +2,18 @@
 """PyTorch's fused optimizers against sapipe's fused CUDA kernels on the same GPU.
 
 Times one step of torch.optim.Adam(fused=True), AdamW(fused=True) and SGD(fused=True, momentum
-0.9) on one fp32 tensor of N elements (median of repeated steps after warm-up, each step timed
-with its own pair of CUDA events). Then the same maths as sapipe's fused DC + WP variants written
+0.9) on one fp32 tensor of N elements: CUDA events around --inner steps issued back to back (so
+Python's dispatch overlaps the GPU's work and only GPU time is counted), divided by --inner;
+the median over repetitions after warm-up. sapipe_cuda_bench times each kernel alone between two
+events (its first table) and then back to back (its second table, the one compared here, timed
+like PyTorch's steps). Then the same maths as sapipe's fused DC + WP variants written
 in PyTorch two ways: eager (delay compensation as tensor ops, the fused optimizer, the shadow step
 as tensor ops) and torch.compile of the whole step (Inductor fuses it into generated kernels),
 which is the best a PyTorch user gets without a custom kernel. Given the output of
 `sapipe_cuda_bench N` from the same run (--sapipe FILE), it prints sapipe's time over PyTorch's.
 
-usage: python3 scripts/experiments/torch-fused-optim.py [--elements 67108864] [--reps 50]
-           [--sapipe bench.log]
+usage: python3 scripts/experiments/torch-fused-optim.py [--elements 67108864] [--reps 15]
+           [--inner 20] [--sapipe bench.log]
 """
 import argparse
 import json
@@ -28,36 +31,34 @@ PAIRS = {
 }
 
 
+INNER = 20
+
+
+def timed(fn, reps, warmup):
+    """Per-call GPU time: INNER calls back to back between two events, median over reps."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for r in range(warmup + reps):
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(INNER):
+            fn()
+        stop.record()
+        stop.synchronize()
+        if r >= warmup:
+            times.append(start.elapsed_time(stop) / INNER)
+    return statistics.median(times), min(times), max(times)
+
+
 def time_steps(make_optimizer, n, reps, warmup):
     gen = torch.Generator(device="cuda").manual_seed(1)
     p = torch.nn.Parameter(torch.empty(n, device="cuda").uniform_(-1, 1, generator=gen))
     p.grad = torch.empty(n, device="cuda").uniform_(-0.01, 0.01, generator=gen)
     opt = make_optimizer([p])
-    times = []
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for r in range(warmup + reps):
-        start.record()
-        opt.step()
-        stop.record()
-        stop.synchronize()
-        if r >= warmup:
-            times.append(start.elapsed_time(stop))
+    result = timed(opt.step, reps, warmup)
     del opt, p
     torch.cuda.empty_cache()
-    return statistics.median(times), min(times), max(times)
-
-
-def timed(fn, reps, warmup):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for r in range(warmup + reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        if r >= warmup:
-            times.append(start.elapsed_time(stop))
-    return statistics.median(times), min(times), max(times)
+    return result
 
 
 # The DC + WP steps in PyTorch, matching sapipe's variants (docs/ALGORITHMS.md sections 1-3) in
@@ -158,13 +159,19 @@ def copy_ms(n, reps):
 
 
 def read_sapipe(path):
+    """sapipe_cuda_bench's back-to-back table (kernel time, timed as PyTorch's steps are here)."""
     rows = {}
+    back_to_back = False
     with open(path) as f:
         for line in f:
+            if line.startswith("back to back"):
+                back_to_back = True
+            elif line.startswith("MSTopK"):
+                back_to_back = False
             parts = line.split()
-            if len(parts) == 7:
+            if back_to_back and len(parts) == 4:
                 try:
-                    rows[parts[0]] = float(parts[2])
+                    rows[parts[0]] = float(parts[1])
                 except ValueError:
                     pass
     return rows
@@ -173,10 +180,13 @@ def read_sapipe(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--elements", type=int, default=64 << 20)
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--inner", type=int, default=20, help="steps issued back to back per timing")
     ap.add_argument("--sapipe", help="output of sapipe_cuda_bench for the same element count")
     a = ap.parse_args()
+    global INNER
+    INNER = a.inner
     n = a.elements
     optimizers = {
         "adam": lambda ps: torch.optim.Adam(ps, lr=1e-3, fused=True),
@@ -184,7 +194,7 @@ def main():
         "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, fused=True),
     }
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}, {n} fp32 elements, "
-          f"median of {a.reps} steps after {a.warmup} warm-up")
+          f"per step: {a.inner} steps back to back between CUDA events, median of {a.reps} after {a.warmup} warm-up")
     print(f"D2D copy (torch): {copy_ms(n, a.reps):.3f} ms")
     sapipe = read_sapipe(a.sapipe) if a.sapipe else {}
     result = {}

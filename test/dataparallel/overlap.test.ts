@@ -4,7 +4,9 @@
  * 50 steps in buckets of 16 floats, the forward weights of every step, the weights after every
  * step and after flush() identical bit for bit (both run the same fused kernel on the same
  * all-reduced average; only when and into which buffer differ). A NaN in the second bucket of one
- * rank's gradient skips that update on every rank and leaves every buffer as it was. The reference
+ * rank's gradient skips that update on every rank and leaves every buffer as it was. With
+ * clipGradNorm the norm and the clip factor are taken where the update runs (natively, behind the
+ * last bucket) and must equal those of the update at step(), norms reported included. The reference
  * comparison of the overlapped path is test/dataparallel/trainer.test.ts (its default).
  */
 import t from 'tap';
@@ -37,6 +39,9 @@ const CASES: [string, Config, boolean][] = [
   ['sapipe-dc (elementwise)', { mode: 'sapipe-dc', optimizer: sgd, compensation: { kind: 'elementwise', lambda: 0.5 } }, true],
   ['sapipe-wp prev-sync', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync' }, true],
   ['sapipe-wp prev-sync + DC, Adam', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {} }, true],
+  // The clip is taken where the update runs: active in the first steps (norms about 4), not later.
+  ['pipe-sgd + clipGradNorm', { mode: 'pipe-sgd', optimizer: sgd, clipGradNorm: 1 }, true],
+  ['sapipe-wp prev-sync + DC + clipGradNorm, Adam', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, clipGradNorm: 1.5 }, true],
   ['sapipe-wp local', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local' }, false],
   ['sapipe-wp local-prev-sync + DC', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local-prev-sync', compensation: {} }, false],
 ];
@@ -54,6 +59,15 @@ for (const n of [1, 2, 3, 4]) {
         t.same(a.weights, b.weights, `${name} rank ${r}: the weights after every step`);
         t.same(a.final, b.final, `${name} rank ${r}: the weights after flush()`);
         t.same(a.updated, b.updated, `${name} rank ${r}: the same steps applied`);
+        t.same(a.norms, b.norms, `${name} rank ${r}: the same gradient norms reported`);
+        if (config.clipGradNorm !== undefined) {
+          // SGD converges within the 50 steps, so its clip is active early and idle later; Adam's
+          // norms fall slowly (more so with more ranks), so there the clip must at least engage.
+          const norms = (a.norms as (number | null)[]).filter((x): x is number => x !== null);
+          const active = norms.some((x) => x > config.clipGradNorm!);
+          const idle = norms.some((x) => x < config.clipGradNorm!);
+          t.ok(active && (idle || config.optimizer.kind === 'adam'), `${name}: the clip was active on some steps${config.optimizer.kind === 'adam' ? '' : ' and not on others'}`);
+        }
       }
     }
   });

@@ -205,9 +205,9 @@ export function registerBenchCommand(program: Command): void {
       if (r.fused.length) {
         console.log(fused.toString());
         console.log(
-          'x all-reduce: the fused step (all-reduce of the gradient and the optimizer update in one pass per bucket) over the ' +
+          'x all-reduce: the fused step (all-reduce of the gradient and the optimizer update, per bucket or in two native passes: docs/communication.md) over the ' +
             'plain all-reduce of the same gradient; 1.0 means the update costs nothing on top of the communication. ' +
-            'x unfused: the fused step over the same work as separate calls, the median of per-iteration ratios (replicated: all-reduce, then the step; sharded: ' +
+            'x unfused: the fused step over the same work as separate calls, the median of the ratios within each iteration (replicated: all-reduce, then the step; sharded: ' +
             `reduce-scatter, the step of this rank's part, all-gather of the weights: ${r.fused.map((f) => `${f.optimizer} ${f.unfusedMs.toFixed(3)} / ${f.unfusedShardedMs.toFixed(3)} ms`).join(', ')}); goal: at most 0.9.`,
         );
       }

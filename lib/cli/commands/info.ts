@@ -83,7 +83,7 @@ export function registerInfoCommand(program: Command): void {
         reason = reason.replace(/:\s*\n\s*/g, ': ').replace(/\s*\n\s*/g, '; ');
         const head = `  ${b.name.padEnd(6)} ${b.kind.padEnd(7)} `;
         console.log(wrap(head + (b.available ? 'available' : `unavailable: ${reason}`), width, indent));
-        // What an available accelerator backend found (devices, architectures, library versions);
+        // What an available backend found (devices, architectures, library versions, algorithms);
         // the cpu backend's details are the simd and threads lines above.
         if (b.available && b.details && b.name !== 'cpu')
           console.log(wrap(indent + Object.entries(b.details).map(([k, v]) => `${k}: ${String(v)}`).join('; '), width, indent));

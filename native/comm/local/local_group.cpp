@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../../core/host_kernels.h"
+#include "../../core/thread_pool.h"
 #include "../partition.h"
 
 namespace sapipe::comm::local {
@@ -13,6 +14,8 @@ namespace {
 // (rank order 0..n-1, so every element is summed in the same order whichever rank owns it) and then
 // written to every destination, so each byte of every buffer is read once and written once.
 constexpr size_t kBlock = 4096;
+// Threads split an update at multiples of this many floats (a cache line), as the CPU API does.
+constexpr size_t kAlignElements = 16;
 
 struct Scratch {
   alignas(64) float data[kBlock];
@@ -82,9 +85,22 @@ sapipe_status validate_reduce_update(const std::vector<CollectiveArgs>& a, std::
     for (size_t q = 0; q < n; ++q) {
       if (q == r) continue;
       const sapipe_update_buffers& p = a[q].job->buffers;
-      const float* written[2] = {b.weights + b.offset, b.predicted ? b.predicted + b.offset : nullptr};
-      const float* peer[3] = {p.weights + p.offset, p.predicted ? p.predicted + p.offset : nullptr,
-                              replicated ? a[q].input : nullptr};
+      // Replicated, each rank also writes its own state and reads its peers' gradients.
+      const auto from = [](const float* x, size_t o) { return x ? x + o : nullptr; };
+      const float* written[6] = {b.weights + b.offset,
+                                 from(b.predicted, b.offset),
+                                 replicated ? from(b.momentum, b.offset) : nullptr,
+                                 replicated ? from(b.second_moment, b.offset) : nullptr,
+                                 replicated ? from(b.backup, b.offset) : nullptr,
+                                 replicated ? from(b.prev_local_grad, b.offset) : nullptr};
+      const float* peer[8] = {p.weights + p.offset,
+                              from(p.predicted, p.offset),
+                              replicated ? a[q].input : nullptr,
+                              replicated ? from(p.momentum, p.offset) : nullptr,
+                              replicated ? from(p.second_moment, p.offset) : nullptr,
+                              replicated ? from(p.backup, p.offset) : nullptr,
+                              replicated ? from(p.prev_local_grad, p.offset) : nullptr,
+                              replicated ? from(p.local_grad, p.offset) : nullptr};
       for (const float* w : written)
         for (const float* x : peer)
           if (w && x && overlaps(w, b.count, x, p.count)) {
@@ -215,16 +231,26 @@ int64_t update_from_parts(const core::HostKernels& k, int rank, const std::vecto
   const CollectiveArgs& me = a[static_cast<size_t>(rank)];
   const ReduceUpdateJob& job = *me.job;
   const sapipe_update_buffers& own = job.buffers;
+  // The whole model is this rank's to update. With at least a core per rank, every rank runs on
+  // its own thread at once (as the reductions do); with more cores than ranks, each rank's update
+  // takes the process's thread pool in turn, as a standalone step would.
+  ThreadPool& pool = ThreadPool::global();
+  const bool spread = pool.size() > n;
   for (int q = 0; q < n; ++q) {
     auto [lo, hi] = partition(me.input_count, n, q);
     if (hi <= lo) continue;
-    const size_t s = own.offset + lo;
-    core::UpdatePointers p{own.weights + s,           a[static_cast<size_t>(q)].input + lo,
-                          core::at(own.momentum, s),   core::at(own.second_moment, s),
-                          core::at(own.backup, s),     core::at(own.predicted, s),
-                          core::at(own.local_grad, s), core::at(own.prev_local_grad, s),
-                          core::at(own.weights_in, s)};
-    k.fused_update(job.plan, p, hi - lo);
+    const float* grad = a[static_cast<size_t>(q)].input + lo;
+    auto range = [&](size_t b, size_t e) {
+      const size_t s = own.offset + lo + b;
+      core::UpdatePointers p{own.weights + s,           grad + b,
+                            core::at(own.momentum, s),   core::at(own.second_moment, s),
+                            core::at(own.backup, s),     core::at(own.predicted, s),
+                            core::at(own.local_grad, s), core::at(own.prev_local_grad, s),
+                            nullptr};
+      k.fused_update(job.plan, p, e - b);
+    };
+    if (spread) pool.parallel_for(hi - lo, kAlignElements, [&](int, size_t b, size_t e) { range(b, e); });
+    else range(0, hi - lo);
   }
   return 0;
 }
