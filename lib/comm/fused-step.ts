@@ -47,7 +47,7 @@ import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';
-import { Communicator, type ReduceResult, type ShardedStepResult } from './communicator.js';
+import { Communicator, type ReduceResult } from './communicator.js';
 import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -126,23 +126,23 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
 
   const update = options.update ?? 'replicated';
   if (update !== 'replicated' && update !== 'sharded') throw new InvalidArgumentError(`allreduceAndStep: update must be 'replicated' or 'sharded', got ${describeValue(update)}`);
-  // The backend's own replicated step (QueuedCommunicator.replicatedUpdate), where it has one and
-  // no bucket sizes were asked for (buckets are for links slower than memory, where each bucket's
-  // update hides behind the next bucket's reduction).
+  // The backend's own replicated step (QueuedCommunicator.replicatedReduce / replicatedApply),
+  // where it has one and no bucket sizes were asked for (buckets are for links slower than memory,
+  // where each bucket's update hides behind the next bucket's reduction).
   const native = comm instanceof QueuedCommunicator && comm.fusesReplicatedUpdate && options.bucketBytes === undefined && options.firstBucketBytes === undefined ? comm : undefined;
   const nativeReplicated = async (backend: QueuedCommunicator): Promise<FusedStepResult> => {
+    // As the bucketed deferred path: the reduction first, so a failure there counts no step.
+    const nonFinite = await backend.replicatedReduce(grads, 1 / comm.size);
     const step = optimizer.beginStep('allreduceAndStep', inputs);
-    let r: ShardedStepResult;
+    const done = { buckets: 1, guard: 'deferred', update: 'replicated' } as const;
+    if (nonFinite > 0) return { ...step.finish(false, nonFinite), ...done };
     try {
-      r = await backend.replicatedUpdate(
-        { config: { ...step.config, gradChecked: true }, buffers: step.buffers!, queue: step.queue, grads, weights: params.weights, predicted: optimizer.stateBuffer('predicted') },
-        1 / comm.size,
-      );
+      await backend.replicatedApply({ config: { ...step.config, gradChecked: true }, buffers: step.buffers!, queue: step.queue, grads, weights: params.weights, predicted: optimizer.stateBuffer('predicted') });
     } catch (error) {
       step.finish(false, 0);
       throw error;
     }
-    return { ...step.finish(r.applied, r.nonFiniteCount), buckets: 1, guard: 'deferred', update: 'replicated' };
+    return { ...step.finish(true, 0), ...done };
   };
   if (update === 'sharded') {
     const p = optimizer.prediction;

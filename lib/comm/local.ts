@@ -129,15 +129,11 @@ export class LocalCommunicator extends QueuedCommunicator {
   override get memorySpeedLinks(): boolean {
     return !this.emulation;
   }
-  protected override async runReplicatedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
-    // The same range as the update's, so that the parts the update reads are the ones reduced.
-    const offset = step.buffers.offset ?? 0;
-    const count = step.buffers.count ?? step.grads.length - offset;
-    // Every rank sees the same count (summed over the ranks), so every rank skips or none does.
-    const nonFinite = await this.collective(CollectiveKind.reduceScatterInPlace, step.grads, offset, count, null, scale);
-    if (nonFinite > 0) return { applied: false, nonFiniteCount: nonFinite };
+  protected override runReplicatedReduce(grads: FlatBuffer, scale: number): Promise<number> {
+    return this.collective(CollectiveKind.reduceScatterInPlace, grads, 0, grads.length, null, scale);
+  }
+  protected override async runReplicatedApply(step: ShardedStep): Promise<void> {
     await awaitNative(callNative(() => this.handle.updateFromParts(this.collectives.handle, step.config, step.buffers)));
-    return { applied: true, nonFiniteCount: 0 };
   }
 
   protected collective(

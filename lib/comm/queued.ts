@@ -95,25 +95,42 @@ export abstract class QueuedCommunicator extends Communicator {
 
   /**
    * @internal Whether this backend runs the replicated fused step in two passes of its own
-   * (replicatedUpdate), so that the reduced gradient is not copied to every rank and read back.
+   * (replicatedReduce, replicatedApply), so that the reduced gradient is not copied to every rank
+   * and read back.
    */
   get fusesReplicatedUpdate(): boolean {
     return false;
   }
 
   /**
-   * @internal The replicated fused step where {@link fusesReplicatedUpdate}: a reduce-scatter in
-   * place that counts the non-finite sums (any: the step is skipped on every rank and nothing else
-   * is written), then every rank updating its whole state from the parts where their owners left
-   * them (ReduceUpdateJob in native/comm/collective.h). Afterwards the gradient buffer holds this
-   * rank's part averaged and the rest as it was. Resolves with the non-finite sums seen.
+   * @internal The replicated fused step's first pass where {@link fusesReplicatedUpdate}: a
+   * reduce-scatter in place over the whole of `grads` that leaves this rank's part averaged (times
+   * `scale`) and resolves with the non-finite sums of every rank (the same count everywhere, so a
+   * step is skipped on every rank or on none).
    */
-  async replicatedUpdate(step: ShardedStep, scale: number): Promise<ShardedStepResult> {
-    this.checkLive('replicatedUpdate');
-    return this.runReplicatedUpdate(step, scale);
+  async replicatedReduce(grads: FlatBuffer, scale: number): Promise<number> {
+    this.checkLive('replicatedReduce');
+    return this.runReplicatedReduce(grads, scale);
   }
-  protected runReplicatedUpdate(_step: ShardedStep, _scale: number): Promise<ShardedStepResult> {
-    return Promise.reject(new InvalidArgumentError(`replicatedUpdate: the ${this.backend} backend has no fused replicated step; use allreduceAndStep`));
+  /**
+   * @internal The second pass, after a first that found every sum finite: every rank updates its
+   * whole state (step.buffers, the whole ParamSet), reading part q of the averaged gradient where
+   * rank q left it (ReduceUpdateJob in native/comm/collective.h). Afterwards the gradient buffer
+   * holds this rank's part averaged and the rest as it was.
+   */
+  async replicatedApply(step: ShardedStep): Promise<void> {
+    this.checkLive('replicatedApply');
+    const offset = step.buffers.offset ?? 0;
+    const count = step.buffers.count ?? step.grads.length - offset;
+    if (offset !== 0 || count !== step.grads.length)
+      throw new InvalidArgumentError('replicatedApply: the two-pass step covers the whole ParamSet; pass its whole buffers');
+    return this.runReplicatedApply(step);
+  }
+  protected runReplicatedReduce(_grads: FlatBuffer, _scale: number): Promise<number> {
+    return Promise.reject(new InvalidArgumentError(`replicatedReduce: the ${this.backend} backend has no fused replicated step; use allreduceAndStep`));
+  }
+  protected runReplicatedApply(_step: ShardedStep): Promise<void> {
+    return Promise.reject(new InvalidArgumentError(`replicatedApply: the ${this.backend} backend has no fused replicated step; use allreduceAndStep`));
   }
 
   /** @internal In place: every rank's part partition(length, size, rank) of buffer is copied to every rank. */
