@@ -26,6 +26,8 @@ export interface OverlapWorkerData extends LocalRankData {
   compute: 'sleep' | 'busy';
   steps: number;
   warmup: number;
+  /** Both trainers clip the averaged gradient to this global norm (DataParallelTrainer's clipGradNorm). */
+  clipGradNorm?: number | undefined;
 }
 
 export interface OverlapRow {
@@ -84,7 +86,15 @@ async function main(): Promise<void> {
     const computeMs = data.computeMs ?? 1.25 * (allreduceMs + updateMs);
     const timed: Record<'true' | 'false', { step: number[]; iteration: number[] }> = { true: { step: [], iteration: [] }, false: { step: [], iteration: [] } };
     for (const overlap of [false, true]) {
-      const trainer = await DataParallelTrainer.create({ comm, params, mode, optimizer, overlapUpdate: overlap, broadcastWeights: false });
+      const trainer = await DataParallelTrainer.create({
+        comm,
+        params,
+        mode,
+        optimizer,
+        overlapUpdate: overlap,
+        broadcastWeights: false,
+        ...(data.clipGradNorm !== undefined ? { clipGradNorm: data.clipGradNorm } : {}),
+      });
       await comm.barrier();
       for (let i = 0; i < data.warmup + data.steps; i++) {
         const start = performance.now();

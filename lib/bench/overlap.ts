@@ -19,6 +19,8 @@ export interface OverlapBenchOptions {
   compute: 'sleep' | 'busy';
   steps: number;
   warmup: number;
+  /** Both trainers clip the averaged gradient to this global norm. */
+  clipGradNorm?: number | undefined;
 }
 
 export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]> {
@@ -31,6 +33,7 @@ export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]
     compute: o.compute,
     steps: o.steps,
     warmup: o.warmup,
+    clipGradNorm: o.clipGradNorm,
   };
   const workers = spawnLocalRanks(new URL(`./overlap-worker.${ext}`, import.meta.url), o.nproc, { workerData });
   try {

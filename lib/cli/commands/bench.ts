@@ -306,19 +306,32 @@ export function registerBenchCommand(program: Command): void {
     .option('--compute <how>', "'sleep' (an accelerator's forward/backward: the cores stay free) or 'busy' (spins one core per rank)", 'sleep')
     .option('--steps <n>', 'measured steps per run', parsePositiveInt, 20)
     .option('--warmup <n>', 'unmeasured steps first', parsePositiveInt, 3)
+    .option('--clip <norm>', 'both trainers clip the averaged gradient to this global norm (clipGradNorm)', (v) => numberOption(v, '--clip'))
     .option('--json', 'print JSON')
-    .action(async (options: { nproc: number; size: number; modes: string; optimizer: string; computeMs?: number; compute: string; steps: number; warmup: number; json?: boolean }) => {
+    .action(async (options: { nproc: number; size: number; modes: string; optimizer: string; computeMs?: number; compute: string; steps: number; warmup: number; clip?: number; json?: boolean }) => {
       const modes = options.modes.split(',').map((m) => checkOneOf(m.trim(), '--modes', ['pipe-sgd', 'sapipe-dc', 'sapipe-wp'] as const));
       const optimizer = checkOneOf(options.optimizer, '--optimizer', ['sgd', 'adam'] as const);
       const compute = checkOneOf(options.compute, '--compute', ['sleep', 'busy'] as const);
-      const rows = await benchOverlap({ nproc: options.nproc, elements: options.size, modes, optimizer, ...(options.computeMs !== undefined ? { computeMs: options.computeMs } : {}), compute, steps: options.steps, warmup: options.warmup });
+      if (options.clip !== undefined && !(options.clip > 0)) throw new InvalidArgumentError(`--clip must be a positive norm, got ${options.clip}`);
+      const rows = await benchOverlap({
+        nproc: options.nproc,
+        elements: options.size,
+        modes,
+        optimizer,
+        ...(options.computeMs !== undefined ? { computeMs: options.computeMs } : {}),
+        compute,
+        steps: options.steps,
+        warmup: options.warmup,
+        ...(options.clip !== undefined ? { clipGradNorm: options.clip } : {}),
+      });
       if (options.json) {
         console.log(JSON.stringify(rows, null, 2));
         return;
       }
       console.log(
         `${options.nproc} ranks (worker threads, local), ${formatCount(options.size)} parameters, ${optimizer}, compute '${compute}', ` +
-          `median of ${options.steps} steps after ${options.warmup}; ${availableParallelism()} cores`,
+          `median of ${options.steps} steps after ${options.warmup}; ${availableParallelism()} cores` +
+          (options.clip !== undefined ? `; clipGradNorm ${options.clip}` : ''),
       );
       const table = cliTable(['mode', 'update alone ms', 'all-reduce ms', 'compute ms', 'step() blocks: at step()', 'overlapped', 'overlapped / update', 'iteration ms: at step()', 'overlapped']);
       for (const r of rows)
