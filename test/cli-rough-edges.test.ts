@@ -1,5 +1,6 @@
 /**
- * The command line's rough edges, as a user met them: `info` lines that broke the table, an empty
+ * The command line's rough edges, as a user met them: `info` lines that broke the table (a
+ * multi-line reason, an available backend's details missing), an empty
  * kernel table with `NaN ms` for a filter that matched nothing, and a stack trace per rank from
  * `launch` with a missing script.
  */
@@ -25,6 +26,11 @@ t.test('info: lines fit the width, and a backend missing for another one points 
   const cudaReason = /cuda\s+compute unavailable: ([^\n]+)/.exec(stdout)?.[1];
   if (cudaReason) t.notOk(nccl.includes(cudaReason.trim()), "nccl's line does not repeat cuda's reason");
   t.notMatch(stdout, /since \w+ is unavailable \(/, 'auto selects names what it passed over without repeating why');
+  // An available backend says what it found (on a GPU machine: cuda's devices and architectures).
+  t.match(stdout, /  local\s+comm\s+available\n\s+ranks: worker_threads/, 'the local backend lists its details under its line');
+  // A reason that spans lines (NCCL's list of places looked at) stays inside the table's indent.
+  const backends = stdout.slice(stdout.indexOf('backends:'), stdout.indexOf('auto selects:')).split('\n').slice(1);
+  t.same(backends.filter((line) => line !== '' && !line.startsWith('  ')), [], 'every line of the backends table is indented');
 });
 
 t.test('bench kernels --filter that matches nothing: an error that lists the kernels', async (t) => {
