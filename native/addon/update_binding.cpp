@@ -2,6 +2,7 @@
 // step for a whole ParamSet (or one bucket of it, with offset and count).
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "errors.h"
@@ -98,8 +99,7 @@ Clip parse_clip(Napi::Env env, const Napi::Value& v) {
 
 class UpdateOp : public AsyncOp {
  public:
-  UpdateOp(Napi::Env env, ParsedUpdate parsed, const Clip* clip) : AsyncOp(env), parsed_(std::move(parsed)) {
-    if (clip) clip_ = std::make_unique<Clip>(*clip);
+  UpdateOp(Napi::Env env, ParsedUpdate parsed, std::optional<Clip> clip) : AsyncOp(env), parsed_(std::move(parsed)), clip_(clip) {
     for (auto& b : parsed_.held) b->acquire();
     if (parsed_.read_only) parsed_.read_only->acquire_read();
   }
@@ -133,7 +133,7 @@ class UpdateOp : public AsyncOp {
     parsed_.read_only.reset();
   }
   ParsedUpdate parsed_;
-  std::unique_ptr<Clip> clip_;
+  std::optional<Clip> clip_;
   double grad_norm_ = 0;
   sapipe_status status_ = SAPIPE_ERR_INTERNAL;
   sapipe_update_result result_{};
@@ -157,9 +157,9 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Queue* queue = Queue::FromValue(env, info[0]);
   ParsedUpdate parsed = parse_update(env, info[1], info[2]);
-  const bool clipped = info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull();
-  const Clip clip = clipped ? parse_clip(env, info[3]) : Clip{};
-  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clipped ? &clip : nullptr));
+  std::optional<Clip> clip;
+  if (info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull()) clip = parse_clip(env, info[3]);
+  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip));
 }
 
 Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {

@@ -104,38 +104,19 @@ int bench_back_to_back(const sapipe_cuda_plugin_v1* cuda, size_t n, int reps, in
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(0.0f, 1e-2f);
   for (float& x : host) x = u(rng);
-  std::vector<void*> owned;
-  struct Free {
-    const sapipe_cuda_plugin_v1* cuda;
-    std::vector<void*>* p;
-    ~Free() {
-      for (void* x : *p) cuda->free_device(x);
+  // The project's device vector (native/tests/device_plugin.h), one per buffer the variants read
+  // or write; a failed allocation leaves a null pointer, checked below.
+  DeviceVector w(cuda, host), g(cuda, host), m(cuda, host), v(cuda, host), backup(cuda, host), predicted(cuda, host),
+      local(cuda, host), prev_local(cuda, host), copy_dst(cuda, host);
+  for (const DeviceVector* d : {&w, &g, &m, &v, &backup, &predicted, &local, &prev_local, &copy_dst})
+    if (d->ptr == nullptr) {
+      std::printf("back to back: %s\n", cuda->last_error());
+      return 1;
     }
-  } free_all{cuda, &owned};
-  auto buffer = [&]() -> float* {
-    void* p = nullptr;
-    if (cuda->malloc_device(&p, n * sizeof(float)) != SAPIPE_OK) return nullptr;
-    owned.push_back(p);
-    cuda->copy_to_device(p, host.data(), n * sizeof(float), nullptr);
-    return static_cast<float*>(p);
-  };
-  float* w = buffer();
-  float* g = buffer();
-  float* m = buffer();
-  float* v = buffer();
-  float* backup = buffer();
-  float* predicted = buffer();
-  float* local = buffer();
-  float* prev_local = buffer();
-  float* copy_dst = buffer();
-  if (!w || !g || !m || !v || !backup || !predicted || !local || !prev_local || !copy_dst) {
-    std::printf("back to back: %s\n", cuda->last_error());
-    return 1;
-  }
   sapipe_update_buffers b{};
   b.count = n;
-  b.weights = w, b.grad = g, b.momentum = m, b.backup = backup, b.predicted = predicted, b.local_grad = local;
-  b.prev_local_grad = prev_local;
+  b.weights = w.ptr, b.grad = g.ptr, b.momentum = m.ptr, b.backup = backup.ptr, b.predicted = predicted.ptr;
+  b.local_grad = local.ptr, b.prev_local_grad = prev_local.ptr;
   auto per_call = [&](auto&& launch) -> double {
     std::vector<double> t;
     for (int r = 0; r < reps + 1; ++r) {
@@ -148,14 +129,14 @@ int bench_back_to_back(const sapipe_cuda_plugin_v1* cuda, size_t n, int reps, in
     }
     return median_of(t);
   };
-  const double copy = per_call([&] { cuda->copy_on_device(copy_dst, w, n * sizeof(float), nullptr); });
+  const double copy = per_call([&] { cuda->copy_on_device(copy_dst.ptr, w.ptr, n * sizeof(float), nullptr); });
   std::printf("\nback to back: %d launches per timing, median of %d; copy %.3f ms (%.1f GB/s)\n", inner, reps, copy,
               8.0 * static_cast<double>(n) / (copy * 1e6));
   std::printf("%-40s %10s %9s %8s\n", "variant", "ms", "GB/s", "x copy");
   for (const Variant& var : update_variants()) {
     sapipe_update_config c = var.config;
     c.grad_checked = 1;
-    b.second_moment = c.optimizer != SAPIPE_OPTIMIZER_SGD ? v : nullptr;
+    b.second_moment = c.optimizer != SAPIPE_OPTIMIZER_SGD ? v.ptr : nullptr;
     sapipe_status st = SAPIPE_OK;
     const double ms = per_call([&] { st = cuda->update_async(&c, &b, nullptr, nullptr, nullptr); });
     if (st != SAPIPE_OK) {
