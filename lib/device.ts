@@ -204,17 +204,17 @@ type DeviceState = Partial<Record<StateBufferName, DeviceBuffer>>;
 export class DeviceParamSet {
   readonly params: ParamSet;
   readonly optimizer: Optimizer | undefined;
-  readonly weights: DeviceBuffer;
   readonly grads: DeviceBuffer;
   /** Elements of each device buffer: the host length padded for `shards`. */
   readonly length: number;
   private readonly state: DeviceState;
+  private weightBuffer: DeviceBuffer;
   private isDisposed = false;
 
   private constructor(params: ParamSet, optimizer: Optimizer | undefined, weights: DeviceBuffer, grads: DeviceBuffer, state: DeviceState) {
     this.params = params;
     this.optimizer = optimizer;
-    this.weights = weights;
+    this.weightBuffer = weights;
     this.grads = grads;
     this.state = state;
     this.length = weights.length;
@@ -260,6 +260,11 @@ export class DeviceParamSet {
     }
   }
 
+  /** The device weights (a step updates them; an out-of-place step's output takes their place, see exchangeWeights). */
+  get weights(): DeviceBuffer {
+    return this.weightBuffer;
+  }
+
   /** `cuda:N`. */
   get device(): CudaDevice {
     return this.weights.device;
@@ -285,6 +290,48 @@ export class DeviceParamSet {
     if (!predicted) return this.weights;
     if (this.optimizer?.steps === 0) predicted.copyFrom(this.weights);
     return predicted;
+  }
+
+  /**
+   * @internal Puts `buffer` in place as the weights and returns the previous ones, as
+   * ParamSet.exchangeWeights does on the host: an out-of-place step writes the next weights into a
+   * second buffer while the current ones are read, and this swaps them once the step is done.
+   */
+  exchangeWeights(buffer: DeviceBuffer): DeviceBuffer {
+    this.checkExchange(buffer, 'exchangeWeights');
+    const previous = this.weightBuffer;
+    this.weightBuffer = buffer;
+    return previous;
+  }
+
+  /** @internal As exchangeWeights, for a state buffer (the predicted weights of an out-of-place step). */
+  exchangeStateBuffer(name: StateBufferName, buffer: DeviceBuffer): DeviceBuffer {
+    this.checkExchange(buffer, 'exchangeStateBuffer');
+    const previous = this.state[name];
+    if (!previous) throw new InvalidArgumentError(`DeviceParamSet.exchangeStateBuffer: the optimizer has no '${name}' buffer`);
+    this.state[name] = buffer;
+    return previous;
+  }
+
+  private checkExchange(buffer: DeviceBuffer, what: string): void {
+    this.checkLive(what);
+    if (!(buffer instanceof DeviceBuffer) || buffer.length !== this.length || buffer.device !== this.device)
+      throw new SizeMismatchError(`DeviceParamSet.${what}: the buffer must be a DeviceBuffer of ${this.length} elements on ${this.device}`);
+    buffer.checkLive(what);
+  }
+
+  /**
+   * Copies the host ParamSet's weights and its optimizer's state to the device (after the host
+   * values changed: importState(), a restored checkpoint), the inverse of copyToHost().
+   */
+  copyFromHost(): void {
+    this.checkLive('copyFromHost');
+    this.params.checkLive('copyFromHost');
+    this.weights.copyFromHost(this.params.weights);
+    for (const [name, buffer] of Object.entries(this.state) as [StateBufferName, DeviceBuffer][]) {
+      const host = this.optimizer?.stateBuffer(name);
+      if (host) buffer.copyFromHost(host);
+    }
   }
 
   /** Copies the host ParamSet's gradients to the device (gradients computed on the host). */

@@ -5,7 +5,7 @@
  * with the reason (no plugin built / no driver libcuda.so.1 / no device).
  */
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { callNative, nativeAddon, nativeUnavailableReason, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
+import { callNative, nativeAddon, nativeUnavailableReason, type NativeBufferHandle, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import type { BackendStatus } from './status.js';
 import { describeValue } from '../validate.js';
 
@@ -95,6 +95,8 @@ export interface NcclCommHandle {
     sharded: boolean,
     recheck: boolean,
   ): Promise<NcclStepResult>;
+  /** Copies the first `count` floats of host to device (toDevice) or of device to host, in order with the queue's operations. */
+  stage(queue: QueueHandle, toDevice: boolean, device: CudaBufferHandle, host: NativeBufferHandle, count: number): Promise<void>;
   destroy(): void;
 }
 

@@ -23,6 +23,7 @@ import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../error
 import { awaitNative, callNative, type NativeUpdateConfig } from '../native.js';
 import type { StepResult } from '../optim/optimizer.js';
 import { ExecutionQueue } from '../queue.js';
+import type { FlatBuffer } from '../tensor.js';
 import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
 import { bucketRanges } from './buckets.js';
 import { fromEnv } from './rendezvous/env.js';
@@ -66,6 +67,25 @@ export interface NcclStepResultInfo extends StepResult {
   update: 'replicated' | 'sharded';
   /** Whether the step needed the recheck (its inputs could have overflowed a sum). */
   rechecked: boolean;
+}
+
+/**
+ * @internal What the staleness-1 step over nccl (NcclCommunicator.startOverlappedStep) reads from
+ * and writes to, for gradients computed on the host.
+ */
+export interface NcclOverlappedTargets {
+  /** The host gradient to average and apply (the caller's, taken out of the ParamSet); copied to the set's device gradient. */
+  hostGrads: FlatBuffer;
+  /** Receive the new weights (and predicted weights) from the device, for the host's next forward passes. */
+  hostWeights: FlatBuffer;
+  hostPredicted: FlatBuffer | undefined;
+  /** Where the step writes the new device weights (and predicted weights); the set's own are only read. */
+  deviceWeights: DeviceBuffer;
+  devicePredicted: DeviceBuffer | undefined;
+  /** Multiplies the optimizer's gradScale for this step (loss scale and accumulation). */
+  gradScaleFactor: number;
+  bucketBytes?: number | undefined;
+  firstBucketBytes?: number | undefined;
 }
 
 const SUM = 0;
@@ -248,6 +268,87 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       step.finish(false, 0);
       throw error;
     }
+  }
+
+  /**
+   * @internal The staleness-1 trainer's step over nccl, for gradients computed on the host. Queued
+   * at once, in order on this communicator's queue, so it runs without a turn of the JavaScript
+   * thread (busy computing the next gradient): the host gradient is copied to the set's device
+   * gradient; the bucketed fused step averages it, each bucket's update (compensation and
+   * prediction included) starting behind that bucket's reduction, reading the set's weights and
+   * writing `deviceWeights` and `devicePredicted`; then those are copied to `hostWeights` and
+   * `hostPredicted`. The set's weights and the host buffers the forward pass reads are not
+   * written. All or nothing under the device guard (see allreduceAndStep); a step skipped for the
+   * overflow risk alone is rechecked once the JavaScript thread gets a turn, and copied out again.
+   *
+   * The set's optimizer counts as stepping until the promise settles. On success the caller puts
+   * the outputs in place (DeviceParamSet.exchangeWeights / exchangeStateBuffer on the device, the
+   * host buffers likewise); a skipped step wrote neither the outputs nor the state.
+   */
+  startOverlappedStep(params: DeviceParamSet, targets: NcclOverlappedTargets): Promise<StepResult> {
+    this.checkLive('step');
+    params.checkLive('step');
+    const optimizer = params.requireOptimizer('step');
+    if (optimizer.readsLocalGrad)
+      throw new InvalidArgumentError("NcclCommunicator.startOverlappedStep: the 'local' estimates read the gradient the caller computes next; use the 'prev-sync' estimate");
+    const hostLength = params.params.length;
+    for (const [role, buffer] of [['hostGrads', targets.hostGrads], ['hostWeights', targets.hostWeights], ['hostPredicted', targets.hostPredicted]] as const) {
+      if (buffer === undefined) continue;
+      if (buffer.disposed) throw new DisposedError(`startOverlappedStep: the ${role} buffer was disposed`);
+      if (buffer.length !== hostLength) throw new SizeMismatchError(`startOverlappedStep: ${role} has ${buffer.length} elements, the ParamSet ${hostLength}`);
+    }
+    if ((targets.hostPredicted === undefined) !== (targets.devicePredicted === undefined) || (targets.devicePredicted !== undefined) !== (params.stateBuffer('predicted') !== undefined))
+      throw new InvalidArgumentError('startOverlappedStep: give hostPredicted and devicePredicted exactly when the optimizer predicts');
+    const buffers = {
+      ...params.updateBuffers('step', undefined),
+      weightsIn: params.weights.handle,
+      weights: targets.deviceWeights.handle,
+      ...(targets.devicePredicted ? { predicted: targets.devicePredicted.handle } : {}),
+    };
+    const counts = bucketRanges(params.length, targets.bucketBytes, targets.firstBucketBytes).map(([, count]) => count);
+    const ticket = optimizer.beginStep('step', { external: true });
+    const config: NativeUpdateConfig = { ...ticket.config, gradScale: ((ticket.config.gradScale ?? 1) * targets.gradScaleFactor) / this.size };
+    const out = (): Promise<void>[] => [
+      this.stage(false, targets.deviceWeights, targets.hostWeights, hostLength),
+      ...(targets.devicePredicted ? [this.stage(false, targets.devicePredicted, targets.hostPredicted!, hostLength)] : []),
+    ];
+    let queued: Promise<unknown>[];
+    let fused: Promise<NcclStepResult>;
+    try {
+      if (ticket.firstStep) params.prepareFirstStep();
+      queued = [this.stage(true, params.grads, targets.hostGrads, hostLength)];
+      fused = this.fused(config, buffers, counts, false, false);
+      queued.push(fused, ...out());
+    } catch (error) {
+      // A native check refused an operation after earlier ones were queued: they finish on their
+      // own (the trainer refuses every later call after a failure).
+      ticket.finish(false, 0);
+      throw error;
+    }
+    return (async () => {
+      try {
+        // Everything settles before the ticket ends: nothing queued may still use the buffers.
+        const settled = await Promise.allSettled(queued);
+        const failed = settled.find((r) => r.status === 'rejected');
+        if (failed) throw (failed as PromiseRejectedResult).reason;
+        let result = await fused;
+        if (!result.applied && result.overflowRisk) {
+          result = await this.fused(config, buffers, counts, false, true);
+          if (result.applied) await Promise.all(out());
+        }
+        return ticket.finish(result.applied, result.nonFiniteCount);
+      } catch (error) {
+        ticket.finish(false, 0);
+        throw error;
+      }
+    })();
+  }
+
+  /** Copies the first `count` floats of `host` to `device` (toDevice) or back, in order on the queue. */
+  private async stage(toDevice: boolean, device: DeviceBuffer, host: FlatBuffer, count: number): Promise<void> {
+    if (this.destroyed) throw new DisposedError('NcclCommunicator: the communicator was destroyed; create a new one');
+    this.checkDevice(device, toDevice ? 'stage(to device)' : 'stage(to host)');
+    await awaitNative(callNative(() => this.handle.stage(this.queue.handle, toDevice, device.handle, host.handle, count)));
   }
 
   /**

@@ -1,6 +1,7 @@
 /** The data-parallel trainer: see {@link DataParallelTrainer}. */
 import { BusyError, DisposedError, InternalError, InvalidArgumentError, SapipeError, SizeMismatchError } from '../errors.js';
 import { Communicator, type ReduceResult } from '../comm/communicator.js';
+import { NcclCommunicator } from '../comm/nccl.js';
 import { countNonFinite, squaredNorm } from '../ops.js';
 import { bucketRanges } from '../comm/buckets.js';
 import { allreduceAndStep, gatherShardedState, startOverlappedStep } from '../comm/fused-step.js';
@@ -9,12 +10,21 @@ import { copyInto, type Optimizer, type OptimizerState, type StepResult } from '
 import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { sparseAllreduce } from '../compress/sparse-allreduce.js';
+import { DeviceReplica, checkNcclOptions } from './device-replica.js';
+import { checkGatheredLengths, lengthWords } from './layout-check.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** @category Data parallel */
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
-  comm: Communicator;
+  /**
+   * The ranks' communicator. Over `nccl` the model still computes on the host, while the weights
+   * and optimizer state live on the communicator's GPU, where the gradient is averaged and applied
+   * (docs/communication.md): modes `sync` (replicated) and the staleness-1 modes with the
+   * overlapped update; clipGradNorm, compression, a guard choice and `update: 'sharded'` are
+   * refused there.
+   */
+  comm: Communicator | NcclCommunicator;
   /** The model's parameters; the trainer updates its weights. */
   params: ParamSet;
   optimizer: DataParallelOptimizerSpec;
@@ -230,7 +240,7 @@ interface Pending {
  * @category Data parallel
  */
 export class DataParallelTrainer {
-  readonly comm: Communicator;
+  readonly comm: Communicator | NcclCommunicator;
   readonly params: ParamSet;
   /** The optimizer the mode configured; change `optimizer.lr` between steps for schedules. */
   readonly optimizer: Optimizer;
@@ -265,6 +275,8 @@ export class DataParallelTrainer {
   private readonly compression: CompressionOptions | undefined;
   /** Compression with error feedback: what this rank has selected but not sent yet. */
   private readonly residual: FlatBuffer | undefined;
+  /** Over nccl: the device copy of the weights and optimizer state, where every update runs. */
+  private readonly replica: DeviceReplica | undefined;
   private busy = false;
   private failure: unknown;
   private isDisposed = false;
@@ -289,11 +301,13 @@ export class DataParallelTrainer {
         if (this.optimizer.stateBuffer('predicted')) this.sparePredicted = options.params.allocateLike();
       }
       if (this.compression && this.compression.errorFeedback !== false) this.residual = FlatBuffer.allocate(options.params.length);
+      if (options.comm instanceof NcclCommunicator) this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap);
     } catch (error) {
       this.idle?.dispose();
       this.spareWeights?.dispose();
       this.sparePredicted?.dispose();
       this.localCopy?.dispose();
+      this.residual?.dispose();
       this.optimizer.dispose();
       throw error;
     }
@@ -359,19 +373,16 @@ export class DataParallelTrainer {
       throw new InvalidArgumentError(
         `DataParallelTrainer: update 'sharded' is offered for mode 'sync'; mode '${options.mode}' applies each averaged gradient one step later through its own pipeline`,
       );
-    // Every rank must reduce buffers of one length; a mismatch would fail (or worse, pair wrong
-    // elements) deep inside a later step, so compare the layouts once here. Lengths travel as two
-    // 12-bit/20-bit halves, each exact in fp32.
-    const mine = FlatBuffer.from([params.length % 4096, Math.floor(params.length / 4096)]);
+    if (comm instanceof NcclCommunicator) {
+      checkNcclOptions({ ...options, staleness: resolved.staleness, overlap: overlapApplies(options, resolved) });
+      await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast);
+      return new DataParallelTrainer(options, resolved);
+    }
+    const mine = FlatBuffer.from(lengthWords(params.length));
     const all = FlatBuffer.allocate(2 * comm.size);
     try {
       await comm.allgather(mine, all);
-      const lengths = Array.from({ length: comm.size }, (_, r) => all.array[2 * r]! + 4096 * all.array[2 * r + 1]!);
-      const odd = lengths.findIndex((l) => l !== lengths[0]);
-      if (odd >= 0)
-        throw new SizeMismatchError(
-          `DataParallelTrainer: the ranks' ParamSets differ in size (rank 0: ${lengths[0]} elements, rank ${odd}: ${lengths[odd]}); every rank must build the same model`,
-        );
+      checkGatheredLengths(all.array, comm.size);
     } finally {
       mine.dispose();
       all.dispose();
@@ -455,13 +466,16 @@ export class DataParallelTrainer {
       const unscale = this.currentUnscale();
       if (this.resolved.staleness === 0) {
         let r: StepResult & { gradNorm?: number };
-        if (this.clipGradNorm === undefined && !this.compression)
-          r = await this.withGradScale(unscale, () => allreduceAndStep(this.comm, this.optimizer, this.bucketOptions));
+        if (this.replica) {
+          const replica = this.replica;
+          r = await this.withGradScale(unscale, () => replica.syncStep(this.bucketOptions));
+        } else if (this.clipGradNorm === undefined && !this.compression)
+          r = await this.withGradScale(unscale, () => allreduceAndStep(this.hostComm, this.optimizer, this.bucketOptions));
         else {
           // The norm needs the whole averaged gradient before any part is updated; a compressed
           // exchange ends with the scatter-add on this thread before the update can run.
           const grads = this.params.grads;
-          const reduced = this.compression ? await this.compressedAverage(grads) : await this.comm.allreduce(grads, { op: 'avg' });
+          const reduced = this.compression ? await this.compressedAverage(grads) : await this.hostComm.allreduce(grads, { op: 'avg' });
           r = await this.apply(grads, reduced, unscale);
         }
         this.calls += 1;
@@ -541,6 +555,7 @@ export class DataParallelTrainer {
       // The next update applies a gradient computed at the current weights: nothing to compensate.
       const backup = this.optimizer.stateBuffer('backup');
       if (backup) backup.array.set(this.params.weights.array);
+      this.replica?.resetBackup();
       return r;
     } catch (error) {
       this.failure = error;
@@ -564,7 +579,8 @@ export class DataParallelTrainer {
       const done = previous ? await this.complete(previous) : undefined;
       const job = this.job;
       const ahead = job ? await this.collect(job, false) : null;
-      if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.comm, this.optimizer);
+      if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.hostComm, this.optimizer);
+      this.replica?.stateToHost();
       const old = (reuse ?? {}) as Partial<DataParallelTrainerState>;
       return {
         version: 1,
@@ -675,6 +691,8 @@ export class DataParallelTrainer {
       this.pending = { buffer, reduction: Promise.resolve(result), result, unscale: this.currentUnscale() };
       this.idle = undefined;
     }
+    // Over nccl the device holds the truth: the restored weights, state and update ahead go there.
+    this.replica?.stateFromHost(ahead ? { weights: this.spareWeights!, predicted: this.sparePredicted } : undefined);
   }
 
   /** Waits for any reduction in flight, then frees the trainer's buffers and optimizer state. */
@@ -696,6 +714,13 @@ export class DataParallelTrainer {
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();
     this.residual?.dispose();
+    this.replica?.dispose();
+  }
+
+  /** The communicator of the host paths (every path that reduces host buffers; create() refuses those over nccl). */
+  private get hostComm(): Communicator {
+    if (this.comm instanceof NcclCommunicator) throw new InternalError('DataParallelTrainer: a host collective was reached over the nccl backend');
+    return this.comm as Communicator;
   }
 
   private startReduction(buffer: FlatBuffer, unscale: number): Pending {
@@ -704,7 +729,7 @@ export class DataParallelTrainer {
     const dense = (): Promise<ReduceResult> =>
       Promise.all(
         bucketRanges(buffer.length, this.bucketOptions.bucketBytes, this.bucketOptions.firstBucketBytes).map(([offset, count]) =>
-          this.comm.allreduce(buffer, { op: 'avg', offset, count }),
+          this.hostComm.allreduce(buffer, { op: 'avg', offset, count }),
         ),
       ).then((results) => ({ nonFiniteCount: results.reduce((n, r) => n + r.nonFiniteCount, 0) }));
     const reduction = this.compression ? this.compressedAverage(buffer) : dense();
@@ -719,15 +744,17 @@ export class DataParallelTrainer {
   }
 
   private startJob(grads: FlatBuffer, unscale: number): OverlappedJob {
-    const done = startOverlappedStep(this.comm, this.optimizer, {
-      grads,
-      weights: this.spareWeights!,
-      predicted: this.sparePredicted,
-      gradScaleFactor: unscale,
-      clipGradNorm: this.clipGradNorm,
-      bucketBytes: this.bucketOptions.bucketBytes,
-      firstBucketBytes: this.bucketOptions.firstBucketBytes,
-    });
+    const done = this.replica
+      ? this.replica.startOverlapped(grads, this.spareWeights!, this.sparePredicted, unscale, this.bucketOptions)
+      : startOverlappedStep(this.hostComm, this.optimizer, {
+          grads,
+          weights: this.spareWeights!,
+          predicted: this.sparePredicted,
+          gradScaleFactor: unscale,
+          clipGradNorm: this.clipGradNorm,
+          bucketBytes: this.bucketOptions.bucketBytes,
+          firstBucketBytes: this.bucketOptions.firstBucketBytes,
+        });
     const job: OverlappedJob = { grads, done, result: undefined };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
@@ -747,6 +774,7 @@ export class DataParallelTrainer {
     const r = job.result ?? (await job.done);
     job.result = r;
     if (swap && r.applied) {
+      this.replica?.swap();
       this.spareWeights = this.params.exchangeWeights(this.spareWeights!);
       if (this.sparePredicted) {
         this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
@@ -763,7 +791,7 @@ export class DataParallelTrainer {
    */
   private async compressedAverage(grads: FlatBuffer): Promise<ReduceResult> {
     const c = this.compression!;
-    const r = await sparseAllreduce(this.comm, grads, {
+    const r = await sparseAllreduce(this.hostComm, grads, {
       density: c.density,
       ...(this.residual ? { residual: this.residual } : {}),
       ...(c.rounds !== undefined ? { rounds: c.rounds } : {}),

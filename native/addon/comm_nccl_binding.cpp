@@ -20,6 +20,7 @@
 #include "cuda_buffer.h"
 #include "errors.h"
 #include "js_args.h"
+#include "native_buffer.h"
 #include "queue.h"
 #include "sapipe/plugin.h"
 #include "update_binding.h"
@@ -217,6 +218,40 @@ class FusedOp : public NcclOp {
   sapipe_nccl_step_result result_{};
 };
 
+// A copy between host memory and device memory, queued in order with the communicator's other
+// operations: the staleness-1 trainer stages a host gradient in before its fused step and the new
+// weights out after it, so the whole step runs without a turn of the JavaScript thread. The host
+// buffer is held busy until the copy is done (read: copied in; written: copied out).
+class StageOp : public NcclOp {
+ public:
+  StageOp(Napi::Env env, std::shared_ptr<NcclState> st, std::shared_ptr<DeviceAllocation> device, std::shared_ptr<AlignedBuffer> host,
+          size_t count, bool to_device)
+      : NcclOp(env, std::move(st), {device}), device_(std::move(device)), host_(std::move(host)), count_(count), to_device_(to_device) {
+    host_->acquire();
+  }
+  ~StageOp() override { host_->release(); }
+
+ protected:
+  Outcome RunOn() override {
+    void* comm = nullptr;
+    if (Outcome u = usable(*st_, &comm); u.status != SAPIPE_OK) return u;
+    const sapipe_cuda_plugin_v1* c = st_->cuda;
+    void* s = st_->compute_stream;
+    const char* what = to_device_ ? "stage to device" : "stage to host";
+    const size_t bytes = count_ * sizeof(float);
+    const sapipe_status status = to_device_ ? c->copy_to_device(device_->data, host_->data(), bytes, s)
+                                            : c->copy_to_host(host_->data(), device_->data, bytes, s);
+    if (status != SAPIPE_OK) return failed(status, std::string(what) + ": " + c->last_error());
+    return wait_for(*st_, comm, {s}, deadline_, what);
+  }
+
+ private:
+  std::shared_ptr<DeviceAllocation> device_;
+  std::shared_ptr<AlignedBuffer> host_;
+  size_t count_;
+  bool to_device_;
+};
+
 Napi::Value NcclUniqueId(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const sapipe_cuda_plugin_v1* cuda = require_nccl_table(env);
@@ -231,7 +266,8 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NcclComm",
                        {InstanceMethod<&NcclComm::Init>("init"), InstanceMethod<&NcclComm::Collective>("collective"),
-                        InstanceMethod<&NcclComm::FusedUpdate>("fusedUpdate"), InstanceMethod<&NcclComm::Destroy>("destroy")});
+                        InstanceMethod<&NcclComm::FusedUpdate>("fusedUpdate"), InstanceMethod<&NcclComm::Stage>("stage"),
+                        InstanceMethod<&NcclComm::Destroy>("destroy")});
   }
 
   // new NcclComm(device, size, rank, timeoutMs): checks NCCL first (so a missing NCCL is named even
@@ -325,6 +361,22 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     const bool sharded = info[4].ToBoolean().Value();
     const bool recheck = info[5].ToBoolean().Value();
     return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), config, update.buffers, std::move(buckets), sharded, recheck));
+  }
+
+  // stage(queue, toDevice, device, host, count) -> Promise<void>: copies the first `count` floats of
+  // host (a NativeBuffer) to device, or of device to host, in order with the queue's operations.
+  Napi::Value Stage(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Queue* queue = Queue::FromValue(env, info[0]);
+    const bool to_device = info[1].ToBoolean().Value();
+    auto device = on_device(env, info[2], "stage(device)");
+    std::shared_ptr<AlignedBuffer> host = NativeBuffer::FromValue(env, info[3], "stage(host)");
+    const size_t count = static_cast<size_t>(integer_arg(env, info[4], 0, 9007199254740991.0, "stage(count)"));
+    if (count > device->length || count > host->size())
+      throw_error(env, "ERR_SIZE_MISMATCH", "stage: " + std::to_string(count) + " floats exceed the device buffer's " +
+                                                std::to_string(device->length) + " or the host buffer's " + std::to_string(host->size()));
+    if (host->in_use()) throw_error(env, "ERR_BUSY", "stage(host): a queued operation still uses the host buffer; await it first");
+    return queue->Submit(env, new StageOp(env, st_, std::move(device), std::move(host), count, to_device));
   }
 
   // destroy(): aborts now when idle; otherwise the operation in flight aborts it (its promise then

@@ -361,6 +361,33 @@ void check_nccl(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
                "nccl fused step " + where + ": weights and predicted weights match the CPU update");
     }
   }
+  for (const Variant& variant : update_variants()) {
+    // Out of place (weights_in), as the staleness-1 trainer steps over nccl: the same step as in
+    // place, bit for bit, with the input weights only read and stale contents in the outputs.
+    if (variant.config.prediction == SAPIPE_PREDICTION_SHADOW_STEP && variant.config.estimate != SAPIPE_ESTIMATE_PREV_SYNC) continue;
+    const size_t n = 4099 * 16;
+    HostState host;
+    host.fill(n, 13);
+    DeviceState in_place(cuda, host), out(cuda, host);
+    DeviceVector out_w(cuda, std::vector<float>(n, 123.0f)), out_predicted(cuda, std::vector<float>(n, -7.0f));
+    const size_t buckets[] = {1024, 16384, n - 1024 - 16384};
+    sapipe_update_config c = variant.config;
+    c.grad_checked = 0;
+    sapipe_update_buffers a = in_place.buffers(0, n), b = out.buffers(0, n);
+    b.weights_in = out.w.ptr;
+    b.weights = out_w.ptr, b.predicted = out_predicted.ptr;
+    sapipe_nccl_step_result ra{}, rb{};
+    const bool ok = cuda->nccl_fused_update(comm, &c, &a, buckets, 3, 0, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+                    cuda->nccl_fused_update_result(comm, &ra) == SAPIPE_OK &&
+                    cuda->nccl_fused_update(comm, &c, &b, buckets, 3, 0, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+                    cuda->nccl_fused_update_result(comm, &rb) == SAPIPE_OK && ra.applied == 1 && rb.applied == 1;
+    const std::string where = "nccl fused step out of place " + variant.name;
+    t.expect(ok, where + ": applied (" + cuda->last_error() + ")");
+    t.expect(out_w.host() == in_place.w.host() && out_predicted.host() == in_place.predicted.host() && out.m.host() == in_place.m.host() &&
+                 out.v.host() == in_place.v.host() && out.backup.host() == in_place.backup.host(),
+             where + ": equals the in-place step bit for bit");
+    t.expect(out.w.host() == host.w, where + ": the input weights are only read");
+  }
   {
     // Finite gradients whose sum could overflow: the step is skipped with overflow_risk, and the
     // recheck (on the already reduced gradient, finite here) applies it.

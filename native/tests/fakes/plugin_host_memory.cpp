@@ -1,0 +1,270 @@
+// A CUDA plugin whose "device" is host memory and whose NCCL is one rank: every entry does on the
+// CPU what the real plugin does on a GPU, synchronously (a stream is done as soon as anything is
+// enqueued on it), with the CPU kernels. It lets the addon's device and NCCL bindings and the
+// TypeScript above them (DeviceBuffer, DeviceParamSet, NcclCommunicator, the data-parallel trainer
+// over nccl) run where no GPU is: the ordering of queued operations, the staging of host buffers,
+// the guard's outcomes and the recheck are exercised for real; only the GPU's arithmetic is not
+// (test/cuda/device.test.ts checks that on a GPU). Errors are the real plugin's: sizes of more
+// than one rank, roots and peers that are no rank.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../../core/update_plan.h"
+#include "sapipe/kernels.h"
+#include "sapipe/plugin.h"
+
+namespace {
+
+thread_local std::string last_error_text;
+
+sapipe_status fail(sapipe_status s, const std::string& why) {
+  last_error_text = why;
+  return s;
+}
+
+// A stream or event: any distinct non-null address.
+int stream_token = 0;
+
+struct Comm {
+  sapipe_nccl_step_result last{};
+};
+
+sapipe_status check_comm(void* comm) {
+  return comm == nullptr ? fail(SAPIPE_ERR_INVALID_ARGUMENT, "the communicator is null") : SAPIPE_OK;
+}
+
+void copy_if_apart(float* dst, const float* src, size_t count) {
+  if (dst != src && count > 0) std::memmove(dst, src, count * sizeof(float));
+}
+
+// The real fused step's guard for one rank: the non-finite inputs, and whether a sum of `size`
+// inputs bounded by the norm could overflow (native/cuda/bucket_update.cu).
+void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, int64_t* bad, bool* risk) {
+  int64_t n = 0;
+  sapipe_cpu_count_non_finite(b.grad + b.offset, b.count, &n);
+  if (sapipe::core::update_reads_local_grad(config)) {
+    int64_t m = 0;
+    sapipe_cpu_count_non_finite(b.local_grad + b.offset, b.count, &m);
+    n += m;
+  }
+  double norm = 0;
+  sapipe_cpu_squared_norm(b.grad + b.offset, b.count, &norm);
+  *bad = n;
+  *risk = n == 0 && !(std::sqrt(norm) < static_cast<double>(FLT_MAX) / 2);
+}
+
+sapipe_status update_range(const sapipe_update_config& config, const sapipe_update_buffers& b, size_t offset, size_t count) {
+  sapipe_update_config c = config;
+  c.grad_checked = 1;
+  sapipe_update_buffers part = b;
+  part.offset = offset;
+  part.count = count;
+  sapipe_update_result r{};
+  if (sapipe_status s = sapipe_cpu_update(&c, &part, &r); s != SAPIPE_OK) return fail(s, "fused step: the update refused its buffers");
+  return SAPIPE_OK;
+}
+
+sapipe_cuda_plugin_v1 make_table() {
+  sapipe_cuda_plugin_v1 t;
+  std::memset(&t, 0, sizeof t);
+  t.header = {SAPIPE_CUDA_PLUGIN_ABI_VERSION, sizeof(sapipe_cuda_plugin_v1), "cuda"};
+  t.build_architectures = [] { return "host-memory emulation"; };
+  t.runtime_version = []() -> int32_t { return 13000; };
+  t.last_error = [] { return last_error_text.c_str(); };
+  t.device_count = [](int32_t* n) {
+    if (n == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "device_count: null");
+    *n = 1;
+    return SAPIPE_OK;
+  };
+  t.device_info = [](int32_t device, sapipe_cuda_device_info* out) {
+    if (device != 0 || out == nullptr) return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "cuda:" + std::to_string(device) + " does not exist");
+    std::memset(out, 0, sizeof *out);
+    std::strncpy(out->name, "host memory (emulated device)", sizeof out->name - 1);
+    out->major = 9, out->minor = 0, out->multiprocessors = 1, out->total_memory = uint64_t{1} << 32, out->kernels_available = 1;
+    return SAPIPE_OK;
+  };
+  t.set_device = [](int32_t device) { return device == 0 ? SAPIPE_OK : fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "only cuda:0 is emulated"); };
+  t.malloc_device = [](void** ptr, size_t bytes) {
+    if (ptr == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "malloc_device: null");
+    *ptr = std::calloc(std::max<size_t>(bytes, 1), 1);
+    return *ptr != nullptr ? SAPIPE_OK : fail(SAPIPE_ERR_OUT_OF_MEMORY, "malloc_device");
+  };
+  t.free_device = [](void* ptr) {
+    std::free(ptr);
+    return SAPIPE_OK;
+  };
+  t.copy_to_device = [](void* dst, const void* src, size_t bytes, void*) {
+    std::memmove(dst, src, bytes);
+    return SAPIPE_OK;
+  };
+  t.copy_to_host = t.copy_to_device;
+  t.copy_on_device = t.copy_to_device;
+  t.stream_create = [](void** stream) {
+    if (stream == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_create: null");
+    *stream = &stream_token;
+    return SAPIPE_OK;
+  };
+  t.stream_destroy = [](void*) { return SAPIPE_OK; };
+  t.stream_synchronize = [](void*) { return SAPIPE_OK; };
+  t.event_create = t.stream_create;
+  t.event_destroy = t.stream_destroy;
+  t.event_record = [](void*, void*) { return SAPIPE_OK; };
+  t.stream_wait_event = [](void*, void*) { return SAPIPE_OK; };
+  t.update_async = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, int64_t* guard_count, void*) {
+    sapipe_update_result r{};
+    if (sapipe_status s = sapipe_cpu_update(config, buffers, &r); s != SAPIPE_OK) return fail(s, "update: refused");
+    if (guard_count != nullptr) *guard_count = r.non_finite_count;
+    return SAPIPE_OK;
+  };
+  t.update = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, sapipe_update_result* result, void*) {
+    if (sapipe_status s = sapipe_cpu_update(config, buffers, result); s != SAPIPE_OK) return fail(s, "update: refused");
+    return SAPIPE_OK;
+  };
+  t.elastic_average = [](float* worker, float* center, size_t count, float alpha, void*) {
+    return sapipe_cpu_elastic_average(worker, center, count, alpha);
+  };
+  t.sum = [](float* out, const float* const* inputs, size_t num_inputs, size_t count, float scale, int64_t* bad, void*) {
+    int64_t n = 0;
+    sapipe_status s = sapipe_cpu_sum(out, inputs, num_inputs, count, scale, &n);
+    if (bad != nullptr) *bad += n;
+    return s;
+  };
+  t.scale = [](float* x, size_t count, float scale, void*) { return sapipe_cpu_scale(x, count, scale); };
+  t.axpy = [](float* y, const float* x, size_t count, float a, void*) { return sapipe_cpu_axpy(y, x, count, a); };
+  t.squared_norm = [](const float* x, size_t count, double* out, void*) { return sapipe_cpu_squared_norm(x, count, out); };
+  t.count_non_finite = [](const float* x, size_t count, int64_t* out, void*) {
+    int64_t n = 0;
+    sapipe_status s = sapipe_cpu_count_non_finite(x, count, &n);
+    *out += n;  // as the device kernel, which adds to the word
+    return s;
+  };
+  t.nccl_probe = [](int32_t* version, const char** path) {
+    if (version != nullptr) *version = 22809;
+    if (path != nullptr) *path = "host-memory emulation (one rank)";
+    return SAPIPE_OK;
+  };
+  t.bench_update = [](const sapipe_update_config*, size_t, int32_t, int32_t, sapipe_cuda_bench_result*) {
+    return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "the host-memory emulation has no timings");
+  };
+  t.stream_query = [](void*, int32_t* done) {
+    if (done == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_query: null");
+    *done = 1;
+    return SAPIPE_OK;
+  };
+  t.nccl_get_unique_id = [](uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES]) {
+    std::memset(id, 7, SAPIPE_NCCL_UNIQUE_ID_BYTES);
+    return SAPIPE_OK;
+  };
+  t.nccl_comm_init_rank = [](void** comm, int32_t size, const uint8_t*, int32_t rank) {
+    if (comm == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_init_rank: null");
+    if (size != 1 || rank != 0) return fail(SAPIPE_ERR_INTERNAL, "the host-memory emulation has one rank");
+    *comm = new Comm();
+    return SAPIPE_OK;
+  };
+  t.nccl_comm_destroy = [](void* comm) {
+    delete static_cast<Comm*>(comm);
+    return SAPIPE_OK;
+  };
+  t.nccl_comm_abort = t.nccl_comm_destroy;
+  t.nccl_comm_async_error = [](void*, int32_t* result) {
+    if (result == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_async_error: null");
+    *result = 0;
+    return SAPIPE_OK;
+  };
+  // One rank: a sum or an average of one contribution is that contribution.
+  t.nccl_all_reduce = [](void* comm, const float* send, float* recv, size_t count, int32_t, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    copy_if_apart(recv, send, count);
+    return SAPIPE_OK;
+  };
+  t.nccl_reduce_scatter = [](void* comm, const float* send, float* recv, size_t count, int32_t, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    copy_if_apart(recv, send, count);
+    return SAPIPE_OK;
+  };
+  t.nccl_all_gather = [](void* comm, const float* send, float* recv, size_t count, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    copy_if_apart(recv, send, count);
+    return SAPIPE_OK;
+  };
+  t.nccl_broadcast = [](void* comm, const float* send, float* recv, size_t count, int32_t root, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    if (root != 0) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "broadcast: root " + std::to_string(root) + " is no rank");
+    copy_if_apart(recv, send, count);
+    return SAPIPE_OK;
+  };
+  t.nccl_send = [](void*, const float*, size_t, int32_t peer, void*) {
+    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "send: peer " + std::to_string(peer) + " is no other rank");
+  };
+  t.nccl_recv = [](void*, float*, size_t, int32_t peer, void*) {
+    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "recv: peer " + std::to_string(peer) + " is no other rank");
+  };
+  t.nccl_fused_update = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
+                           const size_t* bucket_counts, size_t num_buckets, int32_t sharded, void*, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    if (sapipe_status s = sapipe::core::check_update_config(*config); s != SAPIPE_OK) return fail(s, "fused step: bad config");
+    if (sapipe_status s = sapipe::core::check_update_buffers(*config, *buffers); s != SAPIPE_OK) return fail(s, "fused step: bad buffers");
+    auto* c = static_cast<Comm*>(comm);
+    int64_t bad = 0;
+    bool risk = false;
+    guard(*config, *buffers, &bad, &risk);
+    c->last = {bad == 0 && !risk ? 1 : 0, risk ? 1 : 0, bad};
+    if (!c->last.applied) return SAPIPE_OK;
+    // The reductions of one rank change nothing; each bucket's update, in order.
+    size_t at = buffers->offset;
+    const size_t buckets = sharded ? 1 : num_buckets;
+    for (size_t i = 0; i < buckets; ++i) {
+      const size_t count = sharded ? buffers->count : bucket_counts[i];
+      if (sapipe_status s = update_range(*config, *buffers, at, count); s != SAPIPE_OK) return s;
+      at += count;
+    }
+    return SAPIPE_OK;
+  };
+  t.nccl_fused_update_recheck = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, int32_t,
+                                   void*, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    auto* c = static_cast<Comm*>(comm);
+    int64_t bad = 0;
+    sapipe_cpu_count_non_finite(buffers->grad + buffers->offset, buffers->count, &bad);
+    c->last = {bad == 0 ? 1 : 0, 0, bad};
+    return bad == 0 ? update_range(*config, *buffers, buffers->offset, buffers->count) : SAPIPE_OK;
+  };
+  t.nccl_fused_update_result = [](void* comm, sapipe_nccl_step_result* out) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    if (out == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_fused_update_result: null");
+    *out = static_cast<Comm*>(comm)->last;
+    return SAPIPE_OK;
+  };
+  t.topk_select = [](const float* grad, float* residual, size_t count, size_t k, int32_t rounds, int32_t* indices, float* values,
+                     sapipe_topk_stats* stats, void*) {
+    return sapipe_cpu_topk_select(grad, residual, count, k, rounds, indices, values, stats);
+  };
+  t.scatter_add = [](float* out, size_t count, const int32_t* indices, const float* values, size_t n, float scale, int64_t* bad, void*) {
+    int64_t skipped = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (indices[i] < 0 || static_cast<size_t>(indices[i]) >= count)
+        ++skipped;
+      else
+        out[indices[i]] += scale * values[i];
+    }
+    if (bad != nullptr) *bad += skipped;
+    return SAPIPE_OK;
+  };
+  t.zero = [](float* x, size_t count, void*) {
+    std::memset(x, 0, count * sizeof(float));
+    return SAPIPE_OK;
+  };
+  return t;
+}
+
+const sapipe_cuda_plugin_v1 kTable = make_table();
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const sapipe_plugin_header* sapipe_plugin_entry(uint32_t abi) {
+  return abi == SAPIPE_CUDA_PLUGIN_ABI_VERSION ? &kTable.header : nullptr;
+}
