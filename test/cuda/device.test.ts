@@ -6,10 +6,11 @@
  * entries throw BackendUnavailableError carrying the plugin's reason.
  *
  * On a GPU (cudaStatus().available), the `GPU:` tests run the real paths: copies, the device
- * step against the host step, and a one-rank NCCL communicator (every collective and the fused
- * step, replicated and sharded). Where no GPU is usable those tests assert the unavailability
- * reason instead of passing silently; the two-rank and peer-loss tests need two GPUs
- * (test/cuda/nccl-ranks.test.ts).
+ * step against the host step, a one-rank NCCL communicator (every collective and the fused
+ * step, replicated and sharded, the device exchange) and DataParallelTrainer over it against the
+ * trainer over `local`. Where no GPU is usable those tests assert the unavailability reason
+ * instead of passing silently; test/cuda/emulated.test.ts runs them again on a CUDA plugin over
+ * host memory. The two-rank and peer-loss tests need two GPUs (test/cuda/nccl-ranks.test.ts).
  */
 import t, { type Test } from 'tap';
 
