@@ -283,7 +283,9 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
    *
    * The set's optimizer counts as stepping until the promise settles. On success the caller puts
    * the outputs in place (DeviceParamSet.exchangeWeights / exchangeStateBuffer on the device, the
-   * host buffers likewise); a skipped step wrote neither the outputs nor the state.
+   * host buffers likewise). A skipped step writes neither the device outputs nor the state (the
+   * copies out still overwrite the host outputs, with what the device spares held): nothing is
+   * to be swapped in.
    */
   startOverlappedStep(params: DeviceParamSet, targets: NcclOverlappedTargets): Promise<StepResult> {
     this.checkLive('step');
@@ -308,47 +310,67 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     const counts = bucketRanges(params.length, targets.bucketBytes, targets.firstBucketBytes).map(([, count]) => count);
     const ticket = optimizer.beginStep('step', { external: true });
     const config: NativeUpdateConfig = { ...ticket.config, gradScale: ((ticket.config.gradScale ?? 1) * targets.gradScaleFactor) / this.size };
-    const out = (): Promise<void>[] => [
-      this.stage(false, targets.deviceWeights, targets.hostWeights, hostLength),
-      ...(targets.devicePredicted ? [this.stage(false, targets.devicePredicted, targets.hostPredicted!, hostLength)] : []),
-    ];
-    let queued: Promise<unknown>[];
-    let fused: Promise<NcclStepResult>;
+    // Operations are submitted one by one; a refused one throws at once (before anything later
+    // is queued), those already queued run regardless.
+    const stageOut = (into: Promise<unknown>[]): void => {
+      into.push(this.stage(false, targets.deviceWeights, targets.hostWeights, hostLength));
+      if (targets.devicePredicted) into.push(this.stage(false, targets.devicePredicted, targets.hostPredicted!, hostLength));
+    };
+    const queued: Promise<unknown>[] = [];
+    let fused: Promise<NcclStepResult> | undefined;
+    let refused: unknown;
     try {
       if (ticket.firstStep) params.prepareFirstStep();
-      queued = [this.stage(true, params.grads, targets.hostGrads, hostLength)];
+      queued.push(this.stage(true, params.grads, targets.hostGrads, hostLength));
       fused = this.fused(config, buffers, counts, false, false);
-      queued.push(fused, ...out());
+      queued.push(fused);
+      stageOut(queued);
     } catch (error) {
-      // A native check refused an operation after earlier ones were queued: they finish on their
-      // own (the trainer refuses every later call after a failure).
-      ticket.finish(false, 0);
-      throw error;
-    }
-    return (async () => {
-      try {
-        // Everything settles before the ticket ends: nothing queued may still use the buffers.
-        const settled = await Promise.allSettled(queued);
-        const failed = settled.find((r) => r.status === 'rejected');
-        if (failed) throw (failed as PromiseRejectedResult).reason;
-        let result = await fused;
-        if (!result.applied && result.overflowRisk) {
-          result = await this.fused(config, buffers, counts, false, true);
-          if (result.applied) await Promise.all(out());
-        }
-        return ticket.finish(result.applied, result.nonFiniteCount);
-      } catch (error) {
-        ticket.finish(false, 0);
+      if (queued.length === 0) {
+        ticket.abort();
         throw error;
       }
+      refused = error;
+    }
+    return (async () => {
+      // Everything settles before the ticket ends: nothing queued may still use the buffers. The
+      // step counts as what the device did (a refused stage-out after the fused step still
+      // leaves the device state advanced); any failure then rejects, and the trainer refuses
+      // every later call.
+      let failure = refused ?? (await firstRejection(queued));
+      let result = fused ? await fused.catch(() => undefined) : undefined;
+      if (failure === undefined && result && !result.applied && result.overflowRisk) {
+        try {
+          result = await this.fused(config, buffers, counts, false, true);
+        } catch (error) {
+          ticket.finish(false, 0);
+          throw error;
+        }
+        if (result.applied) {
+          const outs: Promise<unknown>[] = [];
+          try {
+            stageOut(outs);
+          } catch (error) {
+            failure = error;
+          }
+          failure ??= await firstRejection(outs);
+          if (failure !== undefined) await Promise.allSettled(outs);
+        }
+      }
+      const counted = ticket.finish(result?.applied ?? false, result?.nonFiniteCount ?? 0);
+      if (failure !== undefined) throw failure;
+      return counted;
     })();
   }
 
-  /** Copies the first `count` floats of `host` to `device` (toDevice) or back, in order on the queue. */
-  private async stage(toDevice: boolean, device: DeviceBuffer, host: FlatBuffer, count: number): Promise<void> {
+  /**
+   * Copies the first `count` floats of `host` to `device` (toDevice) or back, in order on the
+   * queue. Throws at once when refused (nothing queued).
+   */
+  private stage(toDevice: boolean, device: DeviceBuffer, host: FlatBuffer, count: number): Promise<void> {
     if (this.destroyed) throw new DisposedError('NcclCommunicator: the communicator was destroyed; create a new one');
     this.checkDevice(device, toDevice ? 'stage(to device)' : 'stage(to host)');
-    await awaitNative(callNative(() => this.handle.stage(this.queue.handle, toDevice, device.handle, host.handle, count)));
+    return awaitNative(callNative(() => this.handle.stage(this.queue.handle, toDevice, device.handle, host.handle, count)));
   }
 
   /**
@@ -379,7 +401,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     return awaitNative(callNative(() => this.handle.collective(this.queue.handle, kind, a.handle, aOffset, count, b?.handle ?? null, bOffset, arg)));
   }
 
-  private async fused(
+  /** Submits a fused step (or its recheck); throws at once when refused (nothing queued). */
+  private fused(
     config: NativeUpdateConfig,
     buffers: ReturnType<DeviceParamSet['updateBuffers']>,
     counts: number[],
@@ -388,4 +411,11 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   ): Promise<NcclStepResult> {
     return awaitNative(callNative(() => this.handle.fusedUpdate(this.queue.handle, config, buffers, counts, sharded, recheck)));
   }
+}
+
+/** Waits for every promise; the first rejection's reason, or undefined when all resolved. */
+async function firstRejection(promises: Promise<unknown>[]): Promise<unknown> {
+  const settled = await Promise.allSettled(promises);
+  const failed = settled.find((r) => r.status === 'rejected');
+  return failed ? (failed as PromiseRejectedResult).reason : undefined;
 }

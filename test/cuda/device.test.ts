@@ -442,6 +442,38 @@ gpuTest(
           params.dispose();
         }
       }
+      // A finite gradient large enough that a sum could overflow fp32: the device guard skips the
+      // step for the risk alone, the recheck finds the reduced gradient finite and applies it,
+      // and the new weights are copied out again; the host trainer applies it at once.
+      for (const mode of ['sync', 'pipe-sgd', 'sapipe-wp'] as const) {
+        const make = async (c: typeof comm | typeof local) => {
+          const params = new ParamSet(spec);
+          params.weights.array.set(init);
+          return DataParallelTrainer.create({ mode, optimizer: { kind: 'sgd', lr: 1e-30 }, comm: c, params, ...buckets } as Options);
+        };
+        const [onDevice, onHost] = [await make(comm), await make(local)];
+        const huge = async (trainer: typeof onDevice) => {
+          const results: unknown[] = [];
+          for (let step = 0; step < 4; step++) {
+            trainer.grads.array.set(gradient(trainer.forwardWeights.array, step));
+            if (step === 1) trainer.grads.array[7] = 3e38;
+            const r = await trainer.step();
+            results.push({ applied: r.applied, updated: r.updated, nonFiniteCount: r.nonFiniteCount });
+          }
+          await trainer.flush();
+          return results;
+        };
+        const [d, h] = [await huge(onDevice), await huge(onHost)];
+        t.same(d, h, `${mode}: a gradient of 3e38 is applied through the recheck, as on the host`);
+        t.ok(h.every((r) => (r as { applied: boolean; updated: boolean }).applied || !(r as { updated: boolean }).updated), `${mode}: every update applied`);
+        const { ratio } = worstError(onDevice.params.weights.array, onHost.params.weights.array, 1e-6, 1e-4);
+        t.ok(ratio <= 1, `${mode}: the same weights after it (worst ${ratio.toFixed(3)} of tolerance)`);
+        for (const trainer of [onDevice, onHost]) {
+          const params = trainer.params;
+          await trainer.dispose();
+          params.dispose();
+        }
+      }
       const refused: [string, Partial<Options>][] = [
         ['clipGradNorm', { mode: 'pipe-sgd', clipGradNorm: 1 }],
         ["the 'local' estimate", { mode: 'sapipe-wp', estimate: 'local' }],

@@ -26,8 +26,7 @@ sapipe_status fail(sapipe_status s, const std::string& why) {
   return s;
 }
 
-// A stream or event: any distinct non-null address.
-int stream_token = 0;
+// A stream or event: a distinct heap address each (the fused steps refuse one stream as both).
 
 struct Comm {
   sapipe_nccl_step_result last{};
@@ -35,6 +34,17 @@ struct Comm {
 
 sapipe_status check_comm(void* comm) {
   return comm == nullptr ? fail(SAPIPE_ERR_INVALID_ARGUMENT, "the communicator is null") : SAPIPE_OK;
+}
+
+// The real plugin's checks of a fused step's arguments (native/cuda/nccl_entry.cpp).
+sapipe_status check_step(void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, void* comm_stream,
+                         void* compute_stream) {
+  if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+  if (config == nullptr || buffers == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "fused step: null config or buffers");
+  if (comm_stream == compute_stream) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "fused step: the two streams must differ");
+  if (sapipe_status s = sapipe::core::check_update_config(*config); s != SAPIPE_OK) return fail(s, "fused step: bad config");
+  if (sapipe_status s = sapipe::core::check_update_buffers(*config, *buffers); s != SAPIPE_OK) return fail(s, "fused step: bad buffers");
+  return SAPIPE_OK;
 }
 
 void copy_if_apart(float* dst, const float* src, size_t count) {
@@ -105,10 +115,13 @@ sapipe_cuda_plugin_v1 make_table() {
   t.copy_on_device = t.copy_to_device;
   t.stream_create = [](void** stream) {
     if (stream == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_create: null");
-    *stream = &stream_token;
+    *stream = new int(0);
     return SAPIPE_OK;
   };
-  t.stream_destroy = [](void*) { return SAPIPE_OK; };
+  t.stream_destroy = [](void* stream) {
+    delete static_cast<int*>(stream);
+    return SAPIPE_OK;
+  };
   t.stream_synchronize = [](void*) { return SAPIPE_OK; };
   t.event_create = t.stream_create;
   t.event_destroy = t.stream_destroy;
@@ -130,7 +143,7 @@ sapipe_cuda_plugin_v1 make_table() {
   t.sum = [](float* out, const float* const* inputs, size_t num_inputs, size_t count, float scale, int64_t* bad, void*) {
     int64_t n = 0;
     sapipe_status s = sapipe_cpu_sum(out, inputs, num_inputs, count, scale, &n);
-    if (bad != nullptr) *bad += n;
+    if (bad != nullptr) *bad = n;  // the real entry clears the word first
     return s;
   };
   t.scale = [](float* x, size_t count, float scale, void*) { return sapipe_cpu_scale(x, count, scale); };
@@ -139,7 +152,7 @@ sapipe_cuda_plugin_v1 make_table() {
   t.count_non_finite = [](const float* x, size_t count, int64_t* out, void*) {
     int64_t n = 0;
     sapipe_status s = sapipe_cpu_count_non_finite(x, count, &n);
-    *out += n;  // as the device kernel, which adds to the word
+    *out = n;  // the real entry clears the word, then its kernel adds
     return s;
   };
   t.nccl_probe = [](int32_t* version, const char** path) {
@@ -204,10 +217,14 @@ sapipe_cuda_plugin_v1 make_table() {
     return fail(SAPIPE_ERR_INVALID_ARGUMENT, "recv: peer " + std::to_string(peer) + " is no other rank");
   };
   t.nccl_fused_update = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
-                           const size_t* bucket_counts, size_t num_buckets, int32_t sharded, void*, void*) {
-    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
-    if (sapipe_status s = sapipe::core::check_update_config(*config); s != SAPIPE_OK) return fail(s, "fused step: bad config");
-    if (sapipe_status s = sapipe::core::check_update_buffers(*config, *buffers); s != SAPIPE_OK) return fail(s, "fused step: bad buffers");
+                           const size_t* bucket_counts, size_t num_buckets, int32_t sharded, void* comm_stream, void* compute_stream) {
+    if (sapipe_status s = check_step(comm, config, buffers, comm_stream, compute_stream); s != SAPIPE_OK) return s;
+    if (!sharded) {
+      size_t total = 0;
+      for (size_t i = 0; bucket_counts != nullptr && i < num_buckets; ++i) total += bucket_counts[i];
+      if (bucket_counts == nullptr || num_buckets == 0 || total != buffers->count)
+        return fail(SAPIPE_ERR_SIZE_MISMATCH, "fused step: the bucket counts must be at least one and sum to the element count");
+    }
     auto* c = static_cast<Comm*>(comm);
     int64_t bad = 0;
     bool risk = false;
@@ -225,8 +242,8 @@ sapipe_cuda_plugin_v1 make_table() {
     return SAPIPE_OK;
   };
   t.nccl_fused_update_recheck = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, int32_t,
-                                   void*, void*) {
-    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+                                   void* comm_stream, void* compute_stream) {
+    if (sapipe_status s = check_step(comm, config, buffers, comm_stream, compute_stream); s != SAPIPE_OK) return s;
     auto* c = static_cast<Comm*>(comm);
     int64_t bad = 0;
     sapipe_cpu_count_non_finite(buffers->grad + buffers->offset, buffers->count, &bad);
