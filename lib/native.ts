@@ -126,13 +126,7 @@ export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
   update(config: NativeUpdateConfig, buffers: NativeUpdateBuffers): NativeUpdateResult;
-  /**
-   * gate: a bucket update of a step guarded up front (guardAsync, then a sum all-reduce of the
-   * gate): it runs only if gate[0] and gate[1] are 0, else writes nothing and reports gate[0].
-   */
-  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, clip?: NativeClip, gate?: NativeBufferHandle): Promise<NativeUpdateResult>;
-  /** Queued: gate[0] = grad's non-finite elements, gate[1] = 1 if a sum of `size` such gradients could overflow fp32. */
-  guardAsync(queue: QueueHandle, grad: NativeBufferHandle, gate: NativeBufferHandle, size: number): Promise<void>;
+  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, clip?: NativeClip): Promise<NativeUpdateResult>;
   updateBytesPerElement(config: NativeUpdateConfig): number;
   elasticAverage(worker: NativeBufferHandle, center: NativeBufferHandle, alpha: number): void;
   sum(out: NativeBufferHandle, inputs: NativeBufferHandle[], scale: number): number;

@@ -21,8 +21,6 @@ export interface OverlapBenchOptions {
   warmup: number;
   /** Both trainers clip the averaged gradient to this global norm. */
   clipGradNorm?: number | undefined;
-  /** The trainers' guard (DataParallelTrainer's guard). */
-  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]> {
@@ -36,7 +34,6 @@ export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]
     steps: o.steps,
     warmup: o.warmup,
     clipGradNorm: o.clipGradNorm,
-    guard: o.guard,
   };
   const workers = spawnLocalRanks(new URL(`./overlap-worker.${ext}`, import.meta.url), o.nproc, { workerData });
   try {

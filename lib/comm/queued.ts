@@ -172,46 +172,6 @@ export abstract class QueuedCommunicator extends Communicator {
     return { reductions, update };
   }
 
-  /**
-   * @internal The overlapped staleness-1 step with each bucket updated as soon as it lands (guard
-   * `prescan`; see fused-step.ts), queued back to back on the collectives' queue so that it runs
-   * without a turn of the JavaScript thread: this rank's guard of `grads` into `gate`
-   * (guardAsync: its non-finite count and overflow risk), a sum all-reduce of `gate` (the verdict,
-   * the same on every rank), then for each bucket its average and its update gated by the
-   * verdict, which skips every bucket on every rank or none. Undefined under network emulation
-   * (its delays are timers on the JavaScript thread).
-   */
-  reduceAndUpdateByBucket(
-    grads: FlatBuffer,
-    ranges: readonly (readonly [number, number])[],
-    config: NativeUpdateConfig,
-    buffers: NativeUpdateBuffers,
-    gate: FlatBuffer,
-  ): { verdict: Promise<unknown>; reductions: Promise<ReduceResult>[]; updates: Promise<NativeUpdateResult>[] } | undefined {
-    this.checkLive('reduceAndUpdateByBucket');
-    if (this.emulation) return undefined;
-    for (const b of [grads, gate]) if (b.disposed) throw new DisposedError('reduceAndUpdateByBucket: a buffer was disposed; allocate a new one');
-    const addon = nativeAddon();
-    const queue = this.collectives.handle;
-    const guard = awaitNative(callNative(() => addon.guardAsync(queue, grads.handle, gate.handle, this.size)));
-    const queued: Promise<unknown>[] = [guard];
-    const reductions: Promise<ReduceResult>[] = [];
-    const updates: Promise<NativeUpdateResult>[] = [];
-    try {
-      queued.push(this.runAllreduce(gate, 0, gate.length, 1));
-      for (const [offset, count] of ranges) {
-        reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
-        updates.push(awaitNative(callNative(() => addon.updateAsync(queue, config, { ...buffers, offset, count }, undefined, gate.handle))));
-      }
-    } catch (error) {
-      // Refused after earlier operations were queued: those finish on their own, and their
-      // outcome no longer matters to anyone (the caller fails the step).
-      for (const p of [...queued, ...reductions, ...updates]) p.catch(() => undefined);
-      throw error;
-    }
-    return { verdict: Promise.all(queued), reductions, updates };
-  }
-
   /** @internal See ShardedGuard. */
   get shardedGuard(): ShardedGuard {
     return 'reduced';

@@ -1,7 +1,5 @@
-// update(config, buffers) and updateAsync(queue, config, buffers, clip?, gate?): one call per
-// optimizer step for a whole ParamSet (or one bucket of it, with offset and count); and
-// guardAsync(queue, grad, gate, size), the verdict a gated bucket update reads.
-#include <cfloat>
+// update(config, buffers) and updateAsync(queue, config, buffers, clip?): one call per optimizer
+// step for a whole ParamSet (or one bucket of it, with offset and count).
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -99,26 +97,14 @@ Clip parse_clip(Napi::Env env, const Napi::Value& v) {
   return c;
 }
 
-// A gated update (one bucket of a step whose buckets update as their reductions land) runs only
-// when the step's all-reduced guard verdict, gate[0] (non-finite inputs over every rank) and
-// gate[1] (ranks whose inputs could overflow a sum), is all zeros; otherwise it writes nothing and
-// reports gate[0] as its non-finite count. The verdict is complete when the update runs: its
-// all-reduce was queued before the bucket's reduction on the same queue.
 class UpdateOp : public AsyncOp {
  public:
-  UpdateOp(Napi::Env env, ParsedUpdate parsed, std::optional<Clip> clip, std::shared_ptr<AlignedBuffer> gate)
-      : AsyncOp(env), parsed_(std::move(parsed)), clip_(clip), gate_(std::move(gate)) {
+  UpdateOp(Napi::Env env, ParsedUpdate parsed, std::optional<Clip> clip) : AsyncOp(env), parsed_(std::move(parsed)), clip_(clip) {
     for (auto& b : parsed_.held) b->acquire();
     if (parsed_.read_only) parsed_.read_only->acquire_read();
-    if (gate_) gate_->acquire();
   }
   ~UpdateOp() override { release(); }
   void Run() override {
-    if (gate_ && (gate_->data()[0] != 0.0f || gate_->data()[1] != 0.0f)) {
-      result_ = {0, static_cast<int64_t>(gate_->data()[0])};
-      status_ = SAPIPE_OK;
-      return;
-    }
     if (clip_) {
       double sq = 0;
       status_ = sapipe_cpu_squared_norm(parsed_.buffers.grad + parsed_.buffers.offset, parsed_.buffers.count, &sq);
@@ -145,12 +131,9 @@ class UpdateOp : public AsyncOp {
     parsed_.held.clear();
     if (parsed_.read_only) parsed_.read_only->release_read();
     parsed_.read_only.reset();
-    if (gate_) gate_->release();
-    gate_.reset();
   }
   ParsedUpdate parsed_;
   std::optional<Clip> clip_;
-  std::shared_ptr<AlignedBuffer> gate_;
   double grad_norm_ = 0;
   sapipe_status status_ = SAPIPE_ERR_INTERNAL;
   sapipe_update_result result_{};
@@ -176,69 +159,7 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   ParsedUpdate parsed = parse_update(env, info[1], info[2]);
   std::optional<Clip> clip;
   if (info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull()) clip = parse_clip(env, info[3]);
-  std::shared_ptr<AlignedBuffer> gate;
-  if (info.Length() > 4 && !info[4].IsUndefined() && !info[4].IsNull()) {
-    if (clip) throw_error(env, "ERR_INVALID_ARGUMENT", "updateAsync: a gated bucket update cannot clip (the norm needs every bucket)");
-    gate = NativeBuffer::FromValue(env, info[4], "updateAsync(gate)");
-    if (gate->size() < 2) throw_error(env, "ERR_SIZE_MISMATCH", "updateAsync: the gate holds at least 2 floats");
-    for (auto& b : parsed.held)
-      if (b == gate) throw_error(env, "ERR_ALIASING", "updateAsync: the gate must not be a buffer the update writes");
-  }
-  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip, std::move(gate)));
-}
-
-// This rank's half of a bucketed step's guard, queued before its reductions: gate[0] = the
-// gradient's non-finite elements, gate[1] = 1 when they are none but the elements are large
-// enough that a sum of `size` of them could overflow fp32 (sqrt(sum g^2), which bounds every
-// |g|, times size reaches FLT_MAX / 2), else 0. The caller then all-reduces the gate (a sum), so
-// every rank reads the same verdict. One read of the gradient.
-class GuardOp : public AsyncOp {
- public:
-  GuardOp(Napi::Env env, std::shared_ptr<AlignedBuffer> grad, std::shared_ptr<AlignedBuffer> gate, double size)
-      : AsyncOp(env), grad_(std::move(grad)), gate_(std::move(gate)), size_(size) {
-    grad_->acquire();
-    gate_->acquire();
-  }
-  ~GuardOp() override { release(); }
-  void Run() override {
-    double sq = 0;
-    status_ = sapipe_cpu_squared_norm(grad_->data(), grad_->size(), &sq);
-    if (status_ != SAPIPE_OK) return;
-    const double norm = std::sqrt(sq);
-    int64_t bad = 0;
-    // A non-finite norm means a NaN/Inf element, or finite elements whose squares overflowed:
-    // only the count tells which, and the latter is an overflow risk, not a skip.
-    if (!std::isfinite(norm)) status_ = sapipe_cpu_count_non_finite(grad_->data(), grad_->size(), &bad);
-    gate_->data()[0] = static_cast<float>(bad);
-    gate_->data()[1] = bad == 0 && !(norm * size_ < static_cast<double>(FLT_MAX) / 2) ? 1.0f : 0.0f;
-  }
-  Napi::Value Result(Napi::Env env) override {
-    release();
-    if (status_ != SAPIPE_OK) throw make_status_error(env, status_, "guard");
-    return env.Undefined();
-  }
-
- private:
-  void release() {
-    if (grad_) grad_->release();
-    if (gate_) gate_->release();
-    grad_.reset();
-    gate_.reset();
-  }
-  std::shared_ptr<AlignedBuffer> grad_, gate_;
-  double size_;
-  sapipe_status status_ = SAPIPE_ERR_INTERNAL;
-};
-
-Napi::Value GuardAsync(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Queue* queue = Queue::FromValue(env, info[0]);
-  auto grad = NativeBuffer::FromValue(env, info[1], "guardAsync(grad)");
-  auto gate = NativeBuffer::FromValue(env, info[2], "guardAsync(gate)");
-  const double size = integer_arg(env, info[3], 1, 65536, "guardAsync(size)");
-  if (gate->size() < 2) throw_error(env, "ERR_SIZE_MISMATCH", "guardAsync: the gate holds at least 2 floats");
-  if (gate == grad) throw_error(env, "ERR_ALIASING", "guardAsync: the gate and the gradient must be different buffers");
-  return queue->Submit(env, new GuardOp(env, std::move(grad), std::move(gate), size));
+  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip));
 }
 
 Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
@@ -251,7 +172,6 @@ Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
 void InitUpdate(Napi::Env env, Napi::Object exports) {
   exports.Set("update", Napi::Function::New(env, Update, "update"));
   exports.Set("updateAsync", Napi::Function::New(env, UpdateAsync, "updateAsync"));
-  exports.Set("guardAsync", Napi::Function::New(env, GuardAsync, "guardAsync"));
   exports.Set("updateBytesPerElement", Napi::Function::New(env, BytesPerElement, "updateBytesPerElement"));
 }
 
