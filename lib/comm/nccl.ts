@@ -337,7 +337,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       // step counts as what the device did (a refused stage-out after the fused step still
       // leaves the device state advanced); any failure then rejects, and the trainer refuses
       // every later call.
-      let failure = refused ?? (await firstRejection(queued));
+      const rejected = await firstRejection(queued);
+      let failure = refused ?? rejected;
       let result = fused ? await fused.catch(() => undefined) : undefined;
       if (failure === undefined && result && !result.applied && result.overflowRisk) {
         try {
@@ -353,8 +354,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
           } catch (error) {
             failure = error;
           }
-          failure ??= await firstRejection(outs);
-          if (failure !== undefined) await Promise.allSettled(outs);
+          const outFailure = await firstRejection(outs);
+          failure ??= outFailure;
         }
       }
       const counted = ticket.finish(result?.applied ?? false, result?.nonFiniteCount ?? 0);
