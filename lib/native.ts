@@ -126,7 +126,23 @@ export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
   update(config: NativeUpdateConfig, buffers: NativeUpdateBuffers): NativeUpdateResult;
-  updateAsync(queue: QueueHandle, config: NativeUpdateConfig, buffers: NativeUpdateBuffers, clip?: NativeClip): Promise<NativeUpdateResult>;
+  /**
+   * gate: a bucket update of a step guarded up front (guardAsync, then a sum all-reduce of the
+   * gate): it runs only if gate[0] and gate[1] are 0, else writes nothing and reports gate[0].
+   */
+  updateAsync(
+    queue: QueueHandle,
+    config: NativeUpdateConfig,
+    buffers: NativeUpdateBuffers,
+    clip?: NativeClip,
+    gate?: NativeBufferHandle,
+    /** Run only once latchSignalAsync(latch, slot) has run (on another queue); ERR_TIMEOUT after timeoutMs. */
+    wait?: { latch: NativeBufferHandle; slot: number; timeoutMs: number },
+  ): Promise<NativeUpdateResult>;
+  /** Queued: sets latch[slot], releasing the updates waiting on it. */
+  latchSignalAsync(queue: QueueHandle, latch: NativeBufferHandle, slot: number): Promise<void>;
+  /** Queued: gate[0] = grad's non-finite elements, gate[1] = 1 if a sum of `size` such gradients could overflow fp32. */
+  guardAsync(queue: QueueHandle, grad: NativeBufferHandle, gate: NativeBufferHandle, size: number): Promise<void>;
   updateBytesPerElement(config: NativeUpdateConfig): number;
   elasticAverage(worker: NativeBufferHandle, center: NativeBufferHandle, alpha: number): void;
   sum(out: NativeBufferHandle, inputs: NativeBufferHandle[], scale: number): number;

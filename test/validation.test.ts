@@ -20,6 +20,7 @@ import {
   SapipeError,
 } from '../lib/index.js';
 import { nativeAddon } from '../lib/native.js';
+import { ExecutionQueue } from '../lib/queue.js';
 
 const code = (c: string) => ({ code: c });
 
@@ -158,6 +159,7 @@ t.test('the native layer checks again, with typed errors, whatever the TS layer 
   const w = new addon.NativeBuffer(8);
   const g = new addon.NativeBuffer(8);
   const short = new addon.NativeBuffer(7);
+  const queue = new ExecutionQueue();
   const cases: [string, () => unknown, string][] = [
     ['no config', () => addon.update(undefined as never, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
     ['unknown optimizer', () => addon.update({ optimizer: 7, lr: 0.1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
@@ -172,6 +174,12 @@ t.test('the native layer checks again, with typed errors, whatever the TS layer 
     ['sum of nothing', () => addon.sum(w, [], 1), 'ERR_INVALID_ARGUMENT'],
     ['queue is not a queue', () => addon.updateAsync({} as never, { optimizer: 0, lr: 0.1 }, { weights: w, grad: g }), 'ERR_INVALID_ARGUMENT'],
     ['buffer length -1', () => new addon.NativeBuffer(-1), 'ERR_INVALID_ARGUMENT'],
+    ['a gate of 1 float', () => addon.updateAsync(queue.handle, { optimizer: 0, lr: 0.1 }, { weights: w, grad: g }, undefined, new addon.NativeBuffer(1)), 'ERR_SIZE_MISMATCH'],
+    ['the gate is the weights', () => addon.updateAsync(queue.handle, { optimizer: 0, lr: 0.1 }, { weights: w, grad: g }, undefined, w), 'ERR_ALIASING'],
+    ['a gate with a clip', () => addon.updateAsync(queue.handle, { optimizer: 0, lr: 0.1 }, { weights: w, grad: g }, { maxNorm: 1, base: 1, unscale: 1 }, short), 'ERR_INVALID_ARGUMENT'],
+    ['guard: a gate of 1 float', () => addon.guardAsync(queue.handle, g, new addon.NativeBuffer(1), 2), 'ERR_SIZE_MISMATCH'],
+    ['guard: the gate is the gradient', () => addon.guardAsync(queue.handle, g, g, 2), 'ERR_ALIASING'],
+    ['guard: size 0', () => addon.guardAsync(queue.handle, g, short, 0), 'ERR_INVALID_ARGUMENT'],
   ];
   for (const [what, fn, expected] of cases) {
     try {
@@ -182,6 +190,65 @@ t.test('the native layer checks again, with typed errors, whatever the TS layer 
     }
   }
   t.ok(new SapipeError('ERR_INTERNAL', 'x') instanceof Error);
+});
+
+t.test('a gated update runs only on an all-zero verdict; the queued guard writes the verdict', async (t) => {
+  const addon = nativeAddon();
+  const queue = new ExecutionQueue();
+  const w = FlatBuffer.from([1, 2, 3, 4]);
+  const g = FlatBuffer.from([1, 1, 1, 1]);
+  const gate = FlatBuffer.allocate(16);
+  await addon.guardAsync(queue.handle, g.handle, gate.handle, 3);
+  t.same([gate.array[0], gate.array[1]], [0, 0], 'a small finite gradient: no non-finite element, no overflow risk');
+  const applied = await addon.updateAsync(queue.handle, { optimizer: 0, lr: 0.5, gradChecked: true }, { weights: w.handle, grad: g.handle }, undefined, gate.handle);
+  t.same(applied, { applied: true, nonFiniteCount: 0 });
+  t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5], 'the update ran');
+  g.array.set([1, Number.NaN, Infinity, 1]);
+  await addon.guardAsync(queue.handle, g.handle, gate.handle, 3);
+  t.same([gate.array[0], gate.array[1]], [2, 0], 'two non-finite elements counted');
+  const skipped = await addon.updateAsync(queue.handle, { optimizer: 0, lr: 0.5, gradChecked: true }, { weights: w.handle, grad: g.handle }, undefined, gate.handle);
+  t.same(skipped, { applied: false, nonFiniteCount: 2 }, 'skipped, reporting the verdict');
+  t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5], 'nothing written');
+  g.array.set([1e38, 1, 1, 1]);
+  await addon.guardAsync(queue.handle, g.handle, gate.handle, 3);
+  t.same([gate.array[0], gate.array[1]], [0, 1], 'finite, but three such gradients could overflow a sum');
+  await addon.guardAsync(queue.handle, g.handle, gate.handle, 1);
+  t.same([gate.array[0], gate.array[1]], [0, 0], 'one rank: no sum to overflow');
+  for (const b of [w, g, gate]) b.dispose();
+});
+
+t.test('an update waiting on a latch runs once another queue signals it, and times out otherwise', async (t) => {
+  const addon = nativeAddon();
+  const [updates, signals] = [new ExecutionQueue(), new ExecutionQueue()];
+  const w = FlatBuffer.from([1, 2, 3, 4]);
+  const g = FlatBuffer.from([1, 1, 1, 1]);
+  const latch = FlatBuffer.allocate(16);
+  const config = { optimizer: 0, lr: 0.5, gradChecked: true };
+  let settled = false;
+  const waiting = addon.updateAsync(updates.handle, config, { weights: w.handle, grad: g.handle }, undefined, undefined, { latch: latch.handle, slot: 3, timeoutMs: 10_000 });
+  void waiting.then(() => (settled = true));
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.equal(settled, false, 'the update waits for its slot');
+  await addon.latchSignalAsync(signals.handle, latch.handle, 3);
+  t.same(await waiting, { applied: true, nonFiniteCount: 0 }, 'and runs once it is signalled');
+  t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5]);
+  const error = await addon
+    .updateAsync(updates.handle, config, { weights: w.handle, grad: g.handle }, undefined, undefined, { latch: latch.handle, slot: 4, timeoutMs: 30 })
+    .then(() => undefined, (e: unknown) => e);
+  t.equal((error as { code?: string }).code, 'ERR_TIMEOUT', 'a slot never signalled fails the update within its timeout');
+  t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5], 'and writes nothing');
+  const code = (fn: () => unknown): string | undefined => {
+    try {
+      fn();
+    } catch (e) {
+      return (e as { code?: string }).code;
+    }
+    return undefined;
+  };
+  t.equal(code(() => addon.latchSignalAsync(signals.handle, latch.handle, 16)), 'ERR_SIZE_MISMATCH', 'a slot past the latch');
+  t.equal(code(() => addon.updateAsync(updates.handle, config, { weights: w.handle, grad: g.handle }, undefined, undefined, { latch: latch.handle, slot: 16, timeoutMs: 10 })), 'ERR_SIZE_MISMATCH');
+  t.equal(code(() => addon.updateAsync(updates.handle, config, { weights: w.handle, grad: g.handle }, undefined, undefined, { latch: w.handle, slot: 0, timeoutMs: 10 })), 'ERR_ALIASING', 'the latch is a written buffer');
+  for (const b of [w, g, latch]) b.dispose();
 });
 
 t.test('hostile values: typed errors whose messages format the value safely', async (t) => {

@@ -28,6 +28,8 @@ export interface OverlapWorkerData extends LocalRankData {
   warmup: number;
   /** Both trainers clip the averaged gradient to this global norm (DataParallelTrainer's clipGradNorm). */
   clipGradNorm?: number | undefined;
+  /** Both trainers' guard (DataParallelTrainer's guard; the update at step() has none to choose). */
+  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 export interface OverlapRow {
@@ -94,6 +96,7 @@ async function main(): Promise<void> {
         overlapUpdate: overlap,
         broadcastWeights: false,
         ...(data.clipGradNorm !== undefined ? { clipGradNorm: data.clipGradNorm } : {}),
+        ...(data.guard !== undefined ? { guard: data.guard } : {}),
       });
       await comm.barrier();
       for (let i = 0; i < data.warmup + data.steps; i++) {

@@ -21,6 +21,8 @@ export interface OverlapBenchOptions {
   warmup: number;
   /** Both trainers clip the averaged gradient to this global norm. */
   clipGradNorm?: number | undefined;
+  /** The trainers' guard (DataParallelTrainer's guard). */
+  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]> {
@@ -34,6 +36,7 @@ export async function benchOverlap(o: OverlapBenchOptions): Promise<OverlapRow[]
     steps: o.steps,
     warmup: o.warmup,
     clipGradNorm: o.clipGradNorm,
+    guard: o.guard,
   };
   const workers = spawnLocalRanks(new URL(`./overlap-worker.${ext}`, import.meta.url), o.nproc, { workerData });
   try {

@@ -42,11 +42,12 @@
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
 import { BackendUnavailableError, DisposedError, InvalidArgumentError } from '../errors.js';
-import { awaitNative, callNative, nativeAddon, type NativeClip, type NativeUpdateResult } from '../native.js';
+import { awaitNative, callNative, nativeAddon, type NativeClip, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult } from '../native.js';
 import { DeviceParamSet } from '../device.js';
-import { Optimizer, type StepResult } from '../optim/optimizer.js';
+import { Optimizer, type StepResult, type StepTicket } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';
+import { firstRejection } from './settle.js';
 import { Communicator, type ReduceResult } from './communicator.js';
 import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
@@ -242,6 +243,13 @@ export interface OverlappedStepTargets {
   clipGradNorm?: number | undefined;
   bucketBytes?: number | undefined;
   firstBucketBytes?: number | undefined;
+  /**
+   * `prescan`: each bucket is updated as soon as its reduction lands, behind a guard of every
+   * rank's gradient taken first (one extra read, queued). `deferred`: one update behind the last
+   * bucket, its own read of the averaged gradient the guard. Default as allreduceAndStep's. With
+   * clipGradNorm the update always waits for the last bucket (the norm needs every bucket).
+   */
+  guard?: 'prescan' | 'deferred' | undefined;
 }
 
 /**
@@ -252,10 +260,16 @@ export interface OverlappedStepTargets {
  * backends the update is queued right behind the last bucket on the communicator's queue and runs
  * without the JavaScript thread; under network emulation the two are chained here.
  *
- * All or nothing: the update's own guard reads the averaged gradient (identical on every rank)
- * before writing, so a NaN/Inf anywhere skips the step on every rank and writes nothing. The
- * update waits for the last bucket, rather than updating each bucket as it lands, because it is
- * queued before anything is known about later buckets, and an update cannot be undone exactly.
+ * All or nothing, by one of two guards (targets.guard, default as allreduceAndStep's):
+ * - `deferred`: the update waits for the last bucket and its own guard reads the averaged
+ *   gradient (identical on every rank) before writing, so a NaN/Inf anywhere skips the step on
+ *   every rank and writes nothing. No extra read; the update starts only when every bucket is in.
+ * - `prescan` (no clip, native chain): each rank's gradient is guarded first (its non-finite
+ *   count and whether a sum could overflow, one read, queued ahead of the reductions) and the
+ *   verdict all-reduced; each bucket's update then runs as soon as that bucket lands, gated by the
+ *   verdict, so every bucket of every rank updates or none does. A step skipped for the overflow
+ *   risk alone is applied whole once the reductions show every sum finite (at the next turn of
+ *   the JavaScript thread: rare, and exact).
  *
  * A failed reduction (a lost peer) fails the returned promise; the update queued behind it may
  * still have written `targets` and the optimizer's state, which is why the trainer refuses every
@@ -283,6 +297,15 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
   };
   const clip: NativeClip | undefined =
     targets.clipGradNorm === undefined ? undefined : { maxNorm: targets.clipGradNorm, base: ticket.config.gradScale ?? 1, unscale: targets.gradScaleFactor };
+  const guard = targets.guard ?? (comm instanceof QueuedCommunicator && comm.memorySpeedLinks ? 'deferred' : 'prescan');
+  if (guard !== 'prescan' && guard !== 'deferred') {
+    ticket.abort();
+    throw new InvalidArgumentError(`startOverlappedStep: guard must be 'prescan' or 'deferred', got ${describeValue(guard)}`);
+  }
+  if (guard === 'prescan' && clip === undefined && comm instanceof QueuedCommunicator) {
+    const byBucket = startByBucket(comm, ticket, ranges, targets.grads, config, buffers);
+    if (byBucket) return byBucket;
+  }
   let reductions: Promise<ReduceResult>[];
   let update: Promise<NativeUpdateResult>;
   try {
@@ -310,6 +333,76 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
     return r.gradNorm === undefined ? result : { ...result, gradNorm: r.gradNorm };
   })();
 }
+
+/**
+ * The `prescan` form of startOverlappedStep on a native chain: guard, verdict, then each bucket's
+ * reduction and gated update (QueuedCommunicator.reduceAndUpdateByBucket). Undefined (nothing
+ * queued) where the backend chains nothing natively.
+ */
+function startByBucket(
+  comm: QueuedCommunicator,
+  ticket: StepTicket,
+  ranges: readonly (readonly [number, number])[],
+  grads: FlatBuffer,
+  config: NativeUpdateConfig,
+  buffers: NativeUpdateBuffers,
+): Promise<StepResult> | undefined {
+  // The verdict rules out every non-finite sum before any bucket is updated.
+  const checked = { ...config, gradChecked: true };
+  const scratch: FlatBuffer[] = [];
+  const release = (): void => {
+    for (const b of scratch) {
+      try {
+        b.dispose();
+      } catch {
+        // still held by an operation queued before a refusal: collected once it lets go
+      }
+    }
+  };
+  let chain: ReturnType<QueuedCommunicator['reduceAndUpdateByBucket']>;
+  try {
+    const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
+    scratch.push(gate);
+    const latch = FlatBuffer.allocate(Math.ceil(ranges.length / ALIGN_ELEMENTS) * ALIGN_ELEMENTS);
+    scratch.push(latch);
+    // The updates run on the optimizer's queue, each waiting for its bucket's reduction.
+    chain = comm.reduceAndUpdateByBucket(grads, ranges, checked, buffers, gate, latch, ticket.queue.handle);
+  } catch (error) {
+    // Operations queued before the refusal run regardless (the trainer refuses every later call
+    // after a failure).
+    ticket.abort();
+    release();
+    throw error;
+  }
+  if (!chain) {
+    release();
+    return undefined;
+  }
+  const { queued, reductions, updates } = chain;
+  const gate = scratch[0]!;
+  return (async () => {
+    try {
+      const failure = await firstRejection([...queued, ...reductions, ...updates]);
+      if (failure !== undefined) throw failure;
+      const results = await Promise.all(updates);
+      if (results.every((r) => r.applied)) return ticket.finish(true, 0);
+      const nonFinite = gate.array[0]!;
+      if (nonFinite > 0) return ticket.finish(false, nonFinite);
+      // Skipped for the overflow risk alone: the reductions counted their non-finite sums as they
+      // wrote them; none means the averaged gradient is finite, and the update runs now, whole.
+      const sums = (await Promise.all(reductions)).reduce((n, r) => n + r.nonFiniteCount, 0);
+      if (sums > 0) return ticket.finish(false, sums);
+      const r = await awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, checked, buffers)));
+      return ticket.finish(r.applied, r.nonFiniteCount);
+    } catch (error) {
+      ticket.finish(false, 0);
+      throw error;
+    } finally {
+      release();
+    }
+  })();
+}
+
 
 /**
  * The prescan guard's verdict: one tiny all-reduce of [non-finite inputs, ranks whose inputs

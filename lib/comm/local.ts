@@ -63,6 +63,7 @@ export class LocalCommunicator extends QueuedCommunicator {
     this.group = options.group;
     this.handle = handle;
     this.ring = options.algorithm === 'ring';
+    if (options.timeoutMs !== undefined) this.operationTimeoutMs = options.timeoutMs;
   }
 
   /** Joins the group; resolves once all `size` ranks have joined (or rejects with TimeoutError). */

@@ -26,6 +26,7 @@ import { ExecutionQueue } from '../queue.js';
 import type { FlatBuffer } from '../tensor.js';
 import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult } from './communicator.js';
 import { bucketRanges } from './buckets.js';
+import { firstRejection } from './settle.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -412,11 +413,4 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   ): Promise<NcclStepResult> {
     return awaitNative(callNative(() => this.handle.fusedUpdate(this.queue.handle, config, buffers, counts, sharded, recheck)));
   }
-}
-
-/** Waits for every promise; the first rejection's reason, or undefined when all resolved. */
-async function firstRejection(promises: Promise<unknown>[]): Promise<unknown> {
-  const settled = await Promise.allSettled(promises);
-  const failed = settled.find((r) => r.status === 'rejected');
-  return failed ? (failed as PromiseRejectedResult).reason : undefined;
 }

@@ -7,7 +7,7 @@ import { DisposedError, InvalidArgumentError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon, type NativeBufferHandle, type NativeClip, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 import { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';
-import { Communicator, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
+import { Communicator, DEFAULT_COMM_TIMEOUT_MS, type ReduceResult, type ShardedGuard, type ShardedStep, type ShardedStepResult } from './communicator.js';
 import { partition } from './partition.js';
 import { CollectiveKind, type QueuedCommHandle } from './native-handle.js';
 
@@ -15,6 +15,8 @@ import { CollectiveKind, type QueuedCommHandle } from './native-handle.js';
 export abstract class QueuedCommunicator extends Communicator {
   /** @internal */
   protected readonly collectives = new ExecutionQueue();
+  /** @internal The bound of one collective (the backend's timeoutMs): what a wait across queues scales with. */
+  protected operationTimeoutMs = DEFAULT_COMM_TIMEOUT_MS;
   private readonly sendQueues = new Map<number, ExecutionQueue>();
   private readonly recvQueues = new Map<number, ExecutionQueue>();
   protected abstract readonly handle: QueuedCommHandle;
@@ -170,6 +172,55 @@ export abstract class QueuedCommunicator extends Communicator {
       throw error;
     }
     return { reductions, update };
+  }
+
+  /**
+   * @internal The overlapped staleness-1 step with each bucket updated as soon as it lands (guard
+   * `prescan`; see fused-step.ts), without a turn of the JavaScript thread. On the collectives'
+   * queue: this rank's guard of `grads` into `gate` (guardAsync: its non-finite count and overflow
+   * risk), a sum all-reduce of `gate` (the verdict, the same on every rank), then each bucket's
+   * average followed by a signal of its slot in `latch`. On `updateQueue` (another thread: the
+   * collectives' queue is blocked by each reduction while it runs): each bucket's update, waiting
+   * for its slot and gated by the verdict, so update k runs while bucket k+1 is reduced and every
+   * bucket of every rank updates or none does. `latch` holds a zero per bucket. Undefined under
+   * network emulation (its delays are timers on the JavaScript thread).
+   */
+  reduceAndUpdateByBucket(
+    grads: FlatBuffer,
+    ranges: readonly (readonly [number, number])[],
+    config: NativeUpdateConfig,
+    buffers: NativeUpdateBuffers,
+    gate: FlatBuffer,
+    latch: FlatBuffer,
+    updateQueue: QueueHandle,
+  ): { queued: Promise<unknown>[]; reductions: Promise<ReduceResult>[]; updates: Promise<NativeUpdateResult>[] } | undefined {
+    this.checkLive('reduceAndUpdateByBucket');
+    if (this.emulation) return undefined;
+    for (const b of [grads, gate, latch]) if (b.disposed) throw new DisposedError('reduceAndUpdateByBucket: a buffer was disposed; allocate a new one');
+    if (latch.length < ranges.length) throw new InvalidArgumentError('reduceAndUpdateByBucket: the latch needs a slot per bucket');
+    const addon = nativeAddon();
+    const queue = this.collectives.handle;
+    const guard = awaitNative(callNative(() => addon.guardAsync(queue, grads.handle, gate.handle, this.size)));
+    const queued: Promise<unknown>[] = [guard];
+    const reductions: Promise<ReduceResult>[] = [];
+    const updates: Promise<NativeUpdateResult>[] = [];
+    try {
+      queued.push(this.runAllreduce(gate, 0, gate.length, 1));
+      ranges.forEach(([offset, count], k) => {
+        reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
+        queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k))));
+        // Bounded: the guard, the verdict and k + 1 reductions come first, each within the timeout.
+        const wait = { latch: latch.handle, slot: k, timeoutMs: Math.min(2 ** 31 - 1, (k + 3) * this.operationTimeoutMs) };
+        updates.push(awaitNative(callNative(() => addon.updateAsync(updateQueue, config, { ...buffers, offset, count }, undefined, gate.handle, wait))));
+      });
+    } catch (error) {
+      // Refused after earlier operations were queued: those finish on their own (an update whose
+      // signal was never queued times out), and their outcome no longer matters to anyone (the
+      // caller fails the step).
+      for (const p of [...queued, ...reductions, ...updates]) p.catch(() => undefined);
+      throw error;
+    }
+    return { queued, reductions, updates };
   }
 
   /** @internal See ShardedGuard. */

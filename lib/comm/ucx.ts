@@ -116,8 +116,10 @@ export class UcxCommunicator extends QueuedCommunicator {
     emulation: NetworkEmulation | undefined,
     protected readonly handle: UcxCommHandle,
     private readonly ownedStore: Rendezvous | undefined,
+    timeoutMs: number,
   ) {
     super(rank, size, emulation);
+    this.operationTimeoutMs = timeoutMs;
   }
 
   /** Joins the group; resolves once every rank is connected (or rejects: TimeoutError, PeerLostError, BackendUnavailableError). */
@@ -162,7 +164,7 @@ export class UcxCommunicator extends QueuedCommunicator {
       void owned?.close().catch(() => {});
       throw error;
     }
-    const comm = new UcxCommunicator(rank, size, emulation, handle, owned);
+    const comm = new UcxCommunicator(rank, size, emulation, handle, owned, timeoutMs);
     try {
       const generation = generations.get(store) ?? 0;
       generations.set(store, generation + 1);

@@ -38,7 +38,13 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   /** `sync`: bucket sizes of the fused all-reduce + update (see allreduceAndStep). */
   bucketBytes?: number;
   firstBucketBytes?: number;
-  /** `sync`: how the fused step stays all-or-nothing under NaN/Inf (see allreduceAndStep). */
+  /**
+   * How the fused step stays all-or-nothing under NaN/Inf (see allreduceAndStep): in `sync`, and
+   * in the staleness-1 modes with the overlapped update, where `prescan` updates each bucket as
+   * soon as its reduction lands (behind a guard of every rank's gradient, one extra read, queued)
+   * and `deferred` runs one update behind the last bucket. Default: `deferred` where every rank is
+   * reached at memory speed, else `prescan`. With clipGradNorm the update waits for every bucket.
+   */
   guard?: 'prescan' | 'deferred';
   /**
    * `sync`: `replicated` (default) or `sharded` (each rank reduces and updates only its part of the
@@ -754,6 +760,7 @@ export class DataParallelTrainer {
           clipGradNorm: this.clipGradNorm,
           bucketBytes: this.bucketOptions.bucketBytes,
           firstBucketBytes: this.bucketOptions.firstBucketBytes,
+          guard: this.bucketOptions.guard,
         });
     const job: OverlappedJob = { grads, done, result: undefined };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported

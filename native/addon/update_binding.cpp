@@ -1,6 +1,11 @@
-// update(config, buffers) and updateAsync(queue, config, buffers, clip?): one call per optimizer
-// step for a whole ParamSet (or one bucket of it, with offset and count).
+// update(config, buffers) and updateAsync(queue, config, buffers, clip?, gate?): one call per
+// optimizer step for a whole ParamSet (or one bucket of it, with offset and count); and
+// guardAsync(queue, grad, gate, size), the verdict a gated bucket update reads.
+#include <cfloat>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -97,14 +102,51 @@ Clip parse_clip(Napi::Env env, const Napi::Value& v) {
   return c;
 }
 
+// Latches between two queues: a bucket's update waits on the optimizer's queue until the signal
+// queued behind that bucket's reduction on the communicator's queue has run. A latch is a slot of a
+// NativeBuffer (0 until signalled); one mutex for every latch, which also orders the signalling
+// thread's earlier writes (the reduced bucket, the verdict) before the waiting update's reads.
+std::mutex latch_mutex;
+std::condition_variable latch_signalled;
+
+struct LatchWait {
+  std::shared_ptr<AlignedBuffer> latch;
+  size_t slot = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+// Waits for the slot; false when the timeout passed first (the signal never came: the
+// communicator was destroyed, or a reduction before it never finished).
+bool wait_for_latch(const LatchWait& w) {
+  std::unique_lock<std::mutex> lock(latch_mutex);
+  return latch_signalled.wait_for(lock, w.timeout, [&] { return w.latch->data()[w.slot] != 0.0f; });
+}
+
+// A gated update (one bucket of a step whose buckets update as their reductions land) runs only
+// when the step's all-reduced guard verdict, gate[0] (non-finite inputs over every rank) and
+// gate[1] (ranks whose inputs could overflow a sum), is all zeros; otherwise it writes nothing and
+// reports gate[0] as its non-finite count. The verdict is complete when the update runs: its
+// all-reduce was queued before the bucket's reduction on the same queue.
 class UpdateOp : public AsyncOp {
  public:
-  UpdateOp(Napi::Env env, ParsedUpdate parsed, std::optional<Clip> clip) : AsyncOp(env), parsed_(std::move(parsed)), clip_(clip) {
+  UpdateOp(Napi::Env env, ParsedUpdate parsed, std::optional<Clip> clip, std::shared_ptr<AlignedBuffer> gate, std::optional<LatchWait> wait)
+      : AsyncOp(env), parsed_(std::move(parsed)), clip_(clip), gate_(std::move(gate)), wait_(std::move(wait)) {
     for (auto& b : parsed_.held) b->acquire();
     if (parsed_.read_only) parsed_.read_only->acquire_read();
+    if (gate_) gate_->acquire();
+    if (wait_) wait_->latch->acquire();
   }
   ~UpdateOp() override { release(); }
   void Run() override {
+    if (wait_ && !wait_for_latch(*wait_)) {
+      status_ = SAPIPE_ERR_TIMEOUT;
+      return;
+    }
+    if (gate_ && (gate_->data()[0] != 0.0f || gate_->data()[1] != 0.0f)) {
+      result_ = {0, static_cast<int64_t>(gate_->data()[0])};
+      status_ = SAPIPE_OK;
+      return;
+    }
     if (clip_) {
       double sq = 0;
       status_ = sapipe_cpu_squared_norm(parsed_.buffers.grad + parsed_.buffers.offset, parsed_.buffers.count, &sq);
@@ -131,9 +173,15 @@ class UpdateOp : public AsyncOp {
     parsed_.held.clear();
     if (parsed_.read_only) parsed_.read_only->release_read();
     parsed_.read_only.reset();
+    if (gate_) gate_->release();
+    gate_.reset();
+    if (wait_) wait_->latch->release();
+    wait_.reset();
   }
   ParsedUpdate parsed_;
   std::optional<Clip> clip_;
+  std::shared_ptr<AlignedBuffer> gate_;
+  std::optional<LatchWait> wait_;
   double grad_norm_ = 0;
   sapipe_status status_ = SAPIPE_ERR_INTERNAL;
   sapipe_update_result result_{};
@@ -159,7 +207,123 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   ParsedUpdate parsed = parse_update(env, info[1], info[2]);
   std::optional<Clip> clip;
   if (info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull()) clip = parse_clip(env, info[3]);
-  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip));
+  std::shared_ptr<AlignedBuffer> gate;
+  if (info.Length() > 4 && !info[4].IsUndefined() && !info[4].IsNull()) {
+    if (clip) throw_error(env, "ERR_INVALID_ARGUMENT", "updateAsync: a gated bucket update cannot clip (the norm needs every bucket)");
+    gate = NativeBuffer::FromValue(env, info[4], "updateAsync(gate)");
+    if (gate->size() < 2) throw_error(env, "ERR_SIZE_MISMATCH", "updateAsync: the gate holds at least 2 floats");
+    for (auto& b : parsed.held)
+      if (b == gate) throw_error(env, "ERR_ALIASING", "updateAsync: the gate must not be a buffer the update writes");
+  }
+  // wait: { latch, slot, timeoutMs }: run only once latchSignalAsync(latch, slot) has run.
+  std::optional<LatchWait> wait;
+  if (info.Length() > 5 && !info[5].IsUndefined() && !info[5].IsNull()) {
+    Napi::Object o = expect_object(env, info[5], "updateAsync(wait)");
+    LatchWait w;
+    w.latch = NativeBuffer::FromValue(env, o.Get("latch"), "updateAsync(wait.latch)");
+    w.slot = static_cast<size_t>(integer_arg(env, o.Get("slot"), 0, 9007199254740991.0, "updateAsync(wait.slot)"));
+    w.timeout = std::chrono::milliseconds(static_cast<int64_t>(integer_arg(env, o.Get("timeoutMs"), 1, 2147483647.0, "updateAsync(wait.timeoutMs)")));
+    if (w.slot >= w.latch->size()) throw_error(env, "ERR_SIZE_MISMATCH", "updateAsync: wait.slot is past the latch buffer");
+    for (auto& b : parsed.held)
+      if (b == w.latch) throw_error(env, "ERR_ALIASING", "updateAsync: the latch must not be a buffer the update writes");
+    wait = std::move(w);
+  }
+  return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip, std::move(gate), std::move(wait)));
+}
+
+// latchSignalAsync(queue, latch, slot): queued; sets latch[slot] and wakes the updates waiting on it.
+class SignalOp : public AsyncOp {
+ public:
+  SignalOp(Napi::Env env, std::shared_ptr<AlignedBuffer> latch, size_t slot) : AsyncOp(env), latch_(std::move(latch)), slot_(slot) {
+    latch_->acquire();
+  }
+  ~SignalOp() override { release(); }
+  void Run() override {
+    {
+      std::lock_guard<std::mutex> lock(latch_mutex);
+      latch_->data()[slot_] = 1.0f;
+    }
+    latch_signalled.notify_all();
+  }
+  Napi::Value Result(Napi::Env env) override {
+    release();
+    return env.Undefined();
+  }
+
+ private:
+  void release() {
+    if (latch_) latch_->release();
+    latch_.reset();
+  }
+  std::shared_ptr<AlignedBuffer> latch_;
+  size_t slot_;
+};
+
+Napi::Value LatchSignalAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Queue* queue = Queue::FromValue(env, info[0]);
+  auto latch = NativeBuffer::FromValue(env, info[1], "latchSignalAsync(latch)");
+  const size_t slot = static_cast<size_t>(integer_arg(env, info[2], 0, 9007199254740991.0, "latchSignalAsync(slot)"));
+  if (slot >= latch->size()) throw_error(env, "ERR_SIZE_MISMATCH", "latchSignalAsync: the slot is past the latch buffer");
+  return queue->Submit(env, new SignalOp(env, std::move(latch), slot));
+}
+
+// This rank's half of a bucketed step's guard, queued before its reductions: gate[0] = the
+// gradient's non-finite elements, gate[1] = 1 when they are none but the elements are large
+// enough that a sum of `size` of them could overflow fp32 (sqrt(sum g^2), which bounds every
+// |g|, times size reaches FLT_MAX / 2), else 0. The caller then all-reduces the gate (a sum), so
+// every rank reads the same verdict. One read of the gradient.
+class GuardOp : public AsyncOp {
+ public:
+  GuardOp(Napi::Env env, std::shared_ptr<AlignedBuffer> grad, std::shared_ptr<AlignedBuffer> gate, double size)
+      : AsyncOp(env), grad_(std::move(grad)), gate_(std::move(gate)), size_(size) {
+    grad_->acquire();
+    gate_->acquire();
+  }
+  ~GuardOp() override { release(); }
+  void Run() override {
+    // Skip unless this completes: every rank then reads a verdict that says so.
+    gate_->data()[0] = 0.0f;
+    gate_->data()[1] = 1.0f;
+    double sq = 0;
+    status_ = sapipe_cpu_squared_norm(grad_->data(), grad_->size(), &sq);
+    if (status_ != SAPIPE_OK) return;
+    const double norm = std::sqrt(sq);
+    int64_t bad = 0;
+    // A non-finite norm means a NaN/Inf element, or finite elements whose squares overflowed:
+    // only the count tells which, and the latter is an overflow risk, not a skip.
+    if (!std::isfinite(norm)) status_ = sapipe_cpu_count_non_finite(grad_->data(), grad_->size(), &bad);
+    if (status_ != SAPIPE_OK) return;
+    gate_->data()[0] = static_cast<float>(bad);
+    gate_->data()[1] = bad == 0 && !(norm * size_ < static_cast<double>(FLT_MAX) / 2) ? 1.0f : 0.0f;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    release();
+    if (status_ != SAPIPE_OK) throw make_status_error(env, status_, "guard");
+    return env.Undefined();
+  }
+
+ private:
+  void release() {
+    if (grad_) grad_->release();
+    if (gate_) gate_->release();
+    grad_.reset();
+    gate_.reset();
+  }
+  std::shared_ptr<AlignedBuffer> grad_, gate_;
+  double size_;
+  sapipe_status status_ = SAPIPE_ERR_INTERNAL;
+};
+
+Napi::Value GuardAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Queue* queue = Queue::FromValue(env, info[0]);
+  auto grad = NativeBuffer::FromValue(env, info[1], "guardAsync(grad)");
+  auto gate = NativeBuffer::FromValue(env, info[2], "guardAsync(gate)");
+  const double size = integer_arg(env, info[3], 1, 65536, "guardAsync(size)");
+  if (gate->size() < 2) throw_error(env, "ERR_SIZE_MISMATCH", "guardAsync: the gate holds at least 2 floats");
+  if (gate == grad) throw_error(env, "ERR_ALIASING", "guardAsync: the gate and the gradient must be different buffers");
+  return queue->Submit(env, new GuardOp(env, std::move(grad), std::move(gate), size));
 }
 
 Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
@@ -172,6 +336,8 @@ Napi::Value BytesPerElement(const Napi::CallbackInfo& info) {
 void InitUpdate(Napi::Env env, Napi::Object exports) {
   exports.Set("update", Napi::Function::New(env, Update, "update"));
   exports.Set("updateAsync", Napi::Function::New(env, UpdateAsync, "updateAsync"));
+  exports.Set("guardAsync", Napi::Function::New(env, GuardAsync, "guardAsync"));
+  exports.Set("latchSignalAsync", Napi::Function::New(env, LatchSignalAsync, "latchSignalAsync"));
   exports.Set("updateBytesPerElement", Napi::Function::New(env, BytesPerElement, "updateBytesPerElement"));
 }
 

@@ -144,10 +144,13 @@ t.test(`every collective, point-to-point ordering, mismatches, the fused step an
       }
       checkFused(t, n, rank, msgs.find((m) => 'fused' in m)?.fused as Record<string, FusedOut> | undefined);
       type Run = { weights: number[]; applied: boolean[]; overlapped: boolean };
-      const trained = msgs.find((m) => 'trainer' in m)?.trainer as { runs: Record<string, Run>; direct: number } | undefined;
-      const trained0 = run.results[0]!.find((m) => 'trainer' in m)?.trainer as { runs: Record<string, Run> } | undefined;
+      // Each mode's runs come in a line of their own (trainerRuns), then the shared-memory count.
+      const runsOf = (all: Result[]): Record<string, Run> => Object.assign({}, ...all.filter((m) => 'trainerRuns' in m).map((m) => m.trainerRuns as Record<string, Run>));
+      const direct0 = msgs.find((m) => 'trainer' in m)?.trainer as { direct: number } | undefined;
+      const trained = direct0 && { runs: runsOf(msgs), direct: direct0.direct };
+      const trained0 = { runs: runsOf(run.results[0]!) };
       t.ok(trained, `world ${n} rank ${rank}: DataParallelTrainer trained over ucx`);
-      for (const mode of ['pipe-sgd', 'sapipe-dc', 'sapipe-wp', 'sapipe-wp+dc adam']) {
+      for (const mode of ['pipe-sgd', 'sapipe-dc', 'sapipe-wp', 'sapipe-wp+dc adam', 'sapipe-wp+dc adam, per bucket']) {
         const over = trained?.runs[`${mode} overlapped`];
         const at = trained?.runs[`${mode} at-step`];
         t.ok(over?.overlapped && at && !at.overlapped, `${mode}: one run overlapped, one at step()`);

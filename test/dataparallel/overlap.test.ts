@@ -7,7 +7,10 @@
  * rank's gradient skips that update on every rank and leaves every buffer as it was. With
  * clipGradNorm the norm and the clip factor are taken where the update runs (natively, behind the
  * last bucket) and must equal those of the update at step(), norms reported included. The reference
- * comparison of the overlapped path is test/dataparallel/trainer.test.ts (its default).
+ * comparison of the overlapped path is test/dataparallel/trainer.test.ts (its default). With
+ * `guard: 'prescan'` each bucket is updated as it lands (gated by the queued guard's verdict): the
+ * same weights bit for bit, the same all-or-nothing skip, and a finite gradient large enough that
+ * a sum could overflow is applied through the reductions' counts, as at step().
  */
 import t from 'tap';
 
@@ -42,6 +45,10 @@ const CASES: [string, Config, boolean][] = [
   // The clip is taken where the update runs: active in the first steps (norms about 4), not later.
   ['pipe-sgd + clipGradNorm', { mode: 'pipe-sgd', optimizer: sgd, clipGradNorm: 1 }, true],
   ['sapipe-wp prev-sync + DC + clipGradNorm, Adam', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, clipGradNorm: 1.5 }, true],
+  // Each bucket updated as soon as it lands, behind the queued guard of every rank's gradient.
+  ['pipe-sgd, per bucket (prescan)', { mode: 'pipe-sgd', optimizer: sgd, guard: 'prescan' }, true],
+  ['sapipe-dc (adaptive), per bucket', { mode: 'sapipe-dc', optimizer: sgd, guard: 'prescan' }, true],
+  ['sapipe-wp prev-sync + DC, Adam, per bucket', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, guard: 'prescan' }, true],
   ['sapipe-wp local', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local' }, false],
   ['sapipe-wp local-prev-sync + DC', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'local-prev-sync', compensation: {} }, false],
 ];
@@ -104,6 +111,23 @@ t.test('a NaN in one bucket of one rank skips that update on every rank, every b
       t.same(weights[21], weights[20], `${name} rank ${r}: the skipped update left the weights as they were`);
       t.same(forward[22], forward[21], `${name} rank ${r}: and the weights the next forward reads`);
       t.same(a.weights, at![r]!.weights, `${name} rank ${r}: as the update at step() does`);
+    }
+  }
+});
+
+t.test("guard 'prescan': a gradient whose sum could overflow skips every bucket, then the whole update runs once the sums prove finite", async (t) => {
+  for (const [name, config] of CASES.filter((c) => c[2] && c[1].guard === 'prescan')) {
+    // 3e38 on one rank of three: a sum bound of 9e38 trips the guard, the actual sums are finite.
+    const hugeAt = { rank: 2, step: 10, index: 20, value: 3e38 };
+    const [over, at] = await Promise.all([true, false].map((overlap) => runScenario(3, { kind: 'trace', config: { ...config, ...BUCKETS, overlapUpdate: overlap }, steps: 16, nanAt: hugeAt })));
+    for (let r = 0; r < 3; r++) {
+      const a = over![r]!;
+      if (!t.notOk(a.error ?? at![r]!.error, `${name} rank ${r} ran`)) continue;
+      t.same(a.updated, at![r]!.updated, `${name} rank ${r}: the same updates applied`);
+      // Step 10's gradient is applied at step 11. (Later steps may skip: a delay-compensation term
+      // or Adam's second moment of 3e38 squared overflows the state, alike on both paths.)
+      t.equal((a.updated as boolean[])[11], true, `${name} rank ${r}: the huge gradient's update applied`);
+      t.same(a.weights, at![r]!.weights, `${name} rank ${r}: the weights after every step, as at step()`);
     }
   }
 });

@@ -307,12 +307,14 @@ export function registerBenchCommand(program: Command): void {
     .option('--steps <n>', 'measured steps per run', parsePositiveInt, 20)
     .option('--warmup <n>', 'unmeasured steps first', parsePositiveInt, 3)
     .option('--clip <norm>', 'both trainers clip the averaged gradient to this global norm (clipGradNorm)', (v) => numberOption(v, '--clip'))
+    .option('--guard <kind>', "the overlapped update's guard: 'deferred' (one update behind the last bucket; the default here) or 'prescan' (each bucket updated as it lands)")
     .option('--json', 'print JSON')
-    .action(async (options: { nproc: number; size: number; modes: string; optimizer: string; computeMs?: number; compute: string; steps: number; warmup: number; clip?: number; json?: boolean }) => {
+    .action(async (options: { nproc: number; size: number; modes: string; optimizer: string; computeMs?: number; compute: string; steps: number; warmup: number; clip?: number; guard?: string; json?: boolean }) => {
       const modes = options.modes.split(',').map((m) => checkOneOf(m.trim(), '--modes', ['pipe-sgd', 'sapipe-dc', 'sapipe-wp'] as const));
       const optimizer = checkOneOf(options.optimizer, '--optimizer', ['sgd', 'adam'] as const);
       const compute = checkOneOf(options.compute, '--compute', ['sleep', 'busy'] as const);
       if (options.clip !== undefined && !(options.clip > 0)) throw new InvalidArgumentError(`--clip must be a positive norm, got ${options.clip}`);
+      const guard = options.guard === undefined ? undefined : checkOneOf(options.guard, '--guard', ['prescan', 'deferred'] as const);
       const rows = await benchOverlap({
         nproc: options.nproc,
         elements: options.size,
@@ -323,6 +325,7 @@ export function registerBenchCommand(program: Command): void {
         steps: options.steps,
         warmup: options.warmup,
         ...(options.clip !== undefined ? { clipGradNorm: options.clip } : {}),
+        ...(guard !== undefined ? { guard } : {}),
       });
       if (options.json) {
         console.log(JSON.stringify(rows, null, 2));
@@ -331,7 +334,8 @@ export function registerBenchCommand(program: Command): void {
       console.log(
         `${options.nproc} ranks (worker threads, local), ${formatCount(options.size)} parameters, ${optimizer}, compute '${compute}', ` +
           `median of ${options.steps} steps after ${options.warmup}; ${availableParallelism()} cores` +
-          (options.clip !== undefined ? `; clipGradNorm ${options.clip}` : ''),
+          (options.clip !== undefined ? `; clipGradNorm ${options.clip}` : '') +
+          (guard !== undefined ? `; guard ${guard}` : ''),
       );
       const table = cliTable(['mode', 'update alone ms', 'all-reduce ms', 'compute ms', 'step() blocks: at step()', 'overlapped', 'overlapped / update', 'iteration ms: at step()', 'overlapped']);
       for (const r of rows)

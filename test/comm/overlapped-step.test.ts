@@ -1,0 +1,60 @@
+/**
+ * startOverlappedStep's two guards on one in-process rank of `local`: `prescan` takes the
+ * per-bucket chain (QueuedCommunicator.reduceAndUpdateByBucket) unless a clip needs every bucket
+ * first, `deferred` the one update behind the last bucket; both write the same weights, bit for
+ * bit, and a NaN skips either with nothing written. (Many ranks, every mode and estimate:
+ * test/dataparallel/overlap.test.ts and test/comm/ucx.test.ts.)
+ */
+import t from 'tap';
+
+import { LocalCommunicator } from '../../lib/comm/local.js';
+import { startOverlappedStep } from '../../lib/comm/fused-step.js';
+import { SGD } from '../../lib/optim/index.js';
+import { ParamSet } from '../../lib/tensor.js';
+
+t.test("guard 'prescan' updates bucket by bucket, 'deferred' once; the same weights", async (t) => {
+  const comm = await LocalCommunicator.create({ group: `overlapped-step-${process.pid}`, rank: 0, size: 1 });
+  let byBucket = 0;
+  const original = comm.reduceAndUpdateByBucket.bind(comm);
+  comm.reduceAndUpdateByBucket = (...args) => {
+    byBucket++;
+    return original(...args);
+  };
+  t.teardown(() => comm.destroy());
+  const run = async (guard: 'prescan' | 'deferred', clip?: number, nanAt = -1) => {
+    const params = new ParamSet({ w: [40, 10], b: [10] });
+    params.weights.array.forEach((_, i, a) => (a[i] = Math.sin(i)));
+    const optimizer = new SGD(params, { lr: 0.1, momentum: 0.9, prediction: { kind: 'linear', steps: 1 } });
+    const spare = params.allocateLike();
+    const predicted = params.allocateLike();
+    const grads = params.allocateLike();
+    const results = [];
+    for (let step = 0; step < 6; step++) {
+      grads.array.forEach((_, i, a) => (a[i] = Math.cos(i + step)));
+      if (step === nanAt) grads.array[123] = Number.NaN;
+      const before = params.weights.array.slice();
+      const r = await startOverlappedStep(comm, optimizer, { grads, weights: spare, predicted, gradScaleFactor: 1, clipGradNorm: clip, bucketBytes: 256, firstBucketBytes: 64, guard });
+      results.push(r.applied);
+      if (r.applied) {
+        params.weights.array.set(spare.array);
+        optimizer.stateBuffer('predicted')!.array.set(predicted.array);
+      } else t.same(params.weights.array, before, `${guard}: a skipped step leaves the weights`);
+    }
+    const weights = Array.from(params.weights.array);
+    for (const b of [spare, predicted, grads]) b.dispose();
+    optimizer.dispose();
+    params.dispose();
+    return { results, weights };
+  };
+  const deferred = await run('deferred');
+  t.equal(byBucket, 0, "'deferred' never takes the per-bucket chain");
+  const prescan = await run('prescan');
+  t.equal(byBucket, 6, "'prescan' takes it at every step");
+  t.same(prescan, deferred, 'the same results and weights, bit for bit');
+  byBucket = 0;
+  await run('prescan', 1e9);
+  t.equal(byBucket, 0, 'with a clip the update waits for every bucket');
+  const [a, b] = [await run('prescan', undefined, 3), await run('deferred', undefined, 3)];
+  t.same(a.results, [true, true, true, false, true, true], 'a NaN skips that step');
+  t.same(a, b, 'as the deferred guard does');
+});
