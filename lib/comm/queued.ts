@@ -209,8 +209,9 @@ export abstract class QueuedCommunicator extends Communicator {
       ranges.forEach(([offset, count], k) => {
         reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
         queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k))));
-        // Bounded: the guard, the verdict and k + 1 reductions come first, each within the timeout.
-        const wait = { latch: latch.handle, slot: k, timeoutMs: Math.min(2 ** 31 - 1, (k + 3) * this.operationTimeoutMs) };
+        // Bounded from now: each collective queued before the signal has its own deadline from its
+        // submission (now), so the signal comes within about one timeout, or is dropped (-1).
+        const wait = { latch: latch.handle, slot: k, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) };
         updates.push(awaitNative(callNative(() => addon.updateAsync(updateQueue, config, { ...buffers, offset, count }, undefined, gate.handle, wait))));
       });
     } catch (error) {

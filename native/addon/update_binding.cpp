@@ -104,22 +104,26 @@ Clip parse_clip(Napi::Env env, const Napi::Value& v) {
 
 // Latches between two queues: a bucket's update waits on the optimizer's queue until the signal
 // queued behind that bucket's reduction on the communicator's queue has run. A latch is a slot of a
-// NativeBuffer (0 until signalled); one mutex for every latch, which also orders the signalling
-// thread's earlier writes (the reduced bucket, the verdict) before the waiting update's reads.
+// NativeBuffer (0 until signalled, 1 signalled, -1 when the signal was dropped unrun: its queue
+// shut down); one mutex for every latch, which also orders the signalling thread's earlier writes
+// (the reduced bucket, the verdict) before the waiting update's reads.
 std::mutex latch_mutex;
 std::condition_variable latch_signalled;
 
 struct LatchWait {
   std::shared_ptr<AlignedBuffer> latch;
   size_t slot = 0;
-  std::chrono::milliseconds timeout{0};
+  // Absolute, from submission: every collective queued before the signal has its own deadline
+  // from its submission, so the signal comes within about one timeout unless it is dropped.
+  std::chrono::steady_clock::time_point deadline;
 };
 
-// Waits for the slot; false when the timeout passed first (the signal never came: the
-// communicator was destroyed, or a reduction before it never finished).
-bool wait_for_latch(const LatchWait& w) {
+// Waits for the slot: SAPIPE_OK once signalled, SAPIPE_ERR_DISPOSED when the signal was dropped
+// unrun, SAPIPE_ERR_TIMEOUT when the deadline passed first.
+sapipe_status wait_for_latch(const LatchWait& w) {
   std::unique_lock<std::mutex> lock(latch_mutex);
-  return latch_signalled.wait_for(lock, w.timeout, [&] { return w.latch->data()[w.slot] != 0.0f; });
+  if (!latch_signalled.wait_until(lock, w.deadline, [&] { return w.latch->data()[w.slot] != 0.0f; })) return SAPIPE_ERR_TIMEOUT;
+  return w.latch->data()[w.slot] > 0.0f ? SAPIPE_OK : SAPIPE_ERR_DISPOSED;
 }
 
 // A gated update (one bucket of a step whose buckets update as their reductions land) runs only
@@ -138,9 +142,9 @@ class UpdateOp : public AsyncOp {
   }
   ~UpdateOp() override { release(); }
   void Run() override {
-    if (wait_ && !wait_for_latch(*wait_)) {
-      status_ = SAPIPE_ERR_TIMEOUT;
-      return;
+    if (wait_) {
+      status_ = wait_for_latch(*wait_);
+      if (status_ != SAPIPE_OK) return;
     }
     if (gate_ && (gate_->data()[0] != 0.0f || gate_->data()[1] != 0.0f)) {
       result_ = {0, static_cast<int64_t>(gate_->data()[0])};
@@ -222,7 +226,8 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
     LatchWait w;
     w.latch = NativeBuffer::FromValue(env, o.Get("latch"), "updateAsync(wait.latch)");
     w.slot = static_cast<size_t>(integer_arg(env, o.Get("slot"), 0, 9007199254740991.0, "updateAsync(wait.slot)"));
-    w.timeout = std::chrono::milliseconds(static_cast<int64_t>(integer_arg(env, o.Get("timeoutMs"), 1, 2147483647.0, "updateAsync(wait.timeoutMs)")));
+    w.deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>(integer_arg(env, o.Get("timeoutMs"), 1, 2147483647.0, "updateAsync(wait.timeoutMs)")));
     if (w.slot >= w.latch->size()) throw_error(env, "ERR_SIZE_MISMATCH", "updateAsync: wait.slot is past the latch buffer");
     for (auto& b : parsed.held)
       if (b == w.latch) throw_error(env, "ERR_ALIASING", "updateAsync: the latch must not be a buffer the update writes");
@@ -237,13 +242,15 @@ class SignalOp : public AsyncOp {
   SignalOp(Napi::Env env, std::shared_ptr<AlignedBuffer> latch, size_t slot) : AsyncOp(env), latch_(std::move(latch)), slot_(slot) {
     latch_->acquire();
   }
-  ~SignalOp() override { release(); }
+  // Dropped unrun (its queue shut down, as when a worker is terminated): the waiting update fails
+  // at once instead of sitting out its deadline.
+  ~SignalOp() override {
+    if (latch_ && !ran_) set(-1.0f);
+    release();
+  }
   void Run() override {
-    {
-      std::lock_guard<std::mutex> lock(latch_mutex);
-      latch_->data()[slot_] = 1.0f;
-    }
-    latch_signalled.notify_all();
+    set(1.0f);
+    ran_ = true;
   }
   Napi::Value Result(Napi::Env env) override {
     release();
@@ -255,8 +262,16 @@ class SignalOp : public AsyncOp {
     if (latch_) latch_->release();
     latch_.reset();
   }
+  void set(float value) {
+    {
+      std::lock_guard<std::mutex> lock(latch_mutex);
+      latch_->data()[slot_] = value;
+    }
+    latch_signalled.notify_all();
+  }
   std::shared_ptr<AlignedBuffer> latch_;
   size_t slot_;
+  bool ran_ = false;
 };
 
 Napi::Value LatchSignalAsync(const Napi::CallbackInfo& info) {
