@@ -155,7 +155,7 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
       throw new BackendUnavailableError(`allreduceAndStep: the ${comm.backend} backend has no sharded update; use update: 'replicated'`);
     // 'prescan' backends update blocks as they reduce them, so finiteness must be known first;
     // 'reduced' backends reduce their whole part first and skip on every rank by themselves.
-    const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, grads) : { nonFinite: 0, safe: true };
+    const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, optimizer, grads) : { nonFinite: 0, safe: true };
     const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
     if (verdict.nonFinite > 0) {
       const step = optimizer.beginStep('allreduceAndStep');
@@ -180,7 +180,7 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
     // part on every rank, so each rank first needs the whole state (every rank reaches this verdict).
     await gatherShardedState(comm, optimizer);
   } else if (guard === 'prescan') {
-    const verdict = await prescan(comm, grads);
+    const verdict = await prescan(comm, optimizer, grads);
     if (verdict.nonFinite > 0) {
       const step = optimizer.beginStep('allreduceAndStep', inputs);
       return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
@@ -405,23 +405,19 @@ function startByBucket(
 
 
 /**
- * The prescan guard's verdict: one tiny all-reduce of [non-finite inputs, ranks whose inputs
- * could overflow the sum]. `safe`: every reduced element will be finite.
+ * The prescan guard's verdict: this rank's guard of `grads` (the native guardAsync, queued on the
+ * optimizer's queue so the JavaScript thread does not read the gradient: its non-finite count and
+ * whether a sum over the ranks could overflow), then one tiny sum all-reduce of it. `safe`: every
+ * reduced element will be finite. The same guard the per-bucket overlapped step queues.
  */
-async function prescan(comm: Communicator, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
-  const addon = nativeAddon();
-  const norm = FlatBuffer.allocate(ALIGN_ELEMENTS);
+async function prescan(comm: Communicator, optimizer: Optimizer, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
+  const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
   try {
-    const local = Math.sqrt(addon.squaredNorm(grads.handle));
-    // A non-finite norm means a NaN/Inf element, or finite elements so large that their squares
-    // overflowed: only the count tells which, and the latter is an overflow risk, not a skip.
-    const nonFinite = Number.isFinite(local) ? 0 : addon.countNonFinite(grads.handle);
-    norm.array[0] = nonFinite;
-    norm.array[1] = nonFinite === 0 && !(local * comm.size < FLT_MAX / 2) ? 1 : 0;
-    await comm.allreduce(norm);
-    return { nonFinite: norm.array[0]!, safe: norm.array[1] === 0 };
+    await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
+    await comm.allreduce(gate);
+    return { nonFinite: gate.array[0]!, safe: gate.array[1] === 0 };
   } finally {
-    norm.dispose();
+    gate.dispose();
   }
 }
 

@@ -190,6 +190,11 @@ export abstract class Optimizer {
     return nativeAddon().updateBytesPerElement(this.nativeConfig());
   }
 
+  /** @internal The queue its steps run on (also where a fused step queues its gradient guard). */
+  get executionQueue(): ExecutionQueue {
+    return this.queue;
+  }
+
   /** Runs one step on the calling thread. */
   stepSync(inputs: StepInputs = {}): StepResult {
     const ticket = this.beginStep('stepSync', inputs);
