@@ -237,6 +237,26 @@ t.test('an update waiting on a latch runs once another queue signals it, and tim
     .then(() => undefined, (e: unknown) => e);
   t.equal((error as { code?: string }).code, 'ERR_TIMEOUT', 'a slot never signalled fails the update within its timeout');
   t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5], 'and writes nothing');
+
+  // A signal behind a failed operation on its queue (here an update that timed out; in a step, a
+  // reduction) fails its waiters instead of releasing them, and so does every later slot's signal.
+  const chain = FlatBuffer.allocate(16);
+  const waitOn = (slot: number): Promise<unknown> =>
+    addon.updateAsync(updates.handle, config, { weights: w.handle, grad: g.handle }, undefined, undefined, { latch: chain.handle, slot, timeoutMs: 10_000 }).then(
+      (r) => r,
+      (e: unknown) => (e as { code?: string }).code,
+    );
+  const failing = addon.updateAsync(signals.handle, config, { weights: g.handle, grad: w.handle }, undefined, undefined, { latch: latch.handle, slot: 5, timeoutMs: 10 });
+  void failing.catch(() => undefined);
+  void addon.latchSignalAsync(signals.handle, chain.handle, 1);
+  void addon.latchSignalAsync(signals.handle, chain.handle, 2);
+  t.equal(await waitOn(1), 'ERR_DISPOSED', 'a signal behind a failed operation fails the update waiting on it');
+  t.equal(await waitOn(2), 'ERR_DISPOSED', 'and the next slot, signalled behind a successful one, fails too');
+  t.same(Array.from(w.array), [0.5, 1.5, 2.5, 3.5], 'neither wrote anything');
+  await addon.latchSignalAsync(signals.handle, chain.handle, 5);
+  t.same(await waitOn(5), { applied: true, nonFiniteCount: 0 }, 'a slot whose predecessor was never signalled is released');
+  chain.dispose();
+
   const code = (fn: () => unknown): string | undefined => {
     try {
       fn();

@@ -271,9 +271,10 @@ export interface OverlappedStepTargets {
  *   risk alone is applied whole once the reductions show every sum finite (at the next turn of
  *   the JavaScript thread: rare, and exact).
  *
- * A failed reduction (a lost peer) fails the returned promise; the update queued behind it may
- * still have written `targets` and the optimizer's state, which is why the trainer refuses every
- * later call after a failure. The ParamSet's weights, only read, stay as they were.
+ * A failed reduction (a lost peer) fails the returned promise, and every update queued behind it
+ * fails before writing (a latch signal behind each reduction vouches for it). On the emulated path
+ * a failed bucket already stops the update. The ParamSet's weights, only read, stay as they were;
+ * the trainer refuses every later call after a failure.
  *
  * The optimizer counts as stepping until the returned promise settles. Every rank must call it
  * with the same bucket options.
@@ -363,7 +364,7 @@ function startByBucket(
   try {
     const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
     scratch.push(gate);
-    const latch = FlatBuffer.allocate(Math.ceil(ranges.length / ALIGN_ELEMENTS) * ALIGN_ELEMENTS);
+    const latch = FlatBuffer.allocate(Math.ceil((ranges.length + 1) / ALIGN_ELEMENTS) * ALIGN_ELEMENTS);
     scratch.push(latch);
     // The updates run on the optimizer's queue, each waiting for its bucket's reduction.
     chain = comm.reduceAndUpdateByBucket(grads, ranges, checked, buffers, gate, latch, ticket.queue.handle);

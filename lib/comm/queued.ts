@@ -148,7 +148,8 @@ export abstract class QueuedCommunicator extends Communicator {
    * `grads` over the ranks in the buckets `ranges`, then the update `config`/`buffers`, queued back
    * to back on the collectives' queue. The update starts the moment the last bucket lands, without
    * a turn of the JavaScript thread (which is busy computing the caller's next gradient), and the
-   * next collective waits for it. Undefined under network emulation, whose delays are timers on the
+   * next collective waits for it. A failed reduction fails the update too, before it writes anything.
+   * Undefined under network emulation, whose delays are timers on the
    * JavaScript thread: the caller then chains the two itself.
    */
   reduceThenUpdate(
@@ -161,16 +162,30 @@ export abstract class QueuedCommunicator extends Communicator {
     this.checkLive('reduceThenUpdate');
     if (this.emulation) return undefined;
     if (grads.disposed) throw new DisposedError('reduceThenUpdate(grads) was disposed; allocate a new buffer');
-    const reductions = ranges.map(([offset, count]) => this.runAllreduce(grads, offset, count, 1 / this.size));
+    const addon = nativeAddon();
+    const queue = this.collectives.handle;
+    // A signal behind each bucket's reduction (latchSignalAsync): one behind a failed reduction, or
+    // behind a slot so marked, marks its slot -1, and the update, which reads the last slot (already
+    // set when it runs: same queue), then fails writing nothing.
+    const latch = FlatBuffer.allocate(Math.max(1, ranges.length));
+    const reductions: Promise<ReduceResult>[] = [];
+    const signals: Promise<unknown>[] = [];
     let update: Promise<NativeUpdateResult>;
     try {
-      update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers, clip)));
+      ranges.forEach(([offset, count], k) => {
+        reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
+        signals.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k))));
+      });
+      const wait = ranges.length > 0 ? { latch: latch.handle, slot: ranges.length - 1, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) } : undefined;
+      update = awaitNative(callNative(() => addon.updateAsync(queue, config, buffers, clip, undefined, wait)));
     } catch (error) {
       // The update's buffers failed their native checks after the buckets were queued: those
       // finish on their own, and their outcome no longer matters to anyone.
-      for (const r of reductions) r.catch(() => undefined);
+      for (const p of [...reductions, ...signals]) p.catch(() => undefined);
+      disposeWhenSettled(latch, signals);
       throw error;
     }
+    disposeWhenSettled(latch, [update, ...signals]);
     return { reductions, update };
   }
 
@@ -182,7 +197,8 @@ export abstract class QueuedCommunicator extends Communicator {
    * average followed by a signal of its slot in `latch`. On `updateQueue` (another thread: the
    * collectives' queue is blocked by each reduction while it runs): each bucket's update, waiting
    * for its slot and gated by the verdict, so update k runs while bucket k+1 is reduced and every
-   * bucket of every rank updates or none does. `latch` holds a zero per bucket. Undefined under
+   * bucket of every rank updates or none does. `latch` holds a zero per bucket plus one. A failed
+   * collective releases no later update: each fails, writing nothing. Undefined under
    * network emulation (its delays are timers on the JavaScript thread).
    */
   reduceAndUpdateByBucket(
@@ -197,7 +213,7 @@ export abstract class QueuedCommunicator extends Communicator {
     this.checkLive('reduceAndUpdateByBucket');
     if (this.emulation) return undefined;
     for (const b of [grads, gate, latch]) if (b.disposed) throw new DisposedError('reduceAndUpdateByBucket: a buffer was disposed; allocate a new one');
-    if (latch.length < ranges.length) throw new InvalidArgumentError('reduceAndUpdateByBucket: the latch needs a slot per bucket');
+    if (latch.length < ranges.length + 1) throw new InvalidArgumentError('reduceAndUpdateByBucket: the latch needs a slot per bucket, plus one');
     const addon = nativeAddon();
     const queue = this.collectives.handle;
     const guard = awaitNative(callNative(() => addon.guardAsync(queue, grads.handle, gate.handle, this.size)));
@@ -205,13 +221,17 @@ export abstract class QueuedCommunicator extends Communicator {
     const reductions: Promise<ReduceResult>[] = [];
     const updates: Promise<NativeUpdateResult>[] = [];
     try {
+      // Slot 0 vouches for the verdict's all-reduce, slot k + 1 for bucket k's reduction: a signal
+      // behind a failed collective, or behind a slot so marked, marks its slot failed (-1), so no
+      // update runs on a verdict or a bucket that was not reduced.
       queued.push(this.runAllreduce(gate, 0, gate.length, 1));
+      queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, 0))));
       ranges.forEach(([offset, count], k) => {
         reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
-        queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k))));
+        queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k + 1))));
         // Bounded from now: each collective queued before the signal has its own deadline from its
         // submission (now), so the signal comes within about one timeout, or is dropped (-1).
-        const wait = { latch: latch.handle, slot: k, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) };
+        const wait = { latch: latch.handle, slot: k + 1, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) };
         updates.push(awaitNative(callNative(() => addon.updateAsync(updateQueue, config, { ...buffers, offset, count }, undefined, gate.handle, wait))));
       });
     } catch (error) {
@@ -259,4 +279,15 @@ function queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueu
     map.set(peer, q);
   }
   return q;
+}
+
+/** Frees `buffer` once every operation holding it has settled (each lets go as it settles). */
+function disposeWhenSettled(buffer: FlatBuffer, holders: readonly Promise<unknown>[]): void {
+  void Promise.allSettled(holders).then(() => {
+    try {
+      buffer.dispose();
+    } catch {
+      // still held (an operation dropped unrun at teardown): collected with its handle
+    }
+  });
 }

@@ -92,6 +92,7 @@ class CommOp : public AsyncOp {
     for (auto& b : held_) b->acquire();
   }
   ~CommOp() override { release(); }
+  bool Failed() const override { return status_ != SAPIPE_OK; }
   Napi::Value Result(Napi::Env env) override {
     release();
     if (status_ != SAPIPE_OK) throw Napi::Error(env, make_error(env));

@@ -25,10 +25,20 @@ class AsyncOp {
   virtual ~AsyncOp() = default;
   virtual void Run() = 0;                         // on the queue's worker thread
   virtual Napi::Value Result(Napi::Env env) = 0;  // on the JS thread; may throw Napi::Error
+  // Whether Run() ended in failure (its Promise will reject), read on the worker thread right
+  // after Run(): the queue tells the next operation (previous_failed()).
+  virtual bool Failed() const { return false; }
   Napi::Promise::Deferred& deferred() { return deferred_; }
 
+ protected:
+  // In Run(): whether the operation run just before this one on the same queue failed, so an
+  // operation queued behind another can act on its outcome (a latch signal behind a reduction).
+  bool previous_failed() const { return previous_failed_; }
+
  private:
+  friend class Queue;
   Napi::Promise::Deferred deferred_;
+  bool previous_failed_ = false;
 };
 
 class Queue : public Napi::ObjectWrap<Queue> {

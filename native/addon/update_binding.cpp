@@ -104,8 +104,8 @@ Clip parse_clip(Napi::Env env, const Napi::Value& v) {
 
 // Latches between two queues: a bucket's update waits on the optimizer's queue until the signal
 // queued behind that bucket's reduction on the communicator's queue has run. A latch is a slot of a
-// NativeBuffer (0 until signalled, 1 signalled, -1 when the signal was dropped unrun: its queue
-// shut down); one mutex for every latch, which also orders the signalling thread's earlier writes
+// NativeBuffer (0 until signalled, 1 signalled, -1 when the signal was dropped unrun, its queue
+// shut down, or ran behind a failed operation); one mutex for every latch, which also orders the signalling thread's earlier writes
 // (the reduced bucket, the verdict) before the waiting update's reads.
 std::mutex latch_mutex;
 std::condition_variable latch_signalled;
@@ -119,7 +119,7 @@ struct LatchWait {
 };
 
 // Waits for the slot: SAPIPE_OK once signalled, SAPIPE_ERR_DISPOSED when the signal was dropped
-// unrun, SAPIPE_ERR_TIMEOUT when the deadline passed first.
+// unrun or ran behind a failure, SAPIPE_ERR_TIMEOUT when the deadline passed first.
 sapipe_status wait_for_latch(const LatchWait& w) {
   std::unique_lock<std::mutex> lock(latch_mutex);
   if (!latch_signalled.wait_until(lock, w.deadline, [&] { return w.latch->data()[w.slot] != 0.0f; })) return SAPIPE_ERR_TIMEOUT;
@@ -141,6 +141,7 @@ class UpdateOp : public AsyncOp {
     if (wait_) wait_->latch->acquire();
   }
   ~UpdateOp() override { release(); }
+  bool Failed() const override { return status_ != SAPIPE_OK; }
   void Run() override {
     if (wait_) {
       status_ = wait_for_latch(*wait_);
@@ -236,7 +237,10 @@ Napi::Value UpdateAsync(const Napi::CallbackInfo& info) {
   return queue->Submit(env, new UpdateOp(env, std::move(parsed), clip, std::move(gate), std::move(wait)));
 }
 
-// latchSignalAsync(queue, latch, slot): queued; sets latch[slot] and wakes the updates waiting on it.
+// latchSignalAsync(queue, latch, slot): queued behind the operation it vouches for; sets latch[slot]
+// to 1 and wakes the updates waiting on it. Sets -1 instead (the waiting updates fail, writing
+// nothing) when the operation run just before it on its queue failed, or when slot - 1 was set to
+// -1: a chain of signals on one queue is released only while everything before each succeeded.
 class SignalOp : public AsyncOp {
  public:
   SignalOp(Napi::Env env, std::shared_ptr<AlignedBuffer> latch, size_t slot) : AsyncOp(env), latch_(std::move(latch)), slot_(slot) {
@@ -249,7 +253,12 @@ class SignalOp : public AsyncOp {
     release();
   }
   void Run() override {
-    set(1.0f);
+    bool earlier_failed;
+    {
+      std::lock_guard<std::mutex> lock(latch_mutex);
+      earlier_failed = slot_ > 0 && latch_->data()[slot_ - 1] < 0.0f;
+    }
+    set(previous_failed() || earlier_failed ? -1.0f : 1.0f);
     ran_ = true;
   }
   Napi::Value Result(Napi::Env env) override {
@@ -296,6 +305,7 @@ class GuardOp : public AsyncOp {
     gate_->acquire();
   }
   ~GuardOp() override { release(); }
+  bool Failed() const override { return status_ != SAPIPE_OK; }
   void Run() override {
     // Skip unless this completes: every rank then reads a verdict that says so.
     gate_->data()[0] = 0.0f;

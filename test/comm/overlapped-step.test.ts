@@ -2,7 +2,8 @@
  * startOverlappedStep's two guards on one in-process rank of `local`: `prescan` takes the
  * per-bucket chain (QueuedCommunicator.reduceAndUpdateByBucket) unless a clip needs every bucket
  * first, `deferred` the one update behind the last bucket; both write the same weights, bit for
- * bit, and a NaN skips either with nothing written. (Many ranks, every mode and estimate:
+ * bit, and a NaN skips either with nothing written. With a second rank that leaves instead, the
+ * failed reductions stop every update before it writes. (Many ranks, every mode and estimate:
  * test/dataparallel/overlap.test.ts and test/comm/ucx.test.ts.)
  */
 import t from 'tap';
@@ -57,4 +58,32 @@ t.test("guard 'prescan' updates bucket by bucket, 'deferred' once; the same weig
   const [a, b] = [await run('prescan', undefined, 3), await run('deferred', undefined, 3)];
   t.same(a.results, [true, true, true, false, true, true], 'a NaN skips that step');
   t.same(a, b, 'as the deferred guard does');
+});
+
+t.test('a reduction that fails (a lost peer) fails the step, and no update writes anything, under either guard', async (t) => {
+  for (const guard of ['prescan', 'deferred'] as const) {
+    const group = `overlapped-step-lost-${guard}-${process.pid}`;
+    const [comm, peer] = (await Promise.all([0, 1].map((rank) => LocalCommunicator.create({ group, rank, size: 2, timeoutMs: 10_000 })))) as [LocalCommunicator, LocalCommunicator];
+    const params = new ParamSet({ w: [40, 10], b: [10] });
+    params.weights.array.forEach((_, i, a) => (a[i] = Math.sin(i)));
+    const optimizer = new SGD(params, { lr: 0.1, momentum: 0.9, prediction: { kind: 'linear', steps: 1 } });
+    const [spare, predicted, grads] = [params.allocateLike(), params.allocateLike(), params.allocateLike()];
+    spare.array.fill(7);
+    predicted.array.fill(7);
+    grads.array.fill(0.5);
+    const momentum = optimizer.stateBuffer('momentum')!.array.slice();
+    // The peer leaves instead of joining the step: this rank's reductions fail.
+    const step = startOverlappedStep(comm, optimizer, { grads, weights: spare, predicted, gradScaleFactor: 1, bucketBytes: 256, firstBucketBytes: 64, guard });
+    peer.destroy();
+    const error = (await step.then(() => undefined, (e: unknown) => e)) as { code?: string } | undefined;
+    t.equal(error?.code, 'ERR_PEER_LOST', `${guard}: the step fails with the reduction's error`);
+    t.ok(spare.array.every((x) => x === 7), `${guard}: the next weights were not written`);
+    t.ok(predicted.array.every((x) => x === 7), `${guard}: nor the predicted weights`);
+    t.same(optimizer.stateBuffer('momentum')!.array, momentum, `${guard}: nor the optimizer's state`);
+    t.equal(optimizer.steps, 0, `${guard}: no step counted`);
+    comm.destroy();
+    for (const b of [spare, predicted, grads]) b.dispose();
+    optimizer.dispose();
+    params.dispose();
+  }
 });
