@@ -139,7 +139,7 @@ export interface NativeAddon {
     /** Run only once latchSignalAsync(latch, slot) has run (on another queue); ERR_TIMEOUT after timeoutMs, ERR_DISPOSED when the signal failed or was dropped. */
     wait?: { latch: NativeBufferHandle; slot: number; timeoutMs: number },
   ): Promise<NativeUpdateResult>;
-  /** Queued: sets latch[slot] to 1, releasing the updates waiting on it; to -1 (failing them) when the operation before it on its queue failed or latch[slot - 1] is -1. */
+  /** Queued: sets latch[slot] to 1, releasing the updates waiting on it; to -1 (failing them) when the operation before it on its queue failed or latch[slot - 1] is -1 (a slot - 1 still 0 does not hold it back). The latch must start at zeros. */
   latchSignalAsync(queue: QueueHandle, latch: NativeBufferHandle, slot: number): Promise<void>;
   /** Queued: gate[0] = grad's non-finite elements, gate[1] = 1 if a sum of `size` such gradients could overflow fp32. */
   guardAsync(queue: QueueHandle, grad: NativeBufferHandle, gate: NativeBufferHandle, size: number): Promise<void>;

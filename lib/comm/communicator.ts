@@ -231,8 +231,11 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     if (!this.emulation) return run();
     const start = performance.now();
     const result = await run();
-    const remaining = emulatedMs(this.emulation, pattern, bytes, this.size) - (performance.now() - start);
-    if (remaining > 0) await new Promise((resolve) => setTimeout(resolve, remaining));
+    const modelled = emulatedMs(this.emulation, pattern, bytes, this.size);
+    // A timer may fire up to a millisecond or two early (Node truncates its delay and counts from
+    // the event loop's cached clock): wait until the modelled time has really passed.
+    for (let remaining = modelled - (performance.now() - start); remaining > 0; remaining = modelled - (performance.now() - start))
+      await new Promise((resolve) => setTimeout(resolve, Math.ceil(remaining)));
     return result;
   }
 }

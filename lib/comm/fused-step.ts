@@ -53,7 +53,6 @@ import { QueuedCommunicator } from './queued.js';
 import { NcclCommunicator, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
-const FLT_MAX = 3.4028234663852886e38;
 
 /** @category Communication */
 export interface FusedStepOptions {
@@ -155,14 +154,18 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
       throw new BackendUnavailableError(`allreduceAndStep: the ${comm.backend} backend has no sharded update; use update: 'replicated'`);
     // 'prescan' backends update blocks as they reduce them, so finiteness must be known first;
     // 'reduced' backends reduce their whole part first and skip on every rank by themselves.
-    const verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, optimizer, grads) : { nonFinite: 0, safe: true };
-    const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
-    if (verdict.nonFinite > 0) {
-      const step = optimizer.beginStep('allreduceAndStep');
-      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: resultGuard, update };
+    // The step begins (its checks run) before any collective; a failed guard counts no step.
+    const step = optimizer.beginStep('allreduceAndStep');
+    let verdict: { nonFinite: number; safe: boolean };
+    try {
+      verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, optimizer, grads) : { nonFinite: 0, safe: true };
+    } catch (error) {
+      step.abort();
+      throw error;
     }
+    const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
+    if (verdict.nonFinite > 0) return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: resultGuard, update };
     if (verdict.safe) {
-      const step = optimizer.beginStep('allreduceAndStep');
       const predicted = optimizer.stateBuffer('predicted');
       let r: Awaited<ReturnType<QueuedCommunicator['shardedUpdate']>>;
       try {
@@ -178,16 +181,21 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
     }
     // A sum could overflow: the replicated deferred path below finds out exactly. It updates every
     // part on every rank, so each rank first needs the whole state (every rank reaches this verdict).
+    step.abort();
     await gatherShardedState(comm, optimizer);
   } else if (guard === 'prescan') {
-    const verdict = await prescan(comm, optimizer, grads);
-    if (verdict.nonFinite > 0) {
-      const step = optimizer.beginStep('allreduceAndStep', inputs);
-      return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
+    // The step begins (its checks run) before any collective; a failed guard counts no step.
+    const step = optimizer.beginStep('allreduceAndStep', inputs);
+    let verdict: { nonFinite: number; safe: boolean };
+    try {
+      verdict = await prescan(comm, optimizer, grads);
+    } catch (error) {
+      step.abort();
+      throw error;
     }
-    const safe = verdict.safe;
-    if (safe) {
-      const step = optimizer.beginStep('allreduceAndStep', inputs);
+    if (verdict.nonFinite > 0) return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
+    if (!verdict.safe) step.abort(); // the deferred path below begins it again
+    else {
       const updates: Promise<unknown>[] = [];
       let failure: unknown;
       try {
@@ -272,8 +280,9 @@ export interface OverlappedStepTargets {
  *   the JavaScript thread: rare, and exact).
  *
  * A failed reduction (a lost peer) fails the returned promise, and every update queued behind it
- * fails before writing (a latch signal behind each reduction vouches for it). On the emulated path
- * a failed bucket already stops the update. The ParamSet's weights, only read, stay as they were;
+ * fails before writing (a latch signal behind each reduction vouches for it): the `deferred` update
+ * writes nothing; `prescan` updates of buckets that landed before the failure have written theirs.
+ * On the emulated path a failed bucket already stops the update. The ParamSet's weights, only read, stay as they were;
  * the trainer refuses every later call after a failure.
  *
  * The optimizer counts as stepping until the returned promise settles. Every rank must call it
@@ -317,7 +326,8 @@ export function startOverlappedStep(comm: Communicator, optimizer: Optimizer, ta
       update = Promise.all(reductions).then(() => awaitNative(callNative(() => nativeAddon().updateAsync(ticket.queue.handle, config, buffers, clip))));
     }
   } catch (error) {
-    // Nothing was queued (reduceThenUpdate starts nothing when it throws): the step never ran.
+    // The update was refused (a buffer failed its native checks): nothing ran, or only reductions
+    // queued before it, whose average is never applied. The step never ran.
     ticket.abort();
     throw error;
   }
@@ -406,15 +416,17 @@ function startByBucket(
 
 
 /**
- * The prescan guard's verdict: this rank's guard of `grads` (the native guardAsync, queued on the
- * optimizer's queue so the JavaScript thread does not read the gradient: its non-finite count and
- * whether a sum over the ranks could overflow), then one tiny sum all-reduce of it. `safe`: every
- * reduced element will be finite. The same guard the per-bucket overlapped step queues.
+ * The prescan guard's verdict: this rank's guard of `grads` (the native guardAsync: its non-finite
+ * count and whether a sum over the ranks could overflow; queued on the communicator's queue,
+ * behind any collective still using `grads`, and off the JavaScript thread), then one tiny sum
+ * all-reduce of it. `safe`: every reduced element will be finite. The same guard the per-bucket
+ * overlapped step queues.
  */
 async function prescan(comm: Communicator, optimizer: Optimizer, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
   const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
   try {
-    await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
+    if (comm instanceof QueuedCommunicator) await comm.queueGuard(grads, gate);
+    else await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
     await comm.allreduce(gate);
     return { nonFinite: gate.array[0]!, safe: gate.array[1] === 0 };
   } finally {

@@ -190,6 +190,16 @@ export abstract class QueuedCommunicator extends Communicator {
   }
 
   /**
+   * @internal This rank's half of the `prescan` guard: guardAsync of `grads` into `gate[0..1]` (its
+   * non-finite count, and whether a sum over the ranks could overflow), queued on the collectives'
+   * queue, so behind any collective still writing `grads`. The caller all-reduces `gate` (a sum).
+   */
+  queueGuard(grads: FlatBuffer, gate: FlatBuffer): Promise<void> {
+    this.checkLive('guard');
+    return awaitNative(callNative(() => nativeAddon().guardAsync(this.collectives.handle, grads.handle, gate.handle, this.size)));
+  }
+
+  /**
    * @internal The overlapped staleness-1 step with each bucket updated as soon as it lands (guard
    * `prescan`; see fused-step.ts), without a turn of the JavaScript thread. On the collectives'
    * queue: this rank's guard of `grads` into `gate` (guardAsync: its non-finite count and overflow
@@ -198,7 +208,8 @@ export abstract class QueuedCommunicator extends Communicator {
    * collectives' queue is blocked by each reduction while it runs): each bucket's update, waiting
    * for its slot and gated by the verdict, so update k runs while bucket k+1 is reduced and every
    * bucket of every rank updates or none does. `latch` holds a zero per bucket plus one. A failed
-   * collective releases no later update: each fails, writing nothing. Undefined under
+   * collective releases no later update: each fails, writing nothing (buckets updated before it
+   * stay updated). Undefined under
    * network emulation (its delays are timers on the JavaScript thread).
    */
   reduceAndUpdateByBucket(
@@ -216,8 +227,7 @@ export abstract class QueuedCommunicator extends Communicator {
     if (latch.length < ranges.length + 1) throw new InvalidArgumentError('reduceAndUpdateByBucket: the latch needs a slot per bucket, plus one');
     const addon = nativeAddon();
     const queue = this.collectives.handle;
-    const guard = awaitNative(callNative(() => addon.guardAsync(queue, grads.handle, gate.handle, this.size)));
-    const queued: Promise<unknown>[] = [guard];
+    const queued: Promise<unknown>[] = [this.queueGuard(grads, gate)];
     const reductions: Promise<ReduceResult>[] = [];
     const updates: Promise<NativeUpdateResult>[] = [];
     try {

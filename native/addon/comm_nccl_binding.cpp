@@ -47,6 +47,7 @@ class NcclOp : public AsyncOp {
     release();
     st_->in_flight.fetch_sub(1);
   }
+  bool Failed() const override { return outcome_.status != SAPIPE_OK; }
   void Run() override {
     deadline_ = Clock::now() + std::chrono::milliseconds(st_->timeout_ms);
     outcome_ = RunOn();

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer, connect, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 
 import t from 'tap';
 
@@ -11,6 +11,7 @@ import {
   fromEnv,
   type RendezvousClientOptions,
 } from '../../lib/comm/rendezvous/index.js';
+import { findFreePort } from '../../lib/launch/free-port.js';
 import { fixture, repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 
 async function withServer(
@@ -56,14 +57,6 @@ function header(length: number): Buffer {
   const b = Buffer.alloc(4);
   b.writeUInt32BE(length, 0);
   return b;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 t.test('set, get, tryGet, wait and add across clients', async (t) => {
@@ -220,7 +213,8 @@ t.test('a server process killed with SIGKILL fails pending waits with ERR_PEER_L
 });
 
 t.test('clients retry until the store comes up, and time out if it never does', async (t) => {
-  const port = await freePort();
+  // Below the ephemeral range (as the launcher picks): no outgoing socket can take it meanwhile.
+  const port = await findFreePort();
   const connecting = RendezvousClient.connect({ port, timeoutMs: 5000 });
   await new Promise((resolve) => setTimeout(resolve, 300));
   const server = await RendezvousServer.listen({ port });

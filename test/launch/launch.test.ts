@@ -1,9 +1,11 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 
-import t from 'tap';
+import t, { type Test } from 'tap';
 
 import { launch, type LaunchOptions } from '../../lib/launch/index.js';
 import { fixture, repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
@@ -17,6 +19,13 @@ class Collector extends Writable {
   get lines(): string[] {
     return this.text.split('\n').filter((l) => l !== '');
   }
+}
+
+/** A fresh directory for the fixtures' readiness barrier (test/fixtures/launch/ready.mjs). */
+function readyDirectory(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-launch-ready-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 async function run(options: Omit<LaunchOptions, 'stdout' | 'stderr'>) {
@@ -75,7 +84,7 @@ t.test('ranks of a later node are numbered after the earlier nodes', async (t) =
 });
 
 t.test('a rank exiting 3 stops the others quickly and fails the job', async (t) => {
-  const { result, stdout, stderr, elapsedMs } = await run({ script: fixture('fail-one.mjs'), args: ['1', '3'], nproc: 3 });
+  const { result, stdout, stderr, elapsedMs } = await run({ script: fixture('fail-one.mjs'), args: ['1', '3', readyDirectory(t)], nproc: 3 });
   t.equal(result.exitCode, 3);
   t.match(result.failure, { rank: 1, code: 3, signal: null });
   t.match(result.message, /rank 1 .*exited with code 3/);
@@ -93,7 +102,7 @@ t.test('a rank killed by SIGKILL fails the job', async (t) => {
 });
 
 t.test('a rank that ignores SIGTERM is killed after the grace period', async (t) => {
-  const { result, stdout, elapsedMs } = await run({ script: fixture('ignore-sigterm.mjs'), nproc: 2, graceMs: 300 });
+  const { result, stdout, elapsedMs } = await run({ script: fixture('ignore-sigterm.mjs'), args: [readyDirectory(t)], nproc: 2, graceMs: 300 });
   t.equal(result.exitCode, 2);
   t.match(result.failure, { rank: 0, code: 2 });
   t.match(result.ranks[1], { rank: 1, signal: 'SIGKILL' });
