@@ -41,7 +41,8 @@ t.test('examples/pipeline-mnist.mjs trains an MLP on 4 stage workers', async (t)
   const { stdout } = await run(process.execPath, [script, '500'], { timeout: 120_000 });
   const accuracies = [...stdout.matchAll(/test accuracy ([\d.]+)%/g)].map((m) => Number(m[1]));
   t.equal(accuracies.length, 3, 'three epochs');
-  t.ok(accuracies.at(-1)! > 70, `learns the digits: ${accuracies.at(-1)}% after 3 epochs on 4 000 samples`);
+  // Every cut tried reaches 90.9-92.1 % (docs/pipeline.md); the measured cut varies with the load.
+  t.ok(accuracies.at(-1)! > 85, `learns the digits: ${accuracies.at(-1)}% after 3 epochs on 4 000 samples`);
   t.match(stdout, /cut at layers \[\d+, \d+, \d+\]/);
 });
 
