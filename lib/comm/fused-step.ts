@@ -425,9 +425,20 @@ function startByBucket(
 async function prescan(comm: Communicator, optimizer: Optimizer, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
   const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
   try {
-    if (comm instanceof QueuedCommunicator) await comm.queueGuard(grads, gate);
-    else await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
+    // A guard that fails (a disposed gradient, say) still takes part in the all-reduce with a
+    // verdict of one non-finite element, so the other ranks skip the step instead of waiting for
+    // this one in reductions it will not join; then this rank throws.
+    let failure: unknown;
+    try {
+      if (comm instanceof QueuedCommunicator) await comm.queueGuard(grads, gate);
+      else await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
+    } catch (error) {
+      failure = error;
+      gate.array.fill(0);
+      gate.array[0] = 1;
+    }
     await comm.allreduce(gate);
+    if (failure !== undefined) throw failure;
     return { nonFinite: gate.array[0]!, safe: gate.array[1] === 0 };
   } finally {
     gate.dispose();

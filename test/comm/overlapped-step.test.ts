@@ -3,13 +3,14 @@
  * per-bucket chain (QueuedCommunicator.reduceAndUpdateByBucket) unless a clip needs every bucket
  * first, `deferred` the one update behind the last bucket; both write the same weights, bit for
  * bit, and a NaN skips either with nothing written. With a second rank that leaves instead, the
- * failed reductions stop every update before it writes. (Many ranks, every mode and estimate:
- * test/dataparallel/overlap.test.ts and test/comm/ucx.test.ts.)
+ * failed reductions stop every update before it writes. allreduceAndStep's prescan guard, shared
+ * with the per-bucket chain: a rank whose guard fails does not hold the others up. (Many ranks,
+ * every mode and estimate: test/dataparallel/overlap.test.ts and test/comm/ucx.test.ts.)
  */
 import t from 'tap';
 
 import { LocalCommunicator } from '../../lib/comm/local.js';
-import { startOverlappedStep } from '../../lib/comm/fused-step.js';
+import { allreduceAndStep, startOverlappedStep } from '../../lib/comm/fused-step.js';
 import { SGD } from '../../lib/optim/index.js';
 import { ParamSet } from '../../lib/tensor.js';
 
@@ -86,4 +87,26 @@ t.test('a reduction that fails (a lost peer) fails the step, and no update write
     optimizer.dispose();
     params.dispose();
   }
+});
+
+t.test("allreduceAndStep's prescan: a rank whose guard fails throws, and the others skip the step instead of waiting for it", async (t) => {
+  const group = `prescan-guard-fails-${process.pid}`;
+  const comms = (await Promise.all([0, 1].map((rank) => LocalCommunicator.create({ group, rank, size: 2, timeoutMs: 20_000 })))) as [LocalCommunicator, LocalCommunicator];
+  const failure = Object.assign(new Error('the guard failed'), { code: 'ERR_INTERNAL' });
+  comms[1].queueGuard = () => Promise.reject(failure);
+  const sets = comms.map(() => new ParamSet({ w: [40, 10], b: [10] }));
+  const optimizers = sets.map((p) => new SGD(p, { lr: 0.1, momentum: 0.9 }));
+  for (const p of sets) p.grads.array.fill(0.5);
+  const before = sets.map((p) => p.weights.array.slice());
+  const started = performance.now();
+  const [ok, failed] = await Promise.allSettled(optimizers.map((o, r) => allreduceAndStep(comms[r]!, o, { guard: 'prescan' })));
+  const ms = performance.now() - started;
+  t.equal(failed?.status === 'rejected' ? failed.reason : undefined, failure, 'the rank whose guard failed throws its error');
+  t.match(ok, { status: 'fulfilled', value: { applied: false, guard: 'prescan' } }, 'the other skips the step');
+  t.ok(ms < 10_000, `without waiting out the 20 s timeout (${ms.toFixed(0)} ms)`);
+  t.same(sets.map((p) => p.weights.array), before, 'no weights changed');
+  t.same(optimizers.map((o) => o.steps), [0, 0], 'no step counted');
+  for (const o of optimizers) o.dispose();
+  for (const p of sets) p.dispose();
+  for (const c of comms) c.destroy();
 });
