@@ -235,7 +235,7 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     // A timer may fire up to a millisecond or two early (Node truncates its delay and counts from
     // the event loop's cached clock): wait until the modelled time has really passed.
     for (let remaining = modelled - (performance.now() - start); remaining > 0; remaining = modelled - (performance.now() - start))
-      await new Promise((resolve) => setTimeout(resolve, Math.ceil(remaining)));
+      await new Promise((resolve) => setTimeout(resolve, Math.min(Math.ceil(remaining), 2 ** 31 - 1))); // Node's largest delay
     return result;
   }
 }

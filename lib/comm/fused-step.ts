@@ -41,7 +41,7 @@
  * whole model and are refused. The optimizer state is sharded: on each rank only its own part is
  * current, so call gatherShardedState() before exporting it or switching back to `replicated`.
  */
-import { BackendUnavailableError, DisposedError, InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, DisposedError, InvalidArgumentError, RankFailedError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon, type NativeClip, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult } from '../native.js';
 import { DeviceParamSet } from '../device.js';
 import { Optimizer, type StepResult, type StepTicket } from '../optim/optimizer.js';
@@ -154,15 +154,10 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
       throw new BackendUnavailableError(`allreduceAndStep: the ${comm.backend} backend has no sharded update; use update: 'replicated'`);
     // 'prescan' backends update blocks as they reduce them, so finiteness must be known first;
     // 'reduced' backends reduce their whole part first and skip on every rank by themselves.
-    // The step begins (its checks run) before any collective; a failed guard counts no step.
-    const step = optimizer.beginStep('allreduceAndStep');
-    let verdict: { nonFinite: number; safe: boolean };
-    try {
-      verdict = comm.shardedGuard === 'prescan' ? await prescan(comm, optimizer, grads) : { nonFinite: 0, safe: true };
-    } catch (error) {
-      step.abort();
-      throw error;
-    }
+    const { step, verdict } =
+      comm.shardedGuard === 'prescan'
+        ? await beginGuarded(comm, optimizer, grads, () => optimizer.beginStep('allreduceAndStep'))
+        : { step: optimizer.beginStep('allreduceAndStep'), verdict: { nonFinite: 0, safe: true } };
     const resultGuard = comm.shardedGuard === 'prescan' ? 'prescan' : 'deferred';
     if (verdict.nonFinite > 0) return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard: resultGuard, update };
     if (verdict.safe) {
@@ -184,15 +179,7 @@ async function allreduceAndStepOnHost(comm: Communicator, optimizer: Optimizer, 
     step.abort();
     await gatherShardedState(comm, optimizer);
   } else if (guard === 'prescan') {
-    // The step begins (its checks run) before any collective; a failed guard counts no step.
-    const step = optimizer.beginStep('allreduceAndStep', inputs);
-    let verdict: { nonFinite: number; safe: boolean };
-    try {
-      verdict = await prescan(comm, optimizer, grads);
-    } catch (error) {
-      step.abort();
-      throw error;
-    }
+    const { step, verdict } = await beginGuarded(comm, optimizer, grads, () => optimizer.beginStep('allreduceAndStep', inputs));
     if (verdict.nonFinite > 0) return { ...step.finish(false, verdict.nonFinite), buckets: 0, guard, update };
     if (!verdict.safe) step.abort(); // the deferred path below begins it again
     else {
@@ -416,29 +403,67 @@ function startByBucket(
 
 
 /**
+ * The step's ticket (`begin`: its checks), then the prescan guard's verdict, so that no rank is
+ * left waiting: a rank whose checks or guard fail still joins the verdict's all-reduce, marking
+ * it failed, and then throws its own error; every other rank throws a RankFailedError. No rank
+ * counts a step then. The ticket is returned open (or aborted when this throws).
+ */
+async function beginGuarded(
+  comm: Communicator,
+  optimizer: Optimizer,
+  grads: FlatBuffer,
+  begin: () => StepTicket,
+): Promise<{ step: StepTicket; verdict: { nonFinite: number; safe: boolean } }> {
+  let step: StepTicket | undefined;
+  let failure: unknown;
+  try {
+    step = begin();
+  } catch (error) {
+    failure = error;
+  }
+  try {
+    const verdict = await prescan(comm, optimizer, grads, failure);
+    return { step: step!, verdict };
+  } catch (error) {
+    step?.abort();
+    throw error;
+  }
+}
+
+/**
  * The prescan guard's verdict: this rank's guard of `grads` (the native guardAsync: its non-finite
  * count and whether a sum over the ranks could overflow; queued on the communicator's queue,
  * behind any collective still using `grads`, and off the JavaScript thread), then one tiny sum
  * all-reduce of it. `safe`: every reduced element will be finite. The same guard the per-bucket
- * overlapped step queues.
+ * overlapped step queues. `failedBefore`: this rank's step already failed (gate[2] tells the
+ * others; so does a guard that fails).
  */
-async function prescan(comm: Communicator, optimizer: Optimizer, grads: FlatBuffer): Promise<{ nonFinite: number; safe: boolean }> {
+async function prescan(comm: Communicator, optimizer: Optimizer, grads: FlatBuffer, failedBefore?: unknown): Promise<{ nonFinite: number; safe: boolean }> {
   const gate = FlatBuffer.allocate(ALIGN_ELEMENTS);
   try {
-    // A guard that fails (a disposed gradient, say) still takes part in the all-reduce with a
-    // verdict of one non-finite element, so the other ranks skip the step instead of waiting for
-    // this one in reductions it will not join; then this rank throws.
-    let failure: unknown;
-    try {
-      if (comm instanceof QueuedCommunicator) await comm.queueGuard(grads, gate);
-      else await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
-    } catch (error) {
-      failure = error;
+    let failure = failedBefore;
+    if (failure === undefined)
+      try {
+        if (comm instanceof QueuedCommunicator) await comm.queueGuard(grads, gate);
+        else await awaitNative(callNative(() => nativeAddon().guardAsync(optimizer.executionQueue.handle, grads.handle, gate.handle, comm.size)));
+      } catch (error) {
+        failure = error;
+      }
+    if (failure !== undefined) {
       gate.array.fill(0);
-      gate.array[0] = 1;
+      gate.array[2] = 1;
     }
-    await comm.allreduce(gate);
+    try {
+      await comm.allreduce(gate);
+    } catch (error) {
+      throw failure ?? error;
+    }
     if (failure !== undefined) throw failure;
+    const failedRanks = gate.array[2]!;
+    if (failedRanks > 0)
+      throw new RankFailedError(
+        `allreduceAndStep: ${failedRanks} other rank${failedRanks === 1 ? '' : 's'} failed this step before its reductions (their own errors say why); no rank stepped`,
+      );
     return { nonFinite: gate.array[0]!, safe: gate.array[1] === 0 };
   } finally {
     gate.dispose();

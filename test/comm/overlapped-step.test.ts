@@ -4,7 +4,7 @@
  * first, `deferred` the one update behind the last bucket; both write the same weights, bit for
  * bit, and a NaN skips either with nothing written. With a second rank that leaves instead, the
  * failed reductions stop every update before it writes. allreduceAndStep's prescan guard, shared
- * with the per-bucket chain: a rank whose guard fails does not hold the others up. (Many ranks,
+ * with the per-bucket chain: a rank whose checks or guard fail does not hold the others up. (Many ranks,
  * every mode and estimate: test/dataparallel/overlap.test.ts and test/comm/ucx.test.ts.)
  */
 import t from 'tap';
@@ -12,6 +12,7 @@ import t from 'tap';
 import { LocalCommunicator } from '../../lib/comm/local.js';
 import { allreduceAndStep, startOverlappedStep } from '../../lib/comm/fused-step.js';
 import { SGD } from '../../lib/optim/index.js';
+import { DisposedError, RankFailedError } from '../../lib/errors.js';
 import { ParamSet } from '../../lib/tensor.js';
 
 t.test("guard 'prescan' updates bucket by bucket, 'deferred' once; the same weights", async (t) => {
@@ -89,24 +90,32 @@ t.test('a reduction that fails (a lost peer) fails the step, and no update write
   }
 });
 
-t.test("allreduceAndStep's prescan: a rank whose guard fails throws, and the others skip the step instead of waiting for it", async (t) => {
-  const group = `prescan-guard-fails-${process.pid}`;
-  const comms = (await Promise.all([0, 1].map((rank) => LocalCommunicator.create({ group, rank, size: 2, timeoutMs: 20_000 })))) as [LocalCommunicator, LocalCommunicator];
+t.test("allreduceAndStep's prescan: a rank whose checks or guard fail throws its error, and the others a RankFailedError at once", async (t) => {
   const failure = Object.assign(new Error('the guard failed'), { code: 'ERR_INTERNAL' });
-  comms[1].queueGuard = () => Promise.reject(failure);
-  const sets = comms.map(() => new ParamSet({ w: [40, 10], b: [10] }));
-  const optimizers = sets.map((p) => new SGD(p, { lr: 0.1, momentum: 0.9 }));
-  for (const p of sets) p.grads.array.fill(0.5);
-  const before = sets.map((p) => p.weights.array.slice());
-  const started = performance.now();
-  const [ok, failed] = await Promise.allSettled(optimizers.map((o, r) => allreduceAndStep(comms[r]!, o, { guard: 'prescan' })));
-  const ms = performance.now() - started;
-  t.equal(failed?.status === 'rejected' ? failed.reason : undefined, failure, 'the rank whose guard failed throws its error');
-  t.match(ok, { status: 'fulfilled', value: { applied: false, guard: 'prescan' } }, 'the other skips the step');
-  t.ok(ms < 10_000, `without waiting out the 20 s timeout (${ms.toFixed(0)} ms)`);
-  t.same(sets.map((p) => p.weights.array), before, 'no weights changed');
-  t.same(optimizers.map((o) => o.steps), [0, 0], 'no step counted');
-  for (const o of optimizers) o.dispose();
-  for (const p of sets) p.dispose();
-  for (const c of comms) c.destroy();
+  const cases = [
+    ['a guard that fails', (comm: LocalCommunicator) => (comm.queueGuard = () => Promise.reject(failure)), failure],
+    ['a disposed optimizer', (_comm: LocalCommunicator, optimizer: SGD) => optimizer.dispose(), DisposedError],
+  ] as const;
+  for (const [what, breakRank1, expected] of cases) {
+    const group = `prescan-rank-fails-${what.length}-${process.pid}`;
+    const comms = (await Promise.all([0, 1].map((rank) => LocalCommunicator.create({ group, rank, size: 2, timeoutMs: 20_000 })))) as [LocalCommunicator, LocalCommunicator];
+    const sets = comms.map(() => new ParamSet({ w: [40, 10], b: [10] }));
+    const optimizers = sets.map((p) => new SGD(p, { lr: 0.1, momentum: 0.9 }));
+    for (const p of sets) p.grads.array.fill(0.5);
+    const before = sets.map((p) => p.weights.array.slice());
+    breakRank1(comms[1], optimizers[1]!);
+    const started = performance.now();
+    const [peer, broken] = await Promise.allSettled(optimizers.map((o, r) => allreduceAndStep(comms[r]!, o, { guard: 'prescan' })));
+    const ms = performance.now() - started;
+    const reason = broken?.status === 'rejected' ? broken.reason : undefined;
+    t.ok(expected === failure ? reason === failure : reason instanceof DisposedError, `${what}: that rank throws its own error`);
+    t.ok(peer?.status === 'rejected' && peer.reason instanceof RankFailedError, `${what}: the other throws a RankFailedError`);
+    t.ok(ms < 10_000, `${what}: without waiting out the 20 s timeout (${ms.toFixed(0)} ms)`);
+    t.same(sets.map((p) => p.weights.array), before, `${what}: no weights changed`);
+    t.same([optimizers[0]!.steps, optimizers[0]!.skippedSteps], [0, 0], `${what}: the other rank counted no step, applied or skipped`);
+    optimizers[0]!.dispose();
+    if (expected === failure) optimizers[1]!.dispose();
+    for (const p of sets) p.dispose();
+    for (const c of comms) c.destroy();
+  }
 });
