@@ -269,8 +269,8 @@ export interface OverlappedStepTargets {
  * A failed reduction (a lost peer) fails the returned promise, and every update queued behind it
  * fails before writing (a latch signal behind each reduction vouches for it): the `deferred` update
  * writes nothing; `prescan` updates of buckets that landed before the failure have written theirs.
- * On the emulated path a failed bucket already stops the update. The ParamSet's weights, only read, stay as they were;
- * the trainer refuses every later call after a failure.
+ * On the emulated path a failed bucket already stops the update. The ParamSet's weights, only
+ * read, stay as they were; the trainer refuses every later call after a failure.
  *
  * The optimizer counts as stepping until the returned promise settles. Every rank must call it
  * with the same bucket options.

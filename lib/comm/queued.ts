@@ -148,9 +148,9 @@ export abstract class QueuedCommunicator extends Communicator {
    * `grads` over the ranks in the buckets `ranges`, then the update `config`/`buffers`, queued back
    * to back on the collectives' queue. The update starts the moment the last bucket lands, without
    * a turn of the JavaScript thread (which is busy computing the caller's next gradient), and the
-   * next collective waits for it. A failed reduction fails the update too, before it writes anything.
-   * Undefined under network emulation, whose delays are timers on the
-   * JavaScript thread: the caller then chains the two itself.
+   * next collective waits for it. A failed reduction fails the update too, before it writes
+   * anything. Undefined under network emulation, whose delays are timers on the JavaScript thread:
+   * the caller then chains the two itself.
    */
   reduceThenUpdate(
     grads: FlatBuffer,
@@ -162,11 +162,8 @@ export abstract class QueuedCommunicator extends Communicator {
     this.checkLive('reduceThenUpdate');
     if (this.emulation) return undefined;
     if (grads.disposed) throw new DisposedError('reduceThenUpdate(grads) was disposed; allocate a new buffer');
-    const addon = nativeAddon();
-    const queue = this.collectives.handle;
-    // A signal behind each bucket's reduction (latchSignalAsync): one behind a failed reduction, or
-    // behind a slot so marked, marks its slot -1, and the update, which reads the last slot (already
-    // set when it runs: same queue), then fails writing nothing.
+    // A signal behind each bucket's reduction: the update reads the last slot (already set when it
+    // runs: same queue), so a failed reduction fails it before it writes.
     const latch = FlatBuffer.allocate(Math.max(1, ranges.length));
     const reductions: Promise<ReduceResult>[] = [];
     const signals: Promise<unknown>[] = [];
@@ -174,10 +171,10 @@ export abstract class QueuedCommunicator extends Communicator {
     try {
       ranges.forEach(([offset, count], k) => {
         reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
-        signals.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k))));
+        signals.push(this.signalAfter(latch, k));
       });
-      const wait = ranges.length > 0 ? { latch: latch.handle, slot: ranges.length - 1, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) } : undefined;
-      update = awaitNative(callNative(() => addon.updateAsync(queue, config, buffers, clip, undefined, wait)));
+      const wait = ranges.length > 0 ? this.latchWait(latch, ranges.length - 1) : undefined;
+      update = awaitNative(callNative(() => nativeAddon().updateAsync(this.collectives.handle, config, buffers, clip, undefined, wait)));
     } catch (error) {
       // The update's buffers failed their native checks after the buckets were queued: those
       // finish on their own, and their outcome no longer matters to anyone.
@@ -209,8 +206,8 @@ export abstract class QueuedCommunicator extends Communicator {
    * for its slot and gated by the verdict, so update k runs while bucket k+1 is reduced and every
    * bucket of every rank updates or none does. `latch` holds a zero per bucket plus one. A failed
    * collective releases no later update: each fails, writing nothing (buckets updated before it
-   * stay updated). Undefined under
-   * network emulation (its delays are timers on the JavaScript thread).
+   * stay updated). Undefined under network emulation (its delays are timers on the JavaScript
+   * thread).
    */
   reduceAndUpdateByBucket(
     grads: FlatBuffer,
@@ -225,8 +222,6 @@ export abstract class QueuedCommunicator extends Communicator {
     if (this.emulation) return undefined;
     for (const b of [grads, gate, latch]) if (b.disposed) throw new DisposedError('reduceAndUpdateByBucket: a buffer was disposed; allocate a new one');
     if (latch.length < ranges.length + 1) throw new InvalidArgumentError('reduceAndUpdateByBucket: the latch needs a slot per bucket, plus one');
-    const addon = nativeAddon();
-    const queue = this.collectives.handle;
     const queued: Promise<unknown>[] = [this.queueGuard(grads, gate)];
     const reductions: Promise<ReduceResult>[] = [];
     const updates: Promise<NativeUpdateResult>[] = [];
@@ -235,14 +230,12 @@ export abstract class QueuedCommunicator extends Communicator {
       // behind a failed collective, or behind a slot so marked, marks its slot failed (-1), so no
       // update runs on a verdict or a bucket that was not reduced.
       queued.push(this.runAllreduce(gate, 0, gate.length, 1));
-      queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, 0))));
+      queued.push(this.signalAfter(latch, 0));
       ranges.forEach(([offset, count], k) => {
         reductions.push(this.runAllreduce(grads, offset, count, 1 / this.size));
-        queued.push(awaitNative(callNative(() => addon.latchSignalAsync(queue, latch.handle, k + 1))));
-        // Bounded from now: each collective queued before the signal has its own deadline from its
-        // submission (now), so the signal comes within about one timeout, or is dropped (-1).
-        const wait = { latch: latch.handle, slot: k + 1, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) };
-        updates.push(awaitNative(callNative(() => addon.updateAsync(updateQueue, config, { ...buffers, offset, count }, undefined, gate.handle, wait))));
+        queued.push(this.signalAfter(latch, k + 1));
+        const wait = this.latchWait(latch, k + 1);
+        updates.push(awaitNative(callNative(() => nativeAddon().updateAsync(updateQueue, config, { ...buffers, offset, count }, undefined, gate.handle, wait))));
       });
     } catch (error) {
       // Refused after earlier operations were queued: those finish on their own (an update whose
@@ -252,6 +245,24 @@ export abstract class QueuedCommunicator extends Communicator {
       throw error;
     }
     return { queued, reductions, updates };
+  }
+
+  /**
+   * Queues a signal of `latch[slot]` on the collectives' queue (latchSignalAsync): 1 releases the
+   * updates waiting on it; -1, when the collective just before it failed (or slot - 1 is -1), fails
+   * them before they write.
+   */
+  private signalAfter(latch: FlatBuffer, slot: number): Promise<unknown> {
+    return awaitNative(callNative(() => nativeAddon().latchSignalAsync(this.collectives.handle, latch.handle, slot)));
+  }
+
+  /**
+   * An update's wait for `latch[slot]`, bounded from now: each collective queued before the
+   * signal has its own deadline from its submission (now), so the signal comes within about one
+   * timeout, or is dropped (-1).
+   */
+  private latchWait(latch: FlatBuffer, slot: number): { latch: NativeBufferHandle; slot: number; timeoutMs: number } {
+    return { latch: latch.handle, slot, timeoutMs: Math.min(2 ** 31 - 1, 2 * this.operationTimeoutMs) };
   }
 
   /** @internal See ShardedGuard. */
