@@ -31,6 +31,7 @@
         "native/cpu/cpu_api.cpp",
         "native/cpu/gemm.cpp",
         "native/cpu/kernel_table.cpp",
+        "native/cpu/nn_ops.cpp",
         "native/cpu/simd.cpp",
         "native/cpu/topk.cpp",
         "native/core/update_plan.cpp"

@@ -96,6 +96,16 @@ export interface NativeInfo {
 }
 
 /** Arguments of the native SGEMM: C = alpha*op(A)*op(B) + beta*C on dense row-major views at element offsets. */
+/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device.ts). */
+export interface DeviceMemoryHandle {
+  readonly length: number;
+  readonly device: number;
+  readonly disposed: boolean;
+}
+
+/** An operand of a model operation: host memory, or device memory. */
+export type OperandHandle = NativeBufferHandle | DeviceMemoryHandle;
+
 export interface NativeGemmArgs {
   transA?: boolean;
   transB?: boolean;
@@ -104,11 +114,11 @@ export interface NativeGemmArgs {
   k: number;
   alpha?: number;
   beta?: number;
-  a: NativeBufferHandle;
+  a: OperandHandle;
   aOffset?: number;
-  b: NativeBufferHandle;
+  b: OperandHandle;
   bOffset?: number;
-  c: NativeBufferHandle;
+  c: OperandHandle;
   cOffset?: number;
 }
 
@@ -158,6 +168,27 @@ export interface NativeAddon {
   scatterAdd(out: NativeBufferHandle, indices: Int32Array, values: Float32Array, scale: number): void;
   info(): NativeInfo;
   sgemm(args: NativeGemmArgs): void;
+  // The model operations (native/include/sapipe/nn.h; native/addon/nn_binding.cpp): operands are
+  // all host buffers (the CPU table) or all buffers of one CUDA device (the plugin's table).
+  nnBiasAdd(y: OperandHandle, yOffset: number, bias: OperandHandle, biasOffset: number, rows: number, cols: number): void;
+  nnBiasGrad(db: OperandHandle, dbOffset: number, dy: OperandHandle, dyOffset: number, rows: number, cols: number, accumulate: boolean): void;
+  nnRelu(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number): void;
+  nnReluBackward(dx: OperandHandle, dxOffset: number, y: OperandHandle, yOffset: number, dy: OperandHandle, dyOffset: number, count: number): void;
+  nnSoftmaxXent(
+    logits: OperandHandle,
+    logitsOffset: number,
+    labels: OperandHandle,
+    labelsOffset: number,
+    rows: number,
+    classes: number,
+    gradScale: number,
+    losses: OperandHandle,
+    lossesOffset: number,
+    dlogits: OperandHandle | null,
+    dlogitsOffset: number,
+    correct: OperandHandle | null,
+    correctOffset: number,
+  ): void;
   /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */
   measureClockGhz(): number;
 }

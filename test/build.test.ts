@@ -26,10 +26,11 @@ t.test('binding.gyp and CMakeLists.txt list the same addon sources', async (t) =
   t.same(gypSources(), cmakeSources());
 });
 
-// Backend-neutral code the addon does not use: the NCCL loader serves the CUDA plugin (and the
-// C++ harness that checks its failure paths); the addon never opens NCCL itself.
+// Backend-neutral code the addon does not use: the NCCL and cuBLAS loaders (and the dlopen helpers
+// they share) serve the CUDA plugin and the C++ harness that checks their failure paths; the
+// addon never opens NCCL or cuBLAS itself.
 // The UCX plugin's transport (native/comm/ucx/ucx_transport.cpp) links UCX and is a plugin of its own.
-const NOT_IN_ADDON = new Set(['native/core/nccl_loader.cpp', 'native/comm/ucx/ucx_transport.cpp']);
+const NOT_IN_ADDON = new Set(['native/core/nccl_loader.cpp', 'native/core/cublas_loader.cpp', 'native/core/dl_library.cpp', 'native/comm/ucx/ucx_transport.cpp']);
 
 t.test('every .cpp of the addon, core and CPU backend is built', async (t) => {
   const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm', 'native/comm/local', 'native/comm/nccl', 'native/comm/ucx']

@@ -1,11 +1,15 @@
 /**
  * Single-precision matrix multiply on native buffers: C = alpha * op(A) * op(B) + beta * C, all
  * dense row-major. Operands are views at element offsets into FlatBuffers (a ParamSet's weights, an
- * activation buffer), so a layer costs one native call and no copy.
+ * activation buffer), so a layer costs one native call and no copy; or into DeviceBuffers of one
+ * device, where the product runs through cuBLAS on the device's default stream (the model
+ * operations' table, ops.ts).
  */
 import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { callNative, nativeAddon } from '../native.js';
+import { DeviceBuffer } from '../device.js';
 import { FlatBuffer } from '../tensor.js';
+import type { Tensor } from './ops.js';
 import { describeValue } from '../validate.js';
 
 /** @category Models */
@@ -23,11 +27,11 @@ export interface GemmOptions {
   alpha?: number;
   /** 0 (the default) overwrites C without reading it. */
   beta?: number;
-  a: FlatBuffer;
+  a: Tensor;
   aOffset?: number;
-  b: FlatBuffer;
+  b: Tensor;
   bOffset?: number;
-  c: FlatBuffer;
+  c: Tensor;
   cOffset?: number;
 }
 
@@ -40,8 +44,9 @@ function checkDim(value: unknown, name: string): number {
 }
 
 function checkView(buffer: unknown, offset: unknown, elements: number, name: string): number {
-  if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError(`sgemm: ${name} must be a FlatBuffer`);
-  if (buffer.disposed) throw new DisposedError(`sgemm: ${name} was disposed; allocate a new FlatBuffer`);
+  if (!(buffer instanceof FlatBuffer) && !(buffer instanceof DeviceBuffer))
+    throw new InvalidArgumentError(`sgemm: ${name} must be a FlatBuffer or a DeviceBuffer`);
+  if (buffer.disposed) throw new DisposedError(`sgemm: ${name} was disposed; allocate a new buffer`);
   const at = offset ?? 0;
   if (typeof at !== 'number' || !Number.isInteger(at) || at < 0)
     throw new InvalidArgumentError(`sgemm: ${name}Offset must be a non-negative integer, got ${describeValue(offset)}`);
@@ -52,7 +57,7 @@ function checkView(buffer: unknown, offset: unknown, elements: number, name: str
   return at;
 }
 
-/** C = alpha * op(A) * op(B) + beta * C, computed by the native blocked kernel over the thread pool. @category Models */
+/** C = alpha * op(A) * op(B) + beta * C: the native blocked kernel over the thread pool on host buffers, cuBLAS on device buffers. @category Models */
 export function sgemm(options: GemmOptions): void {
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('sgemm: pass an options object { m, n, k, a, b, c, ... }');
   const m = checkDim(options.m, 'm');
@@ -67,7 +72,7 @@ export function sgemm(options: GemmOptions): void {
   const aOffset = checkView(options.a, options.aOffset, m * k, 'a');
   const bOffset = checkView(options.b, options.bOffset, k * n, 'b');
   const cOffset = checkView(options.c, options.cOffset, m * n, 'c');
-  const overlaps = (buffer: FlatBuffer, offset: number, length: number): boolean =>
+  const overlaps = (buffer: Tensor, offset: number, length: number): boolean =>
     buffer === options.c && length > 0 && m * n > 0 && offset < cOffset + m * n && cOffset < offset + length;
   if (overlaps(options.a, aOffset, m * k) || overlaps(options.b, bOffset, k * n))
     throw new AliasingError('sgemm: C overlaps A or B; write the product into a separate buffer or range');

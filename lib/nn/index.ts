@@ -1,5 +1,18 @@
-/** Small reference models on the native kernels, for examples, tests and benchmarks. */
+/** Small reference models on the native kernels (CPU or CUDA), for examples, tests and benchmarks. */
 export { sgemm, type GemmOptions } from './gemm.js';
+export {
+  biasAdd,
+  biasGrad,
+  modelDevice,
+  relu,
+  reluGrad,
+  softmaxXent,
+  type Device,
+  type ModelDevice,
+  type SoftmaxXentOutputs,
+  type Tensor,
+  type TensorView,
+} from './ops.js';
 export { Linear, type MatrixRef } from './linear.js';
 export { reluForward, reluBackward } from './relu.js';
 export { softmaxCrossEntropy } from './softmax-cross-entropy.js';

@@ -1,22 +1,23 @@
 /**
  * A fully connected layer on ParamSet tensors: weight [out, in] and bias [out], read from any flat
- * buffer with the ParamSet's layout (the real weights, or an optimizer's predicted weights).
- * All three matrix products go through the native SGEMM:
+ * buffer with the ParamSet's layout (the real weights, or an optimizer's predicted weights), in
+ * host memory (FlatBuffer) or on a device (DeviceBuffer, e.g. a DeviceParamSet's): every step is
+ * an operation of the model-operation table (ops.ts), which runs where its operands live.
+ * All three matrix products go through the native SGEMM (cuBLAS on a device):
  *   forward   Y  = X W^T + b     (batch x out)
  *   backward  dW = dY^T X        (out x in)
  *             dX = dY W          (batch x in)
  *             db = column sums of dY
  */
+import { DeviceBuffer } from '../device.js';
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { FlatBuffer, ParamSet, type TensorLayout } from '../tensor.js';
 import { describeValue } from '../validate.js';
 import { sgemm } from './gemm.js';
+import { biasAdd, biasGrad, type Tensor, type TensorView } from './ops.js';
 
-/** A matrix stored row-major from `offset` in `buffer`. @category Models */
-export interface MatrixRef {
-  buffer: FlatBuffer;
-  offset?: number;
-}
+/** A matrix stored row-major from `offset` in `buffer` (host or device memory). @category Models */
+export type MatrixRef = TensorView;
 
 /**
  * A fully connected layer over two tensors of a ParamSet (weight [out, in], bias [out]),
@@ -50,7 +51,7 @@ export class Linear {
   }
 
   /** Y[batch, out] = X[batch, in] W^T + b, with W and b read from `weights`. */
-  forward(x: MatrixRef, batch: number, y: MatrixRef, weights: FlatBuffer = this.params.weights): void {
+  forward(x: MatrixRef, batch: number, y: MatrixRef, weights: Tensor = this.params.weights): void {
     this.checkWeights(weights, 'forward');
     sgemm({
       transB: true,
@@ -64,14 +65,7 @@ export class Linear {
       c: y.buffer,
       cOffset: y.offset ?? 0,
     });
-    const out = this.outFeatures;
-    const b = weights.array.subarray(this.bias.offset, this.bias.offset + out);
-    const ya = y.buffer.array;
-    const base = y.offset ?? 0;
-    for (let r = 0; r < batch; r++) {
-      const row = base + r * out;
-      for (let j = 0; j < out; j++) ya[row + j]! += b[j]!;
-    }
+    biasAdd(y, { buffer: weights, offset: this.bias.offset }, batch, this.outFeatures);
   }
 
   /**
@@ -85,8 +79,8 @@ export class Linear {
     dy: MatrixRef,
     batch: number,
     dx: MatrixRef | undefined,
-    grads: FlatBuffer,
-    weights: FlatBuffer = this.params.weights,
+    grads: Tensor,
+    weights: Tensor = this.params.weights,
     accumulate = false,
   ): void {
     this.checkWeights(weights, 'backward');
@@ -96,7 +90,7 @@ export class Linear {
   }
 
   /** dW = dY^T X and db = column sums of dY, written (or added, when `accumulate`) into `grads`. */
-  weightGrad(x: MatrixRef, dy: MatrixRef, batch: number, grads: FlatBuffer, accumulate = false): void {
+  weightGrad(x: MatrixRef, dy: MatrixRef, batch: number, grads: Tensor, accumulate = false): void {
     this.checkWeights(grads, 'weightGrad (grads)');
     sgemm({
       transA: true,
@@ -111,19 +105,11 @@ export class Linear {
       cOffset: this.weight.offset,
       beta: accumulate ? 1 : 0,
     });
-    const out = this.outFeatures;
-    const db = grads.array.subarray(this.bias.offset, this.bias.offset + out);
-    if (!accumulate) db.fill(0);
-    const d = dy.buffer.array;
-    const base = dy.offset ?? 0;
-    for (let r = 0; r < batch; r++) {
-      const row = base + r * out;
-      for (let j = 0; j < out; j++) db[j]! += d[row + j]!;
-    }
+    biasGrad({ buffer: grads, offset: this.bias.offset }, dy, batch, this.outFeatures, accumulate);
   }
 
   /** dX[batch, in] = dY W, with W read from `weights` (the buffer the forward pass read). */
-  inputGrad(dy: MatrixRef, batch: number, dx: MatrixRef, weights: FlatBuffer = this.params.weights): void {
+  inputGrad(dy: MatrixRef, batch: number, dx: MatrixRef, weights: Tensor = this.params.weights): void {
     this.checkWeights(weights, 'inputGrad');
     sgemm({
       m: batch,
@@ -138,9 +124,11 @@ export class Linear {
     });
   }
 
-  private checkWeights(buffer: FlatBuffer, what: string): void {
-    if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError(`Linear.${what}: expected a FlatBuffer with the ParamSet's layout`);
-    if (buffer.length !== this.params.length)
+  private checkWeights(buffer: Tensor, what: string): void {
+    if (!(buffer instanceof FlatBuffer) && !(buffer instanceof DeviceBuffer))
+      throw new InvalidArgumentError(`Linear.${what}: expected a FlatBuffer or DeviceBuffer with the ParamSet's layout`);
+    // A DeviceParamSet's buffers may be padded past the ParamSet (for sharding): at least its length.
+    if (buffer instanceof FlatBuffer ? buffer.length !== this.params.length : buffer.length < this.params.length)
       throw new SizeMismatchError(
         `Linear.${what}: the buffer has ${buffer.length} elements but the ParamSet ${this.params.length}; pass a buffer with the ParamSet's layout`,
       );

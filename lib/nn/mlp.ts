@@ -1,21 +1,31 @@
 /**
  * A multilayer perceptron (Linear, ReLU, ..., Linear) with softmax cross-entropy, on one ParamSet
  * (tensors `layer{i}.weight` [out, in] and `layer{i}.bias` [out]), so one optimizer call updates
- * the whole model. Matrix products run on the native SGEMM; activations live in FlatBuffers that
- * grow to the largest batch seen and are reused.
+ * the whole model. Every step is an operation of the model-operation table (ops.ts): on the CPU
+ * the native SGEMM and loops over FlatBuffers, on `cuda:N` cuBLAS and the plugin's kernels over
+ * DeviceBuffers, enqueued without waiting. Activations grow to the largest batch seen and are reused.
  *
  *   const model = new MLP([784, 128, 10], { seed: 1 });
  *   model.forward(x, batch, optimizer.forwardWeights); // logits [batch, 10]
  *   const loss = model.loss(labels);                   // mean over the batch, keeps dLogits
  *   model.backward();                                  // into model.params.grads
+ *
+ * On a GPU the same loop reads and writes a DeviceParamSet (`model.params` stays the host copy
+ * the initial weights come from), and nothing returns to the host but the loss when it is read:
+ *
+ *   const model = new MLP([784, 128, 10], { seed: 1, device: 'cuda:0' });
+ *   const onDevice = DeviceParamSet.create(model.params, { device: 'cuda:0', optimizer });
+ *   model.forwardLogits(x, batch, onDevice.forwardWeights);
+ *   model.loss(labels, { read: false });                 // NaN: the loss stays on the device
+ *   model.backward(onDevice.grads);
+ *   onDevice.step();
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { FlatBuffer, ParamSet, type MemorySource } from '../tensor.js';
 import { seededRandom } from '../data/seeded-random.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
-import { reluBackward, reluForward } from './relu.js';
-import { softmaxCrossEntropy } from './softmax-cross-entropy.js';
+import { modelDevice, relu, reluGrad, softmaxXent, type Device, type ModelDevice, type Tensor } from './ops.js';
 import { checkArrayLike, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** @category Models */
@@ -27,9 +37,14 @@ export interface MLPOptions {
    * that collectives on the ucx backend read the ranks' buffers in shared memory. See ParamSetOptions.
    */
   memory?: MemorySource;
+  /**
+   * Where forward and backward run: `cpu` (default) or `cuda:N`. On a device the weights and
+   * gradients passed in are DeviceBuffers on it (a DeviceParamSet's), and so are the activations.
+   */
+  device?: Device;
 }
 
-const MLP_OPTION_KEYS = optionKeys<MLPOptions>({ seed: true, memory: true });
+const MLP_OPTION_KEYS = optionKeys<MLPOptions>({ seed: true, memory: true, device: true });
 
 /**
  * A multi-layer perceptron (Linear + ReLU layers, softmax cross-entropy) on one ParamSet: the
@@ -42,14 +57,21 @@ export class MLP {
   readonly sizes: readonly number[];
   readonly params: ParamSet;
   readonly layers: readonly Linear[];
-  /** activations[0] is the input copy (when given as a Float32Array); activations[i + 1] the output of layer i. */
-  private readonly activations: FlatBuffer[] = [];
-  private input: FlatBuffer | undefined;
-  private gradA: FlatBuffer | undefined;
-  private gradB: FlatBuffer | undefined;
+  /** Where forward and backward run. */
+  readonly device: Device;
+  private readonly memory: ModelDevice;
+  /** activations[i] is the output of layer i. */
+  private readonly activations: Tensor[] = [];
+  private input: Tensor | undefined;
+  private gradA: Tensor | undefined;
+  private gradB: Tensor | undefined;
+  /** Labels as floats, per-row losses and per-row hits of the last loss() or accuracy(). */
+  private labels: Tensor | undefined;
+  private losses: Tensor | undefined;
+  private hits: Tensor | undefined;
   private capacity = 0;
   /** What the last forward pass read, needed by backward. */
-  private last: { x: FlatBuffer; batch: number; weights: FlatBuffer } | undefined;
+  private last: { x: Tensor; batch: number; weights: Tensor } | undefined;
   private haveLossGrad = false;
   private isDisposed = false;
 
@@ -61,6 +83,8 @@ export class MLP {
       if (!Number.isInteger(s) || s < 1 || s > 1 << 24) throw new InvalidArgumentError(`MLP: layer sizes must be integers in [1, 2^24], got ${describeValue(s)}`);
     const seed = options.seed ?? 0;
     if (!Number.isInteger(seed)) throw new InvalidArgumentError(`MLP: seed must be an integer, got ${describeValue(seed)}`);
+    this.memory = modelDevice(options.device ?? 'cpu');
+    this.device = this.memory.device;
     this.sizes = Object.freeze([...sizes]);
     const spec: Array<[string, number[]]> = [];
     for (let i = 0; i + 1 < sizes.length; i++) {
@@ -92,61 +116,81 @@ export class MLP {
 
   /**
    * Logits [batch, classes] of x [batch, inFeatures] (row-major), computed with the weights in
-   * `weights` (default the model's own; e.g. an optimizer's predicted weights). The returned view
-   * is valid until the next forward pass.
+   * `weights` (default the model's own on the CPU; e.g. an optimizer's predicted weights), copied
+   * to the host: on a device this waits for the device. The returned array is valid until the
+   * next forward pass. Training loops that only need the loss call {@link forwardLogits}.
    */
-  forward(x: FlatBuffer | Float32Array, batch: number, weights: FlatBuffer = this.params.weights): Float32Array {
+  forward(x: Tensor | Float32Array, batch: number, weights?: Tensor): Float32Array {
+    const logits = this.forwardLogits(x, batch, weights);
+    const n = batch * this.classes;
+    return logits instanceof FlatBuffer ? logits.array.subarray(0, n) : this.memory.read(logits, n);
+  }
+
+  /**
+   * The forward pass without copying anything back: returns the logits tensor (at least batch x
+   * classes values, in the model's memory), valid until the next forward pass. `x` is a tensor in
+   * the model's memory, or host values copied in.
+   */
+  forwardLogits(x: Tensor | Float32Array, batch: number, weights?: Tensor): Tensor {
     this.checkLive('forward');
     if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`MLP.forward: batch must be a positive integer, got ${describeValue(batch)}`);
-    this.checkLayout(weights, 'MLP.forward: weights');
+    const w = this.checkLayout(weights, 'MLP.forward: weights');
     const need = batch * this.inFeatures;
-    let input: FlatBuffer;
-    if (x instanceof FlatBuffer) {
+    let input: Tensor;
+    if (x instanceof Float32Array) {
+      if (x.length < need) throw new SizeMismatchError(`MLP.forward: x holds ${x.length} values, batch x ${this.inFeatures} needs ${need}`);
+      this.reserve(batch);
+      input = this.input!;
+      this.memory.write(input, x.length === need ? x : x.subarray(0, need));
+    } else if (this.memory.holds(x)) {
       if (x.disposed) throw new DisposedError('MLP.forward: the input buffer was disposed');
       if (x.length < need) throw new SizeMismatchError(`MLP.forward: x holds ${x.length} values, batch x ${this.inFeatures} needs ${need}`);
       this.reserve(batch);
       input = x;
-    } else if (x instanceof Float32Array) {
-      if (x.length < need) throw new SizeMismatchError(`MLP.forward: x holds ${x.length} values, batch x ${this.inFeatures} needs ${need}`);
-      this.reserve(batch);
-      input = this.input!;
-      input.array.set(x.subarray(0, need));
-    } else throw new InvalidArgumentError('MLP.forward: x must be a FlatBuffer or a Float32Array');
+    } else throw new InvalidArgumentError(`MLP.forward: x must be a Float32Array or a ${this.tensorKind()}`);
     let current = input;
     this.layers.forEach((layer, i) => {
       const out = this.activations[i]!;
-      layer.forward({ buffer: current }, batch, { buffer: out }, weights);
-      if (i + 1 < this.layers.length) reluForward(out.array.subarray(0, batch * layer.outFeatures));
+      layer.forward({ buffer: current }, batch, { buffer: out }, w);
+      if (i + 1 < this.layers.length) relu({ buffer: out }, { buffer: out }, batch * layer.outFeatures);
       current = out;
     });
-    this.last = { x: input, batch, weights };
+    this.last = { x: input, batch, weights: w };
     this.haveLossGrad = false;
-    return current.array.subarray(0, batch * this.classes);
+    return current;
   }
 
-  /** Mean softmax cross-entropy of the last forward pass against `labels`; keeps dLogits for backward(). */
-  loss(labels: ArrayLike<number>): number {
+  /**
+   * Mean softmax cross-entropy of the last forward pass against `labels`; keeps dLogits for
+   * backward(). `labels` are class numbers, checked and copied in, or a tensor in the model's
+   * memory holding them as floats (e.g. a whole data set's labels placed on the device once;
+   * not checked: a value that is no class number gives a NaN loss and no gradient for its row).
+   * With `{ read: false }` the loss is not copied back (no wait for a device) and NaN is returned.
+   */
+  loss(labels: ArrayLike<number> | Tensor, options: { read?: boolean } = {}): number {
     this.checkLive('loss');
-    checkArrayLike(labels, 'MLP.loss(labels): labels');
+    checkOptions(options, ['read'], 'MLP.loss(labels, options)');
     if (!this.last) throw new InvalidArgumentError('MLP.loss: call forward(x, batch) first');
     const { batch } = this.last;
-    const logits = this.activations[this.layers.length - 1]!.array;
-    const value = softmaxCrossEntropy(logits, labels, batch, this.classes, this.gradA!.array);
+    const labelTensor = this.labelTensor(labels, batch, 'MLP.loss');
+    const logits = this.activations[this.layers.length - 1]!;
+    softmaxXent({ buffer: logits }, { buffer: labelTensor }, batch, this.classes, 1 / batch, { losses: { buffer: this.losses! }, dlogits: { buffer: this.gradA! } });
     this.haveLossGrad = true;
-    return value;
+    if (options.read === false) return Number.NaN;
+    return sum(this.memory.read(this.losses!, batch)) / batch;
   }
 
   /**
    * Backpropagates the dLogits of the last loss() call and writes (not accumulates) every gradient
-   * into `grads`, a buffer with the ParamSet's layout (default the ParamSet's own gradients). With
-   * `inputGrad`, also writes the loss's gradient with respect to the input [batch, inFeatures]
-   * there (for a layer below the MLP, e.g. embeddings).
+   * into `grads`, a buffer with the ParamSet's layout (default the ParamSet's own gradients on the
+   * CPU; a DeviceParamSet's `grads` on a device). With `inputGrad`, also writes the loss's gradient
+   * with respect to the input [batch, inFeatures] there (for a layer below the MLP, e.g. embeddings).
    */
-  backward(grads: FlatBuffer = this.params.grads, inputGrad?: FlatBuffer): void {
+  backward(grads?: Tensor, inputGrad?: Tensor): void {
     this.checkLive('backward');
-    this.checkLayout(grads, 'MLP.backward: grads');
+    const g = this.checkLayout(grads, 'MLP.backward: grads');
     if (inputGrad !== undefined) {
-      if (!(inputGrad instanceof FlatBuffer)) throw new InvalidArgumentError('MLP.backward: inputGrad must be a FlatBuffer or left out');
+      if (!this.memory.holds(inputGrad)) throw new InvalidArgumentError(`MLP.backward: inputGrad must be a ${this.tensorKind()} or left out`);
       if (inputGrad.disposed) throw new DisposedError('MLP.backward: inputGrad was disposed');
       const need = (this.last?.batch ?? 0) * this.inFeatures;
       if (inputGrad.length < need) throw new SizeMismatchError(`MLP.backward: inputGrad holds ${inputGrad.length} values, batch x ${this.inFeatures} needs ${need}`);
@@ -161,9 +205,9 @@ export class MLP {
       const layer = this.layers[i]!;
       const input = i === 0 ? x : this.activations[i - 1]!;
       const dInput = i === 0 ? (inputGrad === undefined ? undefined : { buffer: inputGrad }) : { buffer: dx };
-      layer.backward({ buffer: input }, { buffer: dy }, batch, dInput, grads, weights);
+      layer.backward({ buffer: input }, { buffer: dy }, batch, dInput, g, weights);
       if (i > 0) {
-        reluBackward(input.array.subarray(0, batch * layer.inFeatures), dx.array.subarray(0, batch * layer.inFeatures));
+        reluGrad({ buffer: dx }, { buffer: input }, { buffer: dx }, batch * layer.inFeatures);
         [dy, dx] = [dx, dy];
       }
     }
@@ -171,8 +215,8 @@ export class MLP {
     this.haveLossGrad = false;
   }
 
-  /** Fraction of rows whose largest logit is at the label, with `weights` (default the model's own). */
-  accuracy(x: FlatBuffer | Float32Array, labels: ArrayLike<number>, weights?: FlatBuffer): number {
+  /** Fraction of rows whose largest logit is at the label, with `weights` (default the model's own on the CPU). */
+  accuracy(x: Tensor | Float32Array, labels: ArrayLike<number>, weights?: Tensor): number {
     this.checkLive('accuracy');
     checkArrayLike(labels, 'MLP.accuracy(x, labels): labels');
     const batch = labels.length;
@@ -182,48 +226,93 @@ export class MLP {
       if (!Number.isInteger(l) || l < 0 || l >= this.classes)
         throw new InvalidArgumentError(`MLP.accuracy: label ${describeValue(l)} at row ${r} is not an integer class in [0, ${this.classes})`);
     }
-    const logits = this.forward(x, batch, weights);
-    const classes = this.classes;
-    let correct = 0;
-    for (let r = 0; r < batch; r++) {
-      let best = 0;
-      for (let j = 1; j < classes; j++) if (logits[r * classes + j]! > logits[r * classes + best]!) best = j;
-      if (best === labels[r]) correct++;
-    }
-    return correct / batch;
+    const logits = this.forwardLogits(x, batch, weights);
+    this.writeLabels(labels, batch, 'MLP.accuracy');
+    softmaxXent({ buffer: logits }, { buffer: this.labels! }, batch, this.classes, 1 / batch, { losses: { buffer: this.losses! }, correct: { buffer: this.hits! } });
+    return sum(this.memory.read(this.hits!, batch)) / batch;
   }
 
-  /** Frees the parameters and activation buffers. Idempotent. */
+  /** Frees the activation buffers and the host parameters (not a DeviceParamSet made from them). Idempotent. */
   dispose(): void {
     if (this.isDisposed) return;
     this.isDisposed = true;
-    for (const b of [...this.activations, this.input, this.gradA, this.gradB]) b?.dispose();
-    this.activations.length = 0;
+    this.freeActivations();
     this.last = undefined;
     this.params.dispose();
   }
 
+  /** The labels as a tensor in the model's memory: `labels` itself when it is one, else checked and copied in. */
+  private labelTensor(labels: ArrayLike<number> | Tensor, batch: number, what: string): Tensor {
+    if (this.memory.holds(labels)) {
+      if (labels.disposed) throw new DisposedError(`${what}: the labels tensor was disposed`);
+      if (labels.length < batch) throw new SizeMismatchError(`${what}: the labels tensor holds ${labels.length} values for a batch of ${batch}`);
+      return labels;
+    }
+    if (labels instanceof FlatBuffer || (typeof labels === 'object' && labels !== null && 'handle' in labels))
+      throw new InvalidArgumentError(`${what}: labels must be class numbers or a ${this.tensorKind()}`);
+    checkArrayLike(labels, `${what}(labels): labels`);
+    this.writeLabels(labels as ArrayLike<number>, batch, what);
+    return this.labels!;
+  }
+
+  private writeLabels(labels: ArrayLike<number>, batch: number, what: string): void {
+    if (labels.length !== batch) throw new SizeMismatchError(`${what}: ${labels.length} labels for a batch of ${batch}; give one label per row`);
+    const values = new Float32Array(batch);
+    for (let r = 0; r < batch; r++) {
+      const label = labels[r]!;
+      if (!Number.isInteger(label) || label < 0 || label >= this.classes)
+        throw new InvalidArgumentError(`${what}: label ${describeValue(label)} at row ${r} is not an integer class in [0, ${this.classes})`);
+      values[r] = label;
+    }
+    this.memory.write(this.labels!, values);
+  }
+
+  private freeActivations(): void {
+    for (const b of [...this.activations, this.input, this.gradA, this.gradB, this.labels, this.losses, this.hits]) b?.dispose();
+    this.activations.length = 0;
+  }
+
   private reserve(batch: number): void {
     if (batch <= this.capacity) return;
-    for (const b of [...this.activations, this.input, this.gradA, this.gradB]) b?.dispose();
-    this.activations.length = 0;
-    this.input = FlatBuffer.allocate(batch * this.inFeatures);
-    for (const layer of this.layers) this.activations.push(FlatBuffer.allocate(batch * layer.outFeatures));
+    this.freeActivations();
+    const allocate = (n: number): Tensor => this.memory.allocate(n);
+    this.input = allocate(batch * this.inFeatures);
+    for (const layer of this.layers) this.activations.push(allocate(batch * layer.outFeatures));
     const widest = Math.max(...this.sizes);
-    this.gradA = FlatBuffer.allocate(batch * widest);
-    this.gradB = FlatBuffer.allocate(batch * widest);
+    this.gradA = allocate(batch * widest);
+    this.gradB = allocate(batch * widest);
+    this.labels = allocate(batch);
+    this.losses = allocate(batch);
+    this.hits = allocate(batch);
     this.capacity = batch;
     this.last = undefined;
   }
 
-  private checkLayout(buffer: FlatBuffer, what: string): void {
-    if (!(buffer instanceof FlatBuffer)) throw new InvalidArgumentError(`${what} must be a FlatBuffer with the model's ParamSet layout`);
+  private tensorKind(): string {
+    return this.device === 'cpu' ? 'FlatBuffer' : `DeviceBuffer on ${this.device}`;
+  }
+
+  /** The weights or gradients buffer to use: `buffer`, or on the CPU the ParamSet's own when left out. */
+  private checkLayout(buffer: Tensor | undefined, what: string): Tensor {
+    if (buffer === undefined) {
+      if (this.device !== 'cpu')
+        throw new InvalidArgumentError(`${what}: the model runs on ${this.device}; pass a DeviceBuffer there with its ParamSet's layout (a DeviceParamSet's forwardWeights or grads)`);
+      return what.endsWith('grads') ? this.params.grads : this.params.weights;
+    }
+    if (!this.memory.holds(buffer)) throw new InvalidArgumentError(`${what} must be a ${this.tensorKind()} with the model's ParamSet layout`);
     if (buffer.disposed) throw new DisposedError(`${what} was disposed`);
-    if (buffer.length !== this.params.length)
+    if (buffer instanceof FlatBuffer ? buffer.length !== this.params.length : buffer.length < this.params.length)
       throw new SizeMismatchError(`${what} has ${buffer.length} elements, the model's ParamSet ${this.params.length}; use a buffer with its layout`);
+    return buffer;
   }
 
   private checkLive(what: string): void {
     if (this.isDisposed) throw new DisposedError(`MLP.${what}: the model was disposed; build a new one`);
   }
+}
+
+function sum(values: Float32Array): number {
+  let total = 0;
+  for (const v of values) total += v;
+  return total;
 }

@@ -16,7 +16,7 @@ import { FlatBuffer, ParamSet } from '../tensor.js';
 import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
-import { reluBackward, reluForward } from './relu.js';
+import { relu, reluGrad } from './ops.js';
 import type { StageBackwardOptions, StageModel } from './stage-model.js';
 
 /** One layer of a {@link Sequential} model. @category Models */
@@ -197,10 +197,7 @@ export class Sequential implements StageModel {
       const width = this.widths[i - this.start + 1]!;
       const out = this.take(batch * width);
       if (l.kind === 'linear') this.linears.get(i)!.forward({ buffer: current }, batch, { buffer: out }, weights);
-      else {
-        out.array.set(current.array.subarray(0, batch * width));
-        reluForward(out.array.subarray(0, batch * width));
-      }
+      else relu({ buffer: out }, { buffer: current }, batch * width);
       outputs.push(out);
       current = out;
     }
@@ -248,8 +245,7 @@ export class Sequential implements StageModel {
         }
       } else if (needDx) {
         dx = this.take(batch * width);
-        dx.array.set(dy.array.subarray(0, batch * width));
-        reluBackward(ctx.outputs[j]!.array.subarray(0, batch * width), dx.array.subarray(0, batch * width));
+        reluGrad({ buffer: dx }, { buffer: ctx.outputs[j]! }, { buffer: dy }, batch * width);
       }
       if (dyOwned && !kept) this.give(dy);
       if (!dx) {

@@ -1,67 +1,191 @@
-// The matrix product behind lib/nn: sgemm({ transA, transB, m, n, k, alpha, beta, a, aOffset, b,
-// bOffset, c, cOffset }). Matrices are dense row-major views into NativeBuffers starting at the
-// given element offsets (a ParamSet tensor, an activation buffer), so a layer costs one call and
-// no copy. Every view is checked against its buffer here; the kernel checks again.
+// The model operations (sapipe/nn.h) behind lib/nn, on host or device memory: each entry takes
+// its operands as NativeBuffers (the CPU table runs the operation to completion) or CudaBuffers
+// of one device (the CUDA plugin's table enqueues it on the legacy default stream, in order with
+// the device buffers' copies and updates, and returns). Operands are dense row-major views at
+// element offsets (a ParamSet tensor, an activation buffer), so a layer costs one call and no
+// copy. Every view is checked against its buffer here; the kernels check again.
+//
+//   sgemm({ transA, transB, m, n, k, alpha, beta, a, aOffset, b, bOffset, c, cOffset })
+//   nnBiasAdd(y, yOffset, bias, biasOffset, rows, cols)
+//   nnBiasGrad(db, dbOffset, dy, dyOffset, rows, cols, accumulate)
+//   nnRelu(y, yOffset, x, xOffset, count)
+//   nnReluBackward(dx, dxOffset, y, yOffset, dy, dyOffset, count)
+//   nnSoftmaxXent(logits, logitsOffset, labels, labelsOffset, rows, classes, gradScale,
+//                 losses, lossesOffset, dlogits | null, dlogitsOffset, correct | null, correctOffset)
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <vector>
 
-#include "../cpu/gemm.h"
+#include "cuda_binding.h"
+#include "cuda_buffer.h"
 #include "errors.h"
 #include "js_args.h"
 #include "native_buffer.h"
 #include "nn_binding.h"
+#include "sapipe/nn.h"
 
 namespace sapipe::addon {
 namespace {
 
-using BufferPtr = std::shared_ptr<AlignedBuffer>;
+// The operands of one operation: all host memory, or all memory of one device; each view holds
+// its buffer alive for the call.
+class Operands {
+ public:
+  Operands(Napi::Env env, const char* op) : env_(env), op_(op) {}
 
-struct MatrixView {
-  BufferPtr buffer;
-  size_t offset;
+  // The view [offset, offset + count) of a NativeBuffer or CudaBuffer.
+  float* view(const Napi::Value& value, const Napi::Value& offset_value, size_t count, const char* name) {
+    const size_t offset = offset_value.IsUndefined() ? 0 : index_arg(env_, offset_value, (std::string(op_) + ": " + name + "Offset").c_str());
+    const std::string what = std::string(op_) + ": " + name;
+    float* base = nullptr;
+    size_t length = 0;
+    if (NativeBuffer::IsInstance(value)) {
+      std::shared_ptr<AlignedBuffer> b = NativeBuffer::FromValue(env_, value, what.c_str());
+      if (b->busy()) throw_error(env_, "ERR_BUSY", what + " is in use by a pending asynchronous operation; await it first");
+      place(-1, what);
+      base = b->data(), length = b->size();
+      host_.push_back(std::move(b));
+    } else {
+      std::shared_ptr<DeviceAllocation> m = CudaBuffer::FromValue(env_, value, what.c_str());
+      if (m->users.load() != 0) throw_error(env_, "ERR_BUSY", what + " is in use by a queued operation; await it first");
+      place(m->device, what);
+      base = m->data, length = m->length;
+      device_.push_back(std::move(m));
+    }
+    if (offset > length || length - offset < count)
+      throw_error(env_, "ERR_SIZE_MISMATCH", what + " needs " + std::to_string(count) + " elements from offset " + std::to_string(offset) +
+                                                 ", but its buffer has " + std::to_string(length));
+    return base + offset;
+  }
+
+  // An optional operand: null or undefined gives nullptr.
+  float* optional_view(const Napi::Value& value, const Napi::Value& offset, size_t count, const char* name) {
+    return value.IsNull() || value.IsUndefined() ? nullptr : view(value, offset, count, name);
+  }
+
+  // The table of the operands' memory (the device made current), once every operand was read.
+  const sapipe_nn_ops* table() {
+    if (place_ < 0) return sapipe_cpu_nn_ops();
+    cuda_ = require_device_table(env_, place_);
+    return cuda_->nn_ops();
+  }
+
+  void check(sapipe_status status, const char* cpu_details) {
+    if (status == SAPIPE_OK) return;
+    throw_error(env_, sapipe_status_code(status), std::string(op_) + ": " + (cuda_ != nullptr ? cuda_->last_error() : cpu_details));
+  }
+
+ private:
+  void place(int32_t where, const std::string& what) {
+    if (place_ == kUnset) place_ = where;
+    if (place_ != where)
+      throw_error(env_, "ERR_INVALID_ARGUMENT", what + " is in " + describe(where) + " but an earlier operand is in " + describe(place_) +
+                                                    "; copy it first (DeviceBuffer.from, copyToHost)");
+  }
+  static std::string describe(int32_t where) { return where < 0 ? "host memory" : "cuda:" + std::to_string(where); }
+
+  static constexpr int32_t kUnset = -2;
+  Napi::Env env_;
+  const char* op_;
+  int32_t place_ = kUnset;
+  const sapipe_cuda_plugin_v1* cuda_ = nullptr;
+  std::vector<std::shared_ptr<AlignedBuffer>> host_;
+  std::vector<std::shared_ptr<DeviceAllocation>> device_;
 };
 
-MatrixView get_matrix(const Napi::Object& o, const char* key, const char* offset_key, size_t rows, size_t cols) {
-  Napi::Env env = o.Env();
-  MatrixView v{NativeBuffer::FromValue(env, o.Get(key), key), get_index(o, offset_key, 0)};
-  if (v.buffer->busy())
-    throw_error(env, "ERR_BUSY", std::string("sgemm: ") + key + " is in use by a pending asynchronous operation; await it first");
-  const size_t need = rows * cols;
-  if (v.offset > v.buffer->size() || v.buffer->size() - v.offset < need)
-    throw_error(env, "ERR_SIZE_MISMATCH",
-                std::string("sgemm: ") + key + " needs " + std::to_string(rows) + " x " + std::to_string(cols) +
-                    " elements from offset " + std::to_string(v.offset) + ", but its buffer has " +
-                    std::to_string(v.buffer->size()));
-  return v;
+size_t count_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  // Dimensions above 2^31 would overflow the element counts long before memory runs out.
+  const size_t n = index_arg(env, v, what);
+  if (n > (size_t{1} << 31)) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be at most 2^31");
+  return n;
 }
 
 Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = expect_object(env, info[0], "sgemm options");
-  cpu::GemmArgs g;
-  g.trans_a = get_bool(o, "transA", false);
-  g.trans_b = get_bool(o, "transB", false);
+  sapipe_nn_gemm_args g{};
+  g.trans_a = get_bool(o, "transA", false) ? 1 : 0;
+  g.trans_b = get_bool(o, "transB", false) ? 1 : 0;
   g.m = get_index(o, "m", 0);
   g.n = get_index(o, "n", 0);
   g.k = get_index(o, "k", 0);
-  // Dimensions above 2^31 would overflow the element counts below long before memory runs out.
   constexpr size_t kMaxDim = size_t{1} << 31;
   if (g.m > kMaxDim || g.n > kMaxDim || g.k > kMaxDim)
     throw_error(env, "ERR_INVALID_ARGUMENT", "sgemm: m, n and k must be at most 2^31");
   g.alpha = static_cast<float>(get_number(o, "alpha", 1.0));
   g.beta = static_cast<float>(get_number(o, "beta", 0.0));
-  MatrixView a = get_matrix(o, "a", "aOffset", g.m, g.k);
-  MatrixView b = get_matrix(o, "b", "bOffset", g.k, g.n);
-  MatrixView c = get_matrix(o, "c", "cOffset", g.m, g.n);
-  g.a = a.buffer->data() + a.offset;
+  Operands ops(env, "sgemm");
+  g.a = ops.view(o.Get("a"), o.Get("aOffset"), g.m * g.k, "a");
+  g.b = ops.view(o.Get("b"), o.Get("bOffset"), g.k * g.n, "b");
+  g.c = ops.view(o.Get("c"), o.Get("cOffset"), g.m * g.n, "c");
   g.lda = g.trans_a ? g.m : g.k;
-  g.b = b.buffer->data() + b.offset;
   g.ldb = g.trans_b ? g.k : g.n;
-  g.c = c.buffer->data() + c.offset;
   g.ldc = g.n;
-  sapipe_status status = cpu::sgemm(g);
-  if (status != SAPIPE_OK) throw_status(env, status, "sgemm (C must not overlap A or B; alpha and beta must be finite)");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->gemm(&g, nullptr), "C must not overlap A or B; alpha and beta must be finite");
+  return env.Undefined();
+}
+
+Napi::Value BiasAdd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[4], "nnBiasAdd: rows"), cols = count_arg(env, info[5], "nnBiasAdd: cols");
+  Operands ops(env, "nnBiasAdd");
+  float* y = ops.view(info[0], info[1], rows * cols, "y");
+  const float* bias = ops.view(info[2], info[3], cols, "bias");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->bias_add(y, bias, rows, cols, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value BiasGrad(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[4], "nnBiasGrad: rows"), cols = count_arg(env, info[5], "nnBiasGrad: cols");
+  const bool accumulate = info[6].ToBoolean().Value();
+  Operands ops(env, "nnBiasGrad");
+  float* db = ops.view(info[0], info[1], cols, "db");
+  const float* dy = ops.view(info[2], info[3], rows * cols, "dy");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->bias_grad(db, dy, rows, cols, accumulate ? 1 : 0, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Relu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[4], "nnRelu: count");
+  Operands ops(env, "nnRelu");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->relu(y, x, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[6], "nnReluBackward: count");
+  Operands ops(env, "nnReluBackward");
+  float* dx = ops.view(info[0], info[1], count, "dx");
+  const float* y = ops.view(info[2], info[3], count, "y");
+  const float* dy = ops.view(info[4], info[5], count, "dy");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->relu_backward(dx, y, dy, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value SoftmaxXent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[4], "nnSoftmaxXent: rows"), classes = count_arg(env, info[5], "nnSoftmaxXent: classes");
+  if (!info[6].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "nnSoftmaxXent: gradScale must be a number");
+  const float scale = static_cast<float>(info[6].As<Napi::Number>().DoubleValue());
+  Operands ops(env, "nnSoftmaxXent");
+  const float* logits = ops.view(info[0], info[1], rows * classes, "logits");
+  const float* labels = ops.view(info[2], info[3], rows, "labels");
+  float* losses = ops.view(info[7], info[8], rows, "losses");
+  float* dlogits = ops.optional_view(info[9], info[10], rows * classes, "dlogits");
+  float* correct = ops.optional_view(info[11], info[12], rows, "correct");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(table->softmax_xent(logits, labels, rows, classes, scale, losses, dlogits, correct, nullptr), "invalid arguments");
   return env.Undefined();
 }
 
@@ -91,6 +215,11 @@ Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) {
 
 void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("sgemm", Napi::Function::New(env, Sgemm, "sgemm"));
+  exports.Set("nnBiasAdd", Napi::Function::New(env, BiasAdd, "nnBiasAdd"));
+  exports.Set("nnBiasGrad", Napi::Function::New(env, BiasGrad, "nnBiasGrad"));
+  exports.Set("nnRelu", Napi::Function::New(env, Relu, "nnRelu"));
+  exports.Set("nnReluBackward", Napi::Function::New(env, ReluBackward, "nnReluBackward"));
+  exports.Set("nnSoftmaxXent", Napi::Function::New(env, SoftmaxXent, "nnSoftmaxXent"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

@@ -13,6 +13,7 @@
 #include "easgd.cuh"
 #include "fused_update.cuh"
 #include "nccl_entry.h"
+#include "nn_ops.cuh"
 #include "../core/nccl_loader.h"
 #include "reduce.cuh"
 #include "topk.cuh"
@@ -318,6 +319,8 @@ const sapipe_cuda_plugin_v1 kTable = {
     c_topk_select,
     c_scatter_add,
     c_zero,
+    cuda_nn_ops,
+    cublas_probe,
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "../core/aligned_buffer.h"
 #include "../core/plugin_loader.h"
+#include "../core/cublas_loader.h"
 #include "../core/nccl_loader.h"
 #include "check.h"
 #include "reference_check.h"
@@ -194,6 +195,24 @@ void check_loaders(Checks& t, const std::string& fakes) {
   s = nccl::load_uncached(fake_nccl.c_str(), &api, &reason);
   t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "ncclAllReduce") && contains(reason, fake_nccl),
            "an NCCL without ncclAllReduce names the symbol and the file: " + reason);
+
+  // cuBLAS, opened the same way by the CUDA plugin's model operations.
+  cublas::Api blas{};
+  reason.clear();
+  const std::string no_blas = fakes + "/no-cublas-here";
+  // Only meaningful where the system has no cuBLAS of its own (as on a machine without CUDA).
+  s = cublas::load_uncached(no_blas.c_str(), 13, &blas, &reason);
+  if (s != SAPIPE_OK) {
+    t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, no_blas + "/libcublas.so.13") && contains(reason, "libcublas.so.11") &&
+                 contains(reason, "SAPIPE_CUBLAS_PATH") && contains(reason, "Install cuBLAS"),
+             "a missing cuBLAS names every place looked at and what to install: " + reason);
+  }
+  // A library that is no cuBLAS, named as a file: found first, and refused for its missing symbol.
+  reason.clear();
+  const std::string not_blas = fake_nccl + "/libnccl.so.2";
+  s = cublas::load_uncached(not_blas.c_str(), 13, &blas, &reason);
+  t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, "cublasCreate_v2") && contains(reason, not_blas),
+           "a library without cublasCreate_v2 names the symbol and the file: " + reason);
 }
 
 std::string self_directory() {

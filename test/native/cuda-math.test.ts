@@ -2,7 +2,8 @@
  * The CUDA kernels' element maths runs on the CPU: the C++ harness sapipe_cuda_math_check
  * (native/tests/cuda_math_check.cpp) compiles native/cuda/update_element.cuh and the element
  * functions it calls for the host and checks every kernel variant against the scalar reference
- * over several steps, so that a mistake in the GPU maths fails here without a GPU.
+ * over several steps, and the model operations' element maths (native/cuda/nn_element.cuh)
+ * against the CPU table, so that a mistake in the GPU maths fails here without a GPU.
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +19,7 @@ t.test('every variant of the CUDA element maths matches the scalar reference on 
   const summary = /sapipe_cuda_math_check: (\d+) passed, (\d+) failed/.exec(stdout);
   t.ok(summary, 'the harness ran to its summary');
   t.equal(Number(summary?.[2]), 0, `no failed check\n${stdout.split('\n').filter((l) => l.startsWith('not ok')).slice(0, 10).join('\n')}`);
-  // 5 sizes x 4 steps x (1 applied + 6 outputs) per variant.
-  t.equal(Number(summary?.[1]), KERNEL_VARIANTS.length * 5 * 4 * 7, 'every variant, size, step and output checked');
+  // 5 sizes x 4 steps x (1 applied + 6 outputs) per variant, then the model operations' element
+  // maths: ReLU and its gradient, and the softmax cross-entropy at 1, 10 and 1003 classes (2 each).
+  t.equal(Number(summary?.[1]), KERNEL_VARIANTS.length * 5 * 4 * 7 + 2 + 3 * 2, 'every variant, size, step and output checked, and every model operation');
 });

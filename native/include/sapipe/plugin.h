@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sapipe/kernels.h"
+#include "sapipe/nn.h"
 #include "sapipe/status.h"
 
 #ifdef __cplusplus
@@ -199,6 +200,14 @@ typedef struct sapipe_cuda_plugin_v1 {
                                int64_t* device_bad, void* stream);
   /* x[0, count) = +0.0f, enqueued (a memset: NaN/Inf are cleared too, which scale(x, 0) would keep). */
   sapipe_status (*zero)(float* x, size_t count, void* stream);
+  /* The model operations on device memory (sapipe/nn.h), enqueued on the given stream. Matrix
+   * products go through cuBLAS, opened at run time like NCCL (SAPIPE_CUBLAS_PATH, then
+   * libcublas.so.13, .12, .11 on the system's library path): its gemm returns
+   * SAPIPE_ERR_BACKEND_UNAVAILABLE, with the places looked at in last_error(), when it cannot. */
+  const sapipe_nn_ops* (*nn_ops)(void);
+  /* Opens cuBLAS as nn_ops' gemm does, unless already open. version: cublasGetVersion's (e.g.
+   * 130100); library_path: the file. */
+  sapipe_status (*cublas_probe)(int32_t* version, const char** library_path);
 } sapipe_cuda_plugin_v1;
 
 /* Bytes of the table as it was before the appended entries: what every v1 plugin provides. */

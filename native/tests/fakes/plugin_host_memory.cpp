@@ -15,6 +15,7 @@
 
 #include "../../core/update_plan.h"
 #include "sapipe/kernels.h"
+#include "sapipe/nn.h"
 #include "sapipe/plugin.h"
 
 namespace {
@@ -273,6 +274,13 @@ sapipe_cuda_plugin_v1 make_table() {
   };
   t.zero = [](float* x, size_t count, void*) {
     std::memset(x, 0, count * sizeof(float));
+    return SAPIPE_OK;
+  };
+  // The model operations: the CPU's, on the emulated device's (host) memory.
+  t.nn_ops = [] { return sapipe_cpu_nn_ops(); };
+  t.cublas_probe = [](int32_t* version, const char** path) {
+    if (version != nullptr) *version = 0;
+    if (path != nullptr) *path = "host-memory emulation (the CPU's SGEMM)";
     return SAPIPE_OK;
   };
   return t;

@@ -84,6 +84,19 @@ sapipe_cuda_plugin_v1 make_table() {
   t.topk_select = UNAVAILABLE(topk_select);
   t.scatter_add = UNAVAILABLE(scatter_add);
   t.zero = UNAVAILABLE(zero);
+  t.nn_ops = [] {
+    static const sapipe_nn_ops ops = {
+        sizeof(sapipe_nn_ops),
+        UnavailableEntry<decltype(sapipe_nn_ops::gemm)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::bias_add)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::bias_grad)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::relu)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::relu_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::softmax_xent)>::value,
+    };
+    return &ops;
+  };
+  t.cublas_probe = UNAVAILABLE(cublas_probe);
 #endif
   return t;
 }
