@@ -63,7 +63,9 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       for (let i = 0; i < o.rounds; i++) reports.push(await trainer.trainRound());
       const measured = reports.map((r) => measuredResult(trainer.schedule, trainer.analysis, r.timeline));
       const makespans = measured.map((m) => m.makespan);
-      const mid = measured.indexOf(measured.find((m) => m.makespan === median(makespans))!);
+      // The round whose makespan is the median: with an even count the median is the mean of the
+      // two middle rounds and no round equals it, so take the lower of the two.
+      const mid = makespans.map((m, i) => [m, i] as const).sort((x, y) => x[0] - y[0])[(makespans.length - 1) >> 1]![1];
       const simulated = simulateSchedule(trainer.schedule, measuredCosts(trainer.schedule, reports.map((r) => r.timeline)));
       const overheads = reports.map(roundOverhead);
       const row: PipelineBenchRow = {

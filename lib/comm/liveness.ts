@@ -85,7 +85,7 @@ export class LivenessMesh {
       await Promise.race([
         accepted,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new TimeoutError(`liveness mesh: ranks above ${rank} did not all connect within ${timeoutMs} ms`)), timeoutMs);
+          timer = setTimeout(() => reject(new TimeoutError(missingRanksMessage(rank, size, mesh.sockets, timeoutMs))), timeoutMs);
         }),
       ]).finally(() => clearTimeout(timer));
     } catch (error) {
@@ -122,6 +122,18 @@ export class LivenessMesh {
     for (const socket of this.sockets.values()) socket.destroy();
     this.server.close();
   }
+}
+
+/** What a rank waiting for its peers says when they do not all come: who is missing, how to start them, what sets the wait. */
+function missingRanksMessage(rank: number, size: number, connected: ReadonlyMap<number, unknown>, timeoutMs: number): string {
+  const missing: number[] = [];
+  for (let peer = rank + 1; peer < size; peer++) if (!connected.has(peer)) missing.push(peer);
+  const list = missing.length <= 8 ? missing.join(', ') : `${missing.slice(0, 8).join(', ')} and ${missing.length - 8} more`;
+  return (
+    `rank ${rank} of ${size}: rank${missing.length === 1 ? '' : 's'} ${list} never joined within ${timeoutMs} ms. ` +
+    `Start every rank: each process with the same MASTER_ADDR and MASTER_PORT, WORLD_SIZE=${size} and its own RANK, or all of them at once with ` +
+    `\`sapipe launch --nproc ${size} <script>\`. The wait is the communicator's timeoutMs option (default 30000 ms).`
+  );
 }
 
 function openSocket(host: string, port: number, timeoutMs: number): Promise<Socket> {

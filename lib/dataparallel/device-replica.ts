@@ -11,7 +11,7 @@
  * optimizer's other state buffers are refreshed only by stateToHost() (exportState).
  */
 import { BackendUnavailableError } from '../errors.js';
-import { checkGatheredLengths, lengthWords } from './layout-check.js';
+import { checkSameLayout } from './layout-check.js';
 import { DeviceBuffer, DeviceParamSet } from '../device.js';
 import type { NcclCommunicator, NcclStepResultInfo } from '../comm/nccl.js';
 import type { Optimizer, StepResult } from '../optim/optimizer.js';
@@ -34,20 +34,27 @@ export class DeviceReplica {
   ) {}
 
   /**
-   * The trainer's creation collectives over nccl, on device buffers: every rank's ParamSet length
+   * The trainer's creation collectives over nccl, on device buffers: every rank's ParamSet layout
    * is compared (layout-check.ts), and rank 0's weights are broadcast into every rank's host ParamSet.
    */
   static async checkLayoutAndBroadcast(comm: NcclCommunicator, params: ParamSet, broadcast: boolean): Promise<void> {
     const device = { device: comm.device };
-    const mine = DeviceBuffer.from(lengthWords(params.length), device);
-    const all = DeviceBuffer.allocate(2 * comm.size, device);
-    try {
-      await comm.allgather(mine, all);
-      checkGatheredLengths(all.copyToHost(), comm.size);
-    } finally {
-      mine.dispose();
-      all.dispose();
-    }
+    await checkSameLayout(
+      params,
+      comm.size,
+      async (words) => {
+        const mine = DeviceBuffer.from(words, device);
+        const all = DeviceBuffer.allocate(words.length * comm.size, device);
+        try {
+          await comm.allgather(mine, all);
+          return all.copyToHost();
+        } finally {
+          mine.dispose();
+          all.dispose();
+        }
+      },
+      'DataParallelTrainer.create',
+    );
     if (!broadcast) return;
     const weights = DeviceBuffer.from(params.weights, device);
     try {

@@ -5,13 +5,15 @@ import { NcclCommunicator } from '../comm/nccl.js';
 import { countNonFinite, squaredNorm } from '../ops.js';
 import { bucketRanges } from '../comm/buckets.js';
 import { allreduceAndStep, gatherShardedState, startOverlappedStep } from '../comm/fused-step.js';
-import { ADAM_OPTION_KEYS, Adam, AdamW } from '../optim/adam.js';
+import { ADAM_OPTION_KEYS } from '../optim/adam.js';
 import { copyInto, type Optimizer, type OptimizerState, type StepResult } from '../optim/optimizer.js';
-import { SGD, SGD_OPTION_KEYS } from '../optim/sgd.js';
+import { SGD_OPTION_KEYS } from '../optim/sgd.js';
+import type { CompensationOptions, PredictionOptions } from '../optim/options.js';
+import { checkOptimizerValues, createOptimizer, type OptimizerSpec } from '../optim/spec.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { sparseAllreduce } from '../compress/sparse-allreduce.js';
 import { DeviceReplica, checkNcclOptions } from './device-replica.js';
-import { checkGatheredLengths, lengthWords } from './layout-check.js';
+import { checkSameLayout, gatherHostWords } from './layout-check.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
@@ -321,7 +323,8 @@ export class DataParallelTrainer {
 
   /**
    * Creates the trainer on every rank (a collective: all ranks call it with the same mode and
-   * ParamSet layout). Checks that every rank's ParamSet has the same size and, unless
+   * ParamSet layout). Checks that every rank's ParamSet has the same tensors (names, shapes,
+   * order; SizeMismatchError on every rank naming the first difference) and, unless
    * `broadcastWeights: false`, gives every rank rank 0's weights.
    */
   static async create(options: DataParallelTrainerOptions): Promise<DataParallelTrainer> {
@@ -349,6 +352,8 @@ export class DataParallelTrainer {
     const broadcast = options.broadcastWeights ?? true;
     if (typeof broadcast !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: broadcastWeights must be a boolean');
     const resolved = resolveMode(options, comm.size);
+    // Every value of the optimizer, with the mode's compensation and prediction, before any collective.
+    checkOptimizerValues(options.optimizer as OptimizerSpec, 'DataParallelTrainer', modeOptimizerOptions(resolved));
     if (options.update !== undefined && options.update !== 'replicated' && options.update !== 'sharded')
       throw new InvalidArgumentError(`DataParallelTrainer: update must be 'replicated' or 'sharded', got ${describeValue(options.update)}`);
     if (options.clipGradNorm !== undefined) {
@@ -384,15 +389,7 @@ export class DataParallelTrainer {
       await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast);
       return new DataParallelTrainer(options, resolved);
     }
-    const mine = FlatBuffer.from(lengthWords(params.length));
-    const all = FlatBuffer.allocate(2 * comm.size);
-    try {
-      await comm.allgather(mine, all);
-      checkGatheredLengths(all.array, comm.size);
-    } finally {
-      mine.dispose();
-      all.dispose();
-    }
+    await checkSameLayout(params, comm.size, (words) => gatherHostWords(comm, words), 'DataParallelTrainer.create');
     if (broadcast) await comm.broadcast(params.weights, 0);
     return new DataParallelTrainer(options, resolved);
   }
@@ -956,14 +953,11 @@ function checkOptimizerSpec(spec: DataParallelOptimizerSpec): void {
   checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], 'DataParallelTrainer: optimizer');
 }
 
+/** The optimizer options the trainer's mode adds to the user's spec. */
+function modeOptimizerOptions(mode: ResolvedMode): { compensation?: CompensationOptions; prediction?: PredictionOptions } {
+  return { ...(mode.compensation ? { compensation: mode.compensation } : {}), ...(mode.prediction ? { prediction: mode.prediction } : {}) };
+}
+
 function buildOptimizer(params: ParamSet, spec: DataParallelOptimizerSpec, mode: ResolvedMode): Optimizer {
-  const { kind, ...rest } = spec;
-  const extra = {
-    ...(mode.compensation ? { compensation: mode.compensation } : {}),
-    ...(mode.prediction ? { prediction: mode.prediction } : {}),
-  };
-  if (kind === 'sgd') return new SGD(params, { ...rest, ...extra });
-  if (kind === 'adam') return new Adam(params, { ...rest, ...extra });
-  if (kind === 'adamw') return new AdamW(params, { ...rest, ...extra });
-  throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${describeValue(kind)}`);
+  return createOptimizer(params, spec as OptimizerSpec, modeOptimizerOptions(mode));
 }

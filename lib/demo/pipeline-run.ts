@@ -8,6 +8,7 @@ import { loadMnist } from '../data/mnist.js';
 import { trainTestSplit } from '../data/dataset.js';
 import { InvalidArgumentError } from '../errors.js';
 import { checkLayers, layerParams, mlpLayers, partRanges } from '../nn/sequential.js';
+import { pipelinedBackpropScaling } from '../optim/options.js';
 import { checkInteger, checkNumber, checkOneOf } from '../validate.js';
 import { DATA_PARALLEL_MODES, type DataParallelMode } from '../dataparallel/mode.js';
 import type { PipelineProfile } from '../pipeline/profile.js';
@@ -46,6 +47,54 @@ export interface MnistPipelineConfig {
   /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
   spikeCompensation?: boolean;
   weightPrediction?: boolean;
+}
+
+/**
+ * @internal The SGD learning rate each schedule trains the demo's MLP with when none is given
+ * (momentum 0.9, micro-batches of 16): the synchronous schedules take 0.05; the schedules that
+ * read stashed or predicted weights diverge or lag at 0.05 and take 0.02 (3 epochs, seed 1, at
+ * 0.05 then 0.02: PipeOptim 84.55 % then 93.80 %, PipeDream 66.05 % then 93.05 %, 2BW 89.35 %
+ * then 91.35 %, SpecTrain 90.40 % then 93.50 %, against 1F1B's 92.30 % and 92.40 %; bench/RESULTS.md).
+ * Pipelined Backpropagation updates after every micro-batch and diverges at both: it takes the
+ * small-batch rule instead (pipelineDefaults).
+ */
+const SGD_DEFAULT_LR: Record<RuntimeScheduleName, number> = {
+  gpipe: 0.05,
+  '1f1b': 0.05,
+  'interleaved-1f1b': 0.05,
+  'zb-h1': 0.05,
+  wavelet: 0.05,
+  avgpipe: 0.05,
+  pipedream: 0.02,
+  'pipedream-2bw': 0.02,
+  pipeoptim: 0.02,
+  spectrain: 0.02,
+  'pipelined-backprop': 0.05,
+};
+
+/** The reference of Pipelined Backpropagation's small-batch rule: SGD lr 0.05, momentum 0.9 at batch 128 (bench/RESULTS.md). */
+export const PIPELINED_BACKPROP_REFERENCE = { lr: 0.05, momentum: 0.9, batch: 128 } as const;
+
+/**
+ * @internal The learning rate and momentum a run takes when the user gives neither, and why:
+ * Adam and AdamW 0.001; SGD the schedule's rate above; Pipelined Backpropagation with SGD the
+ * small-batch rule of ALGORITHMS.md section 4 from PIPELINED_BACKPROP_REFERENCE to the
+ * micro-batch size (at 16: lr 8.2e-4, momentum 0.9869, 94.25 % after 3 epochs where lr 0.05 and
+ * 0.02 diverge; at 1: lr 3.2e-6, momentum 0.99918).
+ */
+export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: MnistPipelineConfig['optimizer'], microBatchSize: number): { lr: number; momentum: number; note: string } {
+  if (optimizer !== 'sgd') return { lr: 0.001, momentum: 0.9, note: `lr 0.001, the default for ${optimizer}` };
+  if (schedule === 'pipelined-backprop') {
+    const r = PIPELINED_BACKPROP_REFERENCE;
+    const scaled = pipelinedBackpropScaling(r, microBatchSize);
+    return {
+      lr: scaled.lr,
+      momentum: scaled.momentum,
+      note: `lr ${scaled.lr.toPrecision(4)} and momentum ${scaled.momentum.toPrecision(6)}: the small-batch rule from lr ${r.lr}, momentum ${r.momentum} at batch ${r.batch} to the micro-batch of ${microBatchSize} (one update per micro-batch); give --lr and --momentum to override`,
+    };
+  }
+  const lr = SGD_DEFAULT_LR[schedule];
+  return { lr, momentum: 0.9, note: `lr ${lr}, the default SGD rate for ${schedule}` };
 }
 
 /** @internal */

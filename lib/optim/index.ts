@@ -1,4 +1,4 @@
-export { Optimizer, type StepInputs, type StepResult, type OptimizerState, type StateBufferName } from './optimizer.js';
+export { NON_FINITE_WARNING_STEPS, Optimizer, type StepInputs, type StepResult, type OptimizerState, type StateBufferName } from './optimizer.js';
 export { SGD, type SGDOptions } from './sgd.js';
 export { Adam, AdamW, type AdamOptions } from './adam.js';
 export {

@@ -97,6 +97,8 @@ export abstract class Optimizer {
   private readonly queue: ExecutionQueue;
   private stepCount = 0;
   private skipped = 0;
+  /** Steps skipped since the last applied one (the warning's count). */
+  private skippedInARow = 0;
   private inFlight = false;
   private isDisposed = false;
 
@@ -409,10 +411,43 @@ export abstract class Optimizer {
   }
 
   private finish(result: NativeUpdateResult): StepResult {
-    if (result.applied) this.stepCount += 1;
-    else this.skipped += 1;
+    if (result.applied) {
+      this.stepCount += 1;
+      this.skippedInARow = 0;
+    } else {
+      this.skipped += 1;
+      this.skippedInARow += 1;
+      // One overflowed step skipped is the guard doing its job; a run of them means the loop feeds
+      // non-finite gradients and the model has stopped training. Said once per run of skips.
+      if (this.skippedInARow === NON_FINITE_WARNING_STEPS) warnSkippedSteps(this.params, this.skippedInARow, result.nonFiniteCount);
+    }
     return { applied: result.applied, nonFiniteCount: result.nonFiniteCount, step: this.stepCount };
   }
+}
+
+/**
+ * Steps in a row the non-finite guard may skip before the optimizer warns (once per run of skips)
+ * through `process.emitWarning`, code `SAPIPE_NON_FINITE_STEPS`: `process.on('warning', ...)`
+ * receives it; Node prints it to stderr unless warnings are silenced. @category Optimizers
+ */
+export const NON_FINITE_WARNING_STEPS = 10;
+
+/** The warning of a run of skipped steps, naming the first tensor whose host gradient holds NaN or Inf. */
+function warnSkippedSteps(params: ParamSet, steps: number, lastCount: number): void {
+  let where = 'no tensor of the ParamSet\'s host gradient holds one now (a device or staged gradient, or one written elsewhere)';
+  if (!params.disposed)
+    for (const name of params.names) {
+      if (params.view(params.grads, name).some((x) => !Number.isFinite(x))) {
+        where = `the first in tensor "${name}"`;
+        break;
+      }
+    }
+  process.emitWarning(
+    `${steps} optimizer steps in a row were skipped: their gradients held NaN or Inf (${lastCount} non-finite values in the last; ${where}). ` +
+      'The weights have not changed since. Check the loss and the gradients your backward pass writes (reading a wrong property gives NaN), ' +
+      'the learning rate, and with loss scaling its initScale.',
+    { code: 'SAPIPE_NON_FINITE_STEPS' },
+  );
 }
 
 /**

@@ -5,10 +5,13 @@
 //
 //   node scripts/experiments/train-mlp.mjs --data DIR [--device cuda:0] [--sizes 784,128,10]
 //     [--batch 256] [--epochs 8] [--lr 0.05] [--momentum 0.9] [--update plain|dc|wp|dc+wp]
-//     [--steps 300] [--repeats 3] [--json]
+//     [--steps 300] [--repeats 3] [--breakdown] [--json]
 // Prints the test accuracy after the epochs, then the throughput of `steps` steps (after 20 warm-up
 // steps) in samples/s, `repeats` times: every batch is on the device before the clock starts and
-// the loss is read back once every 50 steps, as a training loop that logs would.
+// the loss is read back once every 50 steps, as a training loop that logs would. --breakdown also
+// times `steps` steps phase by phase, waiting for the device between phases: the JavaScript time
+// to enqueue forward, loss and backward, the device's time to finish them, and the step (the
+// fused update, run to completion); medians in microseconds.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -32,6 +35,7 @@ const { values: a } = parseArgs({
     steps: { type: 'string', default: '300' },
     repeats: { type: 'string', default: '3' },
     json: { type: 'boolean', default: false },
+    breakdown: { type: 'boolean', default: false },
   },
 });
 if (!a.data) throw new Error('--data DIR (written by export-mnist.mjs) is required');
@@ -92,10 +96,35 @@ for (let r = 0; r < Number(a.repeats); r++) {
   for (let i = 0; i < steps; i++) trainStep(batches[i % batches.length], i % 50 === 49 || i === steps - 1);
   throughput.push((steps * batch) / ((performance.now() - start) / 1000));
 }
-const result = { device: a.device, sizes, batch, update: a.update, epochs, trainSeconds, finalLoss: lastLoss, testAccuracy: accuracy, samplesPerSecond: throughput };
+let breakdown;
+if (a.breakdown) {
+  const probe = new Float32Array(1);
+  const wait = () => (onDevice ? onDevice.grads.copyToHost(probe) : undefined);
+  const phases = { enqueueUs: [], deviceUs: [], stepUs: [] };
+  for (let i = 0; i < steps; i++) {
+    const b = batches[i % batches.length];
+    wait();
+    const t0 = performance.now();
+    model.forwardLogits(b.x, batch, weights());
+    model.loss(b.y, { read: false });
+    model.backward(grads);
+    const t1 = performance.now();
+    wait();
+    const t2 = performance.now();
+    step();
+    const t3 = performance.now();
+    phases.enqueueUs.push((t1 - t0) * 1000);
+    phases.deviceUs.push((t2 - t1) * 1000);
+    phases.stepUs.push((t3 - t2) * 1000);
+  }
+  const median = (v) => v.sort((x, y) => x - y)[v.length >> 1];
+  breakdown = Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, Number(median(v).toFixed(1))]));
+}
+const result = { device: a.device, sizes, batch, update: a.update, epochs, trainSeconds, finalLoss: lastLoss, testAccuracy: accuracy, samplesPerSecond: throughput, ...(breakdown ? { breakdown } : {}) };
 if (a.json) console.log(JSON.stringify(result));
 else
   console.log(
     `sapipe ${a.device} MLP ${sizes.join('-')} batch ${batch} SGD-momentum ${a.update}: test accuracy ${(accuracy * 100).toFixed(2)}% after ${epochs} epochs ` +
-      `(${trainSeconds.toFixed(2)} s), ${throughput.map((v) => v.toFixed(0)).join(' / ')} samples/s`,
+      `(${trainSeconds.toFixed(2)} s), ${throughput.map((v) => v.toFixed(0)).join(' / ')} samples/s` +
+      (breakdown ? `; per step (median us): enqueue ${breakdown.enqueueUs}, device ${breakdown.deviceUs}, step ${breakdown.stepUs}` : ''),
   );

@@ -17,7 +17,7 @@ import {
   SizeMismatchError,
   type DataParallelTrainerOptions,
 } from '../../lib/index.js';
-import type { Scenario } from '../fixtures/dataparallel/rank.js';
+import type { MISMATCHED, Scenario } from '../fixtures/dataparallel/rank.js';
 import { gradientOf, initialWeights, SPEC } from '../fixtures/dataparallel/problem.js';
 import { scenarioPool } from '../helpers/scenario-pool.js';
 import { ReferenceOptimizer, type RefConfig } from '../reference/optimizer.js';
@@ -206,9 +206,27 @@ t.test('a NaN in one rank\'s gradient skips the same update on every rank, and t
   }
 });
 
-t.test("ranks whose ParamSets differ are ERR_SIZE_MISMATCH on every rank", async (t) => {
-  const results = await runScenario({ kind: 'mismatch', config: { mode: 'pipe-sgd', optimizer: sgd }, steps: 0 });
-  for (const m of results) t.equal(m.code, 'ERR_SIZE_MISMATCH', String(m.message));
+t.test('ranks whose models differ are ERR_SIZE_MISMATCH on every rank, naming the first tensor that differs', async (t) => {
+  // Rank 1's model against SPEC { a: [3, 5], b: [7] }; all but 'extra' and 'fewer' have SPEC's length.
+  const expected: Record<keyof typeof MISMATCHED, RegExp> = {
+    extra: /tensor #2 is nothing .* on rank 0 but "extra" \[20\] on rank 1/,
+    transposed: /tensor #0 is "a" \[3, 5\] on rank 0 but "a" \[5, 3\] on rank 1/,
+    resized: /tensor #1 is "b" \[7\] on rank 0 but "b" \[9\] on rank 1/,
+    renamed: /tensor #1 is "b" \[7\] on rank 0 but "bias" \[7\] on rank 1/,
+    reordered: /tensor #0 is "a" \[3, 5\] on rank 0 but "b" \[7\] on rank 1/,
+    fewer: /tensor #1 is "b" \[7\] on rank 0 but nothing \(its model has 1 tensors\) on rank 1/,
+  };
+  for (const mismatch of Object.keys(expected) as (keyof typeof MISMATCHED)[]) {
+    for (const mode of ['sync', 'sapipe-wp'] as const) {
+      const config: Config = mode === 'sync' ? { mode, optimizer: sgd } : { mode, optimizer: sgd, estimate: 'prev-sync' };
+      const results = await runScenario({ kind: 'mismatch', mismatch, config, steps: 0 });
+      t.equal(results.length, N, `${mismatch}, ${mode}: every rank answered`);
+      for (const m of results) {
+        t.equal(m.code, 'ERR_SIZE_MISMATCH', `${mismatch}, ${mode}: ${String(m.message)}`);
+        t.match(String(m.message), expected[mismatch], `${mismatch}, ${mode}: the message names the first difference`);
+      }
+    }
+  }
 });
 
 t.test('bad configurations and misuse are rejected with typed errors', async (t) => {

@@ -12,7 +12,8 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from '../../errors.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { checkOneOf } from '../../validate.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
@@ -23,8 +24,8 @@ interface TrainCliOptions {
   microbatchSize: string;
   epochs: string;
   optimizer: string;
-  lr: string;
-  momentum: string;
+  lr?: string;
+  momentum?: string;
   seed: string;
   trainSamples?: string;
   iterations?: string;
@@ -44,7 +45,7 @@ interface TrainCliOptions {
 const num = numberOption;
 
 /** The run's configuration from the command line; every bad value is a typed error naming its option. */
-export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
+export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig & { defaultsNote?: string } {
   const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
   const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
@@ -55,8 +56,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
     microBatchSize: num(o.microbatchSize, '--microbatch-size'),
     epochs: num(o.epochs, '--epochs'),
     optimizer: o.optimizer as MnistPipelineConfig['optimizer'],
-    lr: num(o.lr, '--lr'),
-    momentum: num(o.momentum, '--momentum'),
+    ...hyperparameters(o),
     seed: num(o.seed, '--seed'),
     ...(o.trainSamples === undefined ? {} : { trainSamples: num(o.trainSamples, '--train-samples') }),
     ...(o.iterations === undefined ? {} : { iterations: num(o.iterations, '--iterations') }),
@@ -68,6 +68,16 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig {
     boundaries,
     sizes,
   };
+}
+
+/** --lr and --momentum, or where neither is given the schedule's defaults and the note that says which. */
+function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; defaultsNote?: string } {
+  const schedule = checkOneOf(o.schedule, '--schedule', RUNTIME_SCHEDULES);
+  const optimizer = checkOneOf(o.optimizer, '--optimizer', ['sgd', 'adam', 'adamw'] as const);
+  const defaults = pipelineDefaults(schedule, optimizer, num(o.microbatchSize, '--microbatch-size'));
+  if (o.lr !== undefined || o.momentum !== undefined)
+    return { lr: o.lr === undefined ? defaults.lr : num(o.lr, '--lr'), momentum: o.momentum === undefined ? 0.9 : num(o.momentum, '--momentum') };
+  return { lr: defaults.lr, momentum: defaults.momentum, defaultsNote: defaults.note };
 }
 
 export function registerTrainCommand(program: Command): void {
@@ -85,8 +95,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--microbatch-size <b>', 'samples per micro-batch', String(d.microBatchSize))
     .option('--epochs <n>', 'epochs', String(d.epochs))
     .option('--optimizer <kind>', 'sgd, adam or adamw', d.optimizer)
-    .option('--lr <lr>', 'learning rate', String(d.lr))
-    .option('--momentum <mu>', 'SGD momentum', String(d.momentum))
+    .option('--lr <lr>', 'learning rate (default: the schedule\'s: SGD 0.05 for the synchronous schedules, 0.02 for pipedream, pipedream-2bw, pipeoptim and spectrain; pipelined-backprop the small-batch rule; Adam and AdamW 0.001)')
+    .option('--momentum <mu>', 'SGD momentum (default: 0.9; pipelined-backprop the small-batch rule)')
     .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
     .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
     .option('--iterations <n>', 'pipedream-2bw: batches per round')
@@ -102,7 +112,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
-      const config = pipelineConfigFromCli(o);
+      const { defaultsNote, ...config } = pipelineConfigFromCli(o);
+      if (defaultsNote && !o.json) console.log(`hyperparameters: ${defaultsNote}`);
       const bar = !o.json && process.stderr.isTTY ? new SingleBar({ format: 'epoch {value}/{total} {bar} test accuracy {accuracy}', stream: process.stderr, hideCursor: true }) : undefined;
       bar?.start(config.epochs, 0, { accuracy: '-' });
       let result;
@@ -120,6 +131,7 @@ export function registerTrainCommand(program: Command): void {
           JSON.stringify(
             {
               config: result.config,
+              ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
               boundaries: result.boundaries,
               epochs: result.epochs,
               measured: { makespanMs: result.measured.makespan, bubbleFraction: result.measured.bubbleFraction },

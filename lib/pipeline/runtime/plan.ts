@@ -3,6 +3,7 @@
  * once before any stage starts, and what each stage is given. Shared by the trainer of worker
  * threads and by stages started as processes (`sapipe launch`).
  */
+import { checkOptimizerValues } from '../../optim/spec.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
 import { resolveMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
@@ -44,7 +45,11 @@ export interface PipelineTrainerOptions {
   microBatches: number;
   /** Samples per micro-batch. */
   microBatchSize: number;
-  /** Batches per round (PipeDream-2BW). Default 1 for 2BW. */
+  /**
+   * Batches per round (PipeDream-2BW). Default 3, as the schedule generator's: a round starts from
+   * the weights the last one ended with, so at 1 every batch would read them fresh and 2BW would
+   * train exactly as 1F1B; from 2 on, every batch after a round's first reads weights one update old.
+   */
   iterations?: number;
   /** Model chunks per stage (interleaved 1F1B). Default 2. */
   virtualStages?: number;
@@ -157,7 +162,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const schedule = generateSchedule(name, {
     stages,
     microBatches,
-    ...(options.iterations !== undefined ? { iterations: options.iterations } : name === 'pipedream-2bw' ? { iterations: 1 } : {}),
+    ...(options.iterations !== undefined ? { iterations: options.iterations } : {}),
     ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
     // AvgPipe's N pipelines are in its action lists; parallel pipelines of the other schedules each run the one-pipeline list.
     ...(avgpipe ? { pipelines, ...(options.advance !== undefined ? { advance: options.advance } : {}) } : {}),
@@ -304,6 +309,8 @@ function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, wha
   }
   if ((schedule === 'pipeoptim' || schedule === 'spectrain') && kind === 'sgd' && !((spec as { momentum?: number }).momentum ?? 0))
     throw new InvalidArgumentError(`${what}: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
+  // Every value, as the stages' optimizers will check it: here, before any worker starts.
+  checkOptimizerValues(spec, what);
 }
 
 /** The model option resolved to a description every stage can build. */

@@ -11,9 +11,10 @@ import type { Communicator } from '../../comm/communicator.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { Sequential, type LayerSpec } from '../../nn/sequential.js';
 import type { StageModel } from '../../nn/stage-model.js';
-import { Adam, AdamW, type AdamOptions } from '../../optim/adam.js';
+import type { AdamOptions } from '../../optim/adam.js';
 import type { Optimizer, OptimizerState } from '../../optim/optimizer.js';
-import { SGD, type SGDOptions } from '../../optim/sgd.js';
+import type { SGDOptions } from '../../optim/sgd.js';
+import { createOptimizer } from '../../optim/spec.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
@@ -119,13 +120,9 @@ export async function buildStageModel(spec: PipelineModelSpec, part: number): Pr
 
 /** @internal The part's optimizer, with the schedule's prediction (and Pipelined Backpropagation's compensations, unless switched off). */
 export function buildOptimizer(model: StageModel, spec: PipelineOptimizerSpec, schedule: Schedule, part: number, pipelinedBackprop?: StageDescription['pipelinedBackprop']): Optimizer {
-  const { kind, ...rest } = spec;
   const prediction = pipelinedBackprop?.weightPrediction === false ? undefined : predictionFor(schedule.name, part, schedule.parts);
   const spikeDelay = pipelinedBackprop?.spikeCompensation === false ? undefined : spikeDelayFor(schedule.name, part, schedule.parts);
-  const options = { ...rest, ...(prediction ? { prediction } : {}), ...(spikeDelay !== undefined ? { spikeCompensation: { delay: spikeDelay } } : {}) };
-  if (kind === 'sgd') return new SGD(model.params, options as SGDOptions);
-  if (kind === 'adam') return new Adam(model.params, options as AdamOptions);
-  return new AdamW(model.params, options as AdamOptions);
+  return createOptimizer(model.params, spec, { ...(prediction ? { prediction } : {}), ...(spikeDelay !== undefined ? { spikeCompensation: { delay: spikeDelay } } : {}) });
 }
 
 /** @internal Micro-batches from the shared data set: round `samples[m*b + i]` is sample i of micro-batch m. */

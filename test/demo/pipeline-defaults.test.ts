@@ -1,0 +1,62 @@
+/**
+ * `sapipe train pipeline` without --lr and --momentum trains every schedule with hyperparameters
+ * measured to work for it (bench/RESULTS.md, "learning rates per schedule"), and says which;
+ * Pipelined Backpropagation gets the small-batch rule of ALGORITHMS.md section 4 for its
+ * micro-batch size instead of a rate that diverges.
+ */
+import t from 'tap';
+
+import { pipelineConfigFromCli } from '../../lib/cli/commands/train.js';
+import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../lib/demo/pipeline-run.js';
+import { pipelinedBackpropScaling } from '../../lib/optim/options.js';
+import { RUNTIME_SCHEDULES } from '../../lib/pipeline/runtime/weights.js';
+
+const cli = (extra: Record<string, string | undefined>) =>
+  pipelineConfigFromCli({
+    schedule: '1f1b',
+    stages: '4',
+    microbatches: '8',
+    microbatchSize: '16',
+    epochs: '1',
+    optimizer: 'sgd',
+    seed: '1',
+    spikeCompensation: true,
+    weightPrediction: true,
+    boundaries: 'params',
+    layers: '784,256,10',
+    report: 'r.html',
+    ...extra,
+  } as Parameters<typeof pipelineConfigFromCli>[0]);
+
+t.test('each schedule has a default that trains; the run says which', async (t) => {
+  for (const schedule of RUNTIME_SCHEDULES) {
+    const c = cli({ schedule });
+    t.ok(c.defaultsNote && c.defaultsNote.includes(schedule === 'pipelined-backprop' ? 'small-batch rule' : String(c.lr)), `${schedule}: ${c.defaultsNote}`);
+  }
+  for (const schedule of ['pipeoptim', 'pipedream', 'pipedream-2bw', 'spectrain'] as const) t.equal(cli({ schedule }).lr, 0.02, `${schedule}: lr 0.02 (0.05 lags or diverges)`);
+  for (const schedule of ['gpipe', '1f1b', 'wavelet'] as const) t.equal(cli({ schedule }).lr, 0.05, `${schedule}: lr 0.05`);
+  t.equal(cli({ optimizer: 'adamw' }).lr, 0.001, 'AdamW: 0.001');
+});
+
+t.test('Pipelined Backpropagation takes the small-batch rule at its micro-batch size', async (t) => {
+  for (const b of [1, 16]) {
+    const c = cli({ schedule: 'pipelined-backprop', microbatchSize: String(b) });
+    const rule = pipelinedBackpropScaling(PIPELINED_BACKPROP_REFERENCE, b);
+    t.equal(c.lr, rule.lr, `batch ${b}: lr ${rule.lr}`);
+    t.equal(c.momentum, rule.momentum, `batch ${b}: momentum ${rule.momentum}`);
+    t.match(c.defaultsNote, /small-batch rule .* to the micro-batch of/);
+  }
+  t.ok(pipelineDefaults('pipelined-backprop', 'sgd', 1).lr < 1e-5, 'batch 1: a per-sample step, not 0.05');
+});
+
+t.test('an explicit --lr or --momentum wins, with no defaults note', async (t) => {
+  const c = cli({ schedule: 'pipeoptim', lr: '0.05' });
+  t.equal(c.lr, 0.05);
+  t.equal(c.momentum, 0.9);
+  t.equal(c.defaultsNote, undefined);
+  const m = cli({ schedule: 'pipelined-backprop', momentum: '0.5' });
+  t.equal(m.momentum, 0.5);
+  t.equal(m.defaultsNote, undefined);
+  t.throws(() => cli({ lr: 'fast' }), { code: 'ERR_INVALID_ARGUMENT' }, 'a bad --lr is a typed error');
+  t.throws(() => cli({ schedule: 'nope' }), { code: 'ERR_INVALID_ARGUMENT' }, 'an unknown schedule too');
+});
