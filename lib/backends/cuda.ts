@@ -104,6 +104,8 @@ export interface NcclCommHandle {
 export interface CudaAddon {
   cudaStatus(): CudaStatus;
   ncclStatus(): NcclStatus;
+  /** cuBLAS as the plugin's model operations open it; the same shape as NCCL's status. */
+  cublasStatus(): NcclStatus;
   cudaBenchUpdate(device: number, config: NativeUpdateConfig, elements: number, reps: number, warmup: number): CudaBenchTiming;
   CudaBuffer: new (device: number, length: number) => CudaBufferHandle;
   /** The fused update on device buffers, run to completion. */
@@ -180,6 +182,30 @@ export function probeNccl(): BackendStatus {
   if (!cuda.available)
     return { name: 'nccl', kind: 'comm', available: false, reason: `NCCL ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
   return { name: 'nccl', kind: 'comm', available: true, details };
+}
+
+/**
+ * cuBLAS, which the CUDA plugin's model operations open at run time for their matrix products:
+ * where it is missing the models cannot run on a GPU (the fused updates and NCCL still can).
+ * @category Backends
+ */
+export function probeCublas(): BackendStatus {
+  const reason = nativeUnavailableReason();
+  let s: NcclStatus;
+  if (reason !== undefined) s = { available: false, reason };
+  else {
+    try {
+      s = cudaAddon().cublasStatus();
+    } catch (error) {
+      s = { available: false, reason: `probing cuBLAS failed: ${(error as Error).message}` };
+    }
+  }
+  if (!s.available) return { name: 'cublas', kind: 'compute', available: false, reason: s.reason ?? 'unknown' };
+  const details = { version: s.version ?? 0, library: s.path ?? '' };
+  const cuda = cudaStatus();
+  if (!cuda.available)
+    return { name: 'cublas', kind: 'compute', available: false, reason: `cuBLAS ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
+  return { name: 'cublas', kind: 'compute', available: true, details };
 }
 
 /** Parses `cpu` or `cuda:N` (`cuda` alone is `cuda:0`). @category Backends */

@@ -3,7 +3,7 @@
  * means adding its probe here.
  */
 import { probeCpu } from './cpu.js';
-import { probeCuda, probeNccl } from './cuda.js';
+import { probeCublas, probeCuda, probeNccl } from './cuda.js';
 import { probeLocal } from './local.js';
 import { probeUcx } from './ucx.js';
 import type { BackendProbe, BackendStatus } from './status.js';
@@ -12,6 +12,7 @@ import type { BackendProbe, BackendStatus } from './status.js';
 const probes: BackendProbe[] = [
   probeCpu,
   probeCuda,
+  probeCublas,
   probeNccl,
   probeLocal,
   probeUcx,

@@ -90,6 +90,32 @@ Napi::Value NcclStatus(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// {available, reason?, version?, path?} of cuBLAS, which the plugin's model operations open at
+// run time; never throws.
+Napi::Value CublasStatus(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  std::string reason;
+  const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
+  if (cuda == nullptr || cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1) || cuda->cublas_probe == nullptr) {
+    out.Set("available", false);
+    out.Set("reason", cuda == nullptr ? "cuBLAS is used through the CUDA plugin, which is unavailable: " + reason
+                                      : "the CUDA plugin predates the model operations: rebuild it with `npm run build:native`");
+    return out;
+  }
+  int32_t version = 0;
+  const char* path = nullptr;
+  if (cuda->cublas_probe(&version, &path) != SAPIPE_OK) {
+    out.Set("available", false);
+    out.Set("reason", cuda->last_error());
+    return out;
+  }
+  out.Set("available", true);
+  out.Set("version", version);
+  out.Set("path", path ? path : "");
+  return out;
+}
+
 // Whether the plugin has the entries appended to v1 (older plugins return a shorter table).
 bool has_appended_entries(const sapipe_cuda_plugin_v1* cuda) {
   if (cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1)) return false;
@@ -161,6 +187,7 @@ const sapipe_cuda_plugin_v1* require_nccl_table(Napi::Env env) {
 void InitCuda(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaStatus", Napi::Function::New(env, CudaStatus, "cudaStatus"));
   exports.Set("ncclStatus", Napi::Function::New(env, NcclStatus, "ncclStatus"));
+  exports.Set("cublasStatus", Napi::Function::New(env, CublasStatus, "cublasStatus"));
   exports.Set("cudaBenchUpdate", Napi::Function::New(env, CudaBenchUpdate, "cudaBenchUpdate"));
 }
 

@@ -7,7 +7,7 @@
  */
 import t, { type Test } from 'tap';
 
-import { cudaStatus } from '../../lib/backends/cuda.js';
+import { cudaStatus, probeCublas } from '../../lib/backends/cuda.js';
 import { DeviceBuffer, DeviceParamSet } from '../../lib/device.js';
 import { BackendUnavailableError, SapipeError } from '../../lib/errors.js';
 import { MLP } from '../../lib/nn/mlp.js';
@@ -33,6 +33,19 @@ function deviceTest(name: string, fn: (t: Test) => Promise<void>): void {
     await fn(t);
   });
 }
+
+deviceTest('cuBLAS is found, and sapipe info reports its version and file', async (t) => {
+  const status = probeCublas();
+  t.equal(status.available, true, `cublas: ${JSON.stringify(status)}`);
+  t.ok(String(status.details?.library ?? '').length > 0, `from ${String(status.details?.library)}`);
+});
+
+t.test('without a usable device cuBLAS is reported unavailable with the reason', async (t) => {
+  if (gpu) return;
+  const status = probeCublas();
+  t.equal(status.available, false);
+  t.ok((status.reason ?? '').length > 20, status.reason ?? '');
+});
 
 // cuBLAS and the kernels contract multiply-adds into FMAs and sum in another order than the CPU:
 // a few ulps per product, relative to the magnitude of its terms.
