@@ -79,6 +79,36 @@ function buildFromSource() {
   return result.status === 0 && !result.error;
 }
 
+/**
+ * The UCX plugin (sapipe_ucx.so, the ucx communication backend) beside the addon that loaded, when
+ * UCX's development files are installed and no plugin is there yet: one C++ file against
+ * `pkg-config ucx`, a few seconds. Never fails the install: without UCX the ucx backend stays
+ * unavailable, and `sapipe info` and the backend's error say how to get it.
+ */
+function buildUcxPlugin(addonFile) {
+  const dir = path.dirname(addonFile);
+  const plugin = path.join(dir, 'sapipe_ucx.so');
+  if (existsSync(plugin)) return;
+  if (process.platform !== 'linux') return;
+  const flags = spawnSync('pkg-config', ['--cflags', '--libs', 'ucx'], { encoding: 'utf8' });
+  if (flags.status !== 0 || flags.error) {
+    log('UCX not found (pkg-config ucx): the ucx backend is not built; `apt-get install libucx-dev` and reinstall (or `npm run build:native`) to add it');
+    return;
+  }
+  const compiler = ['c++', 'g++', 'clang++'].find(onPath);
+  if (!compiler) {
+    log('UCX is installed but no C++ compiler is on PATH: the ucx backend is not built');
+    return;
+  }
+  const source = path.join(root, 'native', 'comm', 'ucx', 'ucx_transport.cpp');
+  if (!existsSync(source)) return;
+  const args = ['-std=c++17', '-O3', '-Wall', '-Wextra', '-fPIC', '-shared', '-fvisibility=hidden', `-I${path.join(root, 'native', 'include')}`, source,
+    ...flags.stdout.trim().split(/\s+/).filter(Boolean), '-pthread', '-Wl,--no-undefined', '-o', plugin];
+  log(`building the UCX plugin (the ucx backend) against the installed UCX: ${compiler} ... -o ${path.relative(root, plugin)}`);
+  const result = spawnSync(compiler, args, { cwd: root, stdio: 'inherit' });
+  if (result.status !== 0 || result.error) log('the UCX plugin did not build (messages above); the ucx backend stays unavailable until `npm run build:native` succeeds');
+}
+
 function explainFailure() {
   const missing = ['python3', 'make'].filter((tool) => !onPath(tool));
   if (!onPath('g++') && !onPath('c++') && !onPath('clang++')) missing.push('a C++17 compiler (g++ >= 9 or clang++ >= 10)');
@@ -96,6 +126,7 @@ function main() {
     if (probe.file) {
       const prebuilt = path.relative(root, probe.file).startsWith('prebuilds');
       log(`using ${path.relative(root, probe.file)}${prebuilt ? ' (prebuilt: no compiler needed)' : ''}`);
+      buildUcxPlugin(probe.file);
       return;
     }
     log(`no usable prebuilt binary for ${target}: ${probe.reason}`);
@@ -112,6 +143,7 @@ function main() {
     process.exit(1);
   }
   log(`built and loaded ${path.relative(root, probe.file)}`);
+  buildUcxPlugin(probe.file);
 }
 
 main();
