@@ -4,6 +4,7 @@
  * of a save and the mean time between failures the caller gives. It drives saveCheckpoint and
  * loadCheckpoint; the loop calls `afterStep()` after each `trainer.step()`.
  */
+import type { LrScheduler } from '../optim/lr-schedule.js';
 import { performance } from 'node:perf_hooks';
 
 import type { DataParallelTrainer } from '../dataparallel/trainer.js';
@@ -24,8 +25,10 @@ export interface CheckpointerOptions {
   interval?: { mtbfSeconds: number };
   /** Complete checkpoints to keep. Default 2. */
   keep?: number;
+  /** A learning-rate scheduler whose position every save keeps (loadCheckpoint's `scheduler` continues it). */
+  scheduler?: LrScheduler;
 }
-const CHECKPOINTER_OPTION_KEYS = optionKeys<CheckpointerOptions>({ dir: true, every: true, interval: true, keep: true });
+const CHECKPOINTER_OPTION_KEYS = optionKeys<CheckpointerOptions>({ dir: true, every: true, interval: true, keep: true, scheduler: true });
 
 /** What the checkpoints have cost so far. @category Checkpoints */
 export interface CheckpointerStats {
@@ -58,7 +61,7 @@ export class Checkpointer {
 
   private constructor(
     readonly trainer: DataParallelTrainer,
-    private readonly options: Required<Pick<CheckpointerOptions, 'dir' | 'keep'>> & Pick<CheckpointerOptions, 'every' | 'interval'>,
+    private readonly options: Required<Pick<CheckpointerOptions, 'dir' | 'keep'>> & Pick<CheckpointerOptions, 'every' | 'interval' | 'scheduler'>,
     /** The checkpoint training resumed from, or null on a first run. */
     readonly resumed: LoadedCheckpoint | null,
   ) {}
@@ -74,8 +77,9 @@ export class Checkpointer {
       checkNumber(options.interval.mtbfSeconds, 'Checkpointer: interval.mtbfSeconds', 0, Number.MAX_VALUE, { loOpen: true });
     }
     const keep = checkInteger(options.keep ?? 2, 'Checkpointer: keep', 1, 1 << 20);
-    const resumed = await loadCheckpoint(trainer, { dir: options.dir });
-    return new Checkpointer(trainer, { dir: options.dir, keep, every: options.every, interval: options.interval }, resumed);
+    const scheduler = options.scheduler === undefined ? {} : { scheduler: options.scheduler };
+    const resumed = await loadCheckpoint(trainer, { dir: options.dir, ...scheduler });
+    return new Checkpointer(trainer, { dir: options.dir, keep, every: options.every, interval: options.interval, ...scheduler }, resumed);
   }
 
   /** Young's interval from the measured save cost, ms; undefined before the first save. */
@@ -100,7 +104,12 @@ export class Checkpointer {
     else save = this.intervalDue();
     if (!save) return false;
     await this.writing; // one file at a time
-    const started = await saveCheckpoint(this.trainer, { dir: this.options.dir, keep: this.options.keep, extra });
+    const started = await saveCheckpoint(this.trainer, {
+      dir: this.options.dir,
+      keep: this.options.keep,
+      extra,
+      ...(this.options.scheduler === undefined ? {} : { scheduler: this.options.scheduler }),
+    });
     this.sinceSaveStart = performance.now();
     this.costs.push(started.snapshotMs);
     this.stats.saves++;

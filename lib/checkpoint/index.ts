@@ -1,5 +1,5 @@
 /** Checkpoints on disk (safetensors files, one per rank, written atomically) and resuming from them. */
-export { loadCheckpoint, rankCheckpointSteps, readRankCheckpoint, saveCheckpoint, type CheckpointSave, type LoadedCheckpoint, type RankCheckpoint, type SaveCheckpointOptions, type SavedCheckpoint } from './trainer.js';
+export { loadCheckpoint, rankCheckpointSteps, readRankCheckpoint, saveCheckpoint, type CheckpointSave, type LoadedCheckpoint, type LoadCheckpointOptions, type RankCheckpoint, type SaveCheckpointOptions, type SavedCheckpoint } from './trainer.js';
 export { Checkpointer, type CheckpointerOptions, type CheckpointerStats } from './checkpointer.js';
 export { loadPipelineCheckpoint, savePipelineCheckpoint, type SavePipelineCheckpointOptions } from './pipeline.js';
 export { CHECKPOINT_VERSION, type CheckpointManifest } from './store.js';

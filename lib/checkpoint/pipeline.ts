@@ -8,6 +8,7 @@
  * its optimizer buffers under `part<j>/optimizer/<buffer>`; in `__metadata__` the format, the
  * schedule, the counters and `extra` as JSON.
  */
+import type { LrScheduler } from '../optim/lr-schedule.js';
 import { performance } from 'node:perf_hooks';
 
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
@@ -16,7 +17,7 @@ import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
 import { PipelineTrainer, type PipelineTrainerState } from '../pipeline/runtime/trainer.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, checkScheduler, restoreScheduler, schedulerMetadata, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
 import type { CheckpointSave, LoadedCheckpoint, SavedCheckpoint } from './trainer.js';
 
 const KIND = 'pipeline-trainer';
@@ -28,8 +29,10 @@ export interface SavePipelineCheckpointOptions {
   keep?: number;
   /** The caller's own state to restore: anything JSON.stringify keeps. */
   extra?: unknown;
+  /** A learning-rate scheduler (of the trainer) whose position is kept with the checkpoint; pass it to loadPipelineCheckpoint to continue it. */
+  scheduler?: LrScheduler;
 }
-const SAVE_OPTION_KEYS = optionKeys<SavePipelineCheckpointOptions>({ dir: true, keep: true, extra: true });
+const SAVE_OPTION_KEYS = optionKeys<SavePipelineCheckpointOptions>({ dir: true, keep: true, extra: true, scheduler: true });
 
 interface SavedCounters {
   schedule: string;
@@ -74,7 +77,7 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
     orderPosition: state.orderPosition,
     parts: state.parts.map((p) => ({ updates: p.updates, skipped: p.skipped, optimizer: { kind: p.optimizer.kind, step: p.optimizer.step, skippedSteps: p.optimizer.skippedSteps, lr: p.optimizer.lr, length: p.optimizer.length } })),
   };
-  const chunks = encodeSafetensors(tensors, { format: CHECKPOINT_FORMAT, version: String(CHECKPOINT_VERSION), kind: KIND, trainer: JSON.stringify(counters), extra });
+  const chunks = encodeSafetensors(tensors, { format: CHECKPOINT_FORMAT, version: String(CHECKPOINT_VERSION), kind: KIND, trainer: JSON.stringify(counters), extra, ...schedulerMetadata(options.scheduler, 'savePipelineCheckpoint') });
   const step = state.rounds;
   const written = (async (): Promise<SavedCheckpoint> => {
     const manifest = await saveRankFile(dir, step, 0, 1, KIND, chunks);
@@ -93,9 +96,10 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
  *
  * @category Checkpoints
  */
-export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: { dir: string }): Promise<LoadedCheckpoint | null> {
+export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: { dir: string; scheduler?: LrScheduler }): Promise<LoadedCheckpoint | null> {
   checkPipelineTrainer(trainer, 'loadPipelineCheckpoint');
-  checkOptions(options, ['dir'], 'loadPipelineCheckpoint(trainer, options)');
+  checkOptions(options, ['dir', 'scheduler'], 'loadPipelineCheckpoint(trainer, options)');
+  checkScheduler(options.scheduler, 'loadPipelineCheckpoint');
   const dir = await checkDirectory(options.dir, 'loadPipelineCheckpoint');
   const step = await latestCompleteStep(dir, 1);
   if (step === undefined) return null;
@@ -133,6 +137,7 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
       throw new CheckpointError(`${path}: does not fit this trainer: ${(error as Error).message}`, { reason: 'mismatch', cause: error });
     throw error;
   }
+  restoreScheduler(options.scheduler, metadata, path);
   return { step, path: stepDirectory(dir, step), extra, tensors: new Map() };
 }
 

@@ -19,6 +19,7 @@ import { Worker } from 'node:worker_threads';
 
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import { checkInteger, describeValue } from '../validate.js';
+import { LrScheduler, type LrSchedulerState } from '../optim/lr-schedule.js';
 
 /** @internal What every manifest and file says it is. */
 export const CHECKPOINT_FORMAT = 'sapipe-checkpoint';
@@ -231,4 +232,34 @@ export async function checkDirectory(dir: unknown, what: string): Promise<string
   const s = await stat(dir).catch(() => undefined);
   if (s !== undefined && !s.isDirectory()) throw new InvalidArgumentError(`${what}: ${dir} exists and is not a directory`);
   return dir;
+}
+
+/** @internal An optional scheduler option: an LrScheduler or undefined. */
+export function checkScheduler(scheduler: unknown, what: string): void {
+  if (scheduler !== undefined && !(scheduler instanceof LrScheduler))
+    throw new InvalidArgumentError(`${what}: scheduler must be an LrScheduler, got ${describeValue(scheduler)}`);
+}
+
+/** @internal The metadata entry that keeps a scheduler's position (none without a scheduler). */
+export function schedulerMetadata(scheduler: unknown, what: string): { lrScheduler?: string } {
+  checkScheduler(scheduler, what);
+  return scheduler === undefined ? {} : { lrScheduler: JSON.stringify((scheduler as LrScheduler).state()) };
+}
+
+/**
+ * @internal Continues `scheduler` from the position saved in `metadata`. A scheduler passed for a
+ * checkpoint saved without one is a CheckpointError: continuing from step 0 would silently
+ * restart the schedule.
+ */
+export function restoreScheduler(scheduler: LrScheduler | undefined, metadata: Record<string, string>, path: string): void {
+  if (scheduler === undefined) return;
+  if (metadata.lrScheduler === undefined)
+    throw new CheckpointError(`${path}: saved without a scheduler's position; save with { scheduler } to continue one, or load without it`, { reason: 'mismatch' });
+  let state: LrSchedulerState;
+  try {
+    state = JSON.parse(metadata.lrScheduler) as LrSchedulerState;
+  } catch (error) {
+    throw new CheckpointError(`${path}: the scheduler's position is not JSON`, { reason: 'corrupt', cause: error });
+  }
+  scheduler.loadState(state);
 }

@@ -12,6 +12,7 @@
  * progress under `accumulation/grads`; in `__metadata__` the
  * format, the layout, the trainer's mode and counters (the loss scale among them), and `extra` as JSON.
  */
+import type { LrScheduler } from '../optim/lr-schedule.js';
 import { performance } from 'node:perf_hooks';
 
 import { CheckpointError, InvalidArgumentError, SapipeError } from '../errors.js';
@@ -20,7 +21,7 @@ import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
 import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
 import { checkInteger, checkObject, describeValue, optionKeys, checkOptions } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, latestCompleteStep, pruneSteps, rankSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, checkScheduler, restoreScheduler, schedulerMetadata, latestCompleteStep, pruneSteps, rankSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
 
 const KIND = 'data-parallel-trainer';
 
@@ -41,8 +42,10 @@ export interface SaveCheckpointOptions {
    * arrays are written in the background: do not change them until `written` resolves (pass copies).
    */
   tensors?: ReadonlyMap<string, SafetensorsTensor>;
+  /** A learning-rate scheduler whose position is kept with the checkpoint; pass it to loadCheckpoint to continue it. */
+  scheduler?: LrScheduler;
 }
-const SAVE_OPTION_KEYS = optionKeys<SaveCheckpointOptions>({ dir: true, keep: true, extra: true, tensors: true });
+const SAVE_OPTION_KEYS = optionKeys<SaveCheckpointOptions>({ dir: true, keep: true, extra: true, tensors: true, scheduler: true });
 /** The prefix of the caller's own tensors in a rank's file. */
 const USER_PREFIX = 'user/';
 
@@ -125,6 +128,7 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
     rank: String(rank),
     worldSize: String(size),
     extra,
+    ...schedulerMetadata(options.scheduler, 'saveCheckpoint'),
   });
   const step = state.calls;
   const written = (async (): Promise<SavedCheckpoint> => {
@@ -149,9 +153,10 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
  *
  * @category Checkpoints
  */
-export async function loadCheckpoint(trainer: DataParallelTrainer, options: { dir: string }): Promise<LoadedCheckpoint | null> {
+export async function loadCheckpoint(trainer: DataParallelTrainer, options: LoadCheckpointOptions): Promise<LoadedCheckpoint | null> {
   checkObject(options, 'loadCheckpoint(trainer, options)');
-  checkOptions(options, ['dir'], 'loadCheckpoint(trainer, options)');
+  checkOptions(options, ['dir', 'scheduler'], 'loadCheckpoint(trainer, options)');
+  checkScheduler(options.scheduler, 'loadCheckpoint');
   const dir = await checkDirectory(options.dir, 'loadCheckpoint');
   const { rank, size } = trainer.comm;
   const step = await latestCompleteStep(dir, size);
@@ -172,7 +177,15 @@ export async function loadCheckpoint(trainer: DataParallelTrainer, options: { di
   } catch (error) {
     throw new CheckpointError(`${path}: extra is not JSON`, { reason: 'corrupt', cause: error });
   }
+  restoreScheduler(options.scheduler, metadata, path);
   return { step, path: stepDirectory(dir, step), extra, tensors: userTensors(tensors) };
+}
+
+/** Options of {@link loadCheckpoint}. @category Checkpoints */
+export interface LoadCheckpointOptions {
+  dir: string;
+  /** The learning-rate scheduler to continue from the position saved with the checkpoint (saveCheckpoint's `scheduler`). */
+  scheduler?: LrScheduler;
 }
 
 /** What {@link readRankCheckpoint} read: a rank's file, without a trainer. @category Checkpoints */

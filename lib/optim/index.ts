@@ -24,4 +24,5 @@ export {
   type LrSchedule,
   type LrTarget,
   type LrSchedulerOptions,
+  type LrSchedulerState,
 } from './lr-schedule.js';

@@ -6,7 +6,7 @@
  * switches between them at milestones (warm-up then cosine), `product` multiplies them.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { checkFunction, checkInteger, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkFunction, checkInteger, checkNumber, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** A learning-rate factor as a function of the scheduler's step count t (t = 0, 1, 2, ...). @category Optimizers */
 export type LrSchedule = (t: number) => number;
@@ -61,6 +61,14 @@ export function product(...schedules: LrSchedule[]): LrSchedule {
   return (t) => schedules.reduce((f, s) => f * s(t), 1);
 }
 
+/** Where an {@link LrScheduler} stands: what a checkpoint keeps of it. @category Optimizers */
+export interface LrSchedulerState {
+  /** Scheduler steps taken. */
+  step: number;
+  /** The learning rate the factors multiply. */
+  baseLr: number;
+}
+
 /** Options of {@link LrScheduler}. @category Optimizers */
 export interface LrSchedulerOptions {
   /** The learning rate the factors multiply. Default: the target's lr when the scheduler is made. */
@@ -75,7 +83,7 @@ const SCHEDULER_OPTION_KEYS = optionKeys<LrSchedulerOptions>({ baseLr: true });
  * @category Optimizers
  */
 export class LrScheduler {
-  readonly baseLr: number;
+  private base: number;
   private readonly target: { lr: number };
   private readonly schedule: LrSchedule;
   private t = 0;
@@ -84,11 +92,13 @@ export class LrScheduler {
     checkOptions(options, SCHEDULER_OPTION_KEYS, 'LrScheduler(target, schedule, options)');
     const holder = (target as { optimizer?: unknown } | null)?.optimizer ?? target;
     if (holder === null || typeof holder !== 'object' || typeof (holder as { lr?: unknown }).lr !== 'number')
-      throw new InvalidArgumentError(`LrScheduler: target must be an optimizer or a DataParallelTrainer, got ${describeValue(target)}`);
+      throw new InvalidArgumentError(
+        `LrScheduler: target must be an optimizer, a DataParallelTrainer or a PipelineTrainer (anything with a numeric lr to set; a trainer of your own can expose setLr as an lr setter), got ${describeValue(target)}`,
+      );
     checkFunction(schedule, 'LrScheduler(target, schedule): schedule');
     this.target = holder as { lr: number };
     this.schedule = schedule;
-    this.baseLr = checkNumber(options.baseLr ?? this.target.lr, 'LrScheduler: baseLr', 0, Number.MAX_VALUE);
+    this.base = checkNumber(options.baseLr ?? this.target.lr, 'LrScheduler: baseLr', 0, Number.MAX_VALUE);
     this.apply();
   }
 
@@ -102,6 +112,26 @@ export class LrScheduler {
     return this.target.lr;
   }
 
+  /** The learning rate the factors multiply. */
+  get baseLr(): number {
+    return this.base;
+  }
+
+  /** Where the scheduler stands, for a checkpoint (saveCheckpoint's and savePipelineCheckpoint's `scheduler` option keep it). */
+  state(): LrSchedulerState {
+    return { step: this.t, baseLr: this.base };
+  }
+
+  /** Continues from a state() (after a restart): sets its step and base, and the target's learning rate for that step. */
+  loadState(state: LrSchedulerState): number {
+    checkObject(state, 'LrScheduler.loadState(state)');
+    const step = checkInteger(state.step, 'LrScheduler.loadState: state.step', 0, Number.MAX_SAFE_INTEGER);
+    const base = checkNumber(state.baseLr, 'LrScheduler.loadState: state.baseLr', 0, Number.MAX_VALUE);
+    this.t = step;
+    this.base = base;
+    return this.apply();
+  }
+
   /** Advances one step and sets the target's learning rate. */
   step(): number {
     this.t += 1;
@@ -111,7 +141,7 @@ export class LrScheduler {
   private apply(): number {
     const factor = this.schedule(this.t);
     checkNumber(factor, `LrScheduler: the schedule's factor at step ${this.t}`, 0, Number.MAX_VALUE);
-    this.target.lr = this.baseLr * factor;
+    this.target.lr = this.base * factor;
     return this.target.lr;
   }
 }

@@ -122,6 +122,8 @@ export class PipelineTrainer {
   private partBuffers: string[][] = [];
   /** Each part's stages (several in Wavelet's model-parallel form). */
   private partHolders: number[][] = [];
+  /** The learning rate of every part's optimizer, as last set. */
+  private learningRate: number;
 
   private constructor(
     readonly schedule: Schedule,
@@ -130,7 +132,9 @@ export class PipelineTrainer {
     private readonly workers: Worker[],
     private readonly samples: number,
     private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>>,
+    lr: number,
   ) {
+    this.learningRate = lr;
     this.analysis = validateSchedule(schedule);
     this.order = this.epochOrder(0);
     workers.forEach((worker, index) => {
@@ -151,7 +155,7 @@ export class PipelineTrainer {
     const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines } = plan;
     // Worker p x S + s runs stage s of pipeline p.
     const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), pipelines * schedule.stages, { workerData: { descriptions, data, timeoutMs, pipelines } });
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines }, options.optimizer.lr);
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -301,6 +305,7 @@ export class PipelineTrainer {
       await this.requestEach('imported', (s) => ({ type: 'importState', parts: byStage.get(s)! }));
       this.roundsRun = state.rounds;
       this.epochsRun = state.epochs;
+      this.learningRate = state.parts[0]!.optimizer.lr;
       this.order = this.epochOrder(state.epochs);
       this.orderPosition = state.orderPosition;
     } finally {
@@ -313,6 +318,18 @@ export class PipelineTrainer {
     this.checkUsable('setLr');
     if (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0) throw new InvalidArgumentError(`PipelineTrainer.setLr: lr must be a finite number >= 0, got ${describeValue(lr)}`);
     for (const w of this.workers) w.postMessage({ type: 'lr', lr } satisfies ToStage);
+    this.learningRate = lr;
+  }
+
+  /**
+   * The learning rate of every part's optimizer; setting it is setLr(). An LrScheduler drives a
+   * PipelineTrainer through it (`new LrScheduler(trainer, schedule)`, `scheduler.step()` after each round).
+   */
+  get lr(): number {
+    return this.learningRate;
+  }
+  set lr(lr: number) {
+    this.setLr(lr);
   }
 
   /**
