@@ -4,7 +4,7 @@
  * simulator's prediction from the measured stage costs, with the same renderer at the same scale.
  */
 import { renderSvg } from '../pipeline/render.js';
-import { parallelPipelinesNote, type MnistPipelineResult } from './pipeline-run.js';
+import { parallelPipelinesNote, pipelinesCoupling, type MnistPipelineResult } from './pipeline-run.js';
 
 function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -20,7 +20,8 @@ export function pipelineComparison(r: MnistPipelineResult): [string, string, str
     ['makespan of a round (ms)', m.makespan.toFixed(2), s.makespan.toFixed(2)],
     ['bubble fraction', pct(m.bubbleFraction), pct(s.bubbleFraction)],
     ['peak stored activations per stage (micro-batches)', r.peakActivations.join(' / '), s.analysis.peakActivations.join(' / ')],
-    ['weight versions per stage', r.peakStashed.map((n) => n + 1).join(' / '), s.analysis.weightVersions.join(' / ')],
+    // Counted as the schedule analysis counts them: the weights, the stashed copies and a predicted copy.
+    ['weight versions per stage (current + stashed + predicted)', r.peakStashed.map((n, k) => n + 1 + (r.predictedCopies[k] ?? 0)).join(' / '), s.analysis.weightVersions.join(' / ')],
     ['peak activation memory per stage (KiB)', m.peakActivationBytes.map(kib).join(' / '), '-'],
     ['peak memory per stage (KiB, with weights, grads, state)', m.peakMemoryBytes.map(kib).join(' / '), '-'],
   ];
@@ -61,7 +62,7 @@ export function renderPipelineReport(r: MnistPipelineResult): string {
 <h1>Pipeline training: ${esc(title)}</h1>
 <p>MLP ${esc(c.sizes.join('-'))} on MNIST (${r.trainSamples} train / ${r.testSamples} test samples), cut at layers [${r.boundaries.join(', ')}]
 (${esc(String(c.boundaries === 'measured' ? 'balanced by measured layer times' : c.boundaries === 'params' ? 'balanced by parameter count' : 'explicit boundaries'))}),
-${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}` : ''}, seed ${c.seed}; one worker thread per stage over the <code>local</code> backend${(c.pipelines ?? 1) > 1 ? `; ${c.pipelines} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${esc(c.dataParallel ?? 'sync')} (timelines: pipeline 0)` : ''}.</p>
+${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}` : ''}, seed ${c.seed}; one worker thread per stage over the <code>local</code> backend${pipelinesCoupling(c) ? `; ${esc(pipelinesCoupling(c)!)} (timelines: pipeline 0)` : ''}.</p>
 <h2>Training</h2>
 <table><tr><th>epoch</th><th>mean loss</th><th>test accuracy</th><th>wall s</th></tr>${rows}</table>
 <h2>Measured against simulated</h2>

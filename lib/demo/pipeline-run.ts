@@ -125,6 +125,16 @@ export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefine
     : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;
 }
 
+/**
+ * @internal How a run's parallel pipelines are combined, in words, or undefined for one pipeline:
+ * AvgPipe's by elastic averaging, the others' stage replicas by their data-parallel mode.
+ */
+export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
+  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  if (n === 1) return undefined;
+  return c.schedule === 'avgpipe' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
+}
+
 /** @internal */
 export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineConfig {
   checkOneOf(c.schedule, '--schedule', RUNTIME_SCHEDULES);
@@ -171,6 +181,8 @@ export interface MnistPipelineResult {
   /** Per-action overhead of the runtime on the measured round: time between actions, and in sends/stash bookkeeping. */
   overhead: { perActionMs: number; shareOfRound: number };
   peakStashed: readonly number[];
+  /** Predicted weight copies per stage, in the typical round. */
+  predictedCopies: readonly number[];
   /** Stored micro-batch activations per stage at their peak, in the typical round. */
   peakActivations: readonly number[];
   /** The run as a tuner profile (docs/pipeline.md): each stage's measured forward and backward per micro-batch, and its sizes. */
@@ -284,6 +296,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       trainMs,
       overhead: roundOverhead(typical),
       peakStashed: typical.peakStashed,
+      predictedCopies: typical.predictedCopies,
       peakActivations: typical.peakActivations,
       profile: runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs),
     };

@@ -226,8 +226,8 @@ export function registerDemoCommand(program: Command): void {
     .option('--topk <density>', "exchange each worker's top-k gradient elements (MSTopK, this fraction of them) instead of the dense all-reduce (DataParallelTrainer's compression)")
     .option('--no-error-feedback', '--topk: drop what was not sent instead of adding it to the next gradient')
     .option('--no-overlap', "staleness-1 modes: apply each update at the next step() instead of behind its all-reduce (DataParallelTrainer's overlapUpdate: false), to compare")
-    .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile`')
-    .option('--report <file>', 'where to write the HTML report', 'demo-report.html')
+    .option('--profile-out <file>', 'also write a profile of the measured compute time for `sapipe simulate dataparallel --profile` (not with --tfjs)')
+    .option('--report <file>', 'where to write the HTML report (not with --tfjs, whose output is the table or --json)', 'demo-report.html')
     .option('--json', 'print JSON (table rows and per-epoch accuracy) instead of a table')
     .option(
       '--tfjs',

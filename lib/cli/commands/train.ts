@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from '../../errors.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { checkOneOf } from '../../validate.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
@@ -152,7 +152,7 @@ export function registerTrainCommand(program: Command): void {
       }
       const c = result.config;
       console.log(
-        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${(c.pipelines ?? 1) > 1 ? `${c.pipelines} pipelines (${c.dataParallel ?? 'sync'}) x ` : ''}${c.schedule} on ${c.stages} stages, ` +
+        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
       const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);

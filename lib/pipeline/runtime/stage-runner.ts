@@ -85,6 +85,8 @@ export interface StageRoundResult {
   readonly versions: VersionRead[];
   /** Most stashed weight copies held at once (beside the current and predicted weights). */
   readonly peakStashed: number;
+  /** Predicted weight copies the stage's parts keep beside their weights (one per part whose optimizer predicts). */
+  readonly predictedCopies: number;
   /** Most micro-batch activations held at once. */
   readonly peakActivations: number;
   /** Most bytes of stored activations held at once (0 when the models do not say: StageModel.activationFloats). */
@@ -461,7 +463,8 @@ export class StageRunner {
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
-    return { stage: this.stage, timeline, losses, versions, peakStashed, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
+    const predictedCopies = [...this.parts.values()].filter((p) => p.spec.optimizer.stateBuffer('predicted') !== undefined).length;
+    return { stage: this.stage, timeline, losses, versions, peakStashed, predictedCopies, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
   }
 
   /** @internal A part's counters between rounds (what a checkpoint keeps besides weights and optimizer state). */

@@ -38,6 +38,8 @@ export interface RoundReport {
   /** Per stage of pipeline 0. */
   readonly peakActivations: readonly number[];
   readonly peakStashed: readonly number[];
+  /** Per stage of pipeline 0: predicted weight copies kept beside the weights (PipeOptim, SpecTrain, ...). */
+  readonly predictedCopies: readonly number[];
   /** Per stage of pipeline 0, in bytes: see StageRoundResult. Their sum bounds a worker's peak training memory. */
   readonly peakActivationBytes: readonly number[];
   readonly peakStashedBytes: readonly number[];
@@ -411,6 +413,7 @@ export class PipelineTrainer {
       versions: results.map((r) => r.versions),
       peakActivations: results.map((r: StageRoundResult) => r.peakActivations),
       peakStashed: results.map((r) => r.peakStashed),
+      predictedCopies: results.map((r) => r.predictedCopies),
       peakActivationBytes: results.map((r) => r.peakActivationBytes),
       peakStashedBytes: results.map((r) => r.peakStashedBytes),
       modelBytes: results.map((r) => r.modelBytes),
