@@ -54,8 +54,11 @@ function stepChart(result: DemoResult): string {
     );
   });
   const ly = T + row * result.modes.length + 8;
-  parts.push(`<rect x="${L}" y="${ly}" width="12" height="12" fill="#4c78a8"/><text x="${L + 18}" y="${ly + 11}">compute (forward, backward, update)</text>`);
-  parts.push(`<rect x="${L + 240}" y="${ly}" width="12" height="12" fill="#e45756"/><text x="${L + 258}" y="${ly + 11}">exposed communication</text>`);
+  // The second swatch starts after the first label: about 7 px a character at 12 px sans-serif.
+  const firstLabel = 'compute (forward, backward, update)';
+  const second = L + 18 + Math.ceil(firstLabel.length * 7) + 24;
+  parts.push(`<rect x="${L}" y="${ly}" width="12" height="12" fill="#4c78a8"/><text x="${L + 18}" y="${ly + 11}">${firstLabel}</text>`);
+  parts.push(`<rect x="${second}" y="${ly}" width="12" height="12" fill="#e45756"/><text x="${second + 18}" y="${ly + 11}">exposed communication</text>`);
   return `<svg class="steps" xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-size="12" font-family="sans-serif">${parts.join('')}</svg>`;
 }
 
