@@ -1,8 +1,10 @@
 /**
- * The trainer's creation check that every rank built the same model: the same tensors, by name,
- * shape and order, in its ParamSet (every tensor is fp32). Without it, two ranks whose models
- * merely have the same padded length ([4, 8] against [8, 4], or 10 against 12 elements) would
- * average unrelated elements and train on silently.
+ * The trainer's creation check that every rank built the same model: the same layout, tensor by
+ * tensor in order (its shape; every tensor is fp32). Without it, two ranks whose models merely have
+ * the same padded length ([4, 8] against [8, 4], or 10 against 12 elements) would average unrelated
+ * elements and train on silently. Names are not compared, only reported: ranks may name the same
+ * tensor differently (TensorFlow.js numbers its layers per model instance, so two ranks in one
+ * process hold "dense_Dense1/kernel" and "dense_Dense3/kernel"), and equal layouts average right.
  *
  * Each rank contributes a fingerprint of its layout to an all-gather (on whatever buffers its
  * backend reduces; every word an integer exact in fp32). Ranks that agree cost that one small
@@ -14,7 +16,7 @@ import { SizeMismatchError } from '../errors.js';
 import type { Communicator } from '../comm/communicator.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
 
-/** All ranks' contributions, concatenated in rank order; every rank passes the same length. */
+/** @internal All ranks' contributions, concatenated in rank order; every rank passes the same length. */
 export type GatherWords = (mine: Float32Array) => Promise<Float32Array>;
 
 /** Characters of a tensor's description sent when the layouts differ. */
@@ -22,10 +24,17 @@ const DESCRIPTION_CHARS = 160;
 /** Words of a 64-bit hash: four 16-bit halves of two 32-bit FNV-1a hashes. */
 const HASH_WORDS = 4;
 
+/** What the fingerprint compares of tensor `index`: its shape (or its absence). */
+function tensorShape(params: ParamSet, index: number): string {
+  const name = params.names[index];
+  return name === undefined ? '-' : `[${params.layout(name).shape.join(', ')}]`;
+}
+
+/** Tensor `index` for the error message: its name and shape. */
 function describeTensor(params: ParamSet, index: number): string {
   const name = params.names[index];
   if (name === undefined) return `nothing (its model has ${params.names.length} tensors)`;
-  return `"${name}" [${params.layout(name).shape.join(', ')}]`;
+  return `"${name}" ${tensorShape(params, index)}`;
 }
 
 function fnv1a(text: string, seed: number): number {
@@ -43,14 +52,14 @@ function hashWords(text: string): number[] {
   return [a & 0xffff, a >>> 16, b & 0xffff, b >>> 16];
 }
 
-/** The layout's fingerprint: tensor count, length (two halves), hash of every name and shape in order. */
+/** The layout's fingerprint: tensor count, length (two halves), hash of every shape in order. */
 function summaryWords(params: ParamSet): number[] {
-  const text = params.names.map((_, i) => describeTensor(params, i)).join(';');
+  const text = params.names.map((_, i) => tensorShape(params, i)).join(';');
   return [params.names.length, params.length % 4096, Math.floor(params.length / 4096), ...hashWords(text)];
 }
 
 /**
- * Throws SizeMismatchError on every rank (the same one) unless every rank's ParamSet has rank 0's
+ * @internal Throws SizeMismatchError on every rank (the same one) unless every rank's ParamSet has rank 0's
  * tensors, names, shapes and order. A collective: every rank calls it.
  */
 export async function checkSameLayout(params: ParamSet, size: number, gather: GatherWords, what: string): Promise<void> {
@@ -65,7 +74,7 @@ export async function checkSameLayout(params: ParamSet, size: number, gather: Ga
   const counts = Array.from({ length: size }, (_, r) => all[r * width]!);
   const slots = Math.max(...counts) + 1; // one more: a model that is a prefix of another differs at its end
   const perTensor = new Float32Array(slots * HASH_WORDS).fill(-1);
-  for (let i = 0; i < params.names.length; i++) perTensor.set(hashWords(describeTensor(params, i)), i * HASH_WORDS);
+  for (let i = 0; i < params.names.length; i++) perTensor.set(hashWords(tensorShape(params, i)), i * HASH_WORDS);
   const hashes = await gather(perTensor);
   const tensorDiffers = (i: number): boolean =>
     Array.from({ length: size }, (_, r) => r).some((r) =>
@@ -90,7 +99,7 @@ export async function checkSameLayout(params: ParamSet, size: number, gather: Ga
   );
 }
 
-/** The gather of checkSameLayout over a host communicator (local, ucx). */
+/** @internal The gather of checkSameLayout over a host communicator (local, ucx). */
 export async function gatherHostWords(comm: Communicator, words: Float32Array): Promise<Float32Array> {
   const mine = FlatBuffer.from(words);
   const all = FlatBuffer.allocate(words.length * comm.size);

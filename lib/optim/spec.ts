@@ -24,7 +24,7 @@ export function createOptimizer(params: ParamSet, spec: OptimizerSpec, extra: Pa
 }
 
 /**
- * Throws the InvalidArgumentError the optimizer would, prefixed with `what`, if `spec` (with
+ * @internal Throws the InvalidArgumentError the optimizer would, prefixed with `what`, if `spec` (with
  * `extra`) has a value out of range: built once on a one-element ParamSet and freed.
  */
 export function checkOptimizerValues(spec: OptimizerSpec, what: string, extra: Partial<SGDOptions & AdamOptions> = {}): void {

@@ -163,18 +163,37 @@ t.test('20 SIGKILLs of a process saving in a loop: the newest complete checkpoin
   for (let k = 0; k < KILLS; k++) {
     const child = spawn(process.execPath, [FIXTURE, JSON.stringify({ dir, config, loop: true, size: 1 << 19, group: `kill-${k}` })], { env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
+    let err = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    // Kill at a random moment once it has saved at least once after start (so saves are under way).
-    await new Promise<void>((resolve) => {
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
+    // Kill at a random moment once it has saved at least once after start (so saves are under
+    // way). A child that exits first, or has not saved within 60 s, fails the test with its
+    // stderr instead of leaving it waiting.
+    const saved = await new Promise<boolean>((resolve) => {
       const poll = setInterval(() => {
         if (/SAVED/.test(out)) {
           clearInterval(poll);
-          setTimeout(resolve, Math.random() * 150);
+          clearTimeout(limit);
+          setTimeout(() => resolve(true), Math.random() * 150);
         }
       }, 5);
+      const limit = setTimeout(() => {
+        clearInterval(poll);
+        resolve(false);
+      }, 60_000);
+      void closed.then(() => {
+        clearInterval(poll);
+        clearTimeout(limit);
+        resolve(/SAVED/.test(out));
+      });
     });
     child.kill('SIGKILL');
-    await new Promise((resolve) => child.on('close', resolve));
+    const code = await closed;
+    if (!saved) {
+      t.fail(`kill ${k + 1}: the saving process never saved (exit ${String(code)}); its stderr: ${err.slice(-2000)}`);
+      break;
+    }
     const leftovers = readdirSync(dir).flatMap((d) => readdirSync(join(dir, d)).filter((f) => f.includes('.tmp-')).map((f) => join(d, f)));
     if (leftovers.some((f) => !seen.has(f))) duringWrite++;
     for (const f of leftovers) seen.add(f);

@@ -48,3 +48,19 @@ t.test('demo --help states the defaults the demo uses', async (t) => {
   t.notMatch(help, /elementwise \(default\)/);
   t.match(help, new RegExp(`default: ${DEFAULT_ADAPTIVE_DC_LAMBDA} for adaptive, ${DEFAULT_ELEMENTWISE_DC_LAMBDA} for elementwise`));
 });
+
+t.test("the step chart's legend: the second swatch starts after the first label (it ran into it)", async (t) => {
+  const html = renderDemoReport(resultWith({ 'sapipe-wp': 1.2 }));
+  const legend = /<rect x="(\d+)" y="\d+" width="12" height="12" fill="#4c78a8"\/><text x="(\d+)" y="\d+">compute \(forward, backward, update\)<\/text><rect x="(\d+)"/.exec(html);
+  t.ok(legend, 'the legend is drawn');
+  const labelEnd = Number(legend![2]) + 'compute (forward, backward, update)'.length * 7; // 12 px sans-serif: at most ~7 px a character
+  t.ok(Number(legend![3]) > labelEnd, `the second swatch at x=${legend![3]} starts after the first label ends (about x=${labelEnd})`);
+});
+
+t.test('demo --help says which options --tfjs does not take', async (t) => {
+  const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
+  const { stdout } = await promisify(execFile)(process.execPath, [bin, 'demo', '--help']);
+  const flat = stdout.replace(/\s+/g, ' ');
+  t.match(flat, /--report <file> where to write the HTML report \(not with --tfjs/);
+  t.match(flat, /--profile-out <file> .*\(not with --tfjs\)/);
+});
