@@ -81,7 +81,7 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
   const step = state.rounds;
   const written = (async (): Promise<SavedCheckpoint> => {
     const manifest = await saveRankFile(dir, step, 0, 1, KIND, chunks);
-    await pruneSteps(dir, 1, keep);
+    await pruneSteps(dir, 1, keep, step);
     return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
   })();
   written.catch(() => undefined); // the caller awaits it

@@ -216,11 +216,21 @@ export async function readRankFile(dir: string, step: number, rank: number): Pro
   return { bytes, manifest, path };
 }
 
-/** @internal Removes complete steps older than the newest `keep` complete ones, and anything older still (rank 0 does it). */
-export async function pruneSteps(dir: string, worldSize: number, keep: number): Promise<void> {
+/**
+ * @internal Removes complete steps older than the newest `keep` complete ones, and anything older
+ * still (rank 0 does it, after saving step `saved`). Never `saved` itself or a newer step: other
+ * ranks may still be writing it. A job started afresh in a directory that holds newer steps of an
+ * earlier run saves its first steps below them, and removing those would pull the files from
+ * under the ranks writing them.
+ */
+export async function pruneSteps(dir: string, worldSize: number, keep: number, saved: number): Promise<void> {
   checkInteger(keep, 'keep', 1, 1 << 20);
   let kept = 0;
   for (const step of await steps(dir)) {
+    if (step >= saved) {
+      if (await complete(dir, step, worldSize)) kept++;
+      continue;
+    }
     if (kept >= keep) await rm(stepDirectory(dir, step), { recursive: true, force: true });
     else if (await complete(dir, step, worldSize)) kept++;
   }

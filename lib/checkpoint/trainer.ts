@@ -133,7 +133,7 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
   const step = state.calls;
   const written = (async (): Promise<SavedCheckpoint> => {
     const manifest = await saveRankFile(dir, step, rank, size, KIND, chunks);
-    if (rank === 0) await pruneSteps(dir, size, keep);
+    if (rank === 0) await pruneSteps(dir, size, keep, step);
     return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
   })();
   // The caller awaits it; an unawaited failure must not end the process.
