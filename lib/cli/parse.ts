@@ -20,6 +20,13 @@ export function parsePositiveInt(value: string): number {
   return n;
 }
 
+/** Parses an integer option that may be 0 (a count of warm-up runs). */
+export function parseNonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected an integer of 0 or more, got "${value}"`);
+  return n;
+}
+
 /** Formats an element count with a binary suffix when exact (16777216 -> 16M). */
 export function formatCount(n: number): string {
   for (const [suffix, unit] of [['G', 1 << 30], ['M', 1 << 20], ['K', 1 << 10]] as const)

@@ -20,7 +20,7 @@ import { availableParallelism } from 'node:os';
 import { InvalidArgumentError } from 'commander';
 
 import { SapipeError } from '../../errors.js';
-import { formatCount, numberOption, parseCount, parsePositiveInt } from '../parse.js';
+import { formatCount, numberOption, parseCount, parseNonNegativeInt, parsePositiveInt } from '../parse.js';
 
 interface KernelsOptions {
   size: number;
@@ -265,7 +265,7 @@ export function registerBenchCommand(program: Command): void {
     .option('--microbatch-size <b>', 'samples per micro-batch', parsePositiveInt, 64)
     .option('--layers <sizes>', 'MLP widths', PIPELINE_DEMO_SIZES.join(','))
     .option('--rounds <n>', 'measured rounds', parsePositiveInt, 20)
-    .option('--warmup <n>', 'unmeasured rounds first', parsePositiveInt, 5)
+    .option('--warmup <n>', 'unmeasured rounds first (0 or more)', parseNonNegativeInt, 5)
     .option('--json', 'print JSON')
     .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; json?: boolean }) => {
       const schedules = options.schedules.split(',').map((name) => checkOneOf(name.trim(), '--schedules', RUNTIME_SCHEDULES));
