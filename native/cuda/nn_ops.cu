@@ -26,20 +26,34 @@ sapipe_status open_cublas(const cublas::Api** api) {
 }
 
 // A cuBLAS handle per thread and device, made on first use and kept for the life of the thread
-// (a handle is bound to the device current when it was made and is not safe across threads).
-sapipe_status cublas_handle(const cublas::Api* api, cublas::Handle* out) {
+// (a handle is bound to the device current when it was made and is not safe across threads), set
+// to `stream`. cublasSetStream is called only when the stream changes: it also resets the
+// handle's workspace, a cost on every product when called each time.
+sapipe_status cublas_handle(const cublas::Api* api, void* stream, cublas::Handle* out) {
   constexpr int kMaxDevices = 64;
-  thread_local cublas::Handle handles[kMaxDevices] = {};
+  struct Bound {
+    cublas::Handle handle = nullptr;
+    void* stream = nullptr;
+  };
+  thread_local Bound bound[kMaxDevices] = {};
   int device = 0;
   if (sapipe_status s = from_cuda(cudaGetDevice(&device), "cudaGetDevice"); s != SAPIPE_OK) return s;
   if (device < 0 || device >= kMaxDevices) return invalid("gemm: device number out of range for cuBLAS handles");
-  if (handles[device] == nullptr) {
-    const cublas::Status st = api->Create(&handles[device]);
-    if (st != cublas::kSuccess)
+  Bound& b = bound[device];
+  if (b.handle == nullptr) {
+    const cublas::Status st = api->Create(&b.handle);
+    if (st != cublas::kSuccess) {
+      b.handle = nullptr;
       return fail(st == 1 ? SAPIPE_ERR_BACKEND_UNAVAILABLE : SAPIPE_ERR_INTERNAL,
                   "cublasCreate failed with status " + std::to_string(st) + " (cuBLAS at " + api->path + ")");
+    }
+    b.stream = nullptr;  // a new handle works on the legacy default stream
   }
-  *out = handles[device];
+  if (b.stream != stream) {
+    if (api->SetStream(b.handle, stream) != cublas::kSuccess) return fail(SAPIPE_ERR_INTERNAL, "cublasSetStream failed");
+    b.stream = stream;
+  }
+  *out = b.handle;
   return SAPIPE_OK;
 }
 
@@ -77,8 +91,7 @@ sapipe_status gemm(const sapipe_nn_gemm_args* g, void* stream) {
   const cublas::Api* api = nullptr;
   if (sapipe_status s = open_cublas(&api); s != SAPIPE_OK) return s;
   cublas::Handle handle = nullptr;
-  if (sapipe_status s = cublas_handle(api, &handle); s != SAPIPE_OK) return s;
-  if (api->SetStream(handle, stream) != cublas::kSuccess) return fail(SAPIPE_ERR_INTERNAL, "cublasSetStream failed");
+  if (sapipe_status s = cublas_handle(api, stream, &handle); s != SAPIPE_OK) return s;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major matrix read as
   // column-major is its transpose, so B comes first and each keeps its own transpose flag.
   const cublas::Status st = api->Sgemm(handle, g->trans_b ? cublas::kOpT : cublas::kOpN, g->trans_a ? cublas::kOpT : cublas::kOpN,
