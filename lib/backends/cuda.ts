@@ -163,25 +163,32 @@ export function probeCuda(): BackendStatus {
   };
 }
 
-/** @category Backends */
-export function probeNccl(): BackendStatus {
+/**
+ * The status of a library the CUDA plugin opens at run time (`status` asks the addon), as backend
+ * `name`: available only where a CUDA device is usable too, since the library serves device buffers.
+ */
+function probeDeviceLibrary(name: string, kind: BackendStatus['kind'], library: string, status: () => NcclStatus): BackendStatus {
   const reason = nativeUnavailableReason();
   let s: NcclStatus;
   if (reason !== undefined) s = { available: false, reason };
   else {
     try {
-      s = cudaAddon().ncclStatus();
+      s = status();
     } catch (error) {
-      s = { available: false, reason: `probing NCCL failed: ${(error as Error).message}` };
+      s = { available: false, reason: `probing ${library} failed: ${(error as Error).message}` };
     }
   }
-  if (!s.available) return { name: 'nccl', kind: 'comm', available: false, reason: s.reason ?? 'unknown' };
+  if (!s.available) return { name, kind, available: false, reason: s.reason ?? 'unknown' };
   const details = { version: s.version ?? 0, library: s.path ?? '' };
-  // The nccl backend moves device buffers: NCCL alone, without a usable GPU, is not enough.
   const cuda = cudaStatus();
   if (!cuda.available)
-    return { name: 'nccl', kind: 'comm', available: false, reason: `NCCL ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
-  return { name: 'nccl', kind: 'comm', available: true, details };
+    return { name, kind, available: false, reason: `${library} ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
+  return { name, kind, available: true, details };
+}
+
+/** NCCL: the nccl backend moves device buffers, so NCCL alone, without a usable GPU, is not enough. @category Backends */
+export function probeNccl(): BackendStatus {
+  return probeDeviceLibrary('nccl', 'comm', 'NCCL', () => cudaAddon().ncclStatus());
 }
 
 /**
@@ -190,22 +197,7 @@ export function probeNccl(): BackendStatus {
  * @category Backends
  */
 export function probeCublas(): BackendStatus {
-  const reason = nativeUnavailableReason();
-  let s: NcclStatus;
-  if (reason !== undefined) s = { available: false, reason };
-  else {
-    try {
-      s = cudaAddon().cublasStatus();
-    } catch (error) {
-      s = { available: false, reason: `probing cuBLAS failed: ${(error as Error).message}` };
-    }
-  }
-  if (!s.available) return { name: 'cublas', kind: 'compute', available: false, reason: s.reason ?? 'unknown' };
-  const details = { version: s.version ?? 0, library: s.path ?? '' };
-  const cuda = cudaStatus();
-  if (!cuda.available)
-    return { name: 'cublas', kind: 'compute', available: false, reason: `cuBLAS ${details.version} loaded (${details.library}), but it needs a CUDA device: ${cuda.reason ?? 'unknown'}`, details };
-  return { name: 'cublas', kind: 'compute', available: true, details };
+  return probeDeviceLibrary('cublas', 'compute', 'cuBLAS', () => cudaAddon().cublasStatus());
 }
 
 /** Parses `cpu` or `cuda:N` (`cuda` alone is `cuda:0`). @category Backends */

@@ -134,7 +134,7 @@ export class MLP {
   forwardLogits(x: Tensor | Float32Array, batch: number, weights?: Tensor): Tensor {
     this.checkLive('forward');
     if (!Number.isInteger(batch) || batch < 1) throw new InvalidArgumentError(`MLP.forward: batch must be a positive integer, got ${describeValue(batch)}`);
-    const w = this.checkLayout(weights, 'MLP.forward: weights');
+    const w = this.checkLayout(weights, 'MLP.forward: weights', this.params.weights);
     const need = batch * this.inFeatures;
     let input: Tensor;
     if (x instanceof Float32Array) {
@@ -188,7 +188,7 @@ export class MLP {
    */
   backward(grads?: Tensor, inputGrad?: Tensor): void {
     this.checkLive('backward');
-    const g = this.checkLayout(grads, 'MLP.backward: grads');
+    const g = this.checkLayout(grads, 'MLP.backward: grads', this.params.grads);
     if (inputGrad !== undefined) {
       if (!this.memory.holds(inputGrad)) throw new InvalidArgumentError(`MLP.backward: inputGrad must be a ${this.tensorKind()} or left out`);
       if (inputGrad.disposed) throw new DisposedError('MLP.backward: inputGrad was disposed');
@@ -292,12 +292,12 @@ export class MLP {
     return this.device === 'cpu' ? 'FlatBuffer' : `DeviceBuffer on ${this.device}`;
   }
 
-  /** The weights or gradients buffer to use: `buffer`, or on the CPU the ParamSet's own when left out. */
-  private checkLayout(buffer: Tensor | undefined, what: string): Tensor {
+  /** The weights or gradients buffer to use: `buffer`, or on the CPU the ParamSet's own (`host`) when left out. */
+  private checkLayout(buffer: Tensor | undefined, what: string, host: FlatBuffer): Tensor {
     if (buffer === undefined) {
       if (this.device !== 'cpu')
         throw new InvalidArgumentError(`${what}: the model runs on ${this.device}; pass a DeviceBuffer there with its ParamSet's layout (a DeviceParamSet's forwardWeights or grads)`);
-      return what.endsWith('grads') ? this.params.grads : this.params.weights;
+      return host;
     }
     if (!this.memory.holds(buffer)) throw new InvalidArgumentError(`${what} must be a ${this.tensorKind()} with the model's ParamSet layout`);
     if (buffer.disposed) throw new DisposedError(`${what} was disposed`);

@@ -5,6 +5,8 @@
 
 #include "../core/plugin_loader.h"
 #include "cuda_binding.h"
+
+#include <cstddef>
 #include "errors.h"
 #include "js_args.h"
 #include "sapipe/plugin.h"
@@ -66,54 +68,43 @@ Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// {available, reason?, version?, path?}; never throws.
-Napi::Value NcclStatus(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+using LibraryProbe = sapipe_status (*sapipe_cuda_plugin_v1::*)(int32_t*, const char**);
+
+// {available, reason?, version?, path?} of a library the CUDA plugin opens at run time (NCCL,
+// cuBLAS) through its entry `probe`, which lies below byte `probe_end` of the table (a plugin
+// whose table is shorter predates it); never throws.
+Napi::Value LibraryStatus(Napi::Env env, const char* library, LibraryProbe probe, size_t probe_end) {
   Napi::Object out = Napi::Object::New(env);
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
-  if (cuda == nullptr) {
-    out.Set("available", false);
-    out.Set("reason", "NCCL is used through the CUDA plugin, which is unavailable: " + reason);
-    return out;
-  }
+  const bool has_probe = cuda != nullptr && cuda->header.table_size >= probe_end && cuda->*probe != nullptr;
   int32_t version = 0;
   const char* path = nullptr;
-  if (cuda->nccl_probe(&version, &path) != SAPIPE_OK) {
-    out.Set("available", false);
-    out.Set("reason", cuda->last_error());
+  if (cuda == nullptr)
+    reason = std::string(library) + " is used through the CUDA plugin, which is unavailable: " + reason;
+  else if (!has_probe)
+    reason = "the CUDA plugin predates its " + std::string(library) + " entries: rebuild it with `npm run build:native`";
+  else if ((cuda->*probe)(&version, &path) != SAPIPE_OK)
+    reason = cuda->last_error();
+  else {
+    out.Set("available", true);
+    out.Set("version", version);
+    out.Set("path", path ? path : "");
     return out;
   }
-  out.Set("available", true);
-  out.Set("version", version);
-  out.Set("path", path ? path : "");
+  out.Set("available", false);
+  out.Set("reason", reason);
   return out;
 }
 
-// {available, reason?, version?, path?} of cuBLAS, which the plugin's model operations open at
-// run time; never throws.
+Napi::Value NcclStatus(const Napi::CallbackInfo& info) {
+  return LibraryStatus(info.Env(), "NCCL", &sapipe_cuda_plugin_v1::nccl_probe, offsetof(sapipe_cuda_plugin_v1, nccl_probe) + sizeof(void*));
+}
+
+// cuBLAS, which the plugin's model operations open for their products.
 Napi::Value CublasStatus(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Object out = Napi::Object::New(env);
-  std::string reason;
-  const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
-  if (cuda == nullptr || cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1) || cuda->cublas_probe == nullptr) {
-    out.Set("available", false);
-    out.Set("reason", cuda == nullptr ? "cuBLAS is used through the CUDA plugin, which is unavailable: " + reason
-                                      : "the CUDA plugin predates the model operations: rebuild it with `npm run build:native`");
-    return out;
-  }
-  int32_t version = 0;
-  const char* path = nullptr;
-  if (cuda->cublas_probe(&version, &path) != SAPIPE_OK) {
-    out.Set("available", false);
-    out.Set("reason", cuda->last_error());
-    return out;
-  }
-  out.Set("available", true);
-  out.Set("version", version);
-  out.Set("path", path ? path : "");
-  return out;
+  return LibraryStatus(info.Env(), "cuBLAS", &sapipe_cuda_plugin_v1::cublas_probe,
+                       offsetof(sapipe_cuda_plugin_v1, cublas_probe) + sizeof(void*));
 }
 
 // Whether the plugin has the entries appended to v1 (older plugins return a shorter table).
