@@ -50,4 +50,4 @@ console.log(`rank ${comm.rank}: replicas agree: ${Math.abs(sum.array[0] - own) <
 optimizer.dispose();
 params.dispose();
 sum.dispose();
-comm.destroy();
+await comm.destroy();

@@ -96,5 +96,5 @@ if (isMainThread) {
     Atomics.store(result, 0, Math.round(accuracy([model], test) * 1e4));
   }
   await trainer.dispose();
-  comm.destroy();
+  await comm.destroy();
 }

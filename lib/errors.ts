@@ -11,6 +11,7 @@ export type SapipeErrorCode =
   | 'ERR_DISPOSED'
   | 'ERR_BUSY'
   | 'ERR_OUT_OF_MEMORY'
+  | 'ERR_RESOURCE_LIMIT'
   | 'ERR_VIEW_TOO_LARGE'
   | 'ERR_BACKEND_UNAVAILABLE'
   | 'ERR_PEER_LOST'
@@ -18,6 +19,7 @@ export type SapipeErrorCode =
   | 'ERR_INVALID_SCHEDULE'
   | 'ERR_RANK_FAILED'
   | 'ERR_CHECKPOINT'
+  | 'ERR_RENDEZVOUS'
   | 'ERR_INTERNAL';
 
 /**
@@ -75,6 +77,18 @@ export class OutOfMemoryError extends SapipeError {
   }
 }
 /**
+ * The process reached an operating-system limit other than memory: a thread could not be started
+ * (`ulimit -u`, a container's pids limit). Destroy (and await) the communicators and queues no
+ * longer used, or raise the limit.
+ *
+ * @category Errors
+ */
+export class ResourceLimitError extends SapipeError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_RESOURCE_LIMIT', message, options);
+  }
+}
+/**
  * A JavaScript view of more floats than one can hold (2^30, 4 GiB): a buffer that large is used
  * whole by native kernels and collectives, and from JavaScript through views of ranges.
  *
@@ -118,14 +132,15 @@ export class RankFailedError extends SapipeError {
   }
 }
 /** Why a checkpoint cannot be used. @category Errors */
-export type CheckpointFault = 'missing' | 'truncated' | 'corrupt' | 'foreign' | 'version' | 'mismatch';
+export type CheckpointFault = 'missing' | 'truncated' | 'corrupt' | 'foreign' | 'version' | 'mismatch' | 'unwritable';
 
 /**
  * A checkpoint cannot be saved or used: `reason` says why (`missing`: no complete checkpoint or
- * file; `truncated`; `corrupt`: a checksum or the structure does not hold; `foreign`: not a sapipe
- * checkpoint, or not of this format; `version`: a format version this sapipe does not read;
- * `mismatch`: it belongs to another model, optimizer, mode or rank layout). The message names the
- * file and the fault.
+ * file; `truncated`; `corrupt`: a checksum, the structure or a counter does not hold; `foreign`:
+ * not a sapipe checkpoint, or not of this format; `version`: a format version this sapipe does not
+ * read; `mismatch`: it belongs to another model, optimizer, mode or rank layout; `unwritable`: the
+ * checkpoint directory cannot be created or written, the OS error in the message and `cause`).
+ * The message names the file or directory and the fault.
  *
  * @category Errors
  */
@@ -134,6 +149,25 @@ export class CheckpointError extends SapipeError {
   constructor(message: string, options?: { cause?: unknown; reason?: CheckpointFault }) {
     super('ERR_CHECKPOINT', message, options);
     this.reason = options?.reason ?? 'corrupt';
+  }
+}
+/** Why the rendezvous store, or a value read from it, cannot be used. @category Errors */
+export type RendezvousFault = 'malformed' | 'taken' | 'port-in-use';
+
+/**
+ * The rendezvous store cannot be used: `reason` says why (`malformed`: a value read from the store
+ * is not what the rank its key names would have published: wrong length, format version, kind,
+ * sender rank or world size; `taken`: a key a rank publishes about itself was already set by some
+ * other client; `port-in-use`: rank 0 could not bind MASTER_PORT). The message names the key or
+ * the port.
+ *
+ * @category Errors
+ */
+export class RendezvousError extends SapipeError {
+  readonly reason: RendezvousFault;
+  constructor(message: string, options?: { cause?: unknown; reason?: RendezvousFault }) {
+    super('ERR_RENDEZVOUS', message, options);
+    this.reason = options?.reason ?? 'malformed';
   }
 }
 /**
@@ -154,6 +188,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_DISPOSED: DisposedError,
   ERR_BUSY: BusyError,
   ERR_OUT_OF_MEMORY: OutOfMemoryError,
+  ERR_RESOURCE_LIMIT: ResourceLimitError,
   ERR_VIEW_TOO_LARGE: ViewTooLargeError,
   ERR_BACKEND_UNAVAILABLE: BackendUnavailableError,
   ERR_PEER_LOST: PeerLostError,
@@ -161,6 +196,7 @@ const byCode: Record<SapipeErrorCode, new (message: string, options?: { cause?: 
   ERR_INVALID_SCHEDULE: InvalidScheduleError,
   ERR_RANK_FAILED: RankFailedError,
   ERR_CHECKPOINT: CheckpointError,
+  ERR_RENDEZVOUS: RendezvousError,
   ERR_INTERNAL: InternalError,
 };
 

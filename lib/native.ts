@@ -21,6 +21,8 @@ export interface NativeBufferHandle {
 /** An in-order native execution queue (one worker thread), like a CUDA stream. */
 export interface QueueHandle {
   readonly pending: number;
+  /** Resolves once the queue's submitted operations have settled and its thread is joined. */
+  close(): Promise<void>;
 }
 
 /** Numeric form of the native update configuration (see native/include/sapipe/kernels.h). */

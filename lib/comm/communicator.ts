@@ -177,13 +177,20 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
 
   /**
    * Leaves the group. Peers' pending and later operations fail with PeerLostError; this
-   * communicator's own with DisposedError. Idempotent.
+   * communicator's own with DisposedError. The returned Promise resolves once the communicator's
+   * threads have ended (its operations settle first); await it before creating many more, so
+   * that a process under a thread or pids limit does not run out. Idempotent: every call returns
+   * the same Promise, which never rejects.
    */
-  destroy(): void {
-    if (this.isDestroyed) return;
-    this.isDestroyed = true;
-    this.runDestroy();
+  destroy(): Promise<void> {
+    if (this.released === undefined) {
+      this.isDestroyed = true;
+      this.runDestroy();
+      this.released = this.releaseThreads().catch(() => undefined);
+    }
+    return this.released;
   }
+  private released: Promise<void> | undefined;
 
   protected abstract runAllreduce(buffer: Buffer, offset: number, count: number, scale: number): Promise<ReduceResult>;
   protected abstract runReduceScatter(input: Buffer, output: Buffer, scale: number): Promise<ReduceResult>;
@@ -202,6 +209,8 @@ export abstract class Communicator<Buffer extends CommBuffer = FlatBuffer> {
     return 'a FlatBuffer';
   }
   protected abstract runDestroy(): void;
+  /** After runDestroy(): ends the backend's own threads (its execution queues); resolves when they are joined. */
+  protected async releaseThreads(): Promise<void> {}
 
   /** @internal */
   checkLive(what: string): void {

@@ -30,11 +30,11 @@ const HOST_GROUP_OPTION_KEYS = optionKeys<CreateHostGroupsOptions>({ timeoutMs: 
  * rank's host group and cross-host group, and the whole job as `world`, as ucx communicators on
  * groups of one rendezvous with the launcher's store (a job uses this instead of
  * `createCommunicator`, whose own store would take the same port); every rank calls it.
- * `destroy()` ends all three and leaves the store.
+ * `destroy()` ends all three and leaves the store; it resolves once their threads have ended.
  *
  * @category Communication
  */
-export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { world: Communicator; destroy(): void }> {
+export async function createHostGroups(options: CreateHostGroupsOptions = {}): Promise<HostGroups & { world: Communicator; destroy(): Promise<void> }> {
   checkOptions(options, HOST_GROUP_OPTION_KEYS, 'createHostGroups(options)');
   const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, 'createHostGroups: timeoutMs', 1, 2 ** 31 - 1);
   const env = fromEnv();
@@ -49,19 +49,18 @@ export async function createHostGroups(options: CreateHostGroupsOptions = {}): P
   let world: UcxCommunicator | undefined;
   let local: UcxCommunicator | undefined;
   let cross: UcxCommunicator | undefined;
-  const destroy = (): void => {
-    world?.destroy();
-    local?.destroy();
-    cross?.destroy();
+  const destroy = async (): Promise<void> => {
+    const threads = [world?.destroy(), local?.destroy(), cross?.destroy()];
     // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
     void store.close().catch(() => {});
+    await Promise.all(threads);
   };
   try {
     world = await UcxCommunicator.create({ store: store.group('world', env.rank, env.worldSize), timeoutMs });
     local = await UcxCommunicator.create({ store: store.group(`host-${host}`, env.localRank, perHost), timeoutMs });
     cross = await UcxCommunicator.create({ store: store.group(`local-rank-${env.localRank}`, host, hosts), timeoutMs });
   } catch (error) {
-    destroy();
+    await destroy();
     throw error;
   }
   return { world, local, cross, destroy };

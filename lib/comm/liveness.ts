@@ -4,16 +4,52 @@
  * sees the close at once. UCX's shared-memory transports do not notice a dead peer, so the ucx
  * backend reports lost peers from here. Each rank listens on a port it publishes through the
  * rendezvous store with a random secret; a rank connects to every lower rank and introduces itself
- * with that secret and its rank, so a stray connection is never taken for a peer.
+ * with that secret and its rank, so a stray connection is never taken for a peer. The record a rank
+ * publishes is an envelope (rendezvous/validate.ts) checked before anything in it is used: a
+ * malformed one is a RendezvousError naming its key.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 
-import { PeerLostError, TimeoutError } from '../errors.js';
+import { PeerLostError, RendezvousError, TimeoutError } from '../errors.js';
 import type { Rendezvous } from './rendezvous/rendezvous.js';
+import { EnvelopeKind, openEnvelope, sealEnvelope } from './rendezvous/validate.js';
 
-const HELLO_BYTES = 16 + 4;
+const SECRET_BYTES = 16;
+const HELLO_BYTES = SECRET_BYTES + 4;
+/** Longest host in a record: a DNS name is at most 253 characters, an IPv6 address with a zone fewer. */
+const MAX_HOST_BYTES = 255;
+
+interface ListenerRecord {
+  host: string;
+  port: number;
+  secret: Buffer;
+}
+
+/** A rank's listener as it publishes it: port (u16), secret, then the host as ASCII. */
+function encodeRecord(record: ListenerRecord): Buffer {
+  const head = Buffer.allocUnsafe(2);
+  head.writeUInt16BE(record.port, 0);
+  return Buffer.concat([head, record.secret, Buffer.from(record.host, 'latin1')]);
+}
+
+/** The record under `key`, published by `peer` of `size`; RendezvousError naming the key if anything in it does not hold. */
+function decodeRecord(key: string, value: Buffer, peer: number, size: number): ListenerRecord {
+  const payload = openEnvelope(key, value, {
+    kind: EnvelopeKind.Liveness,
+    rank: peer,
+    worldSize: size,
+    minPayloadBytes: 2 + SECRET_BYTES + 1,
+    maxPayloadBytes: 2 + SECRET_BYTES + MAX_HOST_BYTES,
+  });
+  const port = payload.readUInt16BE(0);
+  const host = payload.subarray(2 + SECRET_BYTES).toString('latin1');
+  // An IP address or a host name, nothing else: this string goes to connect().
+  if (port === 0 || !/^[A-Za-z0-9._:%-]+$/.test(host))
+    throw new RendezvousError(`the value of '${key}' in the rendezvous store is not a liveness listener of rank ${peer}: ${port === 0 ? 'port 0' : 'its host is not an address or a host name'}`, { reason: 'malformed' });
+  return { host, port, secret: Buffer.from(payload.subarray(2, 2 + SECRET_BYTES)) };
+}
 
 /** The address peers reach this rank's listener on: loopback for one machine, else SAPIPE_LIVENESS_ADDR or the first external IPv4. */
 function advertisedHost(masterAddr: string | undefined): string {
@@ -39,7 +75,7 @@ export class LivenessMesh {
    * peer. `onLost` is called once per peer whose connection closes before {@link close}.
    */
   static async join(store: Rendezvous, prefix: string, rank: number, size: number, masterAddr: string | undefined, timeoutMs: number, onLost: (peer: number, reason: string) => void): Promise<LivenessMesh> {
-    const secret = randomBytes(16);
+    const secret = randomBytes(SECRET_BYTES);
     const host = advertisedHost(masterAddr);
     const server = createServer();
     const mesh = new LivenessMesh(server, onLost);
@@ -50,10 +86,15 @@ export class LivenessMesh {
     server.on('connection', (socket) => {
       let hello = Buffer.alloc(0);
       socket.on('error', () => {});
+      // A connection that never introduces itself is not kept for the life of the mesh.
+      const unintroduced = setTimeout(() => socket.destroy(), timeoutMs);
+      unintroduced.unref();
+      socket.once('close', () => clearTimeout(unintroduced));
       const onData = (chunk: Buffer): void => {
         hello = Buffer.concat([hello, chunk]);
         if (hello.length < HELLO_BYTES) return;
         socket.off('data', onData);
+        clearTimeout(unintroduced);
         const peer = hello.readUInt32LE(16);
         if (!hello.subarray(0, 16).equals(secret) || peer <= rank || peer >= size || mesh.sockets.has(peer)) {
           socket.destroy();
@@ -71,12 +112,13 @@ export class LivenessMesh {
     server.unref();
     const port = (server.address() as { port: number }).port;
     try {
-      await store.set(`${prefix}/live/${rank}`, JSON.stringify({ host, port, secret: secret.toString('hex') }), { timeoutMs });
+      await store.setOnce(`${prefix}/live/${rank}`, sealEnvelope(EnvelopeKind.Liveness, rank, size, encodeRecord({ host, port, secret })), { timeoutMs });
       for (let peer = 0; peer < rank; peer++) {
-        const info = JSON.parse(await store.getString(`${prefix}/live/${peer}`, { timeoutMs })) as { host: string; port: number; secret: string };
+        const key = `${prefix}/live/${peer}`;
+        const info = decodeRecord(key, await store.get(key, { timeoutMs }), peer, size);
         const socket = await openSocket(info.host, info.port, timeoutMs);
         const hello = Buffer.alloc(HELLO_BYTES);
-        Buffer.from(info.secret, 'hex').copy(hello, 0);
+        info.secret.copy(hello, 0);
         hello.writeUInt32LE(rank, 16);
         socket.write(hello);
         mesh.adopt(peer, socket);

@@ -19,6 +19,7 @@ import { commAddon, type LocalCommHandle } from './local-native.js';
 import { CollectiveKind } from './native-handle.js';
 import { QueuedCommunicator } from './queued.js';
 import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkAvailable, formatBytes } from '../system-memory.js';
 
 export { partition } from './partition.js';
 
@@ -44,6 +45,8 @@ const LOCAL_OPTION_KEYS = optionKeys<LocalCommunicatorOptions>({ group: true, ra
 
 /** Most ranks a local group holds (the native group's limit). */
 const MAX_LOCAL_RANKS = 4096;
+/** The least memory one local rank takes: a worker thread's heap and stacks, measured at 17.5 MB. */
+const LOCAL_RANK_BYTES = 18 * 2 ** 20;
 
 /**
  * The `local` backend: ranks are worker threads of one process (runLocalRanks or
@@ -176,6 +179,9 @@ export function spawnLocalRanks(file: string | URL, nproc: number, options: { wo
   checkOptions(options, ['workerData', 'group', 'worker'], 'spawnLocalRanks(file, nproc, options)');
   if (options.workerData !== undefined) checkObject(options.workerData, 'spawnLocalRanks: options.workerData');
   if (options.worker !== undefined) checkObject(options.worker, 'spawnLocalRanks: options.worker');
+  // Each rank is a worker thread with its own JavaScript heap (about 18 MB at the least): a
+  // count the machine cannot hold would end in the OOM killer, not in an error.
+  checkAvailable(nproc * LOCAL_RANK_BYTES, `spawnLocalRanks: ${nproc} ranks (worker threads of about ${formatBytes(LOCAL_RANK_BYTES)} each)`, 'Start fewer ranks.');
   const group = options.group ?? `sapipe-${randomUUID()}`;
   if (typeof group !== 'string' || group === '')
     throw new InvalidArgumentError(`spawnLocalRanks: options.group must be a non-empty string, got ${describeValue(group)}`);

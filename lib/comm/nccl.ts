@@ -29,6 +29,7 @@ import { bucketRanges } from './buckets.js';
 import { firstRejection } from './settle.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, type Rendezvous } from './rendezvous/rendezvous.js';
+import { EnvelopeKind, openEnvelope, sealEnvelope } from './rendezvous/validate.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** @category Communication */
@@ -95,6 +96,20 @@ const AVG = 1;
 // so the n-th one of each rank meets the others' n-th under the same key.
 const created = new WeakMap<Rendezvous, Map<string, number>>();
 
+
+/** ncclUniqueId's size: NCCL_UNIQUE_ID_BYTES in nccl.h. */
+const NCCL_UNIQUE_ID_BYTES = 128;
+
+/**
+ * @internal The unique id rank 0 published under `key`, for a clique of `size`: what every rank
+ * hands to ncclCommInitRank must be rank 0's, of NCCL's length, in the envelope rank 0 sealed it
+ * in; anything else is a RendezvousError naming the key. (The id's content is NCCL's own: its
+ * bootstrap address is not checked here.)
+ */
+export function decodeNcclId(key: string, value: Buffer, size: number): Uint8Array {
+  const payload = openEnvelope(key, value, { kind: EnvelopeKind.NcclId, rank: 0, worldSize: size, minPayloadBytes: NCCL_UNIQUE_ID_BYTES, maxPayloadBytes: NCCL_UNIQUE_ID_BYTES });
+  return new Uint8Array(payload);
+}
 
 const NCCL_OPTION_KEYS = optionKeys<NcclCommunicatorOptions>({ rank: true, size: true, device: true, store: true, env: true, key: true, timeoutMs: true });
 const NCCL_STEP_OPTION_KEYS = optionKeys<NcclStepOptions>({ bucketBytes: true, firstBucketBytes: true, update: true, localGrad: true });
@@ -165,15 +180,19 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       let id: Uint8Array;
       if (rank === 0) {
         id = callNative(() => addon.ncclUniqueId());
-        await store.set(`${prefix}/id`, id, { timeoutMs });
+        await store.setOnce(`${prefix}/id`, sealEnvelope(EnvelopeKind.NcclId, 0, size, id), { timeoutMs });
       } else {
-        id = new Uint8Array(await store.get(`${prefix}/id`, { timeoutMs }));
+        id = decodeNcclId(`${prefix}/id`, await store.get(`${prefix}/id`, { timeoutMs }), size);
       }
-      if (id.length !== 128) throw new InvalidArgumentError(`NcclCommunicator: the unique id under ${prefix}/id has ${id.length} bytes, not 128`);
       // NCCL's blocking init cannot be given a deadline: start it only once every rank is alive.
       await store.barrier(`${prefix}/init`, size, { timeoutMs });
       const queue = new ExecutionQueue();
-      await awaitNative(handle.init(queue.handle, id));
+      try {
+        await awaitNative(handle.init(queue.handle, id));
+      } catch (error) {
+        await queue.close();
+        throw error;
+      }
       return new NcclCommunicator(rank, size, device, handle, queue, barrierWord);
     } catch (error) {
       handle.destroy();
@@ -223,6 +242,9 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   protected async runRecv(buffer: DeviceBuffer, peer: number): Promise<void> {
     this.checkDevice(buffer, 'recv(buffer)');
     await this.collective(NcclCollective.recv, buffer, 0, buffer.length, null, 0, peer);
+  }
+  protected override async releaseThreads(): Promise<void> {
+    await this.queue.close();
   }
   protected runDestroy(): void {
     this.handle.destroy();

@@ -38,6 +38,10 @@ export abstract class QueuedCommunicator extends Communicator {
     return FlatBuffer.allocate(length);
   }
 
+  protected override async releaseThreads(): Promise<void> {
+    await closeQueues([this.collectives, ...this.sendQueues.values(), ...this.recvQueues.values()]);
+  }
+
   /** Submits collective `kind` to the collectives' queue; resolves with its non-finite count. */
   protected abstract collective(kind: number, input: FlatBuffer | null, offset: number, count: number, output: FlatBuffer | null, scale?: number, root?: number): Promise<number>;
 
@@ -291,6 +295,11 @@ export abstract class QueuedCommunicator extends Communicator {
   protected async runAllgatherShards(buffer: FlatBuffer): Promise<void> {
     await this.collective(CollectiveKind.allgatherInPlace, buffer, 0, buffer.length, null);
   }
+}
+
+/** @internal */
+export async function closeQueues(queues: Iterable<ExecutionQueue>): Promise<void> {
+  await Promise.all([...queues].map((q) => q.close()));
 }
 
 function queueFor(map: Map<number, ExecutionQueue>, peer: number): ExecutionQueue {

@@ -8,6 +8,10 @@
  *
  * Start-up: each rank creates its UCP worker, publishes the worker's address in the rendezvous
  * store (rank 0 serves it, at MASTER_ADDR:MASTER_PORT), reads every other rank's, and connects.
+ * What is read is untrusted: an address reaches UCX only once its envelope names the rank of its
+ * key and this world size, its lengths hold, and its UCX header byte (which carries UCX's address
+ * format version) is this worker's own; anything else is a RendezvousError naming the key (UCX
+ * would abort the process on it).
  * Each pair of ranks also keeps a TCP connection open (./liveness.ts): a rank that dies, even by
  * SIGKILL, closes it, and every pending and later operation of its peers rejects with
  * PeerLostError instead of waiting for the timeout. (UCX watches peers on other machines too; on
@@ -18,7 +22,7 @@
  */
 import { hostname } from 'node:os';
 
-import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, InternalError, InvalidArgumentError, RendezvousError } from '../errors.js';
 import { awaitNative, callNative } from '../native.js';
 import { checkLength, FlatBuffer } from '../tensor.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
@@ -28,6 +32,7 @@ import { CollectiveKind } from './native-handle.js';
 import { QueuedCommunicator } from './queued.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous, Rendezvous } from './rendezvous/rendezvous.js';
+import { EnvelopeKind, openEnvelope, sealEnvelope } from './rendezvous/validate.js';
 import { ucxAddon, type UcxCommHandle } from './ucx-native.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
 
@@ -81,10 +86,51 @@ function machineIdentity(): string {
   return override !== undefined && override !== '' ? override : hostname();
 }
 
-function u16(n: number): Buffer {
-  const b = Buffer.alloc(2);
-  b.writeUInt16LE(n);
-  return b;
+/**
+ * Bounds of a packed UCP worker address, this rank's and its peers' alike: a header byte and an
+ * 8-byte worker id come first, then a few dozen bytes per transport and device; tens of devices
+ * stay far below the upper bound.
+ */
+const MIN_UCX_ADDRESS_BYTES = 9;
+const MAX_UCX_ADDRESS_BYTES = 64 * 1024;
+/** Longest machine identity (a host name, or SAPIPE_UCX_HOST) in an address record. */
+const MAX_HOST_BYTES = 1024;
+
+/** What a rank publishes under `<prefix>/address/<rank>`, inside its envelope: host length (u16), host, UCX address. */
+function encodeAddress(host: Buffer, address: Buffer): Buffer {
+  const head = Buffer.allocUnsafe(2);
+  head.writeUInt16BE(host.length, 0);
+  return Buffer.concat([head, host, address]);
+}
+
+/**
+ * The machine identity and UCX address `peer` published under `key`, once they can safely reach
+ * ucp_ep_create: UCX asserts (SIGABRT) on an address it cannot unpack, so a value that is not
+ * what a rank of this job published must stop here, as a RendezvousError naming the key.
+ */
+function decodeAddress(key: string, value: Buffer, peer: number, size: number, own: Buffer): { host: Buffer; address: Buffer } {
+  const payload = openEnvelope(key, value, {
+    kind: EnvelopeKind.UcxAddress,
+    rank: peer,
+    worldSize: size,
+    minPayloadBytes: 2 + MIN_UCX_ADDRESS_BYTES,
+    maxPayloadBytes: 2 + MAX_HOST_BYTES + MAX_UCX_ADDRESS_BYTES,
+  });
+  const bad = (why: string): RendezvousError =>
+    new RendezvousError(`the value of '${key}' in the rendezvous store is not a UCX worker address of rank ${peer}: ${why}`, { reason: 'malformed' });
+  const hostBytes = payload.readUInt16BE(0);
+  if (hostBytes > MAX_HOST_BYTES) throw bad(`a machine name of ${hostBytes} bytes (at most ${MAX_HOST_BYTES})`);
+  const address = payload.subarray(2 + hostBytes);
+  if (2 + hostBytes > payload.length || address.length < MIN_UCX_ADDRESS_BYTES || address.length > MAX_UCX_ADDRESS_BYTES)
+    throw bad(`a UCX address of ${Math.max(payload.length - 2 - hostBytes, 0)} bytes, outside [${MIN_UCX_ADDRESS_BYTES}, ${MAX_UCX_ADDRESS_BYTES}]`);
+  // Every rank of a job runs the same UCX, so every packed address starts with the same header
+  // byte (UCX's address format version and flags); UCX asserts on a version it does not expect.
+  if (address[0] !== own[0])
+    throw bad(
+      `its UCX address header is 0x${address[0]!.toString(16).padStart(2, '0')}, this rank's UCX writes 0x${own[0]!.toString(16).padStart(2, '0')} ` +
+        '(do all ranks run the same UCX, with the same UCX_* settings?)',
+    );
+  return { host: payload.subarray(2, 2 + hostBytes), address };
 }
 
 function chunkBytesOf(option: unknown): number {
@@ -175,16 +221,25 @@ export class UcxCommunicator extends QueuedCommunicator {
       // The address, after the machine's name: peers on this machine are watched by the liveness
       // mesh alone, so that UCX may use shared memory between them (see include/sapipe/comm.h).
       const host = Buffer.from(machineIdentity());
-      const mine = Buffer.concat([u16(host.length), host, handle.address()]);
-      await store.set(`${prefix}/address/${rank}`, mine, { timeoutMs });
+      const own = handle.address();
+      if (host.length > MAX_HOST_BYTES)
+        throw new InvalidArgumentError(`UcxCommunicator: the machine identity (SAPIPE_UCX_HOST or the host name) is ${host.length} bytes, at most ${MAX_HOST_BYTES}`);
+      if (own.length < MIN_UCX_ADDRESS_BYTES || own.length > MAX_UCX_ADDRESS_BYTES)
+        throw new InternalError(`UcxCommunicator: this worker's UCX address is ${own.length} bytes, outside the [${MIN_UCX_ADDRESS_BYTES}, ${MAX_UCX_ADDRESS_BYTES}] its peers accept`);
+      // Once: a value some other client set first under this rank's key fails here, and nothing
+      // can replace this one afterwards.
+      await store.setOnce(`${prefix}/address/${rank}`, sealEnvelope(EnvelopeKind.UcxAddress, rank, size, encodeAddress(host, own)), { timeoutMs });
       const addresses: Buffer[] = [];
       const remote: boolean[] = [];
       for (let peer = 0; peer < size; peer++) {
-        const entry = peer === rank ? mine : await store.get(`${prefix}/address/${peer}`, { timeoutMs });
-        const hostBytes = entry.readUInt16LE(0);
-        remote.push(!entry.subarray(2, 2 + hostBytes).equals(host));
-        addresses.push(entry.subarray(2 + hostBytes));
+        const key = `${prefix}/address/${peer}`;
+        const entry = peer === rank ? { host, address: own } : decodeAddress(key, await store.get(key, { timeoutMs }), peer, size, own);
+        remote.push(!entry.host.equals(host));
+        addresses.push(entry.address);
       }
+      // Every rank has published its address, so every rank is connected to the store: an owned
+      // store takes no one else, and lets go of the port for the next job or communicator on it.
+      owned?.server?.stopListening();
       await awaitNative(handle.connect(comm.collectives.handle, addresses, remote));
       comm.oneMachine = !remote.includes(true);
     } catch (error) {

@@ -1,7 +1,8 @@
 /**
  * The sparse all-reduce of {@link sparseAllreduce} on device memory (the `nccl` backend, the same
  * plan as on the host): the CUDA MSTopK kernel selects each rank's k elements into a device pack of
- * 2k + 1 floats (the indices as their bit patterns, the values, the rank's NaN/Inf count), NCCL
+ * 2k + 3 floats (the indices as their bit patterns, the values, the rank's NaN/Inf count, its k and
+ * length as integers), NCCL
  * all-gathers the packs, and the scatter-add kernel adds them into the gradient rank by rank, scaled
  * by 1/size: the same sum in the same order on every rank. A rank whose gradient holds NaN/Inf
  * sends those elements instead (found on the host: that step is skipped anyway), and every rank
@@ -13,7 +14,7 @@ import { DeviceBuffer } from '../device.js';
 import { AliasingError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { callNative } from '../native.js';
 import { describeValue } from '../validate.js';
-import { checkTopkOptions } from './topk.js';
+import { checkSparseSize, checkTopkOptions } from './topk.js';
 
 /** @internal {@link checkTopkArguments} for device buffers: the residual on the gradient's device. */
 export function checkDeviceTopkArguments(
@@ -46,17 +47,27 @@ export async function exchangeSparseDevice(
   rounds: number,
   residual: DeviceBuffer | null,
 ): Promise<{ nonFiniteCount: number; bytes: number }> {
-  const width = 2 * k + 1;
+  checkSparseSize(grad.length, k, 'sparseAllreduce');
+  // After the k indices and k values: the NaN/Inf count, then k and the length as 32-bit integers,
+  // so that ranks that disagree on either all fail before their gradient is written.
+  const width = 2 * k + 3;
   const on = { device: grad.device };
   const bad = grad.countNonFinite();
   let pack: DeviceBuffer | undefined;
   let all: DeviceBuffer | undefined;
+  let residualBefore: DeviceBuffer | undefined;
   try {
     pack = DeviceBuffer.allocate(width, on);
     all = DeviceBuffer.allocate(width * comm.size, on);
     const [p, a] = [pack, all];
-    const tail = new Float32Array(1);
+    const tail = new Float32Array(3);
     if (bad === 0) {
+      if (residual) {
+        // The selection writes the residual before the exchange tells whether the ranks agree: a
+        // device copy (cheap next to the selection) puts it back exactly if they do not.
+        residualBefore = DeviceBuffer.allocate(residual.length, on);
+        residualBefore.copyFrom(residual);
+      }
       callNative(() => cudaAddon().cudaTopkSelect(grad.handle, residual?.handle ?? null, k, rounds, p.handle));
     } else {
       // This rank's NaN/Inf elements where they are (up to k). The rest of the pack repeats the
@@ -78,10 +89,28 @@ export async function exchangeSparseDevice(
       p.copyFromHost(packed);
     }
     tail[0] = bad;
+    new Int32Array(tail.buffer).set([k, grad.length], 1); // the all-gather copies bits: integers arrive exact
     p.copyFromHost(tail, 2 * k);
-    await comm.allgather(p, a);
+    try {
+      await comm.allgather(p, a);
+    } catch (error) {
+      // Ranks whose k differ fail in the exchange itself (its sizes differ).
+      if (residual && residualBefore) residual.copyFrom(residualBefore);
+      throw error;
+    }
     let nonFinite = 0;
-    for (let r = 0; r < comm.size; r++) nonFinite += a.copyToHost(tail, r * width + 2 * k)[0]!;
+    const mismatched: string[] = [];
+    for (let r = 0; r < comm.size; r++) {
+      nonFinite += a.copyToHost(tail, r * width + 2 * k)[0]!;
+      const [, theirK, length] = new Int32Array(tail.buffer);
+      if (theirK !== k || length !== grad.length) mismatched.push(`rank ${r}: ${length} elements, k ${theirK}`);
+    }
+    if (mismatched.length > 0) {
+      if (residual && residualBefore) residual.copyFrom(residualBefore);
+      throw new SizeMismatchError(
+        `sparseAllreduce: every rank must pass a gradient of the same length with the same density; this rank (${comm.rank}) has ${grad.length} elements, k ${k}; ${mismatched.join('; ')}. Nothing was written`,
+      );
+    }
     callNative(() => cudaAddon().cudaScatterAdd(grad.handle, a.handle, width, k, comm.size, 1 / comm.size, true));
     // Nothing will be applied: the ranks that selected keep all of x for a later step.
     if (nonFinite > 0 && bad === 0 && residual) callNative(() => cudaAddon().cudaScatterAdd(residual.handle, p.handle, width, k, 1, 1, false));
@@ -89,7 +118,7 @@ export async function exchangeSparseDevice(
   } finally {
     // Each on its own: a buffer a failed collective still holds (ERR_BUSY) must not hide the
     // error that ended the exchange, nor keep the other from being freed.
-    for (const b of [pack, all])
+    for (const b of [pack, all, residualBefore])
       try {
         b?.dispose();
       } catch {

@@ -58,6 +58,20 @@ export function checkTopkArguments(grad: unknown, options: Omit<TopkOptions, 're
   return { k, rounds, residual };
 }
 
+/**
+ * Indices travel as 32-bit integers: a sparse all-reduce takes gradients of at most 2^31 - 1
+ * elements, and sends at most 2^30 of them (one JavaScript view of the pack).
+ */
+const MAX_SPARSE_LENGTH = 2 ** 31 - 1;
+const MAX_SPARSE_K = 2 ** 30;
+
+/** @internal Refuses lengths and k the exchange cannot carry. */
+export function checkSparseSize(length: number, k: number, what: string): void {
+  if (length > MAX_SPARSE_LENGTH)
+    throw new InvalidArgumentError(`${what}: the gradient has ${length} elements; a sparse all-reduce takes at most 2^31 - 1 (indices travel as 32-bit integers): split it into buckets`);
+  if (k > MAX_SPARSE_K) throw new InvalidArgumentError(`${what}: k = ${k} elements to send; at most 2^30: lower the density`);
+}
+
 /** @internal k and rounds from {@link TopkOptions} for a gradient of `length` elements (the residual is the caller's to check). */
 export function checkTopkOptions(length: number, options: { density?: number; k?: number; rounds?: number; residual?: unknown }, what: string): { k: number; rounds: number } {
   checkOptions(options, TOPK_OPTION_KEYS, `${what}(grad, options)`);

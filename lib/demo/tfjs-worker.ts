@@ -133,7 +133,7 @@ async function main(): Promise<void> {
     }
     await trainer.dispose();
     tp.params.dispose();
-    comm.destroy();
+    await comm.destroy();
   }
   disposeModel(tf, model);
   parentPort!.postMessage({ kind: 'done', rank, trainMs, steps, samples: steps * (data.variant === undefined ? global : data.batch), tfjsMs, adapterMs, commMs, accuracy } satisfies TfjsDemoWorkerMessage);

@@ -89,7 +89,7 @@ async function main(): Promise<void> {
   x.dispose();
   await trainer.dispose();
   model.dispose();
-  comm.destroy();
+  await comm.destroy();
   parentPort!.postMessage({ kind: 'done', rank, trainMs, loopMs, steps, commMs, samples: steps * batch } satisfies DemoWorkerMessage);
 }
 

@@ -2,7 +2,7 @@
  * The optimizer base: owns the state buffers of one ParamSet and runs the fused native update
  * (optimizer step + delay compensation + weight prediction + non-finite guard) in one call per step.
  */
-import { BusyError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { BusyError, DisposedError, InvalidArgumentError, OutOfMemoryError, SizeMismatchError } from '../errors.js';
 import {
   awaitNative,
   callNative,
@@ -15,6 +15,7 @@ import {
   type NativeUpdateResult,
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
+import { checkAvailable, formatBytes, totalMemoryBytes } from '../system-memory.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
 import { checkKnownKeys, checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
 import {
@@ -128,6 +129,17 @@ export abstract class Optimizer {
     if (this.compensation) all.add('backup');
     if (this.prediction) all.add('predicted');
     if (this.prediction?.kind === 'sapipe' && this.prediction.estimate === 'local-prev-sync') all.add('prevLocalGrad');
+    // The state is written in full at the first step; Linux would hand out the pages then, and a
+    // state that does not fit would end the process in the OOM killer instead of an error here.
+    const bytes = all.size * this.params.length * 4;
+    const advice = 'Use a smaller model, an optimizer with less state (SGD without momentum keeps none), or a machine with more memory.';
+    checkAvailable(bytes, `${OPTIMIZER_CLASS_NAMES[this.kind]}'s state (${[...all].join(', ')}: ${all.size} x ${this.params.length} floats)`, advice);
+    // Weights, gradients and state together beyond all the memory there is can never all be written.
+    const model = (2 + all.size) * this.params.length * 4;
+    if (model > totalMemoryBytes())
+      throw new OutOfMemoryError(
+        `${OPTIMIZER_CLASS_NAMES[this.kind]}: weights, gradients and state need ${formatBytes(model)}, more than the machine's ${formatBytes(totalMemoryBytes())} of RAM and swap. ${advice}`,
+      );
     try {
       for (const name of all) this.state[name] = this.params.allocateLike();
     } catch (error) {

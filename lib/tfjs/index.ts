@@ -217,12 +217,27 @@ export class TfjsParams {
     const into = options.into ?? this.params.grads;
     if (!(into instanceof FlatBuffer) || into.length !== this.params.length)
       throw new SizeMismatchError(`TfjsParams.writeGradients: into must be a FlatBuffer of the ParamSet's length ${this.params.length}, got ${describeValue(into)}`);
+    // Every gradient is read and checked before any is written: a bad one leaves the buffer as it was.
+    const reads: { data: ArrayLike<number>; view: Float32Array }[] = [];
     for (const w of this.weights) {
-      const g = grads[variableOf(w).name] ?? grads[w.name];
+      const g: unknown = grads[variableOf(w).name] ?? grads[w.name];
       if (g === undefined) throw new InvalidArgumentError(`TfjsParams.writeGradients: no gradient for weight "${w.name}" (does the loss depend on it?)`);
-      const data = g.dataSync();
+      if (g === null || typeof g !== 'object' || typeof (g as { dataSync?: unknown }).dataSync !== 'function')
+        throw new InvalidArgumentError(`TfjsParams.writeGradients: the gradient of "${w.name}" must be a tf.Tensor, got ${describeValue(g)}`);
+      let data: unknown;
+      try {
+        data = (g as { dataSync(): unknown }).dataSync();
+      } catch (error) {
+        throw new InvalidArgumentError(`TfjsParams.writeGradients: cannot read the gradient of "${w.name}" (disposed?): ${(error as Error)?.message ?? describeValue(error)}`, { cause: error });
+      }
+      if (!ArrayBuffer.isView(data) || data instanceof DataView || data instanceof BigInt64Array || data instanceof BigUint64Array)
+        throw new InvalidArgumentError(`TfjsParams.writeGradients: the gradient of "${w.name}" must hold numbers, got ${describeValue(data)}`);
       const view = this.params.view(into, w.name);
-      if (data.length !== view.length) throw new SizeMismatchError(`TfjsParams.writeGradients: the gradient of "${w.name}" holds ${data.length} values, the weight ${view.length}`);
+      const values = data as unknown as ArrayLike<number>;
+      if (values.length !== view.length) throw new SizeMismatchError(`TfjsParams.writeGradients: the gradient of "${w.name}" holds ${values.length} values, the weight ${view.length}`);
+      reads.push({ data: values, view });
+    }
+    for (const { data, view } of reads) {
       if (accumulate) for (let i = 0; i < view.length; i++) view[i]! += data[i]!;
       else view.set(data);
     }

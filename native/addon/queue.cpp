@@ -1,6 +1,7 @@
 #include "queue.h"
 
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "addon_data.h"
@@ -34,7 +35,7 @@ struct Queue::State {
 };
 
 void Queue::Init(Napi::Env env, Napi::Object exports) {
-  Napi::Function ctor = DefineClass(env, "Queue", {InstanceAccessor<&Queue::GetPending>("pending")});
+  Napi::Function ctor = DefineClass(env, "Queue", {InstanceAccessor<&Queue::GetPending>("pending"), InstanceMethod<&Queue::Close>("close")});
   AddonData::Get(env).queue_ctor = Napi::Persistent(ctor);
   exports.Set("Queue", ctor);
 }
@@ -45,8 +46,35 @@ Queue* Queue::FromValue(Napi::Env env, const Napi::Value& value) {
   return Napi::ObjectWrap<Queue>::Unwrap(value.As<Napi::Object>());
 }
 
+// Resolves close()'s Promise; settling it on the JS thread is where the ended worker is joined.
+class Queue::CloseOp : public AsyncOp {
+ public:
+  CloseOp(Napi::Env env, Queue* queue) : AsyncOp(env), queue_(queue) {}
+  void Run() override {}
+  Napi::Value Result(Napi::Env env) override {
+    // The worker's last act was to hand this op over, so the join returns at once.
+    if (queue_->exec_) {
+      queue_->exec_->join();
+      queue_->exec_.reset();
+    }
+    return env.Undefined();
+  }
+
+ private:
+  Queue* queue_;  // alive: a pending operation holds a reference to the wrapper
+};
+
 Queue::Queue(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Queue>(info) {
   Napi::Env env = info.Env();
+  // The thread first: when a thread or pids limit refuses it, nothing else needs undoing.
+  try {
+    exec_ = std::make_unique<ExecutionQueue>();
+  } catch (const std::system_error& error) {
+    throw_error(env, "ERR_RESOURCE_LIMIT",
+                std::string("cannot start an execution queue's thread (") + error.what() +
+                    "): the process reached its limit on threads (ulimit -u, a container's pids limit); "
+                    "destroy the communicators and queues no longer used, or raise the limit");
+  }
   state_ = std::make_shared<State>();
   state_->queue = this;
   using Holder = std::shared_ptr<State>;
@@ -65,7 +93,6 @@ Queue::Queue(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Queue>(info) {
       new Holder(state_));
   // An idle queue must not keep the process alive; Submit refs it while work is pending.
   state_->completions.Unref(env);
-  exec_ = std::make_unique<ExecutionQueue>();
   env_ = env;
   hook_registered_ = napi_add_env_cleanup_hook(env, &Queue::OnEnvCleanup, this) == napi_ok;
 }
@@ -103,6 +130,10 @@ Queue::~Queue() {
 }
 
 Napi::Promise Queue::Submit(Napi::Env env, AsyncOp* op) {
+  if (closing_ || !exec_) {
+    delete op;
+    throw_error(env, "ERR_DISPOSED", "the execution queue was closed (its communicator or owner was destroyed)");
+  }
   // Owned by the task until handed to the JS thread: a task dropped at teardown (or after
   // Post fails) destroys its operation, on whichever thread drops it.
   auto slot = std::make_shared<std::unique_ptr<AsyncOp>>(op);
@@ -148,6 +179,28 @@ void Queue::Settle(Napi::Env env, Napi::Function, State* state, AsyncOp* op) {
     } catch (...) {
     }
   }
+}
+
+Napi::Value Queue::Close(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* op = new CloseOp(env, this);
+  Napi::Promise promise = op->deferred().Promise();
+  if (!exec_) {  // closed and joined already
+    op->deferred().Resolve(env.Undefined());
+    delete op;
+    return promise;
+  }
+  closing_ = true;
+  if (pending_++ == 0) {
+    Ref();
+    state_->completions.Ref(env);
+  }
+  auto slot = std::make_shared<std::unique_ptr<AsyncOp>>(op);
+  exec_->close([slot, state = state_] {
+    AsyncOp* raw = slot->release();
+    if (!state->Post(raw)) slot->reset(raw);
+  });
+  return promise;
 }
 
 Napi::Value Queue::GetPending(const Napi::CallbackInfo& info) {

@@ -48,7 +48,7 @@ class Queue : public Napi::ObjectWrap<Queue> {
   explicit Queue(const Napi::CallbackInfo& info);
   ~Queue() override;
 
-  // Takes ownership of op and returns its Promise.
+  // Takes ownership of op and returns its Promise. Throws ERR_DISPOSED after close().
   Napi::Promise Submit(Napi::Env env, AsyncOp* op);
 
  private:
@@ -61,10 +61,15 @@ class Queue : public Napi::ObjectWrap<Queue> {
   void Shutdown();  // on the JS thread: no more completions; drops the work not started
 
   Napi::Value GetPending(const Napi::CallbackInfo& info);
+  // close(): takes no more operations, lets those submitted run (so every Promise settles), then
+  // ends the worker thread. Resolves once the thread has been joined, on the JS thread.
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  class CloseOp;
 
   std::shared_ptr<State> state_;
   std::unique_ptr<ExecutionQueue> exec_;
   int pending_ = 0;  // touched on the JS thread only
+  bool closing_ = false;  // on the JS thread only: close() was called
   napi_env env_ = nullptr;
   bool hook_registered_ = false;
 };

@@ -12,19 +12,42 @@ ExecutionQueue::~ExecutionQueue() {
     stopping_ = true;
   }
   cv_.notify_one();
+  join();
+}
+
+void ExecutionQueue::join() {
   if (worker_.joinable()) worker_.join();
 }
 
-void ExecutionQueue::submit(std::function<void()> task) {
+bool ExecutionQueue::submit(std::function<void()> task) {
+  bool taken = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shut_down_) {
       tasks_.push_back(std::move(task));
       task = nullptr;
+      taken = true;
     }
   }
   cv_.notify_one();
   // Shut down: `task` still holds the callable; it is destroyed here, outside the lock.
+  return taken;
+}
+
+void ExecutionQueue::close(std::function<void()> on_exit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shut_down_ = true;
+    stopping_ = true;
+    if (!exited_) {
+      // A second close() before the worker ends: both callbacks run, in order.
+      if (on_exit_) on_exit = [first = std::move(on_exit_), second = std::move(on_exit)] { first(); second(); };
+      on_exit_ = std::move(on_exit);
+      on_exit = nullptr;
+    }
+  }
+  cv_.notify_one();
+  if (on_exit) on_exit();  // the worker has ended already: nobody else would call it
 }
 
 void ExecutionQueue::shutdown() {
@@ -45,12 +68,19 @@ void ExecutionQueue::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stopping and drained
+      if (tasks_.empty()) break;  // stopping and drained
       task = std::move(tasks_.front());
       tasks_.pop_front();
     }
     task();
   }
+  std::function<void()> on_exit;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_ = true;
+    on_exit.swap(on_exit_);
+  }
+  if (on_exit) on_exit();
 }
 
 }  // namespace sapipe

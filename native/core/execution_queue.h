@@ -12,13 +12,22 @@ namespace sapipe {
 
 class ExecutionQueue {
  public:
+  // Throws std::system_error when the thread cannot be created (a thread or pids limit).
   ExecutionQueue();
   ~ExecutionQueue();  // runs what is queued (unless shut down), then joins
   ExecutionQueue(const ExecutionQueue&) = delete;
   ExecutionQueue& operator=(const ExecutionQueue&) = delete;
 
-  // After shutdown() the task is destroyed at once, without running.
-  void submit(std::function<void()> task);
+  // Returns false, and destroys the task at once without running it, after shutdown() or close().
+  bool submit(std::function<void()> task);
+
+  // Stops taking tasks, runs those already queued, then ends the worker thread; its last act is
+  // to call on_exit (on the worker thread), after which join() returns at once. For an owner
+  // that must release the thread without blocking on the task in progress.
+  void close(std::function<void()> on_exit);
+
+  // Waits for the worker thread to end (after close() or shutdown()). Idempotent.
+  void join();
 
   // Stops taking tasks and destroys, on the calling thread and without running them, those not
   // started yet. Returns without waiting for the task in progress: the destructor joins.
@@ -30,7 +39,9 @@ class ExecutionQueue {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
-  bool shut_down_ = false;
+  bool shut_down_ = false;  // no task is taken any more
+  bool exited_ = false;     // the worker left its loop; on_exit_ is no longer read
+  std::function<void()> on_exit_;
   std::thread worker_;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -31,7 +32,16 @@ bool spin_until(Ready ready) {
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < num_threads_; ++i) {
+    try {
+      workers_.emplace_back([this, i] { worker_loop(i); });
+    } catch (const std::system_error&) {
+      // A thread or pids limit: the pool runs with the threads it got (the caller's thread at
+      // least) rather than ending the process; the kernels are only slower.
+      num_threads_ = i;
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -102,7 +102,7 @@ for (const size of [1, 2, 3, 4]) {
         let worst = 0;
         for (const m of msgs) for (let i = 0; i < LENGTH; i++) if (!Object.is(m.out![i], expected[i])) worst++;
         t.equal(worst, 0, `step ${step}: every rank's output equals the reference sum in rank order, bit for bit`);
-        t.same(msgs.map((m) => m.result), msgs.map(() => ({ nonFiniteCount: 0, k: K, bytes: (2 * K + 1) * size * 4 })), `step ${step}: results`);
+        t.same(msgs.map((m) => m.result), msgs.map(() => ({ nonFiniteCount: 0, k: K, bytes: (2 * K + 3) * size * 4 })), `step ${step}: results`);
       }
     });
   }

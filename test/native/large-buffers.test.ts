@@ -12,7 +12,7 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
-import { FlatBuffer, MAX_VIEW_LENGTH, ParamSet, SGD } from '../../lib/index.js';
+import { FlatBuffer, LocalCommunicator, MAX_VIEW_LENGTH, ParamSet, SGD, sparseAllreduce } from '../../lib/index.js';
 
 const GiB = 2 ** 30;
 
@@ -72,6 +72,25 @@ t.test(
     t.same([...p.grads.view(n - 4, 4)], [0, 0, 0, 0], 'zeroGrad reaches past the view limit');
     p.dispose();
     t.equal(wTail.length, 0);
+  },
+);
+
+// A gradient past the view limit: 4 GiB touched (the fill and the output), about 5 GiB in all.
+t.test(
+  'sparseAllreduce takes a gradient above the view limit whole',
+  { skip: haveBytes < 6 * GiB ? `needs 6 GiB free memory, the machine has ${(haveBytes / GiB).toFixed(1)}` : false },
+  async (t) => {
+    const n = MAX_VIEW_LENGTH + 1024;
+    const grad = FlatBuffer.allocate(n);
+    grad.view(0, 4).set([3, 0, 0, 0]);
+    grad.view(n - 8, 8).set([0, 5, 0, -7, 0, 0, 9, 0]);
+    const comm = await LocalCommunicator.create({ group: `large-sparse-${process.pid}`, rank: 0, size: 1 });
+    const result = await sparseAllreduce(comm, grad, { density: 4 / n, rounds: 1 });
+    t.same(result, { nonFiniteCount: 0, k: 4, bytes: 4 * (2 * 4 + 3) });
+    t.same([...grad.view(0, 4)], [3, 0, 0, 0], 'the four largest elements kept, the rest zero');
+    t.same([...grad.view(n - 8, 8)], [0, 5, 0, -7, 0, 0, 9, 0]);
+    await comm.destroy();
+    grad.dispose();
   },
 );
 

@@ -164,6 +164,16 @@ t.test('bad input is a typed error; a missing TensorFlow.js says what to install
   t.throws(() => a.writeWeights({} as never), { code: 'ERR_SIZE_MISMATCH' });
   t.throws(() => a.computeGradients(null as never), { code: 'ERR_INVALID_ARGUMENT' });
   t.throws(() => a.writeGradients({}), { code: 'ERR_INVALID_ARGUMENT', message: /no gradient for weight/ });
+  // Gradients that are not tensors: typed errors, and nothing written (all or nothing).
+  const names = m.trainableWeights.map((w) => w.name);
+  const goodGrads = (): Record<string, tf.Tensor> => Object.fromEntries(m.trainableWeights.map((w) => [w.name, tf.onesLike(w.read())]));
+  for (const bad of [42, 'g', null, {}, { dataSync: () => 'text' }, { dataSync: () => { throw new Error('disposed'); } }]) {
+    const grads = goodGrads();
+    a.params.grads.array.fill(7);
+    t.throws(() => a.writeGradients({ ...grads, [names[names.length - 1]!]: bad } as never), { code: 'ERR_INVALID_ARGUMENT' }, `a gradient ${JSON.stringify(String(bad))}`);
+    t.ok(a.params.grads.array.every((v) => v === 7), 'nothing was written');
+    Object.values(grads).forEach((g) => g.dispose());
+  }
   a.params.dispose();
   t.throws(() => a.writeWeights(), { code: 'ERR_DISPOSED' });
   // A model that grows after its ParamSet was made is refused, not written into the wrong places.

@@ -5,7 +5,7 @@
  */
 import { connect as netConnect, type Socket } from 'node:net';
 
-import { DisposedError, InvalidArgumentError, PeerLostError, SapipeError, TimeoutError } from '../../errors.js';
+import { DisposedError, InvalidArgumentError, PeerLostError, RendezvousError, SapipeError, TimeoutError } from '../../errors.js';
 import {
   BodyReader,
   DEFAULT_MAX_MESSAGE_BYTES,
@@ -99,8 +99,9 @@ export class RendezvousClient {
 
   /**
    * Connects and authenticates. Refused connections are retried until the deadline, since ranks
-   * start in any order. Rejects with TimeoutError if the store cannot be reached in time,
-   * InvalidArgumentError if it refuses the token or for bad options.
+   * start in any order, and so are connections the store closes before answering the HELLO (it
+   * serves only so many handshakes at once). Rejects with TimeoutError if the store cannot be
+   * reached in time, InvalidArgumentError if it refuses the token or for bad options.
    */
   static async connect(options: RendezvousClientOptions): Promise<RendezvousClient> {
     checkObject(options, 'RendezvousClient.connect(options)');
@@ -136,7 +137,12 @@ export class RendezvousClient {
         reply = await client.request(hello, Math.max(deadline - Date.now(), 1));
       } catch (error) {
         await client.close();
-        throw error;
+        // Closed unanswered: a store at its cap of pending handshakes, or one closing while
+        // its successor is about to bind the port. Either way, the next try may be served.
+        if (!(error instanceof PeerLostError)) throw error;
+        lastError = new Error('the server closed the connection before answering the HELLO');
+        await sleep(Math.min(25 * 2 ** Math.min(attempt, 5), 500, Math.max(deadline - Date.now(), 0)));
+        continue;
       }
       if (reply.status === Status.Ok) return client;
       await client.close();
@@ -151,11 +157,26 @@ export class RendezvousClient {
     return this.failure !== undefined;
   }
 
-  /** Stores `value` (bytes, or a string as UTF-8) under `key`, replacing any previous value. */
+  /**
+   * Stores `value` (bytes, or a string as UTF-8) under `key`, replacing any previous value.
+   * RendezvousError (`taken`) if the key was set with setOnce().
+   */
   async set(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
     const k = encodeKey(key);
     const v = encodeValue(value);
-    await this.call(body(Op.Set, 0, short(k), v), options);
+    await this.call(body(Op.Set, 0, short(k), v), options, key);
+  }
+
+  /**
+   * Stores `value` under `key` if no client has set it yet; the key then never changes (set(),
+   * add() and setOnce() of it fail). For what a rank publishes about itself: a value set before
+   * it (a stray or planted one) makes this fail with RendezvousError (`taken`) naming the key,
+   * instead of being silently replaced, and nothing can replace it afterwards.
+   */
+  async setOnce(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
+    const k = encodeKey(key);
+    const v = encodeValue(value);
+    await this.call(body(Op.SetOnce, 0, short(k), v), options, key);
   }
 
   /** The value of `key`, waiting until some client sets it. */
@@ -191,7 +212,7 @@ export class RendezvousClient {
    */
   async add(key: string, delta = 1, options?: CallOptions): Promise<number> {
     if (!Number.isSafeInteger(delta)) throw new InvalidArgumentError(`delta must be a safe integer, got ${describeValue(delta)}`);
-    const reply = await this.call(body(Op.Add, 0, i64(delta), short(encodeKey(key))), options);
+    const reply = await this.call(body(Op.Add, 0, i64(delta), short(encodeKey(key))), options, key);
     return Number(reply.payload.toString('latin1'));
   }
 
@@ -234,9 +255,15 @@ export class RendezvousClient {
     return options?.timeoutMs === undefined ? this.timeoutMs : checkTimeoutMs(options.timeoutMs);
   }
 
-  private async call(request: Buffer, options: CallOptions | undefined): Promise<{ status: Status; payload: Buffer }> {
+  private async call(request: Buffer, options: CallOptions | undefined, key?: string): Promise<{ status: Status; payload: Buffer }> {
     const reply = await this.request(request, this.deadline(options));
     switch (reply.status) {
+      case Status.Exists:
+        throw new RendezvousError(
+          `the key '${key ?? '?'}' in the rendezvous store ${this.endpoint} is already set and may not change: ` +
+            'some other client published it first (a stray or duplicate rank, another job on the same MASTER_PORT, or a process planting values: set SAPIPE_TOKEN)',
+          { reason: 'taken' },
+        );
       case Status.Ok:
       case Status.NotFound:
         return reply;

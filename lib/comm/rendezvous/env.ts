@@ -44,8 +44,8 @@ function readInt(env: NodeJS.ProcessEnv, name: string, min: number): number | un
 /**
  * Builds {@link createRendezvous} options from `env` (default `process.env`). The first of
  * torchrun's, mpirun's and Slurm's variables found wins; MASTER_ADDR (default 127.0.0.1),
- * MASTER_PORT (default 29500), SAPIPE_TOKEN, SAPIPE_BIND_ADDR and SAPIPE_RENDEZVOUS_TIMEOUT_MS
- * apply to all. Throws InvalidArgumentError naming the variable that is missing or malformed.
+ * MASTER_PORT (default 29500), SAPIPE_TOKEN, SAPIPE_BIND_ADDR, SAPIPE_ALLOW_NO_TOKEN and
+ * SAPIPE_RENDEZVOUS_TIMEOUT_MS apply to all. Throws InvalidArgumentError naming the variable that is missing or malformed.
  *
  * @category Communication
  */
@@ -75,6 +75,11 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env): RendezvousEnv {
   };
   if (env.SAPIPE_TOKEN) options.token = env.SAPIPE_TOKEN;
   if (env.SAPIPE_BIND_ADDR) options.bindAddr = env.SAPIPE_BIND_ADDR;
+  const allow = env.SAPIPE_ALLOW_NO_TOKEN;
+  if (allow !== undefined && allow !== '') {
+    if (!/^(1|0|true|false)$/i.test(allow.trim())) throw new InvalidArgumentError(`SAPIPE_ALLOW_NO_TOKEN must be 1 or 0, got '${allow}'`);
+    options.allowNoToken = /^(1|true)$/i.test(allow.trim());
+  }
   const timeoutMs = readInt(env, 'SAPIPE_RENDEZVOUS_TIMEOUT_MS', 1);
   if (timeoutMs !== undefined) options.timeoutMs = timeoutMs;
   return options;

@@ -11,8 +11,26 @@ export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
 /** Sent first in a HELLO so a connection from something that is not a rendezvous client is refused at once. @category Communication */
 export const PROTOCOL_MAGIC = 0x53415052; // 'SAPR'
-/** @category Communication */
-export const PROTOCOL_VERSION = 1;
+/**
+ * Version a client sends in its HELLO. 2 added SET_ONCE and the EXISTS status; a version-1 client
+ * is still served (it never sends SET_ONCE), while a version-1 store refuses a version-2 client
+ * at HELLO with a message saying so, instead of closing the connection later on an unknown opcode.
+ *
+ * @category Communication
+ */
+export const PROTOCOL_VERSION = 2;
+/** Oldest HELLO version the store serves. @category Communication */
+export const MIN_PROTOCOL_VERSION = 1;
+
+/**
+ * Largest frame body the store reads from a connection that has not yet completed its HELLO (a
+ * HELLO is at most 1036 bytes: its fields and a 1024-byte token). Only after the HELLO is accepted
+ * does the limit rise to maxMessageBytes, so a connection that knows no token can make the store
+ * buffer no more than this.
+ *
+ * @category Communication
+ */
+export const HANDSHAKE_MAX_MESSAGE_BYTES = 4096;
 
 /** Longest key in UTF-8 bytes (keys carry a 2-byte length). @category Communication */
 export const MAX_KEY_BYTES = 0xffff;
@@ -24,6 +42,7 @@ export enum Op {
   Get = 0x03,
   Wait = 0x04,
   Add = 0x05,
+  SetOnce = 0x06,
   Response = 0x80,
 }
 
@@ -34,6 +53,8 @@ export enum Status {
   Timeout = 2,
   BadRequest = 3,
   AuthFailed = 4,
+  /** SET_ONCE of a key that is already set, or SET or ADD of a key that SET_ONCE made (such keys never change). */
+  Exists = 5,
 }
 
 /** Thrown by the decoders on a malformed body; the receiver closes the connection. @category Communication */
@@ -158,7 +179,9 @@ export class BodyReader {
 
 /**
  * Splits a byte stream into frame bodies. push() returns the complete bodies received so far and
- * throws ProtocolViolation on a zero or oversized length.
+ * throws ProtocolViolation on a zero or oversized length. A reader whose limit changes between
+ * frames (the store raises it once a connection has said HELLO) uses append() and next() instead,
+ * so that each header is checked against the limit in force when its frame is reached.
  *
  * @category Communication
  */
@@ -168,26 +191,41 @@ export class FrameDecoder {
   /** Body length announced by the header already consumed, if any. */
   private expected: number | undefined;
 
-  constructor(private readonly maxBodyBytes: number) {}
+  /** Largest body accepted; checked against each header as it is read. */
+  constructor(public maxBodyBytes: number) {}
 
   push(chunk: Buffer): Buffer[] {
+    this.append(chunk);
+    const bodies: Buffer[] = [];
+    for (let b = this.next(); b !== undefined; b = this.next()) bodies.push(b);
+    return bodies;
+  }
+
+  /** Adds received bytes; next() takes frames out of them. */
+  append(chunk: Buffer): void {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
-    const bodies: Buffer[] = [];
-    for (;;) {
-      if (this.expected === undefined) {
-        if (this.buffered < 4) break;
-        const length = this.take(4).readUInt32BE(0);
-        if (length === 0) throw new ProtocolViolation('empty frame');
-        if (length > this.maxBodyBytes)
-          throw new ProtocolViolation(`frame of ${length} bytes exceeds the limit of ${this.maxBodyBytes}`);
-        this.expected = length;
-      }
-      if (this.buffered < this.expected) break;
-      bodies.push(this.take(this.expected));
-      this.expected = undefined;
+  }
+
+  /** The next complete body, or undefined until more bytes arrive. */
+  next(): Buffer | undefined {
+    if (this.expected === undefined) {
+      if (this.buffered < 4) return undefined;
+      const length = this.take(4).readUInt32BE(0);
+      if (length === 0) throw new ProtocolViolation('empty frame');
+      if (length > this.maxBodyBytes)
+        throw new ProtocolViolation(`frame of ${length} bytes exceeds the limit of ${this.maxBodyBytes}`);
+      this.expected = length;
     }
-    return bodies;
+    if (this.buffered < this.expected) return undefined;
+    const b = this.take(this.expected);
+    this.expected = undefined;
+    return b;
+  }
+
+  /** Bytes received and not yet taken out as frames. */
+  get pending(): number {
+    return this.buffered;
   }
 
   /** Removes the first n buffered bytes; each byte is copied at most once, however it was chunked. */

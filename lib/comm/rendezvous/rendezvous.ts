@@ -5,7 +5,7 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { describeValue } from '../../validate.js';
-import { RendezvousClient, type CallOptions } from './client.js';
+import { DEFAULT_RENDEZVOUS_TIMEOUT_MS, RendezvousClient, type CallOptions } from './client.js';
 import { RendezvousServer } from './server.js';
 import { checkPort, checkRank } from './validate.js';
 
@@ -28,6 +28,12 @@ export interface RendezvousOptions {
    * can connect; multi-node jobs set it to an interface the other nodes reach (or `0.0.0.0`).
    */
   bindAddr?: string;
+  /**
+   * Let rank 0 serve on an address other than loopback without a token (`SAPIPE_ALLOW_NO_TOKEN=1`).
+   * Without it, a `bindAddr` other machines reach needs a `token`: see docs/launch.md, "Who can
+   * write to the store".
+   */
+  allowNoToken?: boolean;
 }
 
 /** A rank's handle on the rendezvous store; returned by {@link createRendezvous}. @category Communication */
@@ -72,6 +78,10 @@ export class Rendezvous {
   set(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
     return this.client.set(this.key(key), value, options);
   }
+  /** See {@link RendezvousClient.setOnce}: for what a rank publishes about itself. */
+  setOnce(key: string, value: Uint8Array | string, options?: CallOptions): Promise<void> {
+    return this.client.setOnce(this.key(key), value, options);
+  }
   /** See {@link RendezvousClient.get}: waits until the key is set. */
   get(key: string, options?: CallOptions): Promise<Buffer> {
     return this.client.get(this.key(key), options);
@@ -105,6 +115,9 @@ export class Rendezvous {
    */
   async close(): Promise<void> {
     if (this.view) return;
+    // No newcomer while the others leave: a rank that already started its next job on this port
+    // is refused (and retries) rather than served by this store, which is about to go away.
+    this.server?.stopListening();
     if (this.server) await this.server.drained(1, this.client.timeoutMs);
     await this.client.close();
     await this.server?.close();
@@ -132,6 +145,9 @@ export async function createRendezvous(options: RendezvousOptions): Promise<Rend
       port: options.port,
       ...(options.token !== undefined && { token: options.token }),
       ...(options.maxMessageBytes !== undefined && { maxMessageBytes: options.maxMessageBytes }),
+      ...(options.allowNoToken !== undefined && { allowNoToken: options.allowNoToken }),
+      // A store still closing on this port (a communicator destroyed just before) lets go of it soon.
+      busyPortTimeoutMs: options.timeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS,
     });
     port = server.port;
   }

@@ -3,15 +3,22 @@
  * the data; clients set keys, read them, block until keys exist and bump counters. A connection
  * that sends anything unexpected (no HELLO first, a wrong token, a malformed or oversized frame)
  * is closed; the store keeps serving everyone else.
+ *
+ * Until a connection's HELLO is accepted it is a stranger: it may send one frame of at most
+ * HANDSHAKE_MAX_MESSAGE_BYTES, only so many strangers are served at once (maxPendingConnections),
+ * and each gets handshakeTimeoutMs to finish. So what a client that knows no token can make the
+ * store hold is bounded by those three numbers, whatever it sends.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
-import { InvalidArgumentError } from '../../errors.js';
+import { InvalidArgumentError, RendezvousError } from '../../errors.js';
 import {
   BodyReader,
   DEFAULT_MAX_MESSAGE_BYTES,
   FrameDecoder,
+  HANDSHAKE_MAX_MESSAGE_BYTES,
+  MIN_PROTOCOL_VERSION,
   Op,
   PROTOCOL_MAGIC,
   PROTOCOL_VERSION,
@@ -22,7 +29,7 @@ import {
   u8,
 } from './frame.js';
 import { checkMaxMessageBytes, checkPort, checkTimeoutMs } from './validate.js';
-import { checkObject } from '../../validate.js';
+import { checkObject, describeValue } from '../../validate.js';
 
 /** Options of {@link RendezvousServer.listen}. @category Communication */
 export interface RendezvousServerOptions {
@@ -36,11 +43,33 @@ export interface RendezvousServerOptions {
   maxMessageBytes?: number;
   /** A connection that has not completed its HELLO within this time is closed. Default 10 s. */
   handshakeTimeoutMs?: number;
+  /**
+   * Most connections served at once that have not completed their HELLO; one more is closed as
+   * soon as it is accepted (a rank's client then retries until its timeout). Default 64.
+   */
+  maxPendingConnections?: number;
+  /**
+   * Serve on an address other machines can reach although no token is set. Without it, listen()
+   * refuses: every machine that reaches the port could then write any key (`SAPIPE_ALLOW_NO_TOKEN=1`
+   * through fromEnv).
+   */
+  allowNoToken?: boolean;
+  /**
+   * While the port is in use (a store still closing on it, from a previous job or a communicator
+   * just destroyed), keep retrying for up to this long before giving up with RendezvousError
+   * (`port-in-use`). Default 0: give up at once. createRendezvous passes its timeoutMs.
+   */
+  busyPortTimeoutMs?: number;
 }
+
+/** Default of {@link RendezvousServerOptions.maxPendingConnections}. @category Communication */
+export const DEFAULT_MAX_PENDING_CONNECTIONS = 64;
 
 interface Connection {
   socket: Socket;
   authenticated: boolean;
+  /** Its HELLO was refused: whatever else it sends is not read. */
+  refused: boolean;
   waiters: Set<Waiter>;
   handshakeTimer: NodeJS.Timeout | undefined;
 }
@@ -65,12 +94,42 @@ function digest(token: string): Buffer {
   return createHash('sha256').update(token, 'utf8').digest();
 }
 
+/** Whether a bound address can only be reached from this machine. */
+function isLoopback(address: string): boolean {
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return /^127\./.test(v4) || address === '::1';
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+function bind(server: Server, host: string, port: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onError = (error: Error): void => reject(error);
+    server.once('error', onError);
+    // exclusive: a cluster worker binds the port itself rather than sharing the primary's handle.
+    // It does not touch SO_REUSEADDR, which Node sets on every listening socket on Unix, so a
+    // closed store's connections in TIME_WAIT never keep the port busy: a busy port is one that a
+    // listening socket still holds.
+    server.listen({ host, port, exclusive: true }, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+}
+
 /** A running rendezvous store. Create it with {@link RendezvousServer.listen}. @category Communication */
 export class RendezvousServer {
   private readonly values = new Map<string, Buffer>();
+  /** Keys set by SET_ONCE: they never change. */
+  private readonly sealed = new Set<string>();
   private readonly waitersByKey = new Map<string, Set<Waiter>>();
   private readonly connections = new Set<Connection>();
+  /** Connections whose HELLO has not been accepted yet. */
+  private pending = 0;
   private closed = false;
+  private listening = true;
+  /** Settles once the listening socket is closed and every connection has ended. */
+  private stopped: Promise<void> | undefined;
 
   private constructor(
     private readonly server: Server,
@@ -80,40 +139,72 @@ export class RendezvousServer {
     private readonly tokenDigest: Buffer | undefined,
     private readonly maxMessageBytes: number,
     private readonly handshakeTimeoutMs: number,
+    private readonly maxPendingConnections: number,
   ) {
     server.on('connection', (socket) => this.accept(socket));
     // A listening socket error after bind (rare: EMFILE on accept) must not crash the process.
     server.on('error', () => {});
   }
 
-  /** Binds and starts serving. Rejects with InvalidArgumentError if the address cannot be bound. */
+  /**
+   * Binds and starts serving. Rejects with RendezvousError (`port-in-use`) if the port stays in use
+   * past busyPortTimeoutMs, InvalidArgumentError for bad options, an address that cannot be bound,
+   * or an address other machines reach without a token (unless allowNoToken).
+   */
   static async listen(options: RendezvousServerOptions): Promise<RendezvousServer> {
     checkObject(options, 'RendezvousServer.listen(options)');
     const host = options.host ?? '127.0.0.1';
+    if (typeof host !== 'string' || host === '') throw new InvalidArgumentError(`host must be a non-empty string, got ${describeValue(host)}`);
     checkPort(options.port, 'port', true);
     const maxMessageBytes = checkMaxMessageBytes(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES);
     const handshakeTimeoutMs = checkTimeoutMs(options.handshakeTimeoutMs ?? 10_000, 'handshakeTimeoutMs');
+    const maxPending = options.maxPendingConnections ?? DEFAULT_MAX_PENDING_CONNECTIONS;
+    if (typeof maxPending !== 'number' || !Number.isInteger(maxPending) || maxPending < 1 || maxPending > 65536)
+      throw new InvalidArgumentError(`maxPendingConnections must be an integer in [1, 65536], got ${describeValue(maxPending)}`);
+    const busyPortTimeoutMs = options.busyPortTimeoutMs ?? 0;
+    if (typeof busyPortTimeoutMs !== 'number' || !Number.isInteger(busyPortTimeoutMs) || busyPortTimeoutMs < 0 || busyPortTimeoutMs > 2 ** 31 - 1)
+      throw new InvalidArgumentError(`busyPortTimeoutMs must be an integer number of milliseconds in [0, 2^31 - 1], got ${describeValue(busyPortTimeoutMs)}`);
+    if (options.allowNoToken !== undefined && typeof options.allowNoToken !== 'boolean')
+      throw new InvalidArgumentError(`allowNoToken must be a boolean, got ${describeValue(options.allowNoToken)}`);
     if (options.token !== undefined && typeof options.token !== 'string')
       throw new InvalidArgumentError('token must be a string');
-    const server = createServer({ noDelay: true });
-    await new Promise<void>((resolve, reject) => {
-      const onError = (error: Error): void => {
-        reject(new InvalidArgumentError(`cannot listen on ${host}:${options.port}: ${error.message}`, { cause: error }));
-      };
-      server.once('error', onError);
-      server.listen({ host, port: options.port, exclusive: true }, () => {
-        server.off('error', onError);
-        resolve();
-      });
-    });
+    const hasToken = options.token !== undefined && options.token !== '';
+    const deadline = Date.now() + busyPortTimeoutMs;
+    let server: Server;
+    for (let attempt = 0; ; attempt++) {
+      server = createServer({ noDelay: true });
+      try {
+        await bind(server, host, options.port);
+        break;
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code !== 'EADDRINUSE')
+          throw new InvalidArgumentError(`cannot listen on ${host}:${options.port}: ${(error as Error).message}`, { cause: error });
+        const left = deadline - Date.now();
+        if (left <= 0) throw portInUse(host, options.port, busyPortTimeoutMs, error);
+        // A store that is closing lets go of the port within its close grace (CLOSE_GRACE_MS)
+        // or its owner's drain: poll often at first, then every quarter second.
+        await sleep(Math.min(20 * 2 ** Math.min(attempt, 4), 250, left));
+      }
+    }
     const address = server.address() as AddressInfo;
+    if (!hasToken && options.allowNoToken !== true && !isLoopback(address.address)) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      throw new InvalidArgumentError(
+        `refusing to serve the rendezvous store on ${address.address}:${address.port} without a token: every machine that ` +
+          'reaches this address could set any key, and the ranks would use what it set. Set SAPIPE_TOKEN (the same secret for ' +
+          'every rank, on every node), or bind a loopback address (unset SAPIPE_BIND_ADDR), or, on a network where every ' +
+          'machine is trusted, set SAPIPE_ALLOW_NO_TOKEN=1 (the allowNoToken option)',
+      );
+    }
     return new RendezvousServer(
       server,
       address.address,
       address.port,
-      options.token === undefined || options.token === '' ? undefined : digest(options.token),
+      hasToken ? digest(options.token!) : undefined,
       maxMessageBytes,
       handshakeTimeoutMs,
+      maxPending,
     );
   }
 
@@ -136,11 +227,25 @@ export class RendezvousServer {
     while (this.connections.size > count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   }
 
+  /**
+   * Accepts no more connections and lets go of the port at once, so that a new store can bind it;
+   * connected clients are served on until close(). Rank 0 calls it once every rank is known to be
+   * connected.
+   */
+  stopListening(): void {
+    if (!this.listening) return;
+    this.listening = false;
+    // net.Server.close() closes the listening socket now and calls back only once every
+    // connection has ended; close() waits for that.
+    this.stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
   /** Stops listening and drops every connection; their pending waits end with the connection. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.stopListening();
+    const stopped = this.stopped!;
     for (const connection of this.connections) {
       // end() rather than destroy(): replies already written (the last barrier's release) still
       // reach their clients. A client that does not close its side in time is cut off.
@@ -156,16 +261,29 @@ export class RendezvousServer {
       socket.destroy();
       return;
     }
-    const connection: Connection = { socket, authenticated: false, waiters: new Set(), handshakeTimer: undefined };
+    // Resets and the like end this connection only.
+    socket.on('error', () => {});
+    if (this.pending >= this.maxPendingConnections) {
+      // Strangers beyond the cap cost nothing but this: the oldest keep their handshake time.
+      socket.destroy();
+      return;
+    }
+    const connection: Connection = { socket, authenticated: false, refused: false, waiters: new Set(), handshakeTimer: undefined };
     this.connections.add(connection);
+    this.pending++;
     connection.handshakeTimer = setTimeout(() => this.drop(connection), this.handshakeTimeoutMs);
-    const decoder = new FrameDecoder(this.maxMessageBytes);
+    // Until the HELLO is accepted a frame holds a HELLO and nothing bigger; the limit rises to
+    // maxMessageBytes in handle(), before the next frame's header is read.
+    const decoder = new FrameDecoder(Math.min(HANDSHAKE_MAX_MESSAGE_BYTES, this.maxMessageBytes));
     socket.on('data', (chunk: Buffer) => {
+      // A refused connection is ended: nothing more it sends is read, or kept.
+      if (connection.refused || socket.destroyed) return;
       try {
-        for (const b of decoder.push(chunk)) {
-          // A refused connection is ended: nothing more it sends is read.
-          if (socket.destroyed || socket.writableEnded) return;
+        decoder.append(chunk);
+        for (let b = decoder.next(); b !== undefined; b = decoder.next()) {
           this.handle(connection, b);
+          if (connection.refused || socket.destroyed) return;
+          if (connection.authenticated) decoder.maxBodyBytes = this.maxMessageBytes;
         }
       } catch {
         // Malformed input (ProtocolViolation) or anything else that went wrong with this
@@ -173,8 +291,6 @@ export class RendezvousServer {
         this.drop(connection);
       }
     });
-    // Resets and the like end this connection only.
-    socket.on('error', () => {});
     socket.on('close', () => this.forget(connection));
   }
 
@@ -185,6 +301,7 @@ export class RendezvousServer {
 
   private forget(connection: Connection): void {
     if (!this.connections.delete(connection)) return;
+    if (!connection.authenticated) this.pending--;
     clearTimeout(connection.handshakeTimer);
     for (const waiter of connection.waiters) this.removeWaiter(waiter);
   }
@@ -205,28 +322,33 @@ export class RendezvousServer {
       const version = reader.u8();
       const token = reader.short();
       reader.end();
-      if (version !== PROTOCOL_VERSION) {
-        this.reply(connection, id, Status.BadRequest, Buffer.from(`unsupported protocol version ${version}`));
-        connection.socket.end();
+      if (version < MIN_PROTOCOL_VERSION || version > PROTOCOL_VERSION) {
+        this.reply(connection, id, Status.BadRequest, Buffer.from(`unsupported protocol version ${version} (this store serves ${MIN_PROTOCOL_VERSION} to ${PROTOCOL_VERSION}): do all ranks run the same sapipe?`));
+        this.refuse(connection);
         return;
       }
       if (!this.tokenMatches(token)) {
         this.reply(connection, id, Status.AuthFailed);
-        // end() flushes the refusal before closing, so the client can say why.
-        connection.socket.end();
-        setTimeout(() => this.drop(connection), 1000).unref();
+        this.refuse(connection);
         return;
       }
       connection.authenticated = true;
+      this.pending--;
       clearTimeout(connection.handshakeTimer);
       connection.handshakeTimer = undefined;
       this.reply(connection, id, Status.Ok);
       return;
     }
     switch (op) {
-      case Op.Set: {
+      case Op.Set:
+      case Op.SetOnce: {
         const key = reader.key();
         const value = reader.rest();
+        if (this.sealed.has(key) || (op === Op.SetOnce && this.values.has(key))) {
+          this.reply(connection, id, Status.Exists);
+          return;
+        }
+        if (op === Op.SetOnce) this.sealed.add(key);
         this.values.set(key, value);
         this.reply(connection, id, Status.Ok);
         this.notify(key);
@@ -256,6 +378,10 @@ export class RendezvousServer {
         const delta = reader.i64();
         const key = reader.key();
         reader.end();
+        if (this.sealed.has(key)) {
+          this.reply(connection, id, Status.Exists);
+          return;
+        }
         const current = this.values.get(key);
         let base = 0n;
         if (current !== undefined) {
@@ -280,6 +406,13 @@ export class RendezvousServer {
       default:
         throw new ProtocolViolation(`unknown opcode ${op}`);
     }
+  }
+
+  /** Answers nothing more: the reply already written is flushed by end(), so the client can say why; the socket goes after a second. */
+  private refuse(connection: Connection): void {
+    connection.refused = true;
+    connection.socket.end();
+    setTimeout(() => this.drop(connection), 1000).unref();
   }
 
   private tokenMatches(presented: Buffer): boolean {
@@ -326,4 +459,15 @@ export class RendezvousServer {
       this.reply(waiter.connection, waiter.id, Status.Ok, value);
     }
   }
+}
+
+function portInUse(host: string, port: number, retriedMs: number, cause: unknown): RendezvousError {
+  return new RendezvousError(
+    `cannot serve the rendezvous store on ${host}:${port}: the port is in use` +
+      (retriedMs > 0 ? `, and still was after ${retriedMs} ms of retrying` : '') +
+      '. Most likely another rendezvous store holds it: a job still running or closing on the same MASTER_PORT, or a ' +
+      `store whose owner has not finished closing it; or another program (\`ss -ltnp 'sport = :${port}'\` shows which). ` +
+      'Pick another MASTER_PORT, or wait until that one is released.',
+    { reason: 'port-in-use', cause },
+  );
 }
