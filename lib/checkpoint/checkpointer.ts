@@ -1,5 +1,5 @@
 /**
- * A training loop's checkpoints: resume from the newest complete checkpoint when created, then
+ * A training loop's checkpoints: resume from the newest checkpoint that verifies when created, then
  * save every N steps or on Young's interval (docs/ALGORITHMS.md section 7) from the measured cost
  * of a save and the mean time between failures the caller gives. It drives saveCheckpoint and
  * loadCheckpoint; the loop calls `afterStep()` after each `trainer.step()`.
@@ -10,7 +10,8 @@ import { performance } from 'node:perf_hooks';
 import type { DataParallelTrainer } from '../dataparallel/trainer.js';
 import { InvalidArgumentError } from '../errors.js';
 import { checkInteger, checkNumber, checkObject, checkOptions, optionKeys } from '../validate.js';
-import { loadCheckpoint, saveCheckpoint, type LoadedCheckpoint, type SavedCheckpoint } from './trainer.js';
+import { checkDirectory, probeWritable } from './store.js';
+import { checkTrainer, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint, type SavedCheckpoint } from './trainer.js';
 
 /** Options of {@link Checkpointer.create}: `every` or `interval`, not both. @category Checkpoints */
 export interface CheckpointerOptions {
@@ -42,7 +43,7 @@ export interface CheckpointerStats {
 
 /**
  * Checkpoints a DataParallelTrainer as it trains: `await Checkpointer.create(trainer, { dir,
- * every })` resumes from the newest complete checkpoint in `dir` (`resumed` says from which step
+ * every })` resumes from the newest checkpoint in `dir` that verifies (`resumed` says from which step
  * and with what `extra`), `await checkpointer.afterStep(extra)` after each step saves when one is
  * due, and `close()` waits for the last file. One save is written at a time: a due save waits for
  * the previous file first. With `every`, the ranks save at the same steps. The interval policy
@@ -66,7 +67,13 @@ export class Checkpointer {
     readonly resumed: LoadedCheckpoint | null,
   ) {}
 
+  /**
+   * Checks the options, that files can be written in `dir` (a CheckpointError naming it and the OS
+   * error if not: refused now rather than at the first save), and resumes from the newest
+   * checkpoint there that verifies (loadCheckpoint).
+   */
   static async create(trainer: DataParallelTrainer, options: CheckpointerOptions): Promise<Checkpointer> {
+    checkTrainer(trainer, 'Checkpointer.create');
     checkOptions(options, CHECKPOINTER_OPTION_KEYS, 'Checkpointer.create(trainer, options)');
     if ((options.every === undefined) === (options.interval === undefined))
       throw new InvalidArgumentError('Checkpointer.create: give every (steps) or interval ({ mtbfSeconds }), one of them');
@@ -78,7 +85,9 @@ export class Checkpointer {
     }
     const keep = checkInteger(options.keep ?? 2, 'Checkpointer: keep', 1, 1 << 20);
     const scheduler = options.scheduler === undefined ? {} : { scheduler: options.scheduler };
-    const resumed = await loadCheckpoint(trainer, { dir: options.dir, ...scheduler });
+    const dir = await checkDirectory(options.dir, 'Checkpointer.create');
+    await probeWritable(dir);
+    const resumed = await loadCheckpoint(trainer, { dir, ...scheduler });
     return new Checkpointer(trainer, { dir: options.dir, keep, every: options.every, interval: options.interval, ...scheduler }, resumed);
   }
 

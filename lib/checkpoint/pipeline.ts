@@ -17,7 +17,24 @@ import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
 import { PipelineTrainer, type PipelineTrainerState } from '../pipeline/runtime/trainer.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, checkScheduler, restoreScheduler, schedulerMetadata, latestCompleteStep, pruneSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import {
+  CHECKPOINT_FORMAT,
+  CHECKPOINT_VERSION,
+  checkCount,
+  checkDirectory,
+  checkRate,
+  checkScheduler,
+  chooseCheckpoint,
+  ensureDirectory,
+  pruneSteps,
+  restoreScheduler,
+  saveRankFile,
+  savedSchedulerState,
+  schedulerMetadata,
+  stepDirectory,
+  warnSkipped,
+  writeFailure,
+} from './store.js';
 import type { CheckpointSave, LoadedCheckpoint, SavedCheckpoint } from './trainer.js';
 
 const KIND = 'pipeline-trainer';
@@ -61,6 +78,7 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
   } catch (error) {
     throw new InvalidArgumentError(`savePipelineCheckpoint: extra must be JSON-serialisable (${(error as Error).message})`, { cause: error });
   }
+  await ensureDirectory(dir);
   const start = performance.now();
   const state = await trainer.exportState();
   const snapshotMs = performance.now() - start;
@@ -80,19 +98,25 @@ export async function savePipelineCheckpoint(trainer: PipelineTrainer, options: 
   const chunks = encodeSafetensors(tensors, { format: CHECKPOINT_FORMAT, version: String(CHECKPOINT_VERSION), kind: KIND, trainer: JSON.stringify(counters), extra, ...schedulerMetadata(options.scheduler, 'savePipelineCheckpoint') });
   const step = state.rounds;
   const written = (async (): Promise<SavedCheckpoint> => {
-    const manifest = await saveRankFile(dir, step, 0, 1, KIND, chunks);
-    await pruneSteps(dir, 1, keep, step);
-    return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+    try {
+      const manifest = await saveRankFile(dir, step, 0, 1, KIND, chunks);
+      await pruneSteps(dir, 1, keep, step);
+      return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+    } catch (error) {
+      throw writeFailure(dir, error);
+    }
   })();
   written.catch(() => undefined); // the caller awaits it
   return { step, snapshotMs, written };
 }
 
 /**
- * Restores the newest complete checkpoint in `dir` into a PipelineTrainer of the same schedule,
- * model and optimizer (created fresh); resolves with its step (rounds) and `extra`, or null when
- * there is none. A file that is truncated, corrupt, foreign, of another version or of another
- * configuration is a CheckpointError naming it, with the trainer unchanged.
+ * Restores the newest checkpoint in `dir` that verifies into a PipelineTrainer of the same
+ * schedule, model and optimizer (created fresh); resolves with its step (rounds) and `extra`, or
+ * null when `dir` is missing or empty. Newer steps that do not verify are passed over with a
+ * warning (code `SAPIPE_CHECKPOINT_FALLBACK`), as loadCheckpoint does; a directory holding
+ * something but nothing that verifies, or a file of another version or configuration or with
+ * counters no trainer could have, is a CheckpointError naming it, with the trainer unchanged.
  *
  * @category Checkpoints
  */
@@ -101,9 +125,11 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
   checkOptions(options, ['dir', 'scheduler'], 'loadPipelineCheckpoint(trainer, options)');
   checkScheduler(options.scheduler, 'loadPipelineCheckpoint');
   const dir = await checkDirectory(options.dir, 'loadPipelineCheckpoint');
-  const step = await latestCompleteStep(dir, 1);
-  if (step === undefined) return null;
-  const { bytes, path } = await readRankFile(dir, step, 0);
+  const choice = await chooseCheckpoint(dir, 1, 0);
+  warnSkipped(dir, choice);
+  if (choice.step === undefined) return null;
+  const { step, skipped } = choice;
+  const { bytes, path } = choice.file!;
   const { tensors, metadata } = decodeSafetensors(bytes, path);
   if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
   if (metadata.version !== String(CHECKPOINT_VERSION))
@@ -118,6 +144,7 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
     throw new CheckpointError(`${path}: its metadata is not JSON`, { reason: 'corrupt', cause: error });
   }
   if (saved === null || typeof saved !== 'object' || !Array.isArray(saved.parts)) throw new CheckpointError(`${path}: the trainer's counters are missing`, { reason: 'corrupt' });
+  checkCounters(saved, path);
   const parts = saved.parts.map((p, j) => {
     const weights = tensors.get(`part${j}/weights`)?.data;
     if (!(weights instanceof Float32Array)) throw new CheckpointError(`${path}: part${j}/weights is missing`, { reason: 'mismatch' });
@@ -129,6 +156,7 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
     return { weights, optimizer: { ...p.optimizer, buffers }, updates: p.updates, skipped: p.skipped };
   });
   const state: PipelineTrainerState = { version: 1, schedule: saved.schedule, stages: saved.stages, rounds: saved.rounds, epochs: saved.epochs, orderPosition: saved.orderPosition, parts };
+  const schedulerState = savedSchedulerState(options.scheduler, metadata, path);
   try {
     await trainer.importState(state);
   } catch (error) {
@@ -137,8 +165,24 @@ export async function loadPipelineCheckpoint(trainer: PipelineTrainer, options: 
       throw new CheckpointError(`${path}: does not fit this trainer: ${(error as Error).message}`, { reason: 'mismatch', cause: error });
     throw error;
   }
-  restoreScheduler(options.scheduler, metadata, path);
-  return { step, path: stepDirectory(dir, step), extra, tensors: new Map() };
+  restoreScheduler(options.scheduler, schedulerState, path);
+  return { step, path: stepDirectory(dir, step), extra, tensors: new Map(), skipped };
+}
+
+/** The counters of a file, checked as untrusted input (see trainer.ts's checkCounters). */
+function checkCounters(saved: SavedCounters, path: string): void {
+  const corrupt = (what: string): CheckpointError => new CheckpointError(`${path}: ${what}; the file is corrupt or was not written by sapipe`, { reason: 'corrupt' });
+  if (typeof saved.schedule !== 'string') throw corrupt('the schedule is not named');
+  for (const key of ['stages', 'rounds', 'epochs', 'orderPosition'] as const) checkCount(saved[key], `the trainer's ${key}`, path);
+  saved.parts.forEach((p, j) => {
+    if (p === null || typeof p !== 'object' || p.optimizer === null || typeof p.optimizer !== 'object') throw corrupt(`part ${j}'s counters are missing`);
+    checkCount(p.updates, `part ${j}'s updates`, path);
+    checkCount(p.skipped, `part ${j}'s skipped updates`, path);
+    checkCount(p.optimizer.step, `part ${j}'s optimizer step count`, path);
+    checkCount(p.optimizer.skippedSteps, `part ${j}'s optimizer skipped steps`, path);
+    checkCount(p.optimizer.length, `part ${j}'s optimizer length`, path);
+    checkRate(p.optimizer.lr, `part ${j}'s learning rate`, path);
+  });
 }
 
 function checkPipelineTrainer(trainer: unknown, what: string): void {

@@ -16,12 +16,32 @@ import type { LrScheduler } from '../optim/lr-schedule.js';
 import { performance } from 'node:perf_hooks';
 
 import { CheckpointError, InvalidArgumentError, SapipeError } from '../errors.js';
-import type { DataParallelTrainer, DataParallelTrainerState } from '../dataparallel/trainer.js';
+import { DataParallelTrainer, type DataParallelTrainerState } from '../dataparallel/trainer.js';
 import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
 import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
 import { checkInteger, checkObject, describeValue, optionKeys, checkOptions } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
-import { CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkDirectory, checkScheduler, restoreScheduler, schedulerMetadata, latestCompleteStep, pruneSteps, rankSteps, readRankFile, saveRankFile, stepDirectory } from './store.js';
+import {
+  CHECKPOINT_FORMAT,
+  CHECKPOINT_VERSION,
+  checkCount,
+  checkDirectory,
+  checkRate,
+  checkScheduler,
+  chooseCheckpoint,
+  ensureDirectory,
+  pruneSteps,
+  rankSteps,
+  readRankFile,
+  restoreScheduler,
+  saveRankFile,
+  savedSchedulerState,
+  schedulerMetadata,
+  stepDirectory,
+  warnSkipped,
+  writeFailure,
+  type SkippedCheckpoint,
+} from './store.js';
 
 const KIND = 'data-parallel-trainer';
 
@@ -77,6 +97,13 @@ export interface LoadedCheckpoint {
   readonly extra: unknown;
   /** The `tensors` given to saveCheckpoint (empty if none). */
   readonly tensors: Map<string, SafetensorsTensor>;
+  /** Newer steps passed over because they did not verify (a save cut short, a damaged file), newest first; empty when the newest step loaded. */
+  readonly skipped: readonly SkippedCheckpoint[];
+}
+
+/** @internal Refuses anything but a DataParallelTrainer, before any of its members is touched. */
+export function checkTrainer(trainer: unknown, what: string): asserts trainer is DataParallelTrainer {
+  if (!(trainer instanceof DataParallelTrainer)) throw new InvalidArgumentError(`${what}: trainer must be a DataParallelTrainer, got ${describeValue(trainer)}`);
 }
 
 /**
@@ -89,6 +116,7 @@ export interface LoadedCheckpoint {
  * @category Checkpoints
  */
 export async function saveCheckpoint(trainer: DataParallelTrainer, options: SaveCheckpointOptions): Promise<CheckpointSave> {
+  checkTrainer(trainer, 'saveCheckpoint');
   checkOptions(options, SAVE_OPTION_KEYS, 'saveCheckpoint(trainer, options)');
   const dir = await checkDirectory(options.dir, 'saveCheckpoint');
   const keep = checkInteger(options.keep ?? 2, 'saveCheckpoint: keep', 1, 1 << 20);
@@ -99,6 +127,8 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
   } catch (error) {
     throw new InvalidArgumentError(`saveCheckpoint: extra must be JSON-serialisable (${(error as Error).message})`, { cause: error });
   }
+  // A directory that cannot be created fails here, before the snapshot is paid for.
+  await ensureDirectory(dir);
   // The previous save's snapshot, once its file is written, takes this one: copying into memory
   // already touched is several times faster than into fresh pages.
   const last = snapshots.get(trainer);
@@ -132,9 +162,13 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
   });
   const step = state.calls;
   const written = (async (): Promise<SavedCheckpoint> => {
-    const manifest = await saveRankFile(dir, step, rank, size, KIND, chunks);
-    if (rank === 0) await pruneSteps(dir, size, keep, step);
-    return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+    try {
+      const manifest = await saveRankFile(dir, step, rank, size, KIND, chunks);
+      if (rank === 0) await pruneSteps(dir, size, keep, step);
+      return { step, path: stepDirectory(dir, step), bytes: manifest.bytes, writeMs: performance.now() - start };
+    } catch (error) {
+      throw writeFailure(dir, error);
+    }
   })();
   // The caller awaits it; an unawaited failure must not end the process.
   written.then(
@@ -145,25 +179,42 @@ export async function saveCheckpoint(trainer: DataParallelTrainer, options: Save
 }
 
 /**
- * Restores the newest complete checkpoint in `dir` into a trainer of the same model, optimizer,
- * mode and number of ranks, created fresh (nothing in flight); resolves with its step and
- * `extra`, or null when `dir` holds no complete checkpoint. Every rank calls it. A file that is
- * truncated, corrupt, foreign, of another version or of another model is a CheckpointError
- * naming it, with the trainer unchanged.
+ * Restores the newest checkpoint in `dir` that verifies into a trainer of the same model,
+ * optimizer, mode and number of ranks, created fresh (nothing in flight); resolves with its step
+ * and `extra`, or null when `dir` is missing or empty (a first run). Every rank calls it.
+ *
+ * A step verifies when every rank's manifest is there and every rank's file matches its size and
+ * SHA-256. Newer steps that do not (a save cut short, a file truncated or corrupted on disk, a
+ * manifest deleted) are passed over, each named with the reason in a warning
+ * (`process.emitWarning`, code `SAPIPE_CHECKPOINT_FALLBACK`) and in `skipped`. Every rank checks
+ * every rank's files, so ranks that see the same directory resume from the same step. A
+ * directory that holds something but no step that verifies is a CheckpointError saying what is
+ * wrong, never a silent fresh start; so is a verified file of another version, model, optimizer,
+ * mode or number of ranks, or with counters no trainer could have (the trainer is then unchanged).
  *
  * @category Checkpoints
  */
 export async function loadCheckpoint(trainer: DataParallelTrainer, options: LoadCheckpointOptions): Promise<LoadedCheckpoint | null> {
+  checkTrainer(trainer, 'loadCheckpoint');
   checkObject(options, 'loadCheckpoint(trainer, options)');
   checkOptions(options, ['dir', 'scheduler'], 'loadCheckpoint(trainer, options)');
   checkScheduler(options.scheduler, 'loadCheckpoint');
   const dir = await checkDirectory(options.dir, 'loadCheckpoint');
   const { rank, size } = trainer.comm;
-  const step = await latestCompleteStep(dir, size);
-  if (step === undefined) return null;
-  const { bytes, path } = await readRankFile(dir, step, rank);
+  const choice = await chooseCheckpoint(dir, size, rank);
+  warnSkipped(dir, choice, size > 1 ? rank : undefined);
+  if (choice.step === undefined) return null;
+  const { step, skipped } = choice;
+  const { bytes, path } = choice.file!;
   const { tensors, metadata } = decodeSafetensors(bytes, path);
   const state = stateOf(trainer, tensors, metadata, path, rank);
+  let extra: unknown;
+  try {
+    extra = JSON.parse(metadata.extra ?? 'null');
+  } catch (error) {
+    throw new CheckpointError(`${path}: extra is not JSON`, { reason: 'corrupt', cause: error });
+  }
+  const schedulerState = savedSchedulerState(options.scheduler, metadata, path);
   try {
     trainer.importState(state);
   } catch (error) {
@@ -171,14 +222,8 @@ export async function loadCheckpoint(trainer: DataParallelTrainer, options: Load
       throw new CheckpointError(`${path}: does not fit this trainer: ${error.message}`, { reason: 'mismatch', cause: error });
     throw error;
   }
-  let extra: unknown;
-  try {
-    extra = JSON.parse(metadata.extra ?? 'null');
-  } catch (error) {
-    throw new CheckpointError(`${path}: extra is not JSON`, { reason: 'corrupt', cause: error });
-  }
-  restoreScheduler(options.scheduler, metadata, path);
-  return { step, path: stepDirectory(dir, step), extra, tensors: userTensors(tensors) };
+  restoreScheduler(options.scheduler, schedulerState, path);
+  return { step, path: stepDirectory(dir, step), extra, tensors: userTensors(tensors), skipped };
 }
 
 /** Options of {@link loadCheckpoint}. @category Checkpoints */
@@ -222,13 +267,14 @@ export async function readRankCheckpoint(dir: string, rank: number, step?: numbe
     throw new CheckpointError(`${path}: checkpoint format version ${describeValue(metadata.version)}; this sapipe reads version ${CHECKPOINT_VERSION}`, { reason: 'version' });
   if (metadata.rank !== String(rank)) throw new CheckpointError(`${path}: saved by rank ${describeValue(metadata.rank)}, read as rank ${rank}`, { reason: 'mismatch' });
   let extra: unknown;
-  let calls: number;
+  let saved: { calls?: unknown } | null;
   try {
     extra = JSON.parse(metadata.extra ?? 'null');
-    calls = (JSON.parse(metadata.trainer ?? '') as { calls: number }).calls;
+    saved = JSON.parse(metadata.trainer ?? '') as { calls?: unknown } | null;
   } catch (error) {
     throw new CheckpointError(`${path}: its metadata is not JSON`, { reason: 'corrupt', cause: error });
   }
+  const calls = checkCount(saved !== null && typeof saved === 'object' ? saved.calls : undefined, "the trainer's step() calls", path);
   return { step, path, extra, tensors: userTensors(tensors), calls };
 }
 
@@ -309,6 +355,39 @@ interface SavedTrainer {
   accumulated?: number;
 }
 
+/**
+ * The counters of a file, checked as untrusted input: counts are non-negative safe integers, rates
+ * finite, flags booleans. The SHA-256 only says the file is what was written, not that what wrote
+ * it was sapipe; and a count of 1e300 or a learning rate of Infinity would load and then make
+ * every later step meaningless.
+ */
+function checkCounters(saved: SavedTrainer, path: string): void {
+  const corrupt = (what: string): CheckpointError => new CheckpointError(`${path}: ${what}; the file is corrupt or was not written by sapipe`, { reason: 'corrupt' });
+  checkCount(saved.calls, "the trainer's step() calls", path);
+  checkCount(saved.optimizer.step, "the optimizer's step count", path);
+  checkCount(saved.optimizer.skippedSteps, "the optimizer's skipped steps", path);
+  checkRate(saved.optimizer.lr, "the optimizer's learning rate", path);
+  if (saved.pending !== null) {
+    if (typeof saved.pending !== 'object') throw corrupt('the gradient in flight is not described by an object');
+    checkCount(saved.pending.nonFiniteCount, "the gradient in flight's non-finite count", path);
+  }
+  if (saved.ahead !== null) {
+    const ahead = saved.ahead as Partial<NonNullable<SavedTrainer['ahead']>> | undefined;
+    if (ahead === undefined || typeof ahead !== 'object' || typeof ahead.predicted !== 'boolean') throw corrupt('the update applied ahead is not described by { result, predicted }');
+    const r = ahead.result as Partial<NonNullable<DataParallelTrainerState['ahead']>['result']> | null | undefined;
+    if (r === null || typeof r !== 'object' || typeof r.applied !== 'boolean') throw corrupt('the result of the update applied ahead is not { applied, nonFiniteCount, step }');
+    checkCount(r.nonFiniteCount, "the update applied ahead's non-finite count", path);
+    checkCount(r.step, "the update applied ahead's step", path);
+  }
+  if (saved.lossScale !== undefined && saved.lossScale !== null) {
+    const scale = saved.lossScale as Partial<{ scale: unknown; goodSteps: unknown }>;
+    if (typeof scale !== 'object' || typeof scale.scale !== 'number' || !Number.isFinite(scale.scale) || scale.scale <= 0)
+      throw corrupt(`the loss scale is ${describeValue((scale as { scale?: unknown }).scale)}, not a finite positive number`);
+    checkCount(scale.goodSteps, "the loss scale's good steps", path);
+  }
+  if (saved.accumulated !== undefined) checkCount(saved.accumulated, 'the micro-batches accumulated', path);
+}
+
 /** The exportState() form of a file, checked against this trainer before anything changes. */
 function stateOf(trainer: DataParallelTrainer, tensors: Map<string, SafetensorsTensor>, metadata: Record<string, string>, path: string, rank: number): DataParallelTrainerState {
   if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
@@ -327,6 +406,7 @@ function stateOf(trainer: DataParallelTrainer, tensors: Map<string, SafetensorsT
   }
   if (saved === null || typeof saved !== 'object' || saved.optimizer === null || typeof saved.optimizer !== 'object')
     throw new CheckpointError(`${path}: the trainer's counters are missing`, { reason: 'corrupt' });
+  checkCounters(saved, path);
   if (saved.mode !== trainer.mode) throw new CheckpointError(`${path}: saved in mode ${JSON.stringify(saved.mode)}, this trainer runs "${trainer.mode}"`, { reason: 'mismatch' });
   const kind = trainer.optimizer.exportState().kind;
   if (saved.optimizer.kind !== kind) throw new CheckpointError(`${path}: saved with an optimizer of kind ${JSON.stringify(saved.optimizer.kind)}, this trainer's is "${kind}"`, { reason: 'mismatch' });

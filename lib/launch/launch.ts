@@ -12,8 +12,8 @@ import { join, resolve as resolvePath } from 'node:path';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 
-import { latestCompleteStep, stepDirectory } from '../checkpoint/store.js';
-import { InvalidArgumentError } from '../errors.js';
+import { chooseCheckpoint, stepDirectory } from '../checkpoint/store.js';
+import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import { findFreePort } from './free-port.js';
 import { pipeWithPrefix } from './line-prefixer.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -96,8 +96,16 @@ export interface LaunchResult {
     failure: RankExit;
     message: string;
     elapsedMs: number;
-    /** With checkpointDir: the newest complete checkpoint's step at the failure (null: none, the job starts over). */
+    /**
+     * With checkpointDir: the step the ranks resume from, the newest checkpoint at the failure that
+     * verifies, as loadCheckpoint chooses it (null: none, the job starts over, or the ranks cannot
+     * load one: see `checkpointError`).
+     */
     resumeStep?: number | null;
+    /** With checkpointDir: newer steps the ranks will pass over because they do not verify. */
+    skippedSteps?: number[];
+    /** With checkpointDir: why the ranks cannot resume from the directory (loadCheckpoint will fail with this). */
+    checkpointError?: string;
     /** With checkpointDir: training time lost, from that checkpoint's save (or the attempt's start) to the failure. */
     lostMs?: number;
   }[];
@@ -185,30 +193,55 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     const failedAt = Date.now();
     const elapsedMs = failedAt - started;
     const lost = checkpointDir === undefined ? undefined : await lostWork(checkpointDir, nproc * nnodes, started, failedAt);
-    restarted.push({ failure: result.failure, message: result.message ?? '', elapsedMs, ...(lost ?? {}) });
+    restarted.push({
+      failure: result.failure,
+      message: result.message ?? '',
+      elapsedMs,
+      ...(lost && {
+        resumeStep: lost.resumeStep,
+        lostMs: lost.lostMs,
+        skippedSteps: lost.skipped.map((s) => s.step),
+        ...(lost.checkpointError !== undefined && { checkpointError: lost.checkpointError }),
+      }),
+    });
+    const skipped = lost?.skipped.length ? `; passing over ${lost.skipped.map((s) => `step ${s.step} (${s.reason})`).join(', ')}` : '';
     const what =
       lost === undefined
         ? 'the ranks resume from their last complete checkpoint, and the work since it is lost'
-        : lost.resumeStep === null
-          ? `no complete checkpoint in ${checkpointDir} yet: the job starts over, and its ${(lost.lostMs / 1000).toFixed(1)} s of training are lost`
-          : `the ranks resume from step ${lost.resumeStep} (the newest complete checkpoint in ${checkpointDir}), and the ${(lost.lostMs / 1000).toFixed(1)} s of training since it was saved are lost`;
+        : lost.checkpointError !== undefined
+          ? `the ranks cannot resume from ${checkpointDir}: ${lost.checkpointError}`
+          : lost.resumeStep === null
+            ? `no complete checkpoint in ${checkpointDir} yet${skipped}: the job starts over, and its ${(lost.lostMs / 1000).toFixed(1)} s of training are lost`
+            : `the ranks resume from step ${lost.resumeStep} (the newest complete checkpoint in ${checkpointDir} that verifies${skipped}), and the ${(lost.lostMs / 1000).toFixed(1)} s of training since it was saved are lost`;
     say(`restarting the job (restart ${attempt + 1} of ${maxRestarts}) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ${what}`);
   }
 }
 
+interface LostWork {
+  resumeStep: number | null;
+  lostMs: number;
+  skipped: { step: number; reason: string }[];
+  checkpointError?: string;
+}
+
 /**
- * How much work a failure lost: the newest complete checkpoint in `dir` and the time from its save
- * (its rank-0 manifest's modification time, or the attempt's start if it is older) to the failure.
+ * How much work a failure lost: the checkpoint in `dir` the ranks will resume from, chosen as
+ * loadCheckpoint chooses it (the newest whose every rank's file verifies: the same step every
+ * rank takes, so the message is what happens), and the time from its save (its rank-0
+ * manifest's modification time, or the attempt's start if it is older) to the failure.
  */
-async function lostWork(dir: string, worldSize: number, startedAt: number, failedAt: number): Promise<{ resumeStep: number | null; lostMs: number }> {
+async function lostWork(dir: string, worldSize: number, startedAt: number, failedAt: number): Promise<LostWork> {
   try {
-    const step = await latestCompleteStep(dir, worldSize);
-    if (step === undefined) return { resumeStep: null, lostMs: failedAt - startedAt };
+    const { step, skipped } = await chooseCheckpoint(dir, worldSize);
+    const passed = skipped.map((s) => ({ step: s.step, reason: s.reason }));
+    if (step === undefined) return { resumeStep: null, lostMs: failedAt - startedAt, skipped: passed };
     const savedAt = (await stat(join(stepDirectory(dir, step), 'rank-0.json'))).mtimeMs;
-    return { resumeStep: step, lostMs: failedAt - Math.max(startedAt, savedAt) };
-  } catch {
+    return { resumeStep: step, lostMs: failedAt - Math.max(startedAt, savedAt), skipped: passed };
+  } catch (error) {
+    // The ranks' loadCheckpoint will fail the same way: say so rather than promise a resume.
+    if (error instanceof CheckpointError) return { resumeStep: null, lostMs: failedAt - startedAt, skipped: [], checkpointError: error.message };
     // An unreadable directory says nothing about the work; the restart goes on regardless.
-    return { resumeStep: null, lostMs: failedAt - startedAt };
+    return { resumeStep: null, lostMs: failedAt - startedAt, skipped: [] };
   }
 }
 

@@ -18,12 +18,11 @@
  * complete step; a step cut by the failure may have updated a survivor's rows and runs again.
  */
 import { readFileSync, renameSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from '../checkpoint/safetensors.js';
-import { stepDirectory } from '../checkpoint/store.js';
+import { retractRankSave } from '../checkpoint/store.js';
 import { loadCheckpoint, rankCheckpointSteps, readRankCheckpoint, saveCheckpoint, type SavedCheckpoint } from '../checkpoint/trainer.js';
 import type { DataParallelTrainerState } from '../dataparallel/trainer.js';
 import { CheckpointError, DisposedError, InvalidArgumentError } from '../errors.js';
@@ -358,11 +357,11 @@ async function resumeFull(model: ClickModel, dir: string): Promise<CprResume> {
   return { step: loaded.step, kind: 'full', reloaded: [], reloadedFrom: [], ms: 0 };
 }
 
-/** Removes `rank`'s manifests (its saves count as unfinished) of the steps after `step`. */
+/** Withdraws `rank`'s saves (they count as unfinished) of the steps after `step`. */
 async function forgetSavesAfter(dir: string, rank: number, step: number): Promise<void> {
   for (const s of await rankCheckpointSteps(dir, rank).catch(() => [] as number[])) {
     if (s <= step) break;
-    await rm(join(stepDirectory(dir, s), `rank-${rank}.json`), { force: true });
+    await retractRankSave(dir, s, rank);
   }
 }
 
