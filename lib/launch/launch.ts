@@ -277,8 +277,8 @@ async function runAttempt(job: Attempt, masterPort: number, attempt: number): Pr
   // On one node the launcher can hand out a secret nobody else sees; across nodes all launchers
   // would need the same one, so there the user sets SAPIPE_TOKEN.
   if (!baseEnv.SAPIPE_TOKEN && nnodes === 1) shared.SAPIPE_TOKEN = randomBytes(16).toString('hex');
-  if (!baseEnv.SAPIPE_TOKEN && nnodes > 1)
-    stderr.write('sapipe launch: SAPIPE_TOKEN is not set; the rendezvous store will accept any client that reaches it\n');
+  if (!baseEnv.SAPIPE_TOKEN && nnodes > 1 && !/^(1|true)$/i.test((baseEnv.SAPIPE_ALLOW_NO_TOKEN ?? '').trim()))
+    stderr.write('sapipe launch: SAPIPE_TOKEN is not set; rank 0 will refuse to serve the rendezvous store to other machines (set the same SAPIPE_TOKEN on every node, see docs/launch.md)\n');
 
   const ranks: RankExit[] = [];
   const children: ChildProcess[] = [];
@@ -292,9 +292,16 @@ async function runAttempt(job: Attempt, masterPort: number, attempt: number): Pr
   const say = (line: string): void => {
     stderr.write(`sapipe launch: ${line}\n`);
   };
+  // The signals the launcher sent each rank: a rank that died of another one was killed from outside.
+  const sent = new Map<ChildProcess, Set<NodeJS.Signals>>();
   const signalAll = (signal: NodeJS.Signals): void => {
-    for (const child of running) child.kill(signal);
+    for (const child of running) {
+      if (!sent.has(child)) sent.set(child, new Set());
+      sent.get(child)!.add(signal);
+      child.kill(signal);
+    }
   };
+  const killedFromOutside = new Map<RankExit, ChildProcess>();
   const stopAll = (signal: NodeJS.Signals): void => {
     signalAll(signal);
     if (killTimer === undefined && running.size > 0)
@@ -360,6 +367,7 @@ async function runAttempt(job: Attempt, masterPort: number, attempt: number): Pr
           child.once('exit', (code, signal) => {
             exit.code = code;
             exit.signal = signal;
+            if (signal !== null && !sent.get(child)?.has(signal)) killedFromOutside.set(exit, child);
             settle();
           });
           child.on('error', (error) => {
@@ -375,6 +383,19 @@ async function runAttempt(job: Attempt, masterPort: number, attempt: number): Pr
   } finally {
     if (forwardSignals) for (const s of FORWARDED_SIGNALS) process.off(s, onSignal);
     clearTimeout(killTimer);
+  }
+
+  // A rank killed from outside (the OOM killer, a kill -9) is the cause of its peers' failures:
+  // they lose it and exit with an error, sometimes before the launcher hears of its death (the
+  // kernel closes a dying process's sockets before it tells the parent). Blame the killed rank.
+  if (failure !== undefined && !killedFromOutside.has(failure) && interruptedBy === undefined) {
+    const killed = ranks.find((r) => killedFromOutside.has(r));
+    if (killed !== undefined) {
+      const first = failure;
+      failure = killed;
+      message = `${describe(killed)}; the failure of rank ${first.rank} before it was reported followed from it`;
+      say(message);
+    }
   }
 
   let exitCode = 0;

@@ -101,6 +101,15 @@ t.test('a rank killed by SIGKILL fails the job', async (t) => {
   t.ok(elapsedMs < 10_000);
 });
 
+t.test('a rank killed from outside is blamed over the peers that failed because of it, whichever exit came first', async (t) => {
+  const { result, stderr, elapsedMs } = await run({ script: fixture('killed-after-peer.mjs'), nproc: 2 });
+  t.equal(result.exitCode, 128 + 9, 'the killed rank\'s signal');
+  t.match(result.failure, { rank: 1, code: null, signal: 'SIGKILL' });
+  t.match(result.message, /rank 1 .*was killed by signal SIGKILL; the failure of rank 0 before it was reported followed from it/);
+  t.match(stderr.text, /rank 0 \(local rank 0\) exited with code 1; stopping the other ranks/, 'the first report is still printed as it came');
+  t.ok(elapsedMs < 10_000);
+});
+
 t.test('a rank that ignores SIGTERM is killed after the grace period', async (t) => {
   const { result, stdout, elapsedMs } = await run({ script: fixture('ignore-sigterm.mjs'), args: [readyDirectory(t)], nproc: 2, graceMs: 300 });
   t.equal(result.exitCode, 2);
