@@ -9,7 +9,7 @@ import { ADAM_OPTION_KEYS } from '../optim/adam.js';
 import { copyInto, type Optimizer, type OptimizerState, type StepResult } from '../optim/optimizer.js';
 import { SGD_OPTION_KEYS } from '../optim/sgd.js';
 import type { CompensationOptions, PredictionOptions } from '../optim/options.js';
-import { checkOptimizerValues, createOptimizer, type OptimizerSpec } from '../optim/spec.js';
+import { checkOptimizerSpec, checkOptimizerValues, createOptimizer, type OptimizerSpec } from '../optim/registry.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { sparseAllreduce } from '../compress/sparse-allreduce.js';
 import { DeviceReplica, checkNcclOptions } from './device-replica.js';
@@ -336,7 +336,11 @@ export class DataParallelTrainer {
     params.checkLive('DataParallelTrainer.create');
     if (options.optimizer === null || typeof options.optimizer !== 'object')
       throw new InvalidArgumentError("DataParallelTrainer: options.optimizer must be an object like { kind: 'sgd', lr: 0.1, momentum: 0.9 }");
-    checkOptimizerSpec(options.optimizer);
+    // Compensation and prediction come from the mode: naming them in the spec is a mistake the message explains.
+    checkOptimizerSpec(options.optimizer, 'DataParallelTrainer', {
+      keys: ['compensation', 'prediction', 'queue'],
+      why: "by the trainer from its mode; use the trainer's options (mode, compensation, estimate) instead",
+    });
     if (options.model !== undefined) {
       const model = options.model as { numParams?: unknown; params?: unknown } | null;
       if (model !== null && typeof model === 'object' && model.params instanceof ParamSet && model.params !== params)
@@ -935,22 +939,6 @@ function overlapObstacle(options: DataParallelTrainerOptions, mode: ResolvedMode
   if (mode.needsLocalGrad) return `the '${options.estimate}' estimate reads the gradient the caller computes next`;
   if (options.compression !== undefined) return 'compression scatter-adds the selected elements on the JavaScript thread before the update';
   return undefined;
-}
-
-/**
- * The optimizer spec takes the optimizer's own options; compensation and prediction come from the
- * mode, so naming them here is a mistake the message explains.
- */
-function checkOptimizerSpec(spec: DataParallelOptimizerSpec): void {
-  const kind = (spec as { kind?: unknown }).kind;
-  if (kind !== 'sgd' && kind !== 'adam' && kind !== 'adamw')
-    throw new InvalidArgumentError(`DataParallelTrainer: optimizer.kind must be 'sgd', 'adam' or 'adamw', got ${describeValue(kind)}`);
-  for (const key of ['compensation', 'prediction', 'queue'])
-    if (Object.hasOwn(spec, key))
-      throw new InvalidArgumentError(
-        `DataParallelTrainer: optimizer.${key} is set by the trainer from its mode; use the trainer's options (mode, compensation, estimate) instead`,
-      );
-  checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], 'DataParallelTrainer: optimizer');
 }
 
 /** The optimizer options the trainer's mode adds to the user's spec. */

@@ -9,6 +9,7 @@ import { trainTestSplit } from '../data/dataset.js';
 import { InvalidArgumentError } from '../errors.js';
 import { checkLayers, layerParams, mlpLayers, partRanges } from '../nn/sequential.js';
 import { pipelinedBackpropScaling } from '../optim/options.js';
+import { OPTIMIZERS, OPTIMIZER_KINDS, type OptimizerKindName } from '../optim/registry.js';
 import { checkInteger, checkNumber, checkOneOf } from '../validate.js';
 import { DATA_PARALLEL_MODES, type DataParallelMode } from '../dataparallel/mode.js';
 import type { PipelineProfile } from '../pipeline/profile.js';
@@ -29,7 +30,7 @@ export interface MnistPipelineConfig {
   microBatches: number;
   microBatchSize: number;
   epochs: number;
-  optimizer: 'sgd' | 'adam' | 'adamw';
+  optimizer: OptimizerKindName;
   lr: number;
   momentum: number;
   seed: number;
@@ -83,7 +84,7 @@ export const PIPELINED_BACKPROP_REFERENCE = { lr: 0.05, momentum: 0.9, batch: 12
  * 0.02 diverge; at 1: lr 3.2e-6, momentum 0.99918).
  */
 export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: MnistPipelineConfig['optimizer'], microBatchSize: number): { lr: number; momentum: number; note: string } {
-  if (optimizer !== 'sgd') return { lr: 0.001, momentum: 0.9, note: `lr 0.001, the default for ${optimizer}` };
+  if (optimizer !== 'sgd') return { lr: OPTIMIZERS[optimizer].defaultLr, momentum: 0.9, note: `lr ${OPTIMIZERS[optimizer].defaultLr}, the default for ${optimizer}` };
   if (schedule === 'pipelined-backprop') {
     const r = PIPELINED_BACKPROP_REFERENCE;
     const scaled = pipelinedBackpropScaling(r, microBatchSize);
@@ -142,7 +143,7 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   checkInteger(c.microBatches, '--microbatches', 1, 4096);
   checkInteger(c.microBatchSize, '--microbatch-size', 1, 8192);
   checkInteger(c.epochs, '--epochs', 1, 1000);
-  checkOneOf(c.optimizer, '--optimizer', ['sgd', 'adam', 'adamw'] as const);
+  checkOneOf(c.optimizer, '--optimizer', OPTIMIZER_KINDS);
   checkNumber(c.lr, '--lr', 0, 10, { loOpen: true });
   checkNumber(c.momentum, '--momentum', 0, 1, { hiOpen: true });
   checkInteger(c.seed, '--seed', 0, 2 ** 31 - 1);
@@ -202,7 +203,7 @@ function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: read
   const params = layerParams(layers);
   const widths = checkLayers(layers);
   const ranges = partRanges(layers.length, boundaries);
-  const stateCopies = c.optimizer === 'sgd' ? (c.momentum > 0 ? 1 : 0) : 2;
+  const stateCopies = OPTIMIZERS[c.optimizer].stateBuffers({ momentum: c.momentum });
   const stages = Array.from({ length: schedule.stages }, (_, k) => {
     const parts = ranges.map((_, j) => j).filter((j) => (schedule.actions[k] ?? []).some((a) => a.kind === 'forward' && a.part === j));
     const weightBytes = parts.reduce((n, j) => n + 4 * params.slice(ranges[j]![0], ranges[j]![1]).reduce((a, b) => a + b, 0), 0);

@@ -15,6 +15,7 @@ import {
   type NativeUpdateResult,
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
+import type { OptimizerKindName } from './registry.js';
 import { checkAvailable, formatBytes, totalMemoryBytes } from '../system-memory.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
 import { checkKnownKeys, checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
@@ -62,9 +63,6 @@ export interface StepTicket {
   abort(): void;
 }
 
-/** Names of the state buffers an optimizer may hold. */
-const OPTIMIZER_CLASS_NAMES = { sgd: 'SGD', adam: 'Adam', adamw: 'AdamW' } as const;
-
 /** The optimizer state buffers, by name. @category Optimizers */
 export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predicted', 'prevLocalGrad'] as const;
 /** @category Optimizers */
@@ -72,7 +70,7 @@ export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
 
 /** A snapshot of an optimizer's state (copies), for checkpoints. @category Optimizers */
 export interface OptimizerState {
-  kind: 'sgd' | 'adam' | 'adamw';
+  kind: OptimizerKindName;
   step: number;
   skippedSteps: number;
   lr: number;
@@ -113,7 +111,7 @@ export abstract class Optimizer {
       throw new InvalidArgumentError(`${kind}: the first argument must be a ParamSet`);
     params.checkLive(`${kind} optimizer`);
     checkObject(options, `${kind} options`);
-    checkKnownKeys(options, optionNames, `${OPTIMIZER_CLASS_NAMES[kind]} options`);
+    checkKnownKeys(options, optionNames, `${new.target.name} options`);
     this.params = params;
     this.learningRate = checkNumber(options.lr, 'lr', 0, Number.MAX_VALUE);
     this.weightDecay = checkNumber(options.weightDecay ?? 0, 'weightDecay', 0, Number.MAX_VALUE);
@@ -133,12 +131,12 @@ export abstract class Optimizer {
     // state that does not fit would end the process in the OOM killer instead of an error here.
     const bytes = all.size * this.params.length * 4;
     const advice = 'Use a smaller model, an optimizer with less state (SGD without momentum keeps none), or a machine with more memory.';
-    checkAvailable(bytes, `${OPTIMIZER_CLASS_NAMES[this.kind]}'s state (${[...all].join(', ')}: ${all.size} x ${this.params.length} floats)`, advice);
+    checkAvailable(bytes, `${this.constructor.name}'s state (${[...all].join(', ')}: ${all.size} x ${this.params.length} floats)`, advice);
     // Weights, gradients and state together beyond all the memory there is can never all be written.
     const model = (2 + all.size) * this.params.length * 4;
     if (model > totalMemoryBytes())
       throw new OutOfMemoryError(
-        `${OPTIMIZER_CLASS_NAMES[this.kind]}: weights, gradients and state need ${formatBytes(model)}, more than the machine's ${formatBytes(totalMemoryBytes())} of RAM and swap. ${advice}`,
+        `${this.constructor.name}: weights, gradients and state need ${formatBytes(model)}, more than the machine's ${formatBytes(totalMemoryBytes())} of RAM and swap. ${advice}`,
       );
     try {
       for (const name of all) this.state[name] = this.params.allocateLike();

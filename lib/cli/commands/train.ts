@@ -11,6 +11,7 @@ import type { Command } from 'commander';
 
 import { InvalidArgumentError } from '../../errors.js';
 import { RUNTIME_SCHEDULES } from '../../pipeline/runtime/weights.js';
+import { OPTIMIZER_KINDS } from '../../optim/registry.js';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { checkOneOf } from '../../validate.js';
@@ -73,7 +74,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
 /** --lr and --momentum, or where neither is given the schedule's defaults and the note that says which. */
 function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; defaultsNote?: string } {
   const schedule = checkOneOf(o.schedule, '--schedule', RUNTIME_SCHEDULES);
-  const optimizer = checkOneOf(o.optimizer, '--optimizer', ['sgd', 'adam', 'adamw'] as const);
+  const optimizer = checkOneOf(o.optimizer, '--optimizer', OPTIMIZER_KINDS);
   const defaults = pipelineDefaults(schedule, optimizer, num(o.microbatchSize, '--microbatch-size'));
   if (o.lr !== undefined || o.momentum !== undefined)
     return { lr: o.lr === undefined ? defaults.lr : num(o.lr, '--lr'), momentum: o.momentum === undefined ? 0.9 : num(o.momentum, '--momentum') };

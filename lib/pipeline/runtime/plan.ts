@@ -3,14 +3,12 @@
  * once before any stage starts, and what each stage is given. Shared by the trainer of worker
  * threads and by stages started as processes (`sapipe launch`).
  */
-import { checkOptimizerValues } from '../../optim/spec.js';
+import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../optim/registry.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
 import { resolveMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
-import { ADAM_OPTION_KEYS } from '../../optim/adam.js';
-import { SGD_OPTION_KEYS } from '../../optim/sgd.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
 import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
@@ -293,21 +291,18 @@ function shared<T extends Float32Array | Int32Array>(values: ArrayLike<number>, 
 
 /** The optimizer spec: a known kind with that optimizer's options; prediction comes from the schedule. */
 function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, what: string): void {
-  checkObject(spec, `${what}: optimizer`);
-  const kind = (spec as { kind?: unknown }).kind;
-  checkOneOf(kind, `${what}: optimizer.kind`, ['sgd', 'adam', 'adamw'] as const);
-  for (const key of ['prediction', 'queue'])
-    if (Object.hasOwn(spec, key)) throw new InvalidArgumentError(`${what}: optimizer.${key} is set by the runtime from the schedule; remove it`);
-  checkKnownKeys(spec, ['kind', ...(kind === 'sgd' ? SGD_OPTION_KEYS : ADAM_OPTION_KEYS)], `${what}: optimizer`);
-  if (schedule === 'spectrain' && kind === 'adamw' && ((spec as { weightDecay?: number }).weightDecay ?? 0) !== 0)
-    throw new InvalidArgumentError(`${what}: SpecTrain's backward prediction is linear in the steps ahead, which AdamW's weight decay is not; use SGD or Adam, or weightDecay 0`);
+  checkOptimizerSpec(spec, what, { keys: ['prediction', 'queue'], why: 'by the runtime from the schedule; remove it' });
+  const { kind } = spec;
+  const entry = OPTIMIZERS[kind];
+  if (schedule === 'spectrain' && !entry.linearInStepsAhead(spec))
+    throw new InvalidArgumentError(`${what}: SpecTrain's backward prediction is linear in the steps ahead, which ${entry.className}'s weight decay is not; use SGD or Adam, or weightDecay 0`);
   if (schedule === 'pipelined-backprop') {
     const sgd = spec as { momentum?: number; dampening?: number; nesterov?: boolean; spikeCompensation?: unknown };
     if (kind !== 'sgd' || !(sgd.momentum ?? 0) || (sgd.dampening ?? 0) !== 0 || sgd.nesterov)
       throw new InvalidArgumentError(`${what}: Pipelined Backpropagation compensates SGD momentum for its delays (spike compensation); use SGD with momentum > 0, no dampening and no Nesterov`);
     if (sgd.spikeCompensation !== undefined) throw new InvalidArgumentError(`${what}: optimizer.spikeCompensation is set by the runtime from each stage's delay; remove it`);
   }
-  if ((schedule === 'pipeoptim' || schedule === 'spectrain') && kind === 'sgd' && !((spec as { momentum?: number }).momentum ?? 0))
+  if ((schedule === 'pipeoptim' || schedule === 'spectrain') && !entry.predictsAlongMomentum(spec))
     throw new InvalidArgumentError(`${what}: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
   // Every value, as the stages' optimizers will check it: here, before any worker starts.
   checkOptimizerValues(spec, what);

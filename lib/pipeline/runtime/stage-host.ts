@@ -14,7 +14,7 @@ import type { StageModel } from '../../nn/stage-model.js';
 import type { AdamOptions } from '../../optim/adam.js';
 import type { Optimizer, OptimizerState } from '../../optim/optimizer.js';
 import type { SGDOptions } from '../../optim/sgd.js';
-import { createOptimizer } from '../../optim/spec.js';
+import { createOptimizer } from '../../optim/registry.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
