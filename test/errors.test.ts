@@ -1,6 +1,6 @@
 import t from 'tap';
 
-import { DisposedError, InternalError, SapipeError, SizeMismatchError, fromNativeError } from '../lib/errors.js';
+import { DisposedError, InternalError, SapipeError, SizeMismatchError, fromNativeError } from '../dist/errors.js';
 
 t.test('native errors map to typed subclasses by code', async (t) => {
   const native = Object.assign(new Error('buffers differ'), { code: 'ERR_SIZE_MISMATCH' });

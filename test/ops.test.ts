@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 
-import { FlatBuffer, axpy, clipByNorm, countNonFinite, elasticAverage, scale, squaredNorm, sum } from '../lib/index.js';
+import { FlatBuffer, axpy, clipByNorm, countNonFinite, elasticAverage, scale, squaredNorm, sum } from '../dist/index.js';
 import { referenceElasticAverage } from './reference/optimizer.js';
 import { fillNormal, rng, worstError } from './helpers/random.js';
 

@@ -21,7 +21,7 @@ import {
   simulateSchedule,
   syntheticDataset,
   FlatBuffer,
-} from '../lib/index.js';
+} from '../dist/index.js';
 
 t.test('the example: Adam with weight_decay and beta1', async (t) => {
   const p = new ParamSet({ w: [4] });

@@ -18,9 +18,9 @@ import {
   squaredNorm,
   sum,
   SapipeError,
-} from '../lib/index.js';
-import { nativeAddon } from '../lib/native.js';
-import { ExecutionQueue } from '../lib/queue.js';
+} from '../dist/index.js';
+import { nativeAddon } from '../dist/native.js';
+import { ExecutionQueue } from '../dist/queue.js';
 
 const code = (c: string) => ({ code: c });
 

@@ -7,7 +7,11 @@ export function ucxStatus(): UcxPluginStatus {
   const reason = nativeUnavailableReason();
   if (reason !== undefined) return { available: false, reason };
   try {
-    return ucxAddon().ucxStatus();
+    const status = ucxAddon().ucxStatus();
+    // A checkout whose install found no UCX development files has no plugin: say how to get one.
+    if (!status.available && /plugin was not found/.test(status.reason ?? ''))
+      return { ...status, reason: `${status.reason}; build it with \`npm run build:native\` once UCX's development files are installed (\`apt-get install libucx-dev\`)` };
+    return status;
   } catch (error) {
     return { available: false, reason: `probing UCX failed: ${(error as Error).message}` };
   }

@@ -15,7 +15,6 @@ import {
   type NativeUpdateResult,
 } from '../native.js';
 import { defaultExecutionQueue, type ExecutionQueue } from '../queue.js';
-import type { OptimizerKindName } from './registry.js';
 import { checkAvailable, formatBytes, totalMemoryBytes } from '../system-memory.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
 import { checkKnownKeys, checkNumber, checkObject, checkOneOf, describeValue } from '../validate.js';
@@ -67,6 +66,14 @@ export interface StepTicket {
 export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predicted', 'prevLocalGrad'] as const;
 /** @category Optimizers */
 export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
+
+/**
+ * The optimizer kinds. lib/optim/registry.ts describes each (the compiler holds its OPTIMIZERS to
+ * exactly these keys); everything else reads the registry.
+ *
+ * @category Optimizers
+ */
+export type OptimizerKindName = 'sgd' | 'adam' | 'adamw';
 
 /** A snapshot of an optimizer's state (copies), for checkpoints. @category Optimizers */
 export interface OptimizerState {

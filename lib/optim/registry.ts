@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { ParamSet } from '../tensor.js';
 import { checkKnownKeys, checkObject, describeValue } from '../validate.js';
 import { ADAM_OPTION_KEYS, Adam, AdamW, type AdamOptions } from './adam.js';
-import type { Optimizer } from './optimizer.js';
+import type { Optimizer, OptimizerKindName } from './optimizer.js';
 import { SGD, SGD_OPTION_KEYS, type SGDOptions } from './sgd.js';
 
 /** What the rest of sapipe asks about an optimizer kind. @category Optimizers */
@@ -60,10 +60,7 @@ const adamw: OptimizerDescriptor<AdamOptions> = {
 };
 
 /** Every optimizer kind and its entry. @category Optimizers */
-export const OPTIMIZERS = { sgd, adam, adamw } as const;
-
-/** @category Optimizers */
-export type OptimizerKindName = keyof typeof OPTIMIZERS;
+export const OPTIMIZERS = { sgd, adam, adamw } as const satisfies Record<OptimizerKindName, unknown>;
 /** The kinds, in the order messages and the CLI list them. @category Optimizers */
 export const OPTIMIZER_KINDS = Object.keys(OPTIMIZERS) as OptimizerKindName[];
 

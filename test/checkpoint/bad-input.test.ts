@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 
-import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet, loadCheckpoint, loadPipelineCheckpoint, saveCheckpoint, savePipelineCheckpoint } from '../../lib/index.js';
+import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet, loadCheckpoint, loadPipelineCheckpoint, saveCheckpoint, savePipelineCheckpoint } from '../../dist/index.js';
 
 async function oneRank(t: Test): Promise<DataParallelTrainer> {
   const comm = await LocalCommunicator.create({ group: `ckpt-bad-${process.pid}-${Math.random()}`, rank: 0, size: 1 });

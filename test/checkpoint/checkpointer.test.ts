@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 
-import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet } from '../../lib/index.js';
+import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet } from '../../dist/index.js';
 
 async function setup(t: Test): Promise<{ trainer: DataParallelTrainer; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-checkpointer-'));

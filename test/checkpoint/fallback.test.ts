@@ -22,8 +22,8 @@ import {
   encodeSafetensors,
   loadCheckpoint,
   saveCheckpoint,
-} from '../../lib/index.js';
-import { pruneSteps, retractRankSave, saveRankFile, stepDirectory } from '../../lib/checkpoint/store.js';
+} from '../../dist/index.js';
+import { pruneSteps, retractRankSave, saveRankFile, stepDirectory } from '../../dist/checkpoint/store.js';
 
 let group = 0;
 const CONFIG = { mode: 'pipe-sgd', optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.9 } } as const;

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 
-import { CheckpointError, DataParallelTrainer, LocalCommunicator, ParamSet, decodeSafetensors, loadCheckpoint, saveCheckpoint } from '../../lib/index.js';
+import { CheckpointError, DataParallelTrainer, LocalCommunicator, ParamSet, decodeSafetensors, loadCheckpoint, saveCheckpoint } from '../../dist/index.js';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/checkpoint/train.mjs', import.meta.url));
 const PYTHON_READER = fileURLToPath(new URL('../fixtures/checkpoint/read_safetensors.py', import.meta.url));

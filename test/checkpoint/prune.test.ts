@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 
-import { pruneSteps, saveRankFile, stepDirectory } from '../../lib/checkpoint/store.js';
+import { pruneSteps, saveRankFile, stepDirectory } from '../../dist/checkpoint/store.js';
 
 t.test('a step older than the kept ones, being saved, survives rank 0 pruning', async (t) => {
   const dir = mkdtempSync(path.join(tmpdir(), 'sapipe-prune-'));

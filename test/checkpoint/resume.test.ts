@@ -77,7 +77,7 @@ const RESTARTABLE = fileURLToPath(new URL('../fixtures/checkpoint/restartable.mj
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts: number): Promise<{ exitCode: number; restarts: number; out: string; err: string; lost: { resumeStep?: number | null; lostMs?: number }[] }> {
-  const { launch } = await import('../../lib/launch/index.js');
+  const { launch } = await import('../../dist/launch/index.js');
   const { Writable } = await import('node:stream');
   let out = '';
   let err = '';
@@ -92,7 +92,7 @@ async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts:
   return { exitCode: result.exitCode, restarts: result.restarts, out, err, lost: result.restarted.map((r) => ({ resumeStep: r.resumeStep, lostMs: r.lostMs })) };
 }
 
-const { ucxStatus } = await import('../../lib/backends/ucx.js');
+const { ucxStatus } = await import('../../dist/backends/ucx.js');
 const ucx = ucxStatus();
 if (!ucx.available && process.env.CI) t.fail(`the ucx plugin is not available in CI, so restarts are untested: ${ucx.reason ?? 'unknown'}`);
 for (const mode of ['sync', 'sapipe-wp'] as const) {

@@ -6,8 +6,8 @@
  */
 import t from 'tap';
 
-import { ucxStatus } from '../../lib/backends/ucx.js';
-import { createRendezvous, LocalCommunicator, UcxCommunicator } from '../../lib/index.js';
+import { ucxStatus } from '../../dist/backends/ucx.js';
+import { createRendezvous, LocalCommunicator, UcxCommunicator } from '../../dist/index.js';
 import { communicatorContract } from '../helpers/communicator-contract.js';
 
 t.test('local', async (t) => {

@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
-import { backendStatuses, createCommunicator, RankFailedError, runLocalRanks } from '../../lib/index.js';
+import { backendStatuses, createCommunicator, RankFailedError, runLocalRanks } from '../../dist/index.js';
 
 const rankScript = new URL('../fixtures/comm/create-rank.mjs', import.meta.url);
 

@@ -4,9 +4,9 @@
  */
 import t from 'tap';
 
-import { LivenessMesh } from '../../lib/comm/liveness.js';
-import { createRendezvous } from '../../lib/comm/rendezvous/rendezvous.js';
-import { TimeoutError } from '../../lib/errors.js';
+import { LivenessMesh } from '../../dist/comm/liveness.js';
+import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
+import { TimeoutError } from '../../dist/errors.js';
 
 t.test('rank 0 of 3 started alone: names ranks 1 and 2, sapipe launch, and timeoutMs', async (t) => {
   const store = await createRendezvous({ rank: 0, worldSize: 3, port: 0, timeoutMs: 5000 });

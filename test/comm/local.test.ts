@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 
-import { emulatedMs, FlatBuffer, InvalidArgumentError, LocalCommunicator, TimeoutError } from '../../lib/index.js';
+import { emulatedMs, FlatBuffer, InvalidArgumentError, LocalCommunicator, TimeoutError } from '../../dist/index.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
 import { runRanks, type RankMessage } from '../helpers/local-ranks.js';
 

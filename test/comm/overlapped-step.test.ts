@@ -9,11 +9,11 @@
  */
 import t from 'tap';
 
-import { LocalCommunicator } from '../../lib/comm/local.js';
-import { allreduceAndStep, startOverlappedStep } from '../../lib/comm/fused-step.js';
-import { SGD } from '../../lib/optim/index.js';
-import { DisposedError, RankFailedError } from '../../lib/errors.js';
-import { ParamSet } from '../../lib/tensor.js';
+import { LocalCommunicator } from '../../dist/comm/local.js';
+import { allreduceAndStep, startOverlappedStep } from '../../dist/comm/fused-step.js';
+import { SGD } from '../../dist/optim/index.js';
+import { DisposedError, RankFailedError } from '../../dist/errors.js';
+import { ParamSet } from '../../dist/tensor.js';
 
 t.test("guard 'prescan' updates bucket by bucket, 'deferred' once; the same weights", async (t) => {
   const comm = await LocalCommunicator.create({ group: `overlapped-step-${process.pid}`, rank: 0, size: 1 });

@@ -25,14 +25,14 @@ import { fileURLToPath } from 'node:url';
 
 import t from 'tap';
 
-import { ucxStatus } from '../../lib/backends/ucx.js';
-import { LivenessMesh } from '../../lib/comm/liveness.js';
-import { createRendezvous, fromEnv, RendezvousClient, RendezvousServer } from '../../lib/comm/rendezvous/index.js';
-import { EnvelopeKind, sealEnvelope } from '../../lib/comm/rendezvous/validate.js';
-import { ucxAddon } from '../../lib/comm/ucx-native.js';
-import { InvalidArgumentError, RendezvousError } from '../../lib/errors.js';
-import { findFreePort } from '../../lib/launch/free-port.js';
-import { launch } from '../../lib/launch/index.js';
+import { ucxStatus } from '../../dist/backends/ucx.js';
+import { LivenessMesh } from '../../dist/comm/liveness.js';
+import { createRendezvous, fromEnv, RendezvousClient, RendezvousServer } from '../../dist/comm/rendezvous/index.js';
+import { EnvelopeKind, sealEnvelope } from '../../dist/comm/rendezvous/validate.js';
+import { ucxAddon } from '../../dist/comm/ucx-native.js';
+import { InvalidArgumentError, RendezvousError } from '../../dist/errors.js';
+import { findFreePort } from '../../dist/launch/free-port.js';
+import { launch } from '../../dist/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/comm/adversarial-rank.ts', import.meta.url));
@@ -198,7 +198,7 @@ t.test('liveness records read from the store are checked before use', async (t) 
 });
 
 t.test('the NCCL unique id read from the store is checked before it reaches NCCL', async (t) => {
-  const { decodeNcclId } = await import('../../lib/comm/nccl.js');
+  const { decodeNcclId } = await import('../../dist/comm/nccl.js');
   const id = randomBytes(128);
   t.same([...decodeNcclId('k', sealEnvelope(EnvelopeKind.NcclId, 0, 4, id), 4)], [...id], 'rank 0\'s id passes');
   const variants: [Buffer, RegExp][] = [

@@ -10,8 +10,8 @@ import {
   createRendezvous,
   fromEnv,
   type RendezvousClientOptions,
-} from '../../lib/comm/rendezvous/index.js';
-import { findFreePort } from '../../lib/launch/free-port.js';
+} from '../../dist/comm/rendezvous/index.js';
+import { findFreePort } from '../../dist/launch/free-port.js';
 import { fixture, repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 
 async function withServer(

@@ -14,10 +14,10 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 
-import { ucxStatus } from '../../lib/backends/ucx.js';
-import { selectCommBackend } from '../../lib/backends/index.js';
-import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, TimeoutError, UcxCommunicator } from '../../lib/index.js';
-import { launch } from '../../lib/launch/index.js';
+import { ucxStatus } from '../../dist/backends/ucx.js';
+import { selectCommBackend } from '../../dist/backends/index.js';
+import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, TimeoutError, UcxCommunicator } from '../../dist/index.js';
+import { launch } from '../../dist/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
 

@@ -10,7 +10,7 @@
  */
 import t from 'tap';
 
-import { spawnLocalRanks } from '../../lib/index.js';
+import { spawnLocalRanks } from '../../dist/index.js';
 import { exactTopk, scatterAddRef } from '../reference/topk.js';
 
 const FIXTURE = new URL('../fixtures/compress/sparse-rank.mjs', import.meta.url);

@@ -9,7 +9,7 @@
  */
 import t from 'tap';
 
-import { FlatBuffer, mstopk, scatterAdd, topkExact } from '../../lib/index.js';
+import { FlatBuffer, mstopk, scatterAdd, topkExact } from '../../dist/index.js';
 import { exactTopk, samples, scatterAddRef } from '../reference/topk.js';
 
 function buffer(values: Float32Array): FlatBuffer {

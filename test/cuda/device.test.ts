@@ -14,14 +14,14 @@
  */
 import t, { type Test } from 'tap';
 
-import { cudaStatus, probeNccl } from '../../lib/backends/cuda.js';
-import { selectCommBackend } from '../../lib/backends/index.js';
-import { createRendezvous } from '../../lib/comm/rendezvous/rendezvous.js';
-import { NcclCommunicator } from '../../lib/comm/nccl.js';
-import { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice } from '../../lib/device.js';
-import { BackendUnavailableError, SapipeError } from '../../lib/errors.js';
-import { Adam, SGD } from '../../lib/optim/index.js';
-import { FlatBuffer, ParamSet } from '../../lib/tensor.js';
+import { cudaStatus, probeNccl } from '../../dist/backends/cuda.js';
+import { selectCommBackend } from '../../dist/backends/index.js';
+import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
+import { NcclCommunicator } from '../../dist/comm/nccl.js';
+import { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice } from '../../dist/device.js';
+import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
+import { Adam, SGD } from '../../dist/optim/index.js';
+import { FlatBuffer, ParamSet } from '../../dist/tensor.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 
 const status = cudaStatus();
@@ -318,8 +318,8 @@ gpuTest(
 gpuTest(
   'one-rank NcclCommunicator: sparseAllreduce on device buffers equals the host exchange (MSTopK on the GPU, error feedback, NaN)',
   async (t) => {
-    const { LocalCommunicator } = await import('../../lib/comm/local.js');
-    const { sparseAllreduce } = await import('../../lib/compress/sparse-allreduce.js');
+    const { LocalCommunicator } = await import('../../dist/comm/local.js');
+    const { sparseAllreduce } = await import('../../dist/compress/sparse-allreduce.js');
     const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
     const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
     const local = await LocalCommunicator.create({ group: `sparse-gpu-${process.pid}`, rank: 0, size: 1 });
@@ -365,8 +365,8 @@ gpuTest(
 gpuTest(
   'DataParallelTrainer over a one-rank nccl communicator: equals the trainer over local in every mode for 50 steps, skips a NaN on the device, resumes exactly, refuses what it cannot run',
   async (t) => {
-    const { LocalCommunicator } = await import('../../lib/comm/local.js');
-    const { DataParallelTrainer } = await import('../../lib/dataparallel/trainer.js');
+    const { LocalCommunicator } = await import('../../dist/comm/local.js');
+    const { DataParallelTrainer } = await import('../../dist/dataparallel/trainer.js');
     type Options = Parameters<typeof DataParallelTrainer.create>[0];
     const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
     const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });

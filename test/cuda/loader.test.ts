@@ -11,8 +11,8 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 
-import { parseDevice, requireCudaDevice } from '../../lib/backends/cuda.js';
-import { BackendUnavailableError, InvalidArgumentError } from '../../lib/errors.js';
+import { parseDevice, requireCudaDevice } from '../../dist/backends/cuda.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../../dist/errors.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/bin/sapipe.js`;

@@ -7,13 +7,13 @@
  */
 import t, { type Test } from 'tap';
 
-import { cudaStatus, probeCublas } from '../../lib/backends/cuda.js';
-import { DeviceBuffer, DeviceParamSet } from '../../lib/device.js';
-import { BackendUnavailableError, SapipeError } from '../../lib/errors.js';
-import { MLP } from '../../lib/nn/mlp.js';
-import { biasAdd } from '../../lib/nn/ops.js';
-import { Adam, SGD } from '../../lib/optim/index.js';
-import { FlatBuffer } from '../../lib/tensor.js';
+import { cudaStatus, probeCublas } from '../../dist/backends/cuda.js';
+import { DeviceBuffer, DeviceParamSet } from '../../dist/device.js';
+import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
+import { MLP } from '../../dist/nn/mlp.js';
+import { biasAdd } from '../../dist/nn/ops.js';
+import { Adam, SGD } from '../../dist/optim/index.js';
+import { FlatBuffer } from '../../dist/tensor.js';
 import { gemmCases, runOps, softmaxCases } from '../helpers/model-ops.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 

@@ -1,8 +1,8 @@
 /** Deterministic synthetic data, shuffles and shards. */
 import t from 'tap';
 
-import { InvalidArgumentError, SizeMismatchError, shardDataset, shuffledIndices, syntheticDataset } from '../../lib/index.js';
-import { seededRandom } from '../../lib/data/seeded-random.js';
+import { InvalidArgumentError, SizeMismatchError, shardDataset, shuffledIndices, syntheticDataset } from '../../dist/index.js';
+import { seededRandom } from '../../dist/data/seeded-random.js';
 
 t.test('the synthetic data set is deterministic and separable by class', async (t) => {
   const a = syntheticDataset({ count: 300, features: 4, classes: 3, seed: 5 });

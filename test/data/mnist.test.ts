@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 
-import { BackendUnavailableError, InvalidArgumentError, loadMnist, MNIST_FEATURES, mnistPackageDir, shuffleDataset, trainTestSplit } from '../../lib/index.js';
+import { BackendUnavailableError, InvalidArgumentError, loadMnist, MNIST_FEATURES, mnistPackageDir, shuffleDataset, trainTestSplit } from '../../dist/index.js';
 
 /** A folder laid out like the mnist package: src/digits/<d>.json = { data: [...] }. */
 function fakePackage(perDigit: (d: number) => unknown): string {

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 
-import { DataParallelTrainer, LocalCommunicator, ParamSet, scale } from '../../lib/index.js';
+import { DataParallelTrainer, LocalCommunicator, ParamSet, scale } from '../../dist/index.js';
 
 for (const mode of ['pipe-sgd', 'sapipe-dc'] as const) {
   t.test(`${mode}: trainer.grads is writable after every step and flush`, async (t) => {

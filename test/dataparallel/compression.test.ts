@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { DataParallelTrainer, loadCheckpoint, LocalCommunicator, ParamSet, saveCheckpoint, type DataParallelMode } from '../../lib/index.js';
+import { DataParallelTrainer, loadCheckpoint, LocalCommunicator, ParamSet, saveCheckpoint, type DataParallelMode } from '../../dist/index.js';
 import { exactTopk, scatterAddRef } from '../reference/topk.js';
 
 const N = 1001;

@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 
-import { DataParallelTrainer, LocalCommunicator, ParamSet, type DataParallelMode } from '../../lib/index.js';
+import { DataParallelTrainer, LocalCommunicator, ParamSet, type DataParallelMode } from '../../dist/index.js';
 
 const N = 37; // elements: not a multiple of a vector width
 const RANKS = 2;

@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 
-import { DATA_PARALLEL_MODES, DataParallelTrainer, LocalCommunicator, ParamSet } from '../../lib/index.js';
+import { DATA_PARALLEL_MODES, DataParallelTrainer, LocalCommunicator, ParamSet } from '../../dist/index.js';
 
 /** Two ranks in this thread; each step every rank's gradient of w[0] is 1 (by += after a zeroing). */
 async function appliedGradients(mode: (typeof DATA_PARALLEL_MODES)[number], zero: 'params' | 'trainer', steps: number): Promise<number[][]> {

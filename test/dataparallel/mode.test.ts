@@ -5,8 +5,8 @@
  */
 import t from 'tap';
 
-import { InvalidArgumentError } from '../../lib/errors.js';
-import { DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, resolveMode } from '../../lib/dataparallel/mode.js';
+import { InvalidArgumentError } from '../../dist/errors.js';
+import { DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, resolveMode } from '../../dist/dataparallel/mode.js';
 
 t.test('the chosen defaults', (t) => {
   t.equal(DEFAULT_WP_ESTIMATE, 'prev-sync');

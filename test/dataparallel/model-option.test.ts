@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 
-import { DataParallelTrainer, FlatBuffer, LocalCommunicator, MLP, ParamSet, type MemorySource } from '../../lib/index.js';
+import { DataParallelTrainer, FlatBuffer, LocalCommunicator, MLP, ParamSet, type MemorySource } from '../../dist/index.js';
 
 t.test('DataParallelTrainer takes an MLP as its model', async (t) => {
   const comm = await LocalCommunicator.create({ group: `model-option-${process.pid}`, rank: 0, size: 1 });

@@ -14,7 +14,7 @@
  */
 import t from 'tap';
 
-import type { DataParallelTrainerOptions } from '../../lib/index.js';
+import type { DataParallelTrainerOptions } from '../../dist/index.js';
 import type { Scenario } from '../fixtures/dataparallel/rank.js';
 import { scenarioPool, type ScenarioPool } from '../helpers/scenario-pool.js';
 

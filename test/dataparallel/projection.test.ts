@@ -5,9 +5,9 @@
  */
 import t, { type Test } from 'tap';
 
-import { emulatedMs } from '../../lib/comm/emulation.js';
-import { InvalidArgumentError } from '../../lib/errors.js';
-import { parseDataParallelProfile, projectDataParallel } from '../../lib/dataparallel/projection.js';
+import { emulatedMs } from '../../dist/comm/emulation.js';
+import { InvalidArgumentError } from '../../dist/errors.js';
+import { parseDataParallelProfile, projectDataParallel } from '../../dist/dataparallel/projection.js';
 
 const close = (t: Test, actual: number, expected: number, what: string): void => {
   t.ok(Math.abs(actual - expected) <= 1e-9 * Math.max(1, Math.abs(expected)), `${what}: ${actual} ~ ${expected}`);

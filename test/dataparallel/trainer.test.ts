@@ -16,7 +16,7 @@ import {
   ParamSet,
   SizeMismatchError,
   type DataParallelTrainerOptions,
-} from '../../lib/index.js';
+} from '../../dist/index.js';
 import type { MISMATCHED, Scenario } from '../fixtures/dataparallel/rank.js';
 import { gradientOf, initialWeights, SPEC } from '../fixtures/dataparallel/problem.js';
 import { scenarioPool } from '../helpers/scenario-pool.js';

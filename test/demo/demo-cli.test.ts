@@ -11,10 +11,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { demoProfile } from '../../lib/cli/commands/demo.js';
-import { parseModes } from '../../lib/demo/config.js';
-import type { DemoResult } from '../../lib/demo/run-demo.js';
-import { parseDataParallelProfile } from '../../lib/dataparallel/projection.js';
+import { demoProfile } from '../../dist/cli/commands/demo.js';
+import { parseModes } from '../../dist/demo/config.js';
+import type { DemoResult } from '../../dist/demo/run-demo.js';
+import { parseDataParallelProfile } from '../../dist/dataparallel/projection.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));

@@ -6,10 +6,10 @@
  */
 import t from 'tap';
 
-import { pipelineConfigFromCli } from '../../lib/cli/commands/train.js';
-import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../lib/demo/pipeline-run.js';
-import { pipelinedBackpropScaling } from '../../lib/optim/options.js';
-import { RUNTIME_SCHEDULES } from '../../lib/pipeline/runtime/weights.js';
+import { pipelineConfigFromCli } from '../../dist/cli/commands/train.js';
+import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../dist/demo/pipeline-run.js';
+import { pipelinedBackpropScaling } from '../../dist/optim/options.js';
+import { RUNTIME_SCHEDULES } from '../../dist/pipeline/runtime/weights.js';
 
 const cli = (extra: Record<string, string | undefined>) =>
   pipelineConfigFromCli({

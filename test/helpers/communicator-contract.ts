@@ -7,7 +7,7 @@
  */
 import type { Test } from 'tap';
 
-import { AliasingError, type Communicator, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError } from '../../lib/index.js';
+import { AliasingError, type Communicator, DisposedError, FlatBuffer, InvalidArgumentError, SizeMismatchError } from '../../dist/index.js';
 
 export async function communicatorContract(t: Test, comm: Communicator<FlatBuffer>): Promise<void> {
   t.equal(comm.rank, 0);

@@ -1,7 +1,7 @@
 /** Runs a scenario of test/fixtures/comm/rank.ts on n local ranks (worker threads). */
 import type { Worker } from 'node:worker_threads';
 
-import { spawnLocalRanks } from '../../lib/index.js';
+import { spawnLocalRanks } from '../../dist/index.js';
 
 const FIXTURE = new URL('../fixtures/comm/rank.ts', import.meta.url);
 

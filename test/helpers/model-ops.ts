@@ -4,8 +4,8 @@
  * test/reference/nn-ops.ts with these (test/nn/ops.test.ts), the CUDA table against the CPU table
  * (test/cuda/model-ops.test.ts).
  */
-import { sgemm } from '../../lib/nn/gemm.js';
-import { biasAdd, biasGrad, modelDevice, relu, reluGrad, softmaxXent, type Device, type Tensor } from '../../lib/nn/ops.js';
+import { sgemm } from '../../dist/nn/gemm.js';
+import { biasAdd, biasGrad, modelDevice, relu, reluGrad, softmaxXent, type Device, type Tensor } from '../../dist/nn/ops.js';
 import { fillNormal, rng } from './random.js';
 
 export interface GemmCase {

@@ -1,5 +1,5 @@
 /** The package's seeded PRNG (mulberry32), so every test run sees the same data. */
-export { seededRandom as rng } from '../../lib/data/seeded-random.js';
+export { seededRandom as rng } from '../../dist/data/seeded-random.js';
 
 /** Approximately standard-normal values (sum of uniforms) scaled by `scale`. */
 export function fillNormal(out: Float32Array, next: () => number, scale = 1): Float32Array {

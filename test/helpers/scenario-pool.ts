@@ -6,7 +6,7 @@
  */
 import type { Worker } from 'node:worker_threads';
 
-import { spawnLocalRanks } from '../../lib/index.js';
+import { spawnLocalRanks } from '../../dist/index.js';
 
 export type RankReply = Record<string, unknown>;
 

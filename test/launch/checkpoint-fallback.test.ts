@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import t from 'tap';
 
-import { launch } from '../../lib/launch/index.js';
+import { launch } from '../../dist/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 
 const RANK = fileURLToPath(new URL('../fixtures/checkpoint/fallback-rank.ts', import.meta.url));
@@ -25,7 +25,7 @@ class Collector extends Writable {
   }
 }
 
-const { ucxStatus } = await import('../../lib/backends/ucx.js');
+const { ucxStatus } = await import('../../dist/backends/ucx.js');
 const ucx = ucxStatus();
 if (!ucx.available && process.env.CI) t.fail(`the ucx plugin is not available in CI, so the fallback under restarts is untested: ${ucx.reason ?? 'unknown'}`);
 

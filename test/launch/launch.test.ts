@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 
 import t, { type Test } from 'tap';
 
-import { launch, type LaunchOptions } from '../../lib/launch/index.js';
+import { launch, type LaunchOptions } from '../../dist/launch/index.js';
 import { fixture, repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 
 class Collector extends Writable {

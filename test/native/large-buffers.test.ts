@@ -12,7 +12,7 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
-import { FlatBuffer, LocalCommunicator, MAX_VIEW_LENGTH, ParamSet, SGD, sparseAllreduce } from '../../lib/index.js';
+import { FlatBuffer, LocalCommunicator, MAX_VIEW_LENGTH, ParamSet, SGD, sparseAllreduce } from '../../dist/index.js';
 
 const GiB = 2 ** 30;
 

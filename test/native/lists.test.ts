@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { KERNEL_VARIANTS } from '../../lib/optim/variants.js';
+import { KERNEL_VARIANTS } from '../../dist/optim/variants.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const read = (path: string): string => readFileSync(`${root}/${path}`, 'utf8');

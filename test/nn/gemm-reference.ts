@@ -7,8 +7,8 @@
  * u = 2^-24) plus the roundings of the alpha/beta update; any order of summation, with or without
  * fused multiply-adds, stays inside it, and an indexing or transpose bug does not.
  */
-import { sgemm } from '../../lib/nn/gemm.js';
-import { FlatBuffer } from '../../lib/tensor.js';
+import { sgemm } from '../../dist/nn/gemm.js';
+import { FlatBuffer } from '../../dist/tensor.js';
 import { fillUniform, rng } from '../helpers/random.js';
 
 export interface GemmCase {

@@ -8,9 +8,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { sgemm } from '../../lib/nn/gemm.js';
-import { nativeAddon } from '../../lib/native.js';
-import { FlatBuffer } from '../../lib/tensor.js';
+import { sgemm } from '../../dist/nn/gemm.js';
+import { nativeAddon } from '../../dist/native.js';
+import { FlatBuffer } from '../../dist/tensor.js';
 
 const run = promisify(execFile);
 const fixture = fileURLToPath(new URL('./fixtures/gemm-levels.ts', import.meta.url));

@@ -5,9 +5,9 @@
  */
 import t from 'tap';
 
-import { MLP } from '../../lib/nn/mlp.js';
-import { softmaxCrossEntropy } from '../../lib/nn/softmax-cross-entropy.js';
-import { FlatBuffer } from '../../lib/tensor.js';
+import { MLP } from '../../dist/nn/mlp.js';
+import { softmaxCrossEntropy } from '../../dist/nn/softmax-cross-entropy.js';
+import { FlatBuffer } from '../../dist/tensor.js';
 import { fillNormal, rng } from '../helpers/random.js';
 import { referenceLoss } from './mlp-reference.js';
 

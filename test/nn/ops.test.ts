@@ -5,9 +5,9 @@
  */
 import t from 'tap';
 
-import { SapipeError } from '../../lib/errors.js';
-import { biasAdd, modelDevice, relu, softmaxXent } from '../../lib/nn/ops.js';
-import { FlatBuffer } from '../../lib/tensor.js';
+import { SapipeError } from '../../dist/errors.js';
+import { biasAdd, modelDevice, relu, softmaxXent } from '../../dist/nn/ops.js';
+import { FlatBuffer } from '../../dist/tensor.js';
 import { gemmCases, labelsFor, random, reluInput, runOps, softmaxCases } from '../helpers/model-ops.js';
 import { worstError } from '../helpers/random.js';
 import {

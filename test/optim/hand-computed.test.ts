@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 
-import { Adam, AdamW, FlatBuffer, ParamSet, SGD, pipelinedBackpropDelay, type Optimizer } from '../../lib/index.js';
+import { Adam, AdamW, FlatBuffer, ParamSet, SGD, pipelinedBackpropDelay, type Optimizer } from '../../dist/index.js';
 
 const TOL = 1e-6;
 
@@ -193,7 +193,7 @@ t.test('the learning rate can change between steps', async (t) => {
 });
 
 t.test("Pipelined Backpropagation's small-batch scaling rule, by hand", async (t) => {
-  const { pipelinedBackpropScaling, InvalidArgumentError } = await import('../../lib/index.js');
+  const { pipelinedBackpropScaling, InvalidArgumentError } = await import('../../dist/index.js');
   // From (lr 0.1, mu 0.9) at batch 128 to batch 1: mu = 0.9^(1/128), lr = 0.1 * (1/128) * (1 - mu) / 0.1.
   const mu = 0.9 ** (1 / 128);
   const r = pipelinedBackpropScaling({ lr: 0.1, momentum: 0.9, batch: 128 }, 1);

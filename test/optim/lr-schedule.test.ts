@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 
-import { cosineDecay, linearWarmup, LrScheduler, ParamSet, product, SGD, sequential, stepDecay } from '../../lib/index.js';
+import { cosineDecay, linearWarmup, LrScheduler, ParamSet, product, SGD, sequential, stepDecay } from '../../dist/index.js';
 import { cosineLr, linearLr, stepLr } from '../reference/lr-schedule.js';
 
 const close = (a: number, b: number): boolean => Math.abs(a - b) <= 1e-12 + 1e-9 * Math.abs(b);

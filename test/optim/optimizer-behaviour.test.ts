@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 
-import { Adam, AdamW, FlatBuffer, ParamSet, SGD, type Optimizer } from '../../lib/index.js';
+import { Adam, AdamW, FlatBuffer, ParamSet, SGD, type Optimizer } from '../../dist/index.js';
 import { fillNormal, fillUniform, rng } from '../helpers/random.js';
 
 const SPEC = { 'fc1.weight': [33, 7], 'fc1.bias': [7], 'fc2.weight': [7, 3], 'fc2.bias': [3] } as const;

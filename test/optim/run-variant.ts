@@ -6,8 +6,8 @@
  * differ by fp32 rounding only (the reference computes in double, the kernels in fp32 with fused
  * multiply-adds), and that difference stays within this bound over 100 steps.
  */
-import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig } from '../../lib/native.js';
-import { allocateBuffers } from '../../lib/optim/variants.js';
+import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig } from '../../dist/native.js';
+import { allocateBuffers } from '../../dist/optim/variants.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
 import { fillNormal, fillUniform, rng, worstError } from '../helpers/random.js';
 import { referenceConfig } from './variant-reference.js';

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { nativeAddon } from '../../lib/native.js';
+import { nativeAddon } from '../../dist/native.js';
 
 const run = promisify(execFile);
 const fixture = fileURLToPath(new URL('../fixtures/simd/run-variants.ts', import.meta.url));

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 
-import { NON_FINITE_WARNING_STEPS, ParamSet, SGD } from '../../lib/index.js';
+import { NON_FINITE_WARNING_STEPS, ParamSet, SGD } from '../../dist/index.js';
 
 t.test('ten skipped steps in a row warn once, naming the tensor; an applied step starts the count again', async (t) => {
   const warnings: Error[] = [];

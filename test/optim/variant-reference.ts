@@ -1,5 +1,5 @@
 /** Translates a native kernel configuration into the reference implementation's terms. */
-import { CompensationKind, EstimateKind, OptimizerKind, PredictionKind, type NativeUpdateConfig } from '../../lib/native.js';
+import { CompensationKind, EstimateKind, OptimizerKind, PredictionKind, type NativeUpdateConfig } from '../../dist/native.js';
 import type { RefConfig } from '../reference/optimizer.js';
 
 export function referenceConfig(c: NativeUpdateConfig): RefConfig {

@@ -5,8 +5,8 @@
  */
 import t from 'tap';
 
-import { backendStatuses, selectBackend, selectCommBackend, type BackendStatus } from '../../lib/backends/index.js';
-import { BackendUnavailableError, InvalidArgumentError, SapipeError } from '../../lib/errors.js';
+import { backendStatuses, selectBackend, selectCommBackend, type BackendStatus } from '../../dist/backends/index.js';
+import { BackendUnavailableError, InvalidArgumentError, SapipeError } from '../../dist/errors.js';
 
 const cpu: BackendStatus = { name: 'cpu', kind: 'compute', available: true };
 const cudaMissing: BackendStatus = { name: 'cuda', kind: 'compute', available: false, reason: 'libcuda.so.1 not found' };

@@ -10,8 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import t from 'tap';
 
-import { ucxStatus } from '../../lib/backends/ucx.js';
-import { launch } from '../../lib/launch/index.js';
+import { ucxStatus } from '../../dist/backends/ucx.js';
+import { launch } from '../../dist/launch/index.js';
 import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';
 

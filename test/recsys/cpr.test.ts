@@ -24,7 +24,7 @@ import {
   syntheticClicks,
   youngIntervalSeconds,
   type CprOptions,
-} from '../../lib/index.js';
+} from '../../dist/index.js';
 import { sameValues } from '../helpers/same-values.js';
 
 const TABLES = [300, 120, 40];

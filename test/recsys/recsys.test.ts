@@ -10,8 +10,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { ClickModel, LocalCommunicator, readClickData, rocAuc, ShardedEmbedding, syntheticClicks, writeClickData } from '../../lib/index.js';
-import { seededRandom } from '../../lib/data/seeded-random.js';
+import { ClickModel, LocalCommunicator, readClickData, rocAuc, ShardedEmbedding, syntheticClicks, writeClickData } from '../../dist/index.js';
+import { seededRandom } from '../../dist/data/seeded-random.js';
 import { referenceAuc, referenceLookup, referenceSgd, referenceTables } from '../reference/recsys.js';
 import { sameValues } from '../helpers/same-values.js';
 

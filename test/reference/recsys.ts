@@ -3,7 +3,7 @@
  * tables trained with SGD, the updates applied in the order the sharded ones are (rank, sample,
  * table), and the ROC AUC by counting every positive-negative pair.
  */
-import { seededRandom } from '../../lib/data/seeded-random.js';
+import { seededRandom } from '../../dist/data/seeded-random.js';
 
 /** Whole tables with the initial rows ShardedEmbedding draws (one stream per table, row by row). */
 export function referenceTables(tables: readonly number[], dim: number, seed: number, scale = 0.05): Float32Array[] {

@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { projectionFromCli, type SimulateDataParallelCliOptions } from '../../lib/cli/commands/simulate.js';
-import { InvalidArgumentError } from '../../lib/errors.js';
+import { projectionFromCli, type SimulateDataParallelCliOptions } from '../../dist/cli/commands/simulate.js';
+import { InvalidArgumentError } from '../../dist/errors.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));

@@ -15,8 +15,8 @@
 import * as tf from '@tensorflow/tfjs';
 import t from 'tap';
 
-import { DataParallelTrainer, LocalCommunicator } from '../../lib/index.js';
-import { requirePackage, TfjsParams } from '../../lib/tfjs/index.js';
+import { DataParallelTrainer, LocalCommunicator } from '../../dist/index.js';
+import { requirePackage, TfjsParams } from '../../dist/tfjs/index.js';
 
 const FEATURES = 6;
 const CLASSES = 3;
@@ -96,7 +96,7 @@ for (const kind of ['sgd', 'adam'] as const)
     const mine = model(5);
     const tfOptimizer = kind === 'sgd' ? tf.train.momentum(0.05, 0.9) : tf.train.adam(0.01, 0.9, 0.999, 1e-8);
     const tp = TfjsParams.fromModel(tf, mine);
-    const { SGD, Adam } = await import('../../lib/index.js');
+    const { SGD, Adam } = await import('../../dist/index.js');
     const optimizer = kind === 'sgd' ? new SGD(tp.params, { lr: 0.05, momentum: 0.9 }) : new Adam(tp.params, { lr: 0.01, eps: 1e-8 });
     for (let s = 0; s < 50; s++) {
       const { xs, ys } = batch(s % 7);
@@ -190,7 +190,7 @@ t.test('bad input is a typed error; a missing TensorFlow.js says what to install
 t.test('a tfjs sub-model as a pipeline stage: GPipe over 2 tfjs parts equals tfjs training the whole network', async (t) => {
   // From the build, as the runtime tests do: stage threads load what the trainer was loaded from,
   // and through the test runner's TypeScript hook each would compile lib/ again.
-  const { PipelineTrainer } = (await import(new URL('../../dist/index.js', import.meta.url).href)) as typeof import('../../lib/index.js');
+  const { PipelineTrainer } = (await import(new URL('../../dist/index.js', import.meta.url).href)) as typeof import('../../dist/index.js');
   const fixture = new URL('../fixtures/pipeline/tfjs-stage.mjs', import.meta.url);
   const { layer, FEATURES: F, LAYERS } = (await import(fixture.href)) as { layer(i: number, shape: number[]): tf.layers.Layer; FEATURES: number; LAYERS: { units: number }[] };
   const M = 4;

@@ -13,8 +13,8 @@
 import * as tf from '@tensorflow/tfjs';
 import t from 'tap';
 
-import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type DataParallelTrainerOptions } from '../../lib/index.js';
-import { TfjsParams, TfjsStage } from '../../lib/tfjs/index.js';
+import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type DataParallelTrainerOptions } from '../../dist/index.js';
+import { TfjsParams, TfjsStage } from '../../dist/tfjs/index.js';
 import { ReferenceOptimizer, type RefConfig } from '../reference/optimizer.js';
 
 const FEATURES = 5;

@@ -12,8 +12,8 @@ import { promisify } from 'node:util';
 import * as tf from '@tensorflow/tfjs';
 import t from 'tap';
 
-import { ucxStatus } from '../../lib/backends/ucx.js';
-import { TfjsParams } from '../../lib/tfjs/index.js';
+import { ucxStatus } from '../../dist/backends/ucx.js';
+import { TfjsParams } from '../../dist/tfjs/index.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
