@@ -11,14 +11,37 @@ namespace {
 bool finite_at_least(float x, float lo) { return std::isfinite(x) && x >= lo; }
 bool in_unit_open(float x) { return std::isfinite(x) && x >= 0.0f && x < 1.0f; }
 
+constexpr std::array<OptimizerTraits, 3> kOptimizers = {{
+    {SAPIPE_OPTIMIZER_SGD, "sgd", false, false, false, false},
+    {SAPIPE_OPTIMIZER_ADAM, "adam", true, true, true, false},
+    {SAPIPE_OPTIMIZER_ADAMW, "adamw", true, true, true, true},
+}};
+
 }  // namespace
 
+const OptimizerTraits* optimizer_traits(int kind) {
+  for (const OptimizerTraits& t : kOptimizers)
+    if (t.kind == kind) return &t;
+  return nullptr;
+}
+
+bool uses_momentum_buffer(const sapipe_update_config& c) {
+  const OptimizerTraits* t = optimizer_traits(c.optimizer);
+  return t != nullptr && (t->always_momentum || c.momentum != 0.0f);
+}
+
+bool uses_second_moment(const sapipe_update_config& c) {
+  const OptimizerTraits* t = optimizer_traits(c.optimizer);
+  return t != nullptr && t->second_moment;
+}
+
 sapipe_status check_update_config(const sapipe_update_config& c) {
-  if (c.optimizer < SAPIPE_OPTIMIZER_SGD || c.optimizer > SAPIPE_OPTIMIZER_ADAMW) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const OptimizerTraits* traits = optimizer_traits(c.optimizer);
+  if (traits == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (!finite_at_least(c.lr, 0.0f) || !finite_at_least(c.weight_decay, 0.0f)) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (!std::isfinite(c.grad_scale) || c.grad_scale <= 0.0f) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (c.step < 1) return SAPIPE_ERR_INVALID_ARGUMENT;
-  if (c.optimizer == SAPIPE_OPTIMIZER_SGD) {
+  if (!traits->adaptive) {
     if (!in_unit_open(c.momentum) || !std::isfinite(c.dampening) || c.dampening < 0.0f || c.dampening > 1.0f)
       return SAPIPE_ERR_INVALID_ARGUMENT;
     if (c.nesterov && (c.momentum == 0.0f || c.dampening != 0.0f)) return SAPIPE_ERR_INVALID_ARGUMENT;
@@ -46,12 +69,6 @@ sapipe_status check_update_config(const sapipe_update_config& c) {
   return SAPIPE_OK;
 }
 
-namespace {
-bool uses_momentum_buffer(const sapipe_update_config& c) {
-  return c.optimizer != SAPIPE_OPTIMIZER_SGD || c.momentum != 0.0f;
-}
-}  // namespace
-
 bool update_reads_local_grad(const sapipe_update_config& c) {
   return c.prediction == SAPIPE_PREDICTION_SHADOW_STEP && c.estimate != SAPIPE_ESTIMATE_PREV_SYNC;
 }
@@ -66,7 +83,7 @@ sapipe_status check_update_buffers(const sapipe_update_config& c, const sapipe_u
       {b.weights_in, b.weights_in != nullptr},
       {b.grad, true},
       {b.momentum, uses_momentum_buffer(c)},
-      {b.second_moment, c.optimizer != SAPIPE_OPTIMIZER_SGD},
+      {b.second_moment, uses_second_moment(c)},
       {b.backup, c.compensation != SAPIPE_COMPENSATION_NONE},
       {b.predicted, c.prediction != SAPIPE_PREDICTION_NONE},
       {b.local_grad, update_reads_local_grad(c)},
@@ -106,7 +123,8 @@ UpdatePlan make_update_plan(const sapipe_update_config& c) {
   p.beta1 = c.beta1;
   p.beta2 = c.beta2;
   p.eps = c.eps;
-  if (c.optimizer != SAPIPE_OPTIMIZER_SGD) {
+  const OptimizerTraits* traits = optimizer_traits(c.optimizer);
+  if (traits->adaptive) {
     auto corrections = [&](int64_t t, float& step_size, float& inv_sqrt_bc2) {
       double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
       double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
@@ -116,7 +134,7 @@ UpdatePlan make_update_plan(const sapipe_update_config& c) {
     corrections(c.step, p.step_size, p.inv_sqrt_bc2);
     corrections(c.step + 1, p.shadow_step_size, p.shadow_inv_sqrt_bc2);
   }
-  p.decoupled_decay = c.optimizer == SAPIPE_OPTIMIZER_ADAMW ? 1.0f - c.lr * c.weight_decay : 1.0f;
+  p.decoupled_decay = traits->decoupled_decay ? 1.0f - c.lr * c.weight_decay : 1.0f;
   p.grad_scale = c.grad_scale;
   p.local_grad_scale = c.local_grad_scale;
   p.compensation = c.compensation;
@@ -138,9 +156,10 @@ UpdatePlan make_update_plan(const sapipe_update_config& c) {
 // Bytes per element as ALGORITHMS.md counts them: with the plan, so every backend reports the same.
 extern "C" int32_t sapipe_update_bytes_per_element(const sapipe_update_config* c) {
   if (c == nullptr) return 0;
-  int32_t bytes = 12;  // read w, read g, write w
-  if (c->optimizer != SAPIPE_OPTIMIZER_SGD) bytes = 28;
-  else if (c->momentum != 0.0f) bytes = 20;
+  if (sapipe::core::optimizer_traits(c->optimizer) == nullptr) return 0;
+  int32_t bytes = 12;                                           // read w, read g, write w
+  if (sapipe::core::uses_momentum_buffer(*c)) bytes += 8;       // m read + write
+  if (sapipe::core::uses_second_moment(*c)) bytes += 8;         // v read + write
   if (c->compensation != SAPIPE_COMPENSATION_NONE) bytes += 8;  // backup read + write
   if (c->prediction != SAPIPE_PREDICTION_NONE) bytes += 4;      // w_hat write
   if (c->prediction == SAPIPE_PREDICTION_SHADOW_STEP) {

@@ -33,6 +33,23 @@ struct UpdatePlan {
   bool stream_predicted;  // write w_hat with streaming stores (large outputs only)
 };
 
+// Each optimizer kind's state, in one table (native/core/update_plan.cpp): what a step keeps and
+// how it decays is read here, never inferred from "not SGD". lib/optim/registry.ts is its
+// TypeScript side.
+struct OptimizerTraits {
+  int kind;                  // sapipe_optimizer_kind
+  const char* name;
+  bool adaptive;             // Adam's moments and bias corrections (else SGD's momentum rule)
+  bool always_momentum;      // keeps a first moment whatever its settings (SGD: only with momentum != 0)
+  bool second_moment;        // keeps v
+  bool decoupled_decay;      // AdamW: w *= 1 - lr*wd apart from the gradient
+};
+// The traits of `kind`, or null for a kind this build does not know.
+const OptimizerTraits* optimizer_traits(int kind);
+// The state buffers a step of this configuration reads and writes (check_update_config accepted it).
+bool uses_momentum_buffer(const sapipe_update_config& config);
+bool uses_second_moment(const sapipe_update_config& config);
+
 // SAPIPE_OK or the status naming what is wrong; the buffers check covers missing buffers the
 // configuration needs and overlaps between the ranges [offset, offset + count) of any two.
 sapipe_status check_update_config(const sapipe_update_config& config);

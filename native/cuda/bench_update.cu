@@ -58,14 +58,14 @@ sapipe_status bench_update(const sapipe_update_config& config, size_t count, int
   sapipe_update_buffers b{};
   b.count = count;
   float *w, *g, *m, *v, *backup, *predicted, *local, *prev_local, *copy_src, *copy_dst;
-  const bool adam = config.optimizer != SAPIPE_OPTIMIZER_SGD;
+  const bool second_moment = core::uses_second_moment(config);
   for (auto [ptr, seed, lo, hi] : {std::tuple{&w, 1u, -1.0f, 1.0f}, std::tuple{&g, 2u, -0.01f, 0.01f},
                                    std::tuple{&m, 3u, -0.01f, 0.01f}, std::tuple{&v, 4u, 0.0f, 1e-4f},
                                    std::tuple{&backup, 5u, -1.0f, 1.0f}, std::tuple{&predicted, 6u, 0.0f, 0.0f},
                                    std::tuple{&local, 7u, -0.01f, 0.01f}, std::tuple{&prev_local, 8u, -0.01f, 0.01f},
                                    std::tuple{&copy_src, 9u, -1.0f, 1.0f}, std::tuple{&copy_dst, 10u, 0.0f, 0.0f}})
     if (sapipe_status s = mem.alloc(ptr, count, seed, lo, hi); s != SAPIPE_OK) return s;
-  b.weights = w, b.grad = g, b.momentum = m, b.second_moment = adam ? v : nullptr, b.backup = backup;
+  b.weights = w, b.grad = g, b.momentum = m, b.second_moment = second_moment ? v : nullptr, b.backup = backup;
   b.predicted = predicted, b.local_grad = local, b.prev_local_grad = prev_local;
   int64_t* guard = nullptr;
   if (sapipe_status s = from_cuda(cudaMalloc(reinterpret_cast<void**>(&guard), sizeof(int64_t)), "bench: cudaMalloc");

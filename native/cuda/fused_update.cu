@@ -91,12 +91,11 @@ DeviceBuffers device_buffers(const sapipe_update_config& config, const sapipe_up
                              uint16_t* predicted_bf16) {
   const size_t o = buffers.offset;
   const bool prediction = config.prediction != SAPIPE_PREDICTION_NONE;
-  const bool momentum = config.optimizer != SAPIPE_OPTIMIZER_SGD || config.momentum != 0.0f;
   return DeviceBuffers{
       buffers.weights + o,
       buffers.grad + o,
-      momentum ? at(buffers.momentum, o) : nullptr,
-      config.optimizer != SAPIPE_OPTIMIZER_SGD ? at(buffers.second_moment, o) : nullptr,
+      core::uses_momentum_buffer(config) ? at(buffers.momentum, o) : nullptr,
+      core::uses_second_moment(config) ? at(buffers.second_moment, o) : nullptr,
       config.compensation != SAPIPE_COMPENSATION_NONE ? at(buffers.backup, o) : nullptr,
       prediction ? at(buffers.predicted, o) : nullptr,
       core::update_reads_local_grad(config) ? at(buffers.local_grad, o) : nullptr,

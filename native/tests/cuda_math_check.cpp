@@ -36,8 +36,8 @@ struct Present {
 
 Present present(const sapipe_update_config& c) {
   const bool shadow = c.prediction == SAPIPE_PREDICTION_SHADOW_STEP;
-  return {c.optimizer != SAPIPE_OPTIMIZER_SGD || c.momentum != 0.0f,
-          c.optimizer != SAPIPE_OPTIMIZER_SGD,
+  return {core::uses_momentum_buffer(c),
+          core::uses_second_moment(c),
           c.compensation != SAPIPE_COMPENSATION_NONE,
           c.prediction != SAPIPE_PREDICTION_NONE,
           shadow && c.estimate != SAPIPE_ESTIMATE_PREV_SYNC,
