@@ -10,13 +10,33 @@
  * always has both ends waiting for it.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { type Action, type Schedule, action, createSchedule, p2pKinds, unitKey } from './schedule.js';
-import { computeTimeline } from './timeline.js';
+import { type Action, type Schedule, IdTable, buildSchedule, createSchedule, isCheckedSchedule, makeAction, p2pKinds, unitNumber } from './schedule.js';
+import { timeSchedule } from './timeline.js';
 
-interface Placed {
-  readonly key: number;
-  readonly id: string;
-  readonly action: Action;
+/**
+ * Decimal texts compared as strings: the message ids were once the text `kind:pipeline:micro-batch:part`
+ * ordered as strings, and the placement keeps that order where keys tie. `x` and `y` are integers
+ * >= 0; a number followed by ':' (every field but the last) sorts after a longer number it is a
+ * prefix of, the last field before it.
+ */
+function compareAsText(x: number, y: number, last: boolean): number {
+  if (x === y) return 0;
+  const digits = (v: number): number => {
+    let d = 1;
+    for (let rest = v; rest >= 10; rest = Math.floor(rest / 10)) d++;
+    return d;
+  };
+  const dx = digits(x);
+  const dy = digits(y);
+  if (dx === dy) return x < y ? -1 : 1;
+  if (dx < dy) {
+    const head = Math.floor(y / 10 ** (dy - dx));
+    if (head !== x) return x < head ? -1 : 1;
+    return last ? -1 : 1;
+  }
+  const head = Math.floor(x / 10 ** (dx - dy));
+  if (head !== y) return head < y ? -1 : 1;
+  return last ? 1 : -1;
 }
 
 /**
@@ -29,72 +49,120 @@ export function withCommunication(schedule: Schedule): Schedule {
   if (schedule === null || typeof schedule !== 'object' || !Array.isArray(schedule.actions)) {
     throw new InvalidArgumentError('withCommunication expects a Schedule');
   }
-  const computeOnly = createSchedule({ ...schedule, actions: schedule.actions.map((row) => row.filter((a: Action) => !p2pKinds.has(a.kind))) });
-  const timeline = computeTimeline(computeOnly, {
+  const rowsIn: unknown[] = schedule.actions;
+  rowsIn.forEach((row, s) => {
+    if (!Array.isArray(row)) throw new InvalidArgumentError(`withCommunication: schedule.actions[${s}] must be an array of actions`);
+  });
+  const filtered = (schedule.actions as readonly (readonly Action[])[]).map((row) =>
+    row.filter((a: Action) => a === null || typeof a !== 'object' || !p2pKinds.has(a.kind)),
+  );
+  // A checked schedule's actions are frozen and sound, so the compute-only one needs no copies.
+  const computeOnly = isCheckedSchedule(schedule)
+    ? buildSchedule({ ...schedule, actions: filtered }, false, true)
+    : createSchedule({ ...schedule, actions: filtered });
+  const rows = computeOnly.actions;
+  const S = computeOnly.stages;
+  const P = computeOnly.parts;
+  const M = computeOnly.microBatches;
+  const { flat, start: starts } = timeSchedule(computeOnly, {
     duration: () => 1,
     transfer: () => 0,
     allReduce: () => 0,
   });
-  const where = new Map<string, { stage: number; index: number }>();
-  timeline.forEach((row, s) =>
-    row.forEach((t) => {
-      const a = t.action;
-      if (a.kind === 'forward' || a.kind === 'backward') {
-        where.set(`${a.kind === 'forward' ? 'F' : 'B'}${unitKey(a.pipeline, a.microBatch, a.part)}`, { stage: s, index: t.index });
-      }
-    }),
-  );
-  // before[s][i]: comm actions to insert before action i of stage s (i = length: at the end)
-  const before: Placed[][][] = computeOnly.actions.map((row) => Array.from({ length: row.length + 1 }, () => []));
-  const starts = timeline.map((row) => row.map((t) => t.start));
+  const { rowStart, stageOf, total } = flat;
+  const units = computeOnly.pipelines * M * P;
+  // where each unit's forward and backward run (the last one, should there be two)
+  const forwardAt = new IdTable(units, total);
+  const backwardAt = new IdTable(units, total);
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      if (a.kind === 'forward') forwardAt.set(unitNumber(a.pipeline, a.microBatch, a.part, M, P), rowStart[s]! + i);
+      else if (a.kind === 'backward') backwardAt.set(unitNumber(a.pipeline, a.microBatch, a.part, M, P), rowStart[s]! + i);
+    }
+  }
+  // Slots: stage s has row.length + 1 of them, slot i before its action i, the last at its end.
+  // Slot numbers run over all stages, slot i of stage s being rowStart[s] + s + i.
+  const slotBase = (s: number): number => rowStart[s]! + s;
+  // The first slot on `stage` after action `after` whose action starts at or after `key` (start
+  // times never decrease along a row, so a binary search finds it).
   const insertionPoint = (stage: number, after: number, key: number): number => {
-    const row = starts[stage]!;
-    let i = after + 1;
-    while (i < row.length && row[i]! < key) i++;
-    return i;
+    let lo = after + 1;
+    let hi = rows[stage]!.length;
+    const base = rowStart[stage]!;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (starts[base + mid]! < key) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   };
-  timeline.forEach((row, s) =>
-    row.forEach((t, i) => {
-      const a = t.action;
-      let producer: { stage: number; index: number } | undefined;
-      let kind: 'activation' | 'gradient';
-      if (a.kind === 'forward' && a.part > 0) {
-        producer = where.get(`F${unitKey(a.pipeline, a.microBatch, a.part - 1)}`);
-        kind = 'activation';
-      } else if (a.kind === 'backward' && a.part < schedule.parts - 1) {
-        producer = where.get(`B${unitKey(a.pipeline, a.microBatch, a.part + 1)}`);
-        kind = 'gradient';
-      } else {
-        return;
-      }
-      if (producer === undefined || producer.stage === s) return;
-      const key = t.start;
-      const id = `${kind}:${unitKey(a.pipeline, a.microBatch, a.part)}`;
-      const senderPart = kind === 'activation' ? a.part - 1 : a.part + 1;
-      const send = action(kind === 'activation' ? 'sendActivation' : 'sendGradient', producer.stage, {
-        part: senderPart,
-        microBatch: a.microBatch,
-        pipeline: a.pipeline,
-        peer: s,
-      });
-      const recv = action(kind === 'activation' ? 'recvActivation' : 'recvGradient', s, {
-        part: a.part,
-        microBatch: a.microBatch,
-        pipeline: a.pipeline,
-        peer: producer.stage,
-      });
-      before[producer.stage]![insertionPoint(producer.stage, producer.index, key)]!.push({ key, id, action: send });
-      before[s]![i]!.push({ key, id, action: recv });
-    }),
-  );
-  const byKey = (x: Placed, y: Placed): number => x.key - y.key || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0);
-  const actions = computeOnly.actions.map((row, s) => {
+  // One entry per send and per receive: message m is entries 2m (send) and 2m+1 (receive).
+  const consumers: number[] = [];
+  const producers: number[] = [];
+  const entrySlot: number[] = [];
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      let producer: number;
+      if (a.kind === 'forward' && a.part > 0) producer = forwardAt.get(unitNumber(a.pipeline, a.microBatch, a.part - 1, M, P));
+      else if (a.kind === 'backward' && a.part < P - 1) producer = backwardAt.get(unitNumber(a.pipeline, a.microBatch, a.part + 1, M, P));
+      else continue;
+      if (producer < 0 || stageOf[producer] === s) continue;
+      const consumer = rowStart[s]! + i;
+      const from = stageOf[producer]!;
+      consumers.push(consumer);
+      producers.push(producer);
+      entrySlot.push(slotBase(from) + insertionPoint(from, producer - rowStart[from]!, starts[consumer]!), slotBase(s) + i);
+    }
+  }
+  // Entries grouped by slot (a counting sort), then ordered within a slot by (key, message id).
+  const slots = total + S;
+  const bucketStart = new Int32Array(slots + 1);
+  for (const slot of entrySlot) bucketStart[slot + 1]!++;
+  for (let k = 0; k < slots; k++) bucketStart[k + 1]! += bucketStart[k]!;
+  const ordered = new Int32Array(entrySlot.length);
+  const fill = bucketStart.slice(0, slots);
+  entrySlot.forEach((slot, e) => (ordered[fill[slot]!++] = e));
+  const consumerAction = (e: number): Action => {
+    const f = consumers[e >> 1]!;
+    return rows[stageOf[f]!]![f - rowStart[stageOf[f]!]!]!;
+  };
+  const byKey = (x: number, y: number): number => {
+    const kx = starts[consumers[x >> 1]!]!;
+    const ky = starts[consumers[y >> 1]!]!;
+    if (kx !== ky) return kx - ky;
+    const a = consumerAction(x);
+    const b = consumerAction(y);
+    // ids: `activation:` before `gradient:`, then pipeline, micro-batch and part as text
+    if (a.kind !== b.kind) return a.kind === 'forward' ? -1 : 1;
+    return compareAsText(a.pipeline, b.pipeline, false) || compareAsText(a.microBatch, b.microBatch, false) || compareAsText(a.part, b.part, true);
+  };
+  for (let k = 0; k < slots; k++) {
+    const from = bucketStart[k]!;
+    const to = bucketStart[k + 1]!;
+    if (to - from > 1) ordered.subarray(from, to).sort(byKey);
+  }
+  const entryAction = (e: number): Action => {
+    const a = consumerAction(e);
+    const consumerStage = stageOf[consumers[e >> 1]!]!;
+    const producerStage = stageOf[producers[e >> 1]!]!;
+    const activation = a.kind === 'forward';
+    if ((e & 1) === 0) {
+      return makeAction(activation ? 'sendActivation' : 'sendGradient', producerStage, activation ? a.part - 1 : a.part + 1, a.microBatch, a.pipeline, -1, consumerStage);
+    }
+    return makeAction(activation ? 'recvActivation' : 'recvGradient', consumerStage, a.part, a.microBatch, a.pipeline, -1, producerStage);
+  };
+  const actions = rows.map((row, s) => {
     const out: Action[] = [];
+    const base = slotBase(s);
     for (let i = 0; i <= row.length; i++) {
-      out.push(...before[s]![i]!.sort(byKey).map((p) => p.action));
+      for (let k = bucketStart[base + i]!; k < bucketStart[base + i + 1]!; k++) out.push(entryAction(ordered[k]!));
       if (i < row.length) out.push(row[i]!);
     }
     return out;
   });
-  return createSchedule({ ...schedule, actions });
+  return buildSchedule({ ...schedule, actions }, false);
 }

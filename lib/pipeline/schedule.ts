@@ -98,6 +98,9 @@ const codeOfKind: Record<ActionKind, string> = {
   elasticAverage: 'E',
   allReduce: 'A',
 };
+/** Every action kind. @internal */
+export const ACTION_KINDS: ReadonlySet<string> = new Set(Object.keys(codeOfKind));
+
 const kindOfCode = new Map<string, ActionKind>(
   Object.entries(codeOfKind).map(([kind, code]) => [code, kind as ActionKind]),
 );
@@ -213,56 +216,120 @@ export interface ScheduleInit {
   params?: Record<string, number | string>;
 }
 
+/** Schedules built here: checked and frozen all the way down, so they need no second check. */
+const checkedSchedules = new WeakSet<Schedule>();
+
 /**
  * Builds a schedule and checks its shape (counts, field ranges, each action on its own stage's
- * list). It does not check dependencies or deadlock: {@link validateSchedule} does.
+ * list). It does not check dependencies or deadlock: {@link validateSchedule} does. A schedule that
+ * this function (or a generator) built is returned as it is: it is frozen, so it is still sound.
  *
  * @category Pipeline schedules
  */
 export function createSchedule(init: ScheduleInit): Schedule {
-  if (init === null || typeof init !== 'object') throw new InvalidArgumentError('createSchedule expects an object');
-  const stages = checkInteger(init.stages, 'stages', 1, 4096);
-  const microBatches = checkInteger(init.microBatches, 'microBatches', 1, 1 << 20);
-  const parts = checkInteger(init.parts ?? stages, 'parts', 1, 1 << 16);
-  const pipelines = checkInteger(init.pipelines ?? 1, 'pipelines', 1, 1 << 16);
-  if (!Array.isArray(init.actions) || init.actions.length !== stages) {
-    throw new InvalidArgumentError(`actions must be an array with one list per stage (${stages} lists)`);
+  if (isCheckedSchedule(init)) return init as Schedule;
+  return buildSchedule(init, true);
+}
+
+/** Whether {@link createSchedule} (or a generator) built this schedule, so that it is checked and frozen. @internal */
+export function isCheckedSchedule(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && checkedSchedules.has(value as Schedule);
+}
+
+/**
+ * {@link createSchedule} for actions this library made: the same checks, but the actions are
+ * frozen where they are rather than copied (a generator's schedule at its largest holds millions).
+ * With `copy`, they are copied first, as a caller's actions must be. `checked` says the actions
+ * come from a checked schedule of the same shape (a subset of its lists), so need no second look.
+ *
+ * @internal
+ */
+export function buildSchedule(init: ScheduleInit, copy: boolean, checked = false): Schedule {
+  if (init === null || typeof init !== 'object' || Array.isArray(init)) {
+    throw new InvalidArgumentError(`createSchedule expects an object such as { stages, microBatches, actions }, got ${describeValue(init)}`);
   }
-  const actions = init.actions.map((row, s) => {
-    if (!Array.isArray(row)) throw new InvalidArgumentError(`actions[${s}] must be an array of actions`);
-    return row.map((a: Action, i) => {
-      const where = `stage ${s}, action #${i}`;
-      if (a === null || typeof a !== 'object' || !Object.hasOwn(codeOfKind, a.kind)) {
-        throw new InvalidScheduleError(`${where} is not an action (unknown kind); build actions with action() or parseAction()`);
-      }
-      if (a.stage !== s) throw new InvalidScheduleError(`${where} (${formatAction(a)}) says stage ${a.stage}; move it to that stage's list`);
-      const bad = (field: string, range: string): never => {
-        throw new InvalidScheduleError(`${where} (${formatAction(a)}): ${field} must be ${range}`);
-      };
-      if (!Number.isInteger(a.part) || a.part < 0 || a.part >= parts) bad('part', `in [0, ${parts - 1}]`);
-      if (!Number.isInteger(a.pipeline) || a.pipeline < 0 || a.pipeline >= pipelines) bad('pipeline', `in [0, ${pipelines - 1}]`);
-      if (!Number.isInteger(a.microBatch) || a.microBatch < -1 || a.microBatch >= microBatches) {
-        bad('microBatch', `-1 or in [0, ${microBatches - 1}]`);
-      }
-      if (needsMicroBatch.has(a.kind) && a.microBatch < 0) bad('microBatch', `set for a ${a.kind}`);
-      if (!Number.isInteger(a.version) || a.version < -1) bad('version', '-1 (current) or a version number >= 0');
-      if (p2pKinds.has(a.kind)) {
-        if (!Number.isInteger(a.peer) || a.peer < 0 || a.peer >= stages || a.peer === s) {
-          bad('peer', `another stage in [0, ${stages - 1}]`);
-        }
-      } else if (a.peer !== -1) bad('peer', '-1 for an action that is not a send or receive');
-      return Object.freeze({ ...a });
-    });
-  });
-  return Object.freeze({
-    name: init.name ?? 'custom',
+  const stages = checkInteger(init.stages, 'createSchedule: stages', 1, 4096);
+  const microBatches = checkInteger(init.microBatches, 'createSchedule: microBatches', 1, 1 << 20);
+  const parts = checkInteger(init.parts ?? stages, 'createSchedule: parts', 1, 1 << 16);
+  const pipelines = checkInteger(init.pipelines ?? 1, 'createSchedule: pipelines', 1, 1 << 16);
+  const name = init.name ?? 'custom';
+  if (typeof name !== 'string') throw new InvalidArgumentError(`createSchedule: name must be a string, got ${describeValue(name)}`);
+  const params = init.params ?? {};
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) {
+    throw new InvalidArgumentError(`createSchedule: params must be an object of numbers and strings, got ${describeValue(params)}`);
+  }
+  // (they are printed in titles: a Symbol, or an object without a prototype, cannot be)
+  for (const [key, value] of Object.entries(params)) {
+    if (typeof value !== 'string' && typeof value !== 'number') {
+      throw new InvalidArgumentError(`createSchedule: params.${key} must be a number or a string, got ${describeValue(value)}`);
+    }
+  }
+  if (!Array.isArray(init.actions) || init.actions.length !== stages) {
+    throw new InvalidArgumentError(
+      `createSchedule: actions must be an array with one list per stage (${stages} lists), got ${describeValue(init.actions)}`,
+    );
+  }
+  const actions: (readonly Action[])[] = [];
+  for (let s = 0; s < stages; s++) {
+    const row: unknown = init.actions[s];
+    if (!Array.isArray(row)) throw new InvalidArgumentError(`createSchedule: actions[${s}] must be an array of actions, got ${describeValue(row)}`);
+    const out: Action[] = copy ? new Array<Action>(row.length) : (row as Action[]);
+    for (let i = 0; i < row.length; i++) {
+      const a: unknown = row[i];
+      if (!checked) checkShape(a, s, i, stages, parts, microBatches, pipelines);
+      out[i] = copy ? Object.freeze({ ...(a as Action) }) : Object.freeze(a as Action);
+    }
+    actions.push(Object.freeze(out));
+  }
+  const schedule: Schedule = Object.freeze({
+    name,
     stages,
     parts,
     microBatches,
     pipelines,
-    actions,
-    params: Object.freeze({ ...(init.params ?? {}) }),
+    actions: Object.freeze(actions),
+    params: Object.freeze({ ...params }),
   });
+  checkedSchedules.add(schedule);
+  return schedule;
+}
+
+/** Throws InvalidScheduleError unless `a` is a well-formed action for position `i` of stage `s`. */
+function checkShape(a: unknown, s: number, i: number, stages: number, parts: number, microBatches: number, pipelines: number): asserts a is Action {
+  const where = `stage ${s}, action #${i}`;
+  // (a kind that is not a string is not looked up: an object without a prototype cannot be made a key)
+  const kind: unknown = a === null || typeof a !== 'object' ? undefined : (a as Action).kind;
+  if (typeof kind !== 'string' || !Object.hasOwn(codeOfKind, kind)) {
+    throw new InvalidScheduleError(
+      `${where} is not an action (${a === null || typeof a !== 'object' ? describeValue(a) : `unknown kind ${describeValue(kind)}`}); ` +
+        'build actions with action() or parseAction()',
+    );
+  }
+  const x = a as Action;
+  // describeAction, not formatAction: a field of the wrong type must be reported by its name, not
+  // fail inside the description of the action that holds it.
+  const bad = (field: string, range: string): never => {
+    const value: unknown = (x as unknown as Record<string, unknown>)[field];
+    const got = Number.isInteger(value) ? '' : `, got ${describeValue(value)}`;
+    throw new InvalidScheduleError(`${where} (${describeAction(x)}): ${field} must be ${range}${got}`);
+  };
+  if (!Number.isInteger(x.stage) || x.stage < 0) bad('stage', `${s} (the stage whose list holds it)`);
+  if (x.stage !== s) throw new InvalidScheduleError(`${where} (${describeAction(x)}) says stage ${x.stage}; move it to that stage's list`);
+  if (!Number.isInteger(x.part) || x.part < 0 || x.part >= parts) bad('part', `in [0, ${parts - 1}]`);
+  if (!Number.isInteger(x.pipeline) || x.pipeline < 0 || x.pipeline >= pipelines) bad('pipeline', `in [0, ${pipelines - 1}]`);
+  if (!Number.isInteger(x.microBatch) || x.microBatch < -1 || x.microBatch >= microBatches) bad('microBatch', `-1 or in [0, ${microBatches - 1}]`);
+  if (needsMicroBatch.has(x.kind) && x.microBatch < 0) bad('microBatch', `set for a ${x.kind}`);
+  if (!Number.isInteger(x.version) || x.version < -1) bad('version', '-1 (current) or a version number >= 0');
+  if (p2pKinds.has(x.kind)) {
+    if (!Number.isInteger(x.peer) || x.peer < 0 || x.peer >= stages || x.peer === s) bad('peer', `another stage in [0, ${stages - 1}]`);
+  } else if (x.peer !== -1) bad('peer', '-1 for an action that is not a send or receive');
+}
+
+/** formatAction for an action that may be malformed: the text form where it has one, else its fields. */
+function describeAction(a: Action): string {
+  const fields = ['stage', 'microBatch', 'part', 'pipeline', 'version', 'peer'] as const;
+  if (fields.every((f) => Number.isSafeInteger(a[f]) && a[f] >= -1)) return formatAction(a);
+  return `${a.kind} with ${fields.map((f) => `${f} ${describeValue(a[f])}`).join(', ')}`;
 }
 
 /**
@@ -291,4 +358,120 @@ export function parseSchedule(
 /** A key naming the (pipeline, micro-batch, part) an action belongs to. @category Pipeline schedules */
 export function unitKey(pipeline: number, microBatch: number, part: number): string {
   return `${pipeline}:${microBatch}:${part}`;
+}
+
+/**
+ * An action made by the library itself, frozen as a schedule holds it; the fields in
+ * {@link action}'s order. Generators make millions of these, so no options object is read.
+ *
+ * @internal
+ */
+export function makeAction(kind: ActionKind, stage: number, part: number, microBatch: number, pipeline: number, version: number, peer: number): Action {
+  return Object.freeze({ kind, stage, part, microBatch, pipeline, version, peer });
+}
+
+/**
+ * Positions of a schedule's actions in one sequence, stage after stage: action `i` of stage `s`
+ * is number `rowStart[s] + i`, and `stageOf` maps a number back to its stage. The analyses keep
+ * their per-action state in typed arrays indexed by these numbers.
+ *
+ * @internal
+ */
+export interface FlatIndex {
+  readonly rowStart: Int32Array;
+  /** (16 bits: createSchedule allows at most 4096 stages) */
+  readonly stageOf: Int16Array;
+  readonly total: number;
+}
+
+/** @internal */
+export function flatIndex(actions: readonly (readonly Action[])[]): FlatIndex {
+  const rowStart = new Int32Array(actions.length + 1);
+  for (let s = 0; s < actions.length; s++) rowStart[s + 1] = rowStart[s]! + actions[s]!.length;
+  const total = rowStart[actions.length]!;
+  const stageOf = new Int16Array(total);
+  for (let s = 0; s < actions.length; s++) stageOf.fill(s, rowStart[s]!, rowStart[s + 1]!);
+  return { rowStart, stageOf, total };
+}
+
+/**
+ * The number of a (pipeline, micro-batch, part) among `microBatches * parts` per pipeline. Exact:
+ * createSchedule's bounds keep it below 2^52.
+ *
+ * @internal
+ */
+export function unitNumber(pipeline: number, microBatch: number, part: number, microBatches: number, parts: number): number {
+  return (pipeline * microBatches + microBatch) * parts + part;
+}
+
+/**
+ * A map from non-negative integer ids below `size` to integers, -1 meaning absent: an Int32Array
+ * where `size` is of the order of the entries expected (ids of a generated schedule are dense),
+ * a Map otherwise (a hand-written schedule may declare far more units than it holds).
+ *
+ * @internal
+ */
+export class IdTable {
+  private readonly dense: Int32Array | undefined;
+  private readonly sparse: Map<number, number> | undefined;
+
+  constructor(size: number, expected: number) {
+    if (size <= Math.max(1 << 16, 4 * expected) && size <= 1 << 28) this.dense = new Int32Array(size).fill(-1);
+    else this.sparse = new Map();
+  }
+
+  get(id: number): number {
+    return this.dense !== undefined ? this.dense[id]! : (this.sparse!.get(id) ?? -1);
+  }
+
+  set(id: number, value: number): void {
+    if (this.dense !== undefined) this.dense[id] = value;
+    else this.sparse!.set(id, value);
+  }
+}
+
+/**
+ * The all-reduces of a schedule numbered in order of first appearance: one number per (pipeline,
+ * part, micro-batch), with how many actions take part in each and its micro-batch. The simulator
+ * and the deadlock check both wait on reductions by these numbers.
+ *
+ * @internal
+ */
+export class ReductionNumbering {
+  private readonly ids = new Map<number, number>();
+  /** Per reduction: the actions taking part. */
+  readonly participants: number[] = [];
+  /** Per reduction: its micro-batch (-1: a whole step's). */
+  readonly microBatch: number[] = [];
+
+  constructor(
+    private readonly microBatches: number,
+    private readonly parts: number,
+  ) {}
+
+  private key(a: Action): number {
+    return (a.pipeline * this.parts + a.part) * (this.microBatches + 1) + (a.microBatch + 1);
+  }
+
+  /** Counts `a` (an allReduce) as taking part in its reduction. */
+  add(a: Action): void {
+    const id = this.key(a);
+    let r = this.ids.get(id);
+    if (r === undefined) {
+      r = this.participants.length;
+      this.ids.set(id, r);
+      this.participants.push(0);
+      this.microBatch.push(a.microBatch);
+    }
+    this.participants[r]!++;
+  }
+
+  /** The number of `a`'s reduction (after every action was added). */
+  of(a: Action): number {
+    return this.ids.get(this.key(a))!;
+  }
+
+  get count(): number {
+    return this.participants.length;
+  }
 }

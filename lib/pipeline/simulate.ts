@@ -10,10 +10,10 @@
  * exact for them and optimistic where links are shared.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { type Action, type Schedule, unitKey } from './schedule.js';
-import { type TimedAction, computeTimeline } from './timeline.js';
+import { type Action, type Schedule, IdTable, createSchedule, unitNumber } from './schedule.js';
+import { type TimedAction, timeSchedule, timedActions } from './timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from './validate.js';
-import { describeValue } from '../validate.js';
+import { checkKnownKeys, describeValue, optionKeys } from '../validate.js';
 
 /** A cost for every part, or one per part (index = part). @category Pipeline schedules */
 export type PerPart = number | readonly number[];
@@ -108,8 +108,30 @@ interface Resolved {
   bandwidth: number;
 }
 
+const COST_KEYS = optionKeys<SimulationCosts>({
+  forward: true,
+  backward: true,
+  weightGrad: true,
+  optimizerStep: true,
+  predict: true,
+  stash: true,
+  restore: true,
+  elastic: true,
+  allReduce: true,
+  p2pLatency: true,
+  p2pBandwidth: true,
+  activationBytes: true,
+  storedActivationBytes: true,
+  weightBytes: true,
+  optimizerStateBytes: true,
+});
+
 function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
-  if (costs === null || typeof costs !== 'object') throw new InvalidArgumentError('costs must be an object (e.g. { forward: 1, backward: 2 })');
+  if (costs === null || typeof costs !== 'object' || Array.isArray(costs)) {
+    throw new InvalidArgumentError(`costs must be an object (e.g. { forward: 1, backward: 2 }), got ${describeValue(costs)}`);
+  }
+  // a misspelled cost would otherwise be left at its default without a word
+  checkKnownKeys(costs, COST_KEYS, 'simulateSchedule(schedule, costs)');
   const forward = perPart('forward', costs.forward, parts, () => 1);
   const backward = perPart('backward', costs.backward, parts, () => 2);
   const weightGrad = perPart('weightGrad', costs.weightGrad, parts, (j) => backward[j]! / 2);
@@ -120,8 +142,8 @@ function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
   const activationBytes = perPart('activationBytes', costs.activationBytes, parts, zero);
   const latency = costs.p2pLatency ?? 0;
   const bandwidth = costs.p2pBandwidth ?? Infinity;
-  if (typeof latency !== 'number' || !Number.isFinite(latency) || latency < 0) throw new InvalidArgumentError('costs.p2pLatency must be a finite number >= 0');
-  if (typeof bandwidth !== 'number' || Number.isNaN(bandwidth) || bandwidth <= 0) throw new InvalidArgumentError('costs.p2pBandwidth must be a number > 0 (Infinity allowed)');
+  if (typeof latency !== 'number' || !Number.isFinite(latency) || latency < 0) throw new InvalidArgumentError(`costs.p2pLatency must be a finite number >= 0, got ${describeValue(latency)}`);
+  if (typeof bandwidth !== 'number' || Number.isNaN(bandwidth) || bandwidth <= 0) throw new InvalidArgumentError(`costs.p2pBandwidth must be a number > 0 (Infinity allowed), got ${describeValue(bandwidth)}`);
   return {
     forward,
     backward,
@@ -149,16 +171,23 @@ function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
  */
 export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}): SimulationResult {
   const analysis = validateSchedule(schedule);
-  const c = resolveCosts(costs, schedule.parts);
-  const split = new Set<string>();
-  for (const row of schedule.actions) for (const a of row) if (a.kind === 'weightGrad') split.add(unitKey(a.pipeline, a.microBatch, a.part));
+  // validateSchedule checked it; createSchedule now returns the checked, frozen schedule itself
+  const checked = createSchedule(schedule);
+  const c = resolveCosts(costs, checked.parts);
+  const M = checked.microBatches;
+  const P = checked.parts;
+  const total = checked.actions.reduce((n, row) => n + row.length, 0);
+  // units whose backward is split into B and W (zero-bubble schedules)
+  const split = new IdTable(checked.pipelines * M * P, total);
+  for (const row of checked.actions) for (const a of row) if (a.kind === 'weightGrad') split.set(unitNumber(a.pipeline, a.microBatch, a.part, M, P), 1);
+  const isSplit = (a: Action): boolean => split.get(unitNumber(a.pipeline, a.microBatch, a.part, M, P)) > 0;
   const duration = (a: Action): number => {
     const j = a.part;
     switch (a.kind) {
       case 'forward':
         return c.forward[j]!;
       case 'backward':
-        return split.has(unitKey(a.pipeline, a.microBatch, j)) ? c.backward[j]! - c.weightGrad[j]! : c.backward[j]!;
+        return isSplit(a) ? c.backward[j]! - c.weightGrad[j]! : c.backward[j]!;
       case 'weightGrad':
         return c.weightGrad[j]!;
       case 'optimizerStep':
@@ -175,45 +204,48 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
         return 0;
     }
   };
-  const timeline = computeTimeline(schedule, {
+  const times = timeSchedule(checked, {
     duration,
     // an activation into part j left part j-1; a gradient into part j left part j+1 and has the size of part j's output
     transfer: (kind, part) => c.latency + (kind === 'activation' ? c.activationBytes[part - 1]! : c.activationBytes[part]!) / c.bandwidth,
     allReduce: (a) => c.allReduce[a.part]!,
   });
   let makespan = 0;
-  const busy = timeline.map((row) => {
+  const busy = checked.actions.map((row, s) => {
     let sum = 0;
-    for (const t of row) {
-      makespan = Math.max(makespan, t.end);
-      if (t.action.kind !== 'allReduce') sum += t.end - t.start;
+    const base = times.flat.rowStart[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const end = times.end[base + i]!;
+      makespan = Math.max(makespan, end);
+      if (row[i]!.kind !== 'allReduce') sum += end - times.start[base + i]!;
     }
     return sum;
   });
+  if (!Number.isFinite(makespan)) {
+    throw new InvalidArgumentError(
+      'costs: the simulated times overflow (the makespan is not a finite number); give the costs in a larger unit, ' +
+        'so that their sum over the schedule stays below about 1e300',
+    );
+  }
   const totalBusy = busy.reduce((x, y) => x + y, 0);
-  const bubbleFraction = makespan > 0 ? 1 - totalBusy / (schedule.stages * makespan) : 0;
-  const peakActivationBytes = schedule.actions.map((row) => {
+  const bubbleFraction = makespan > 0 ? 1 - totalBusy / (checked.stages * makespan) : 0;
+  const peakActivationBytes = checked.actions.map((row) => {
     let live = 0;
     let peak = 0;
     for (const a of row) {
-      const releases = a.kind === 'weightGrad' || (a.kind === 'backward' && !split.has(unitKey(a.pipeline, a.microBatch, a.part)));
+      const releases = a.kind === 'weightGrad' || (a.kind === 'backward' && !isSplit(a));
       if (a.kind === 'forward') peak = Math.max(peak, (live += c.storedActivationBytes[a.part]!));
       else if (releases) live -= c.storedActivationBytes[a.part]!;
     }
     return peak;
   });
-  const peakMemoryBytes = peakActivationBytes.map((bytes, s) => {
-    let total = bytes;
-    for (const r of analysis.replicas) {
-      if (r.stage === s) total += r.versionsHeld * c.weightBytes[r.part]! + c.optimizerStateBytes[r.part]!;
-    }
-    return total;
-  });
+  const peakMemoryBytes = peakActivationBytes.slice();
+  for (const r of analysis.replicas) peakMemoryBytes[r.stage]! += r.versionsHeld * c.weightBytes[r.part]! + c.optimizerStateBytes[r.part]!;
   const completed = schedule.pipelines * schedule.microBatches;
-  return {
+  const result: SimulationResult = {
     schedule,
     analysis,
-    timeline,
+    timeline: [],
     makespan,
     busy,
     bubbleFraction,
@@ -221,4 +253,21 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
     peakActivationBytes,
     peakMemoryBytes,
   };
+  // The timeline's per-action objects are made when first read: the figures above come from the
+  // times directly, and a caller that only wants them (the tuner simulates hundreds of settings)
+  // is spared millions of objects. Reading it once turns it into an ordinary property.
+  let timeline: TimedAction[][] | undefined;
+  Object.defineProperty(result, 'timeline', {
+    enumerable: true,
+    configurable: true,
+    get(): TimedAction[][] {
+      timeline ??= timedActions(checked, times);
+      // (a result frozen before its first read keeps the getter, which then returns the same rows)
+      if (Object.getOwnPropertyDescriptor(result, 'timeline')?.configurable) {
+        Object.defineProperty(result, 'timeline', { value: timeline, enumerable: true, configurable: true, writable: true });
+      }
+      return timeline;
+    },
+  });
+  return result;
 }

@@ -6,7 +6,7 @@
  * reached them, run beside compute, and an optimizer step waits for the reductions it applies.
  */
 import { InvalidScheduleError } from '../errors.js';
-import { type Action, type Schedule, formatAction, unitKey } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, flatIndex, formatAction, unitKey, unitNumber } from './schedule.js';
 
 /** How long things take; supplied by the simulator (real costs) or by placement (unit costs). @category Pipeline schedules */
 export interface TimingModel {
@@ -54,76 +54,166 @@ export function collectiveKey(a: Action): string {
 }
 
 /**
+ * Start and end of every action, by position in {@link FlatIndex} order; for an all-reduce, the
+ * span of the reduction itself.
+ *
+ * @internal
+ */
+export interface Times {
+  readonly flat: FlatIndex;
+  readonly start: Float64Array;
+  readonly end: Float64Array;
+}
+
+/**
  * Times a schedule. Throws {@link InvalidScheduleError} if some stage can never proceed (an input
  * that is never produced, or produced later on the same stage).
  *
  * @category Pipeline schedules
  */
 export function computeTimeline(schedule: Schedule, model: TimingModel): TimedAction[][] {
-  const S = schedule.stages;
-  const producers = new Map<string, { stage: number; index: number }>();
-  const participants = new Map<string, number>();
-  schedule.actions.forEach((row, s) =>
-    row.forEach((a, i) => {
-      if (a.kind === 'forward' || a.kind === 'backward') {
-        producers.set(`${a.kind === 'forward' ? 'F' : 'B'}${unitKey(a.pipeline, a.microBatch, a.part)}`, { stage: s, index: i });
-      } else if (a.kind === 'allReduce') {
-        const key = collectiveKey(a);
-        participants.set(key, (participants.get(key) ?? 0) + 1);
-      }
-    }),
-  );
-  const timed: (TimedAction | undefined)[][] = schedule.actions.map((row) => new Array<TimedAction | undefined>(row.length));
-  const reached = new Map<string, number[]>();
-  const completion = new Map<string, number>();
-  // all-reduces issued so far per stage, to find those an optimizer step waits for
-  const issued: { key: string; pipeline: number; part: number; microBatch: number }[][] = Array.from({ length: S }, () => []);
-  const pc = new Array<number>(S).fill(0);
-  const free = new Array<number>(S).fill(0);
+  return timedActions(schedule, timeSchedule(schedule, model));
+}
 
-  const endOf = (key: string): number | undefined => {
-    const at = producers.get(key);
-    return at === undefined ? undefined : timed[at.stage]![at.index]?.end;
+/** The per-action objects of {@link computeTimeline} from the times of {@link timeSchedule}. @internal */
+export function timedActions(schedule: Schedule, times: Times): TimedAction[][] {
+  const { flat, start, end } = times;
+  return schedule.actions.map((row, s) => {
+    const base = flat.rowStart[s]!;
+    const out = new Array<TimedAction>(row.length);
+    for (let i = 0; i < row.length; i++) out[i] = { action: row[i]!, start: start[base + i]!, end: end[base + i]!, index: i };
+    return out;
+  });
+}
+
+/**
+ * The event core. Each stage runs its list in order until an action's inputs are not yet known,
+ * then waits; a stage is looked at again only when something it waits for has happened (the stage
+ * that produces its input moved on, or the all-reduce its step waits for completed), so the work
+ * is proportional to the number of actions. Times do not depend on the order stages are looked at
+ * in: an action starts at `max(engine free, inputs ready)`, and both are fixed once known.
+ *
+ * @internal
+ */
+export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
+  const S = schedule.stages;
+  const P = schedule.parts;
+  const M = schedule.microBatches;
+  const rows = schedule.actions;
+  const flat = flatIndex(rows);
+  const { rowStart, stageOf, total } = flat;
+  const unit = (a: Action, part: number): number => unitNumber(a.pipeline, a.microBatch, part, M, P);
+
+  // Where each unit's forward and backward run (the last one, should a broken schedule hold two).
+  const units = schedule.pipelines * M * P;
+  const forwardAt = new IdTable(units, total);
+  const backwardAt = new IdTable(units, total);
+  // All-reduces: one number per (pipeline, part, micro-batch), and how many actions take part.
+  const numbering = new ReductionNumbering(M, P);
+  const reduceOf = (a: Action): number => numbering.of(a);
+  const { participants, microBatch: reduceMicroBatch } = numbering;
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      const f = rowStart[s]! + i;
+      if (a.kind === 'forward') forwardAt.set(unit(a, a.part), f);
+      else if (a.kind === 'backward') backwardAt.set(unit(a, a.part), f);
+      else if (a.kind === 'allReduce') {
+        numbering.add(a);
+      }
+    }
+  }
+  const reductions = participants.length;
+  const reached = new Int32Array(reductions);
+  const reachedLast = new Float64Array(reductions).fill(-Infinity);
+  const completion = new Float64Array(reductions).fill(NaN);
+  const reduceWaiters: (number[] | undefined)[] = new Array(reductions);
+
+  const start = new Float64Array(total);
+  const end = new Float64Array(total).fill(NaN);
+  const pc = new Int32Array(S);
+  const free = new Float64Array(S);
+  // Per stage and part, the all-reduces issued that no optimizer step has waited for yet. A step
+  // waits for those of its part up to its micro-batch; one that an earlier step on the stage
+  // waited for is complete and ended before that step, so before this one starts: dropping it
+  // changes no start time and keeps each step's look to what is new.
+  const uncovered: Map<number, number[]>[] = Array.from({ length: S }, () => new Map());
+  // where the step a stage is held at stopped looking, and the latest completion it had seen
+  const scanAt = new Int32Array(S);
+  const scanMax = new Float64Array(S);
+  // Stages to wake when stage t moves on.
+  const waiters: number[][] = Array.from({ length: S }, () => []);
+  const queue: number[] = [];
+  const queued = new Uint8Array(S);
+  const enqueue = (s: number): void => {
+    if (queued[s] === 0) {
+      queued[s] = 1;
+      queue.push(s);
+    }
   };
-  // Arrival of the input of a forward/backward on `stage`; undefined while unknown.
-  const arrival = (kind: 'a' | 'g', a: Action, stage: number): number | undefined => {
-    const part = a.part;
-    const producerKey = kind === 'a' ? `F${unitKey(a.pipeline, a.microBatch, part - 1)}` : `B${unitKey(a.pipeline, a.microBatch, part + 1)}`;
-    const at = producers.get(producerKey);
-    if (at === undefined) return undefined;
-    const produced = timed[at.stage]![at.index]?.end;
-    if (produced === undefined) return undefined;
-    if (at.stage === stage) return produced;
+
+  // What the last readyTime() that returned NaN waits for: a stage, or an all-reduce (-2 - r);
+  // -1: something that never comes.
+  let waitFor = -1;
+  const endOf = (producer: number): number => {
+    if (producer < 0) {
+      waitFor = -1;
+      return NaN;
+    }
+    const t = end[producer]!;
+    if (Number.isNaN(t)) waitFor = stageOf[producer]!;
+    return t;
+  };
+  // Arrival of the input of a forward/backward (or a receive) of `part` on `stage`; NaN while unknown.
+  const arrival = (gradient: boolean, a: Action, stage: number): number => {
+    const from = gradient ? a.part + 1 : a.part - 1;
+    if (from < 0 || from >= P) {
+      waitFor = -1;
+      return NaN;
+    }
+    const producer = (gradient ? backwardAt : forwardAt).get(unit(a, from));
+    const produced = endOf(producer);
+    if (Number.isNaN(produced)) return NaN;
+    if (stageOf[producer] === stage) return produced;
     // Sends are posted as soon as their data exists (isend); where the send action sits in the
     // sender's list matters for deadlock under blocking sends, which the validator checks, not here.
-    return produced + model.transfer(kind === 'a' ? 'activation' : 'gradient', part);
+    return produced + model.transfer(gradient ? 'gradient' : 'activation', a.part);
   };
-
-  const readyTime = (a: Action, s: number): number | undefined => {
+  const readyTime = (a: Action, s: number): number => {
     switch (a.kind) {
       case 'forward':
-        return a.part === 0 ? 0 : arrival('a', a, s);
+        return a.part === 0 ? 0 : arrival(false, a, s);
       case 'backward': {
-        const fwd = endOf(`F${unitKey(a.pipeline, a.microBatch, a.part)}`);
-        if (fwd === undefined) return undefined;
-        if (a.part === schedule.parts - 1) return fwd;
-        const grad = arrival('g', a, s);
-        return grad === undefined ? undefined : Math.max(fwd, grad);
+        const fwd = endOf(forwardAt.get(unit(a, a.part)));
+        if (Number.isNaN(fwd)) return NaN;
+        if (a.part === P - 1) return fwd;
+        const grad = arrival(true, a, s);
+        return Number.isNaN(grad) ? NaN : Math.max(fwd, grad);
       }
       case 'weightGrad':
-        return endOf(`B${unitKey(a.pipeline, a.microBatch, a.part)}`);
+        return endOf(backwardAt.get(unit(a, a.part)));
       case 'recvActivation':
-        return arrival('a', a, s);
+        return arrival(false, a, s);
       case 'recvGradient':
-        return arrival('g', { ...a, part: a.part }, s);
+        return arrival(true, a, s);
       case 'optimizerStep': {
-        let t = 0;
-        for (const r of issued[s]!) {
-          if (r.part !== a.part) continue;
-          if (a.microBatch >= 0 && r.microBatch > a.microBatch) continue;
-          const done = completion.get(r.key);
-          if (done === undefined) return undefined;
-          t = Math.max(t, done);
+        // A step looked at again resumes where it stopped: the stage is held at the step, so its
+        // list gains nothing, and what it already passed has completed for good.
+        const list = uncovered[s]!.get(a.part) ?? [];
+        let t = scanMax[s]!;
+        for (let k = scanAt[s]!; k < list.length; k++) {
+          const r = list[k]!;
+          if (a.microBatch < 0 || reduceMicroBatch[r]! <= a.microBatch) {
+            const done = completion[r]!;
+            if (Number.isNaN(done)) {
+              scanAt[s] = k;
+              scanMax[s] = t;
+              waitFor = -2 - r;
+              return NaN;
+            }
+            t = Math.max(t, done);
+          }
         }
         return t;
       }
@@ -132,60 +222,83 @@ export function computeTimeline(schedule: Schedule, model: TimingModel): TimedAc
     }
   };
 
-  let remaining = schedule.actions.reduce((n, row) => n + row.length, 0);
-  while (remaining > 0) {
+  let remaining = total;
+  for (let s = 0; s < S; s++) enqueue(s);
+  for (let head = 0; head < queue.length; head++) {
+    const s = queue[head]!;
+    queued[s] = 0;
+    const row = rows[s]!;
+    const base = rowStart[s]!;
     let progressed = false;
-    for (let s = 0; s < S; s++) {
-      const row = schedule.actions[s]!;
-      while (pc[s]! < row.length) {
-        const i = pc[s]!;
-        const a = row[i]!;
-        const ready = readyTime(a, s);
-        if (ready === undefined) break;
-        const start = Math.max(free[s]!, ready);
-        let end = start;
-        if (a.kind === 'allReduce') {
-          const key = collectiveKey(a);
-          const list = reached.get(key) ?? [];
-          list.push(start);
-          reached.set(key, list);
-          issued[s]!.push({ key, pipeline: a.pipeline, part: a.part, microBatch: a.microBatch });
-          if (list.length === participants.get(key)) {
-            const begin = Math.max(...list);
-            completion.set(key, begin + model.allReduce(a));
-          }
-          timed[s]![i] = { action: a, start, end: start, index: i };
-        } else {
-          if (!(a.kind === 'sendActivation' || a.kind === 'sendGradient' || a.kind === 'recvActivation' || a.kind === 'recvGradient')) {
-            end = start + model.duration(a);
-          }
-          timed[s]![i] = { action: a, start, end, index: i };
-          free[s] = end;
-        }
-        pc[s] = i + 1;
-        remaining--;
-        progressed = true;
+    while (pc[s]! < row.length) {
+      const i = pc[s]!;
+      const a = row[i]!;
+      const f = base + i;
+      const ready = readyTime(a, s);
+      if (Number.isNaN(ready)) {
+        if (waitFor >= 0) waiters[waitFor]!.push(s);
+        else if (waitFor <= -2) (reduceWaiters[-2 - waitFor] ??= []).push(s);
+        break;
       }
+      const begin = Math.max(free[s]!, ready);
+      start[f] = begin;
+      if (a.kind === 'allReduce') {
+        const r = reduceOf(a);
+        reached[r]!++;
+        reachedLast[r] = Math.max(reachedLast[r]!, begin);
+        const list = uncovered[s]!.get(a.part);
+        if (list === undefined) uncovered[s]!.set(a.part, [r]);
+        else list.push(r);
+        end[f] = begin;
+        if (reached[r] === participants[r]) {
+          completion[r] = reachedLast[r]! + model.allReduce(a);
+          for (const w of reduceWaiters[r] ?? []) enqueue(w);
+          reduceWaiters[r] = undefined;
+        }
+      } else {
+        const p2p = a.kind === 'sendActivation' || a.kind === 'sendGradient' || a.kind === 'recvActivation' || a.kind === 'recvGradient';
+        const finish = p2p ? begin : begin + model.duration(a);
+        end[f] = finish;
+        free[s] = finish;
+        if (a.kind === 'optimizerStep') {
+          const list = uncovered[s]!.get(a.part);
+          if (list !== undefined) uncovered[s]!.set(a.part, a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
+          scanAt[s] = 0;
+          scanMax[s] = 0;
+        }
+      }
+      pc[s] = i + 1;
+      remaining--;
+      progressed = true;
     }
-    if (!progressed) {
-      const blocked = pc
-        .map((i, s) => (i < schedule.actions[s]!.length ? `stage ${s} at #${i} (${formatAction(schedule.actions[s]![i]!)})` : ''))
-        .filter((x) => x !== '');
-      throw new InvalidScheduleError(
-        `the schedule cannot run to the end: ${blocked.join('; ')} wait for inputs that never arrive; ` +
-          'check the order of these actions with validateSchedule()',
-      );
+    if (progressed) {
+      for (const w of waiters[s]!) enqueue(w);
+      waiters[s] = [];
+    }
+    if (head > 4096 && head * 2 > queue.length) {
+      queue.splice(0, head + 1);
+      head = -1;
     }
   }
-  // Re-stamp all-reduces with the span of the reduction itself, now that every one has completed.
-  return timed.map((row) =>
-    row.map((t) => {
-      const ta = t!;
-      if (ta.action.kind !== 'allReduce') return ta;
-      const key = collectiveKey(ta.action);
-      const end = completion.get(key) ?? ta.start;
-      const begin = Math.max(...(reached.get(key) ?? [ta.start]));
-      return { ...ta, start: begin, end };
-    }),
-  );
+  if (remaining > 0) {
+    const blocked: string[] = [];
+    for (let s = 0; s < S; s++) if (pc[s]! < rows[s]!.length) blocked.push(`stage ${s} at #${pc[s]} (${formatAction(rows[s]![pc[s]!]!)})`);
+    throw new InvalidScheduleError(
+      `the schedule cannot run to the end: ${blocked.join('; ')} wait for inputs that never arrive; ` +
+        'check the order of these actions with validateSchedule()',
+    );
+  }
+  // An all-reduce spans the reduction itself, now that every one has completed.
+  if (reductions > 0) {
+    for (let s = 0; s < S; s++) {
+      const row = rows[s]!;
+      for (let i = 0; i < row.length; i++) {
+        if (row[i]!.kind !== 'allReduce') continue;
+        const r = reduceOf(row[i]!);
+        start[rowStart[s]! + i] = reachedLast[r]!;
+        end[rowStart[s]! + i] = completion[r]!;
+      }
+    }
+  }
+  return { flat, start, end };
 }

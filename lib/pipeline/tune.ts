@@ -6,6 +6,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { type PipelineProfile, parseProfile } from './profile.js';
 import { avgpipe } from './schedules/avgpipe.js';
 import { forwardsBeforeBackward } from './schedules/advance-forward.js';
+import { limits } from './schedules/options.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
 import { checkInteger, describeValue } from '../validate.js';
 import { checkNumber as checkNumberArg } from '../validate.js';
@@ -85,6 +86,7 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
   const maxM = checkInteger(options.maxMicroBatches ?? 64, 'maxMicroBatches', 1, 4096);
   const S = profile.stages.length;
   const candidates: TuneCandidate[] = [];
+  let skipped = 0;
   for (let M = 1; M <= Math.min(maxM, profile.batchSize); M++) {
     if (profile.batchSize % M !== 0) continue;
     const b = profile.batchSize / M;
@@ -97,6 +99,11 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
       if (seen.has(key)) continue;
       seen.add(key);
       for (let N = 1; N <= maxN; N++) {
+        // past the generators' size limit there is no schedule to simulate
+        if (N * S * M > limits.listScheduledUnits) {
+          skipped++;
+          continue;
+        }
         const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), costs);
         // elastic averaging keeps a center copy of each stage's weights
         const center = N > 1 ? profile.stages.map((s) => s.weightBytes ?? 0) : profile.stages.map(() => 0);
@@ -124,6 +131,9 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
   const explanation: string[] = [];
   const fitting = candidates.filter((c) => c.fits).length;
   explanation.push(`simulated ${candidates.length} settings of (N, M, A) on ${S} stages; ${fitting} fit in ${gib(memory)} per stage`);
+  if (skipped > 0) {
+    explanation.push(`skipped ${skipped} settings with N x S x M over ${limits.listScheduledUnits}, the most units an AvgPipe schedule holds; lower maxPipelines or maxMicroBatches to keep them all`);
+  }
   if (best === undefined) {
     const smallest = [...candidates].sort((x, y) => maxOf(x) - maxOf(y))[0]!;
     explanation.push(`none fits: the smallest needs ${gib(maxOf(smallest))} (${describe(smallest)}); add memory, more stages or a smaller batch`);

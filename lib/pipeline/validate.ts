@@ -7,9 +7,8 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type Schedule, createSchedule, formatAction, p2pKinds, unitKey } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, createSchedule, flatIndex, formatAction, p2pKinds, unitNumber } from './schedule.js';
 import { checkInteger, checkObject, describeValue } from '../validate.js';
-import { collectiveKey, messageOf } from './timeline.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
 export interface StalenessEntry {
@@ -52,16 +51,16 @@ export interface ScheduleAnalysis {
   readonly unappliedGradients: number;
 }
 
-interface Location {
-  readonly stage: number;
-  readonly index: number;
-}
-
 const describe = (s: number, i: number, a: Action): string => `stage ${s}, action #${i} (${formatAction(a)})`;
 
 function fail(s: number, i: number, a: Action, problem: string): never {
   throw new InvalidScheduleError(`${describe(s, i, a)}: ${problem}`);
 }
+
+const isSend = (a: Action): boolean => a.kind === 'sendActivation' || a.kind === 'sendGradient';
+const isGradientMessage = (a: Action): boolean => a.kind === 'sendGradient' || a.kind === 'recvGradient';
+/** The part whose input a send or receive carries (out of range for a send with no next or previous part). */
+const consumerPart = (a: Action): number => (a.kind === 'sendActivation' ? a.part + 1 : a.kind === 'sendGradient' ? a.part - 1 : a.part);
 
 /**
  * Validates a schedule and returns its analysis. Throws {@link InvalidScheduleError} naming the
@@ -70,106 +69,116 @@ function fail(s: number, i: number, a: Action, problem: string): never {
  * @category Pipeline schedules
  */
 export function validateSchedule(input: Schedule): ScheduleAnalysis {
-  if (input === null || typeof input !== 'object') throw new InvalidArgumentError('validateSchedule expects a Schedule');
+  if (input === null || typeof input !== 'object') throw new InvalidArgumentError(`validateSchedule expects a Schedule, got ${describeValue(input)}`);
   const schedule = createSchedule(input);
   const { stages: S, parts: P, pipelines: N, microBatches: M } = schedule;
   const rows = schedule.actions;
+  const flat = flatIndex(rows);
+  const { rowStart, stageOf, total } = flat;
+  const unitOf = (a: Action, part: number): number => unitNumber(a.pipeline, a.microBatch, part, M, P);
+  const stageAt = (f: number): number => stageOf[f]!;
+  const indexAt = (f: number): number => f - rowStart[stageOf[f]!]!;
 
-  // 1. Where each unit's forward, backward and weight gradient run; each at most once.
-  const loc = { F: new Map<string, Location>(), B: new Map<string, Location>(), W: new Map<string, Location>() };
-  const sends = new Map<string, Location>();
-  const recvs = new Map<string, Location>();
-  rows.forEach((row, s) =>
-    row.forEach((a, i) => {
+  // 1. Where each unit's forward, backward and weight gradient run; each at most once. Messages
+  // are numbered by the unit that consumes them, with room for the part before the first and
+  // after the last (a send from the last part has nowhere to go, which step 2 reports).
+  const units = N * M * P;
+  const loc = { F: new IdTable(units, total), B: new IdTable(units, total), W: new IdTable(units, total) };
+  const messages = N * M * (P + 2);
+  const messageOf = (a: Action): number => (a.pipeline * M + a.microBatch) * (P + 2) + consumerPart(a) + 1;
+  const sends = { a: new IdTable(messages, total), g: new IdTable(messages, total) };
+  const recvs = { a: new IdTable(messages, total), g: new IdTable(messages, total) };
+  const sendOrder: number[] = [];
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      const f = rowStart[s]! + i;
       const letter = a.kind === 'forward' ? 'F' : a.kind === 'backward' ? 'B' : a.kind === 'weightGrad' ? 'W' : undefined;
       if (letter !== undefined) {
-        const key = unitKey(a.pipeline, a.microBatch, a.part);
+        const key = unitOf(a, a.part);
         const seen = loc[letter].get(key);
-        if (seen) {
+        if (seen >= 0) {
           fail(s, i, a, `${a.kind} of micro-batch ${a.microBatch} (part ${a.part}, pipeline ${a.pipeline}) runs a second time ` +
-            `(first at stage ${seen.stage}, action #${seen.index}); remove one of them`);
+            `(first at stage ${stageAt(seen)}, action #${indexAt(seen)}); remove one of them`);
         }
-        loc[letter].set(key, { stage: s, index: i });
+        loc[letter].set(key, f);
       } else if (p2pKinds.has(a.kind)) {
-        const map = a.kind === 'sendActivation' || a.kind === 'sendGradient' ? sends : recvs;
-        const id = messageOf(a)!;
-        const seen = map.get(id);
-        if (seen) fail(s, i, a, `the same message is already handled at stage ${seen.stage}, action #${seen.index}; remove the duplicate`);
-        map.set(id, { stage: s, index: i });
+        const table = (isSend(a) ? sends : recvs)[isGradientMessage(a) ? 'g' : 'a'];
+        const id = messageOf(a);
+        const seen = table.get(id);
+        if (seen >= 0) fail(s, i, a, `the same message is already handled at stage ${stageAt(seen)}, action #${indexAt(seen)}; remove the duplicate`);
+        table.set(id, f);
+        if (isSend(a)) sendOrder.push(f);
       }
-    }),
-  );
+    }
+  }
 
   // 2. Local order: inputs produced before use, on this stage or received from their producer.
-  rows.forEach((row, s) => {
-    const done = new Set<string>();
-    const counts = new Map<string, number>();
-    row.forEach((a, i) => {
-      const unit = unitKey(a.pipeline, a.microBatch, a.part);
-      const replica = `${a.pipeline}:${a.part}`;
-      const needLocal = (key: string, what: string): void => {
-        if (!done.has(key)) fail(s, i, a, `${what} has not run on this stage before it; move it after that action`);
-      };
-      const needInput = (prodKey: string, prod: Location | undefined, msg: string, what: string, recvText: string): void => {
-        if (prod === undefined) fail(s, i, a, `${what} never runs anywhere in the schedule; add it`);
-        if (prod.stage === s) needLocal(prodKey, what);
-        else if (!done.has(`recv:${msg}`)) {
-          fail(s, i, a, `its input from stage ${prod.stage} (${what}) is not received before it; insert ${recvText} before it ` +
-            'or build the schedule with withCommunication()');
-        }
-      };
-      const checkVersion = (): void => {
-        const current = counts.get(replica) ?? 0;
-        if (a.version > current) {
-          fail(s, i, a, `reads weight version ${a.version}, but only versions up to ${current} exist on this stage at that point`);
-        }
-      };
+  // The forward, backward and receive of a unit run once (step 1), so "done on this stage before
+  // action i" is "placed on this stage at an index below i".
+  const doneHere = (at: number, s: number, i: number): boolean => at >= 0 && stageAt(at) === s && indexAt(at) < i;
+  // (helpers take the position rather than close over it: they run once per action)
+  const needLocal = (s: number, i: number, a: Action, at: number, what: string): void => {
+    if (!doneHere(at, s, i)) fail(s, i, a, `${what} has not run on this stage before it; move it after that action`);
+  };
+  const needInput = (s: number, i: number, a: Action, prod: number, gradient: boolean): void => {
+    const what = (): string => (gradient ? `the backward of part ${a.part + 1}` : `the forward of part ${a.part - 1}`);
+    if (prod < 0) fail(s, i, a, `${what()} never runs anywhere in the schedule; add it`);
+    if (stageAt(prod) === s) {
+      if (!doneHere(prod, s, i)) needLocal(s, i, a, prod, what());
+    } else if (!doneHere(recvs[gradient ? 'g' : 'a'].get((a.pipeline * M + a.microBatch) * (P + 2) + a.part + 1), s, i)) {
+      const recvText = `"${s}${gradient ? 'rg' : 'ra'}${a.microBatch}${a.part !== s ? `/${a.part}` : ''}${a.pipeline ? `p${a.pipeline}` : ''}<${stageAt(prod)}"`;
+      fail(s, i, a, `its input from stage ${stageAt(prod)} (${what()}) is not received before it; insert ${recvText} before it ` +
+        'or build the schedule with withCommunication()');
+    }
+  };
+  const checkVersion = (s: number, i: number, a: Action, counts: Map<number, number>): void => {
+    // every replica has version 0, so only a later one needs looking up
+    if (a.version <= 0) return;
+    const current = counts.get(a.pipeline * P + a.part) ?? 0;
+    if (a.version > current) {
+      fail(s, i, a, `reads weight version ${a.version}, but only versions up to ${current} exist on this stage at that point`);
+    }
+  };
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    const counts = new Map<number, number>();
+    const stashed = new Set<number>();
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      const unit = unitOf(a, a.part);
       switch (a.kind) {
-        case 'forward': {
-          if (a.part > 0) {
-            const prodKey = unitKey(a.pipeline, a.microBatch, a.part - 1);
-            const msg = messageOf({ ...a, kind: 'recvActivation' })!;
-            const prod = loc.F.get(prodKey);
-            const recvText = `"${s}ra${a.microBatch}${a.part !== s ? `/${a.part}` : ''}${a.pipeline ? `p${a.pipeline}` : ''}<${prod?.stage ?? '?'}"`;
-            needInput(`F${prodKey}`, prod, msg, `the forward of part ${a.part - 1}`, recvText);
-          }
-          checkVersion();
-          done.add(`F${unit}`);
+        case 'forward':
+          if (a.part > 0) needInput(s, i, a, loc.F.get(unitOf(a, a.part - 1)), false);
+          checkVersion(s, i, a, counts);
           break;
-        }
         case 'backward': {
           const fwd = loc.F.get(unit);
-          if (fwd === undefined) fail(s, i, a, 'its micro-batch is never forwarded on this part; add the forward');
-          if (fwd.stage !== s) fail(s, i, a, `must run on stage ${fwd.stage}, where its forward ran and its activations are`);
-          needLocal(`F${unit}`, 'its forward');
-          if (a.part < P - 1) {
-            const prodKey = unitKey(a.pipeline, a.microBatch, a.part + 1);
-            const msg = messageOf({ ...a, kind: 'recvGradient' })!;
-            const prod = loc.B.get(prodKey);
-            const recvText = `"${s}rg${a.microBatch}${a.part !== s ? `/${a.part}` : ''}${a.pipeline ? `p${a.pipeline}` : ''}<${prod?.stage ?? '?'}"`;
-            needInput(`B${prodKey}`, prod, msg, `the backward of part ${a.part + 1}`, recvText);
-          }
-          checkVersion();
-          done.add(`B${unit}`);
+          if (fwd < 0) fail(s, i, a, 'its micro-batch is never forwarded on this part; add the forward');
+          if (stageAt(fwd) !== s) fail(s, i, a, `must run on stage ${stageAt(fwd)}, where its forward ran and its activations are`);
+          needLocal(s, i, a, fwd, 'its forward');
+          if (a.part < P - 1) needInput(s, i, a, loc.B.get(unitOf(a, a.part + 1)), true);
+          checkVersion(s, i, a, counts);
           break;
         }
         case 'weightGrad': {
           const b = loc.B.get(unit);
-          if (b !== undefined && b.stage !== s) fail(s, i, a, `must run on stage ${b.stage}, where its backward ran`);
-          needLocal(`B${unit}`, 'its backward');
-          checkVersion();
-          done.add(`W${unit}`);
+          if (b >= 0 && stageAt(b) !== s) fail(s, i, a, `must run on stage ${stageAt(b)}, where its backward ran`);
+          needLocal(s, i, a, b, 'its backward');
+          checkVersion(s, i, a, counts);
           break;
         }
         case 'sendActivation':
         case 'sendGradient': {
           const isAct = a.kind === 'sendActivation';
-          needLocal(`${isAct ? 'F' : 'B'}${unit}`, `the ${isAct ? 'forward' : 'backward'} whose output it sends`);
+          const own = (isAct ? loc.F : loc.B).get(unit);
+          if (!doneHere(own, s, i)) needLocal(s, i, a, own, `the ${isAct ? 'forward' : 'backward'} whose output it sends`);
           const targetPart = isAct ? a.part + 1 : a.part - 1;
           if (targetPart < 0 || targetPart >= P) fail(s, i, a, `part ${a.part} has no ${isAct ? 'next' : 'previous'} part to send to; remove it`);
-          const target = (isAct ? loc.F : loc.B).get(unitKey(a.pipeline, a.microBatch, targetPart));
-          if (target === undefined || target.stage !== a.peer) {
-            fail(s, i, a, `part ${targetPart} of this micro-batch runs on ${target === undefined ? 'no stage' : `stage ${target.stage}`}, not on stage ${a.peer}; send it there`);
+          const target = (isAct ? loc.F : loc.B).get(unitOf(a, targetPart));
+          if (target < 0 || stageAt(target) !== a.peer) {
+            fail(s, i, a, `part ${targetPart} of this micro-batch runs on ${target < 0 ? 'no stage' : `stage ${stageAt(target)}`}, not on stage ${a.peer}; send it there`);
           }
           break;
         }
@@ -178,135 +187,288 @@ export function validateSchedule(input: Schedule): ScheduleAnalysis {
           const isAct = a.kind === 'recvActivation';
           const sourcePart = isAct ? a.part - 1 : a.part + 1;
           if (sourcePart < 0 || sourcePart >= P) fail(s, i, a, `part ${a.part} has no ${isAct ? 'previous' : 'next'} part to receive from; remove it`);
-          const source = (isAct ? loc.F : loc.B).get(unitKey(a.pipeline, a.microBatch, sourcePart));
-          if (source === undefined || source.stage !== a.peer) {
-            fail(s, i, a, `part ${sourcePart} of this micro-batch runs on ${source === undefined ? 'no stage' : `stage ${source.stage}`}, not on stage ${a.peer}; receive from there`);
+          const source = (isAct ? loc.F : loc.B).get(unitOf(a, sourcePart));
+          if (source < 0 || stageAt(source) !== a.peer) {
+            fail(s, i, a, `part ${sourcePart} of this micro-batch runs on ${source < 0 ? 'no stage' : `stage ${stageAt(source)}`}, not on stage ${a.peer}; receive from there`);
           }
-          if (!sends.has(messageOf(a)!)) fail(s, i, a, `stage ${a.peer} never sends this message; add the matching send there`);
-          done.add(`recv:${messageOf(a)!}`);
+          if (sends[isAct ? 'a' : 'g'].get(messageOf(a)) < 0) fail(s, i, a, `stage ${a.peer} never sends this message; add the matching send there`);
           break;
         }
         case 'restoreWeights':
-          needLocal(`S${unit}`, 'the stash of this weight version');
+          if (!stashed.has(unit)) fail(s, i, a, 'the stash of this weight version has not run on this stage before it; move it after that action');
           break;
         case 'stashWeights':
-          done.add(`S${unit}`);
+          stashed.add(unit);
           break;
         case 'optimizerStep':
-          counts.set(replica, (counts.get(replica) ?? 0) + 1);
+          counts.set(a.pipeline * P + a.part, (counts.get(a.pipeline * P + a.part) ?? 0) + 1);
           break;
         default:
           break;
       }
-    });
-  });
-  for (const [id, at] of sends) {
-    if (!recvs.has(id)) {
-      const a = rows[at.stage]![at.index]!;
-      fail(at.stage, at.index, a, `stage ${a.peer} never receives this message; add the matching receive there`);
     }
   }
+  for (const f of sendOrder) {
+    const a = rows[stageAt(f)]![indexAt(f)]!;
+    if (recvs[isGradientMessage(a) ? 'g' : 'a'].get(messageOf(a)) < 0) {
+      fail(stageAt(f), indexAt(f), a, `stage ${a.peer} never receives this message; add the matching receive there`);
+    }
+  }
+  // Every unit forwarded and backwarded; when all are, this visits each once, and otherwise it
+  // stops at the first missing one, so its cost is bounded by the actions, not the declared sizes.
   for (let p = 0; p < N; p++) {
     for (let m = 0; m < M; m++) {
       for (let j = 0; j < P; j++) {
-        const key = unitKey(p, m, j);
-        for (const [letter, word] of [['F', 'forwarded'], ['B', 'backwarded']] as const) {
-          if (!loc[letter].has(key)) {
-            throw new InvalidScheduleError(
-              `pipeline ${p}, micro-batch ${m}, part ${j} is never ${word}; every micro-batch must be forwarded and ` +
-                'backwarded once on every part of every pipeline (or lower microBatches/pipelines)',
-            );
-          }
+        const key = unitNumber(p, m, j, M, P);
+        const missing = loc.F.get(key) < 0 ? 'forwarded' : loc.B.get(key) < 0 ? 'backwarded' : undefined;
+        if (missing !== undefined) {
+          throw new InvalidScheduleError(
+            `pipeline ${p}, micro-batch ${m}, part ${j} is never ${missing}; every micro-batch must be forwarded and ` +
+              'backwarded once on every part of every pipeline (or lower microBatches/pipelines)',
+          );
         }
       }
     }
   }
 
-  checkNoDeadlock(schedule);
+  checkNoDeadlock(schedule, flat);
   return analyse(schedule, loc.W);
 }
 
-/** Runs the schedule with rendezvous sends; throws if some stages wait on each other forever. */
-function checkNoDeadlock(schedule: Schedule): void {
+/**
+ * Runs the schedule with rendezvous sends; throws if some stages wait on each other forever. Each
+ * stage runs until it must wait, and is looked at again only when the stage it waits for has moved
+ * on or the all-reduce it waits for is complete. Every stage has one next action and nothing that
+ * may run stops being able to, so where the run ends does not depend on the order stages are
+ * looked at in.
+ */
+function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
   const rows = schedule.actions;
   const S = schedule.stages;
-  const pc = new Array<number>(S).fill(0);
-  const participants = new Map<string, number>();
-  rows.forEach((row) => row.forEach((a) => a.kind === 'allReduce' && participants.set(collectiveKey(a), (participants.get(collectiveKey(a)) ?? 0) + 1)));
-  const reached = new Map<string, number>();
-  const issued: Action[][] = Array.from({ length: S }, () => []);
-  const current = (s: number): Action | undefined => rows[s]![pc[s]!];
-  let remaining = rows.reduce((n, row) => n + row.length, 0);
-  while (remaining > 0) {
-    let progressed = false;
+  const P = schedule.parts;
+  const M = schedule.microBatches;
+  const { rowStart, total } = flat;
+  // Per action (by flat position): what it is (1 send, 2 receive, with 4 added for a gradient; 8
+  // an optimizer step, 9 an all-reduce, 0 anything else), and for a send or receive its peer and
+  // the unit that consumes it: two ends pair when one sends and the other receives the same kind
+  // of message for the same unit. Typed arrays rather than the action objects: the run jumps
+  // between stages, and these keep what it reads at each step in a few cache lines (and small,
+  // which spares the garbage collector work at millions of actions).
+  const code = new Uint8Array(total);
+  const peerOf = new Int16Array(total);
+  const consumer = schedule.pipelines * M * P < 2 ** 31 ? new Int32Array(total) : new Float64Array(total);
+  const numbering = new ReductionNumbering(M, P);
+  const reduceOf = (a: Action): number => numbering.of(a);
+  const { participants, microBatch: reduceMicroBatch } = numbering;
+  for (let s = 0; s < S; s++) {
+    const row = rows[s]!;
+    for (let i = 0; i < row.length; i++) {
+      const a = row[i]!;
+      const f = rowStart[s]! + i;
+      if (p2pKinds.has(a.kind)) {
+        code[f] = (isSend(a) ? 1 : 2) + (isGradientMessage(a) ? 4 : 0);
+        peerOf[f] = a.peer;
+        consumer[f] = unitNumber(a.pipeline, a.microBatch, consumerPart(a), M, P);
+      } else if (a.kind === 'optimizerStep') {
+        code[f] = 8;
+      } else if (a.kind === 'allReduce') {
+        code[f] = 9;
+        numbering.add(a);
+      }
+    }
+  }
+  // each stage's position, as a flat number
+  const pos = rowStart.slice(0, S);
+  const actionAt = (s: number, f: number): Action => rows[s]![f - rowStart[s]!]!;
+  const reached = new Int32Array(participants.length);
+  const complete = (r: number): boolean => reached[r]! >= participants[r]!;
+  const reduceWaiters: (number[] | undefined)[] = new Array(participants.length);
+  // per stage and part, the all-reduces issued that no optimizer step has waited for yet (one that
+  // a step waited for is complete, and stays so)
+  const uncovered: Map<number, number[]>[] = Array.from({ length: S }, () => new Map());
+  const scanAt = new Int32Array(S);
+  const waiters: number[][] = Array.from({ length: S }, () => []);
+  const queue: number[] = [];
+  const queued = new Uint8Array(S);
+  const enqueue = (s: number): void => {
+    if (queued[s] === 0) {
+      queued[s] = 1;
+      queue.push(s);
+    }
+  };
+  const moved = (s: number): void => {
+    for (const w of waiters[s]!) enqueue(w);
+    waiters[s] = [];
+  };
+
+  let remaining = total;
+  for (let s = 0; s < S; s++) enqueue(s);
+  for (let head = 0; head < queue.length; head++) {
+    const s = queue[head]!;
+    queued[s] = 0;
+    const end = rowStart[s + 1]!;
+    let f = pos[s]!;
+    const from = f;
+    while (f < end) {
+      const c = code[f]!;
+      if (c !== 0 && c < 8) {
+        const peer = peerOf[f]!;
+        const g = pos[peer]!;
+        // a send (1, or 5 for a gradient) pairs with the receive of the same kind (2, or 6)
+        const pairs = g < rowStart[peer + 1]! && code[g] === (c & 4) + 3 - (c & 3) && peerOf[g] === s && consumer[g] === consumer[f];
+        if (!pairs) {
+          waiters[peer]!.push(s);
+          break;
+        }
+        f++;
+        pos[peer] = g + 1;
+        remaining -= 2;
+        enqueue(peer);
+        moved(peer);
+        continue;
+      }
+      if (c === 8) {
+        const a = actionAt(s, f);
+        const list = uncovered[s]!.get(a.part);
+        if (list !== undefined) {
+          // a step looked at again resumes where it stopped (the stage is held, its list does not grow)
+          let k = scanAt[s]!;
+          while (k < list.length && !((a.microBatch < 0 || reduceMicroBatch[list[k]!]! <= a.microBatch) && !complete(list[k]!))) k++;
+          if (k < list.length) {
+            scanAt[s] = k;
+            (reduceWaiters[list[k]!] ??= []).push(s);
+            break;
+          }
+          scanAt[s] = 0;
+          uncovered[s]!.set(a.part, a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
+        }
+      } else if (c === 9) {
+        const a = actionAt(s, f);
+        const r = reduceOf(a);
+        reached[r]!++;
+        const list = uncovered[s]!.get(a.part);
+        if (list === undefined) uncovered[s]!.set(a.part, [r]);
+        else list.push(r);
+        if (complete(r)) {
+          for (const w of reduceWaiters[r] ?? []) enqueue(w);
+          reduceWaiters[r] = undefined;
+        }
+      }
+      f++;
+      remaining--;
+    }
+    pos[s] = f;
+    if (f > from) moved(s);
+    if (head > 4096 && head * 2 > queue.length) {
+      queue.splice(0, head + 1);
+      head = -1;
+    }
+  }
+  if (remaining > 0) {
+    const waits: string[] = [];
+    let first: string | undefined;
+    const pc = (s: number): number => pos[s]! - rowStart[s]!;
+    const current = (s: number): Action | undefined => rows[s]![pc(s)];
     for (let s = 0; s < S; s++) {
-      for (;;) {
-        const a = current(s);
-        if (a === undefined) break;
-        if (p2pKinds.has(a.kind)) {
-          const other = current(a.peer);
-          const isSend = a.kind === 'sendActivation' || a.kind === 'sendGradient';
-          const pairs =
-            other !== undefined &&
-            other.peer === s &&
-            messageOf(other) === messageOf(a) &&
-            (isSend ? other.kind === 'recvActivation' || other.kind === 'recvGradient' : other.kind === 'sendActivation' || other.kind === 'sendGradient');
-          if (!pairs) break;
-          pc[s]!++;
-          pc[a.peer]!++;
-          remaining -= 2;
-          progressed = true;
-          continue;
-        }
-        if (a.kind === 'optimizerStep') {
-          const waiting = issued[s]!.some(
-            (r) =>
-              r.part === a.part &&
-              (a.microBatch < 0 || r.microBatch <= a.microBatch) &&
-              reached.get(collectiveKey(r))! < participants.get(collectiveKey(r))!,
-          );
-          if (waiting) break;
-        }
-        if (a.kind === 'allReduce') {
-          reached.set(collectiveKey(a), (reached.get(collectiveKey(a)) ?? 0) + 1);
-          issued[s]!.push(a);
-        }
-        pc[s]!++;
-        remaining--;
-        progressed = true;
+      const a = current(s);
+      if (a === undefined) continue;
+      const here = describe(s, pc(s), a);
+      first ??= here;
+      if (p2pKinds.has(a.kind)) {
+        const other = current(a.peer);
+        waits.push(`${here} waits for stage ${a.peer}, which is at ${other === undefined ? 'its end' : `#${pc(a.peer)} (${formatAction(other)})`}`);
+      } else {
+        waits.push(`${here} waits for an all-reduce that not every stage reaches`);
       }
     }
-    if (!progressed) {
-      const waits: string[] = [];
-      let first: string | undefined;
-      for (let s = 0; s < S; s++) {
-        const a = current(s);
-        if (a === undefined) continue;
-        const here = describe(s, pc[s]!, a);
-        first ??= here;
-        if (p2pKinds.has(a.kind)) {
-          const other = current(a.peer);
-          waits.push(`${here} waits for stage ${a.peer}, which is at ${other === undefined ? 'its end' : `#${pc[a.peer]} (${formatAction(other)})`}`);
-        } else {
-          waits.push(`${here} waits for an all-reduce that not every stage reaches`);
-        }
-      }
-      throw new InvalidScheduleError(
-        `deadlock under blocking point-to-point at ${first}: ${waits.join('; ')}. Reorder the sends and receives so that ` +
-          'every stage meets its exchanges in the same order (withCommunication() places them so)',
-      );
-    }
+    throw new InvalidScheduleError(
+      `deadlock under blocking point-to-point at ${first}: ${waits.join('; ')}. Reorder the sends and receives so that ` +
+        'every stage meets its exchanges in the same order (withCommunication() places them so)',
+    );
   }
 }
 
-function analyse(schedule: Schedule, weightGrads: ReadonlyMap<string, Location>): ScheduleAnalysis {
+/** Gradients of one replica waiting for the optimizer step that applies them. */
+interface Pending {
+  /** Unapplied gradients as (micro-batch, arrival) pairs in a min-heap, so a step takes its own in log time. */
+  readonly heap: { microBatch: number; seq: number; unit: number; pipeline: number; part: number }[];
+  seq: number;
+}
+
+function heapPush<T extends { microBatch: number; seq: number }>(heap: T[], x: T): void {
+  heap.push(x);
+  let i = heap.length - 1;
+  while (i > 0) {
+    const up = (i - 1) >> 1;
+    const p = heap[up]!;
+    if (p.microBatch < x.microBatch || (p.microBatch === x.microBatch && p.seq < x.seq)) break;
+    heap[i] = p;
+    i = up;
+  }
+  heap[i] = x;
+}
+
+function heapPop<T extends { microBatch: number; seq: number }>(heap: T[]): T {
+  const top = heap[0]!;
+  const last = heap.pop()!;
+  if (heap.length > 0) {
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= heap.length) break;
+      const r = l + 1;
+      const c = r < heap.length && (heap[r]!.microBatch < heap[l]!.microBatch || (heap[r]!.microBatch === heap[l]!.microBatch && heap[r]!.seq < heap[l]!.seq)) ? r : l;
+      const child = heap[c]!;
+      if (last.microBatch < child.microBatch || (last.microBatch === child.microBatch && last.seq < child.seq)) break;
+      heap[i] = child;
+      i = c;
+    }
+    heap[i] = last;
+  }
+  return top;
+}
+
+/**
+ * The most weight versions a replica holds at once: at each read, 1 (the current version) plus
+ * the older versions (below the version current at that read) that are read at or after it. A
+ * Fenwick tree over version numbers counts the older ones still to be read, in log time per read.
+ */
+function versionsHeld(versions: readonly number[], currents: readonly number[]): number {
+  let top = 0;
+  for (const v of versions) top = Math.max(top, v);
+  const lastRead = new Int32Array(top + 1).fill(-1);
+  versions.forEach((v, i) => (lastRead[v] = i));
+  const tree = new Int32Array(top + 2);
+  const add = (v: number, d: number): void => {
+    for (let x = v + 1; x < tree.length; x += x & -x) tree[x]! += d;
+  };
+  // versions below `v` still to be read
+  const below = (v: number): number => {
+    let sum = 0;
+    for (let x = Math.min(v, top + 1); x > 0; x -= x & -x) sum += tree[x]!;
+    return sum;
+  };
+  for (let v = 0; v <= top; v++) if (lastRead[v]! >= 0) add(v, 1);
+  let held = 1;
+  for (let i = 0; i < versions.length; i++) {
+    held = Math.max(held, 1 + below(currents[i]!));
+    if (lastRead[versions[i]!] === i) add(versions[i]!, -1);
+  }
+  return held;
+}
+
+function analyse(schedule: Schedule, weightGrads: IdTable): ScheduleAnalysis {
   const S = schedule.stages;
+  const P = schedule.parts;
+  const M = schedule.microBatches;
   const forwardsBeforeFirstBackward: number[] = [];
   const peakActivations: number[] = [];
   const weightVersions: number[] = [];
   const maxStaleness: number[] = [];
   const replicas: ReplicaAnalysis[] = [];
   const staleness: StalenessEntry[] = [];
+  // the version each unit's forward read (a unit is forwarded once, on the stage of its backward)
+  const readF = new IdTable(schedule.pipelines * M * P, schedule.actions.reduce((n, row) => n + row.length, 0));
   let unapplied = 0;
   for (let s = 0; s < S; s++) {
     const row = schedule.actions[s]!;
@@ -314,52 +476,67 @@ function analyse(schedule: Schedule, weightGrads: ReadonlyMap<string, Location>)
     let firstBackward: number | undefined;
     let live = 0;
     let peak = 0;
-    const counts = new Map<string, number>();
-    const readF = new Map<string, number>();
-    const pending = new Map<string, { microBatch: number; unit: string; pipeline: number; part: number }[]>();
-    // per replica, the versions read in order and the current version at each read
-    const reads = new Map<string, { version: number; current: number }[]>();
-    const predicted = new Set<string>();
-    const replicaKeys = new Set<string>();
+    let stageStaleness = 0;
+    // per replica (pipeline * P + part), in the order the original analysis met them
+    const counts = new Map<number, number>();
+    const pending = new Map<number, Pending>();
+    const readVersions = new Map<number, number[]>();
+    const readCurrents = new Map<number, number[]>();
+    const predicted = new Set<number>();
+    const replicaKeys = new Set<number>();
+    const record = (g: Pending['heap'][number], appliedTo: number | null): void => {
+      const read = Math.max(readF.get(g.unit), 0);
+      staleness.push({
+        stage: s,
+        part: g.part,
+        pipeline: g.pipeline,
+        microBatch: g.microBatch,
+        readVersion: read,
+        appliedTo,
+        staleness: appliedTo === null ? null : appliedTo - read,
+      });
+      if (appliedTo !== null) stageStaleness = Math.max(stageStaleness, appliedTo - read);
+    };
+    const pendingOf = (replica: number): Pending => {
+      let list = pending.get(replica);
+      if (list === undefined) {
+        list = { heap: [], seq: 0 };
+        pending.set(replica, list);
+      }
+      return list;
+    };
     for (const a of row) {
-      const replica = `${a.pipeline}:${a.part}`;
-      const unit = unitKey(a.pipeline, a.microBatch, a.part);
+      const replica = a.pipeline * P + a.part;
       const count = counts.get(replica) ?? 0;
       const resolved = a.version >= 0 ? a.version : count;
-      if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep' || a.kind === 'predictWeights') {
-        replicaKeys.add(replica);
-      }
+      const compute = a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad';
+      if (compute || a.kind === 'optimizerStep' || a.kind === 'predictWeights') replicaKeys.add(replica);
       switch (a.kind) {
         case 'forward':
           forwards++;
           live++;
           peak = Math.max(peak, live);
-          readF.set(unit, resolved);
+          readF.set(unitNumber(a.pipeline, a.microBatch, a.part, M, P), resolved);
           break;
         case 'backward':
         case 'weightGrad': {
           if (a.kind === 'backward') firstBackward ??= forwards;
-          const last = a.kind === 'weightGrad' || !weightGrads.has(unit);
+          const unit = unitNumber(a.pipeline, a.microBatch, a.part, M, P);
+          const last = a.kind === 'weightGrad' || weightGrads.get(unit) < 0;
           if (last) {
             live--;
-            const list = pending.get(replica) ?? [];
-            list.push({ microBatch: a.microBatch, unit, pipeline: a.pipeline, part: a.part });
-            pending.set(replica, list);
+            const list = pendingOf(replica);
+            heapPush(list.heap, { microBatch: a.microBatch, seq: list.seq++, unit, pipeline: a.pipeline, part: a.part });
           }
           break;
         }
         case 'optimizerStep': {
-          const list = pending.get(replica) ?? [];
-          const keep: typeof list = [];
-          for (const g of list) {
-            if (a.microBatch >= 0 && g.microBatch > a.microBatch) {
-              keep.push(g);
-              continue;
-            }
-            const read = readF.get(g.unit) ?? 0;
-            staleness.push({ stage: s, part: g.part, pipeline: g.pipeline, microBatch: g.microBatch, readVersion: read, appliedTo: count, staleness: count - read });
-          }
-          pending.set(replica, keep);
+          const list = pendingOf(replica);
+          const applied: Pending['heap'] = [];
+          while (list.heap.length > 0 && (a.microBatch < 0 || list.heap[0]!.microBatch <= a.microBatch)) applied.push(heapPop(list.heap));
+          // in the order the gradients arrived, as the analysis reports them
+          applied.sort((x, y) => x.seq - y.seq);
+          for (const g of applied) record(g, count);
           counts.set(replica, count + 1);
           break;
         }
@@ -369,38 +546,37 @@ function analyse(schedule: Schedule, weightGrads: ReadonlyMap<string, Location>)
         default:
           break;
       }
-      if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
-        const list = reads.get(replica) ?? [];
-        list.push({ version: resolved, current: count });
-        reads.set(replica, list);
+      if (compute) {
+        let versions = readVersions.get(replica);
+        if (versions === undefined) {
+          versions = [];
+          readVersions.set(replica, versions);
+          readCurrents.set(replica, []);
+        }
+        versions.push(resolved);
+        readCurrents.get(replica)!.push(count);
       }
     }
     for (const list of pending.values()) {
-      for (const g of list) {
+      const left = [...list.heap].sort((x, y) => x.seq - y.seq);
+      for (const g of left) {
         unapplied++;
-        staleness.push({ stage: s, part: g.part, pipeline: g.pipeline, microBatch: g.microBatch, readVersion: readF.get(g.unit) ?? 0, appliedTo: null, staleness: null });
+        record(g, null);
       }
     }
     let stageVersions = 0;
     for (const replica of replicaKeys) {
-      const list = reads.get(replica) ?? [];
-      const lastRead = new Map<number, number>();
-      list.forEach((r, i) => lastRead.set(r.version, i));
-      let held = 1;
-      list.forEach((r, i) => {
-        let old = 0;
-        for (const [v, last] of lastRead) if (v < r.current && last >= i) old++;
-        held = Math.max(held, 1 + old);
-      });
+      let held = readVersions.has(replica) ? versionsHeld(readVersions.get(replica)!, readCurrents.get(replica)!) : 1;
       if (predicted.has(replica)) held++;
-      const [pipeline, part] = replica.split(':').map(Number) as [number, number];
+      const pipeline = Math.floor(replica / P);
+      const part = replica - pipeline * P;
       replicas.push({ stage: s, pipeline, part, versionsHeld: held, updates: counts.get(replica) ?? 0 });
       stageVersions = Math.max(stageVersions, held);
     }
     forwardsBeforeFirstBackward.push(firstBackward ?? forwards);
     peakActivations.push(peak);
     weightVersions.push(stageVersions);
-    maxStaleness.push(staleness.filter((e) => e.stage === s && e.staleness !== null).reduce((m, e) => Math.max(m, e.staleness!), 0));
+    maxStaleness.push(stageStaleness);
   }
   return { forwardsBeforeFirstBackward, peakActivations, weightVersions, maxStaleness, replicas, staleness, unappliedGradients: unapplied };
 }

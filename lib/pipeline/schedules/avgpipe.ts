@@ -1,8 +1,8 @@
 import { withCommunication } from '../communication.js';
-import { listSchedule } from '../list-scheduler.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type ReadyTask, listSchedule } from '../list-scheduler.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
-import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
 
 /**
@@ -18,33 +18,45 @@ export function avgpipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('avgpipe', options);
   const N = checkInteger(options.pipelines ?? 2, 'avgpipe: pipelines', 1, limits.pipelines);
   const A = checkInteger(options.advance ?? S - 1, 'avgpipe: advance', 0, limits.microBatches);
-  // per stage and pipeline, the AFP order still to run
-  const queues: Action[][][] = [];
+  checkUnits('avgpipe', S, M, { pipelines: N }, ['pipelines'], limits.listScheduledUnits);
+  // per stage and pipeline, the AFP order still to run, as indices into the task list
+  const queues: number[][][] = [];
   const tasks: Action[] = [];
   for (let k = 0; k < S; k++) {
-    const perPipeline: Action[][] = [];
+    const perPipeline: number[][] = [];
     for (let p = 0; p < N; p++) {
-      const steps = advanceForwardOrder(S, M, A, k).map((step) => action(step.kind, k, { microBatch: step.microBatch, pipeline: p }));
-      tasks.push(...steps);
+      const steps = advanceForwardOrder(S, M, A, k).map((step) => {
+        tasks.push(makeAction(step.kind, k, k, step.microBatch, p, -1, -1));
+        return tasks.length - 1;
+      });
       perPipeline.push(steps);
     }
     queues.push(perPipeline);
   }
   const next = queues.map((perPipeline) => perPipeline.map(() => 0));
+  const frontier: number[] = [];
   const order = listSchedule({
     stages: S,
     parts: S,
     tasks,
     duration: (a) => (a.kind === 'forward' ? 1 : 2),
     transfer: 0,
-    frontier: (s) => queues[s]!.map((queue, p) => queue[next[s]![p]!]).filter((a): a is Action => a !== undefined),
+    frontier: (s) => {
+      // (one array, reused: the scheduler reads it before asking again)
+      frontier.length = 0;
+      for (let p = 0; p < N; p++) {
+        const t = queues[s]![p]![next[s]![p]!];
+        if (t !== undefined) frontier.push(t);
+      }
+      return frontier;
+    },
     pick: (s, available) => {
-      let best: { action: Action; ready: number } | undefined;
+      let best: ReadyTask | undefined;
       for (const r of available) {
         const p = r.action.pipeline;
         if (best === undefined || r.ready < best.ready || (r.ready === best.ready && p < best.action.pipeline)) best = r;
       }
-      return best?.action;
+      return best;
     },
     onPlace: (s, a) => {
       next[s]![a.pipeline]!++;
@@ -52,11 +64,11 @@ export function avgpipe(options: ScheduleOptions): Schedule {
   });
   const actions = order.map((row, k) => {
     const out = [...row];
-    for (let p = 0; p < N; p++) out.push(action('optimizerStep', k, { pipeline: p }));
-    for (let p = 0; p < N; p++) out.push(action('elasticAverage', k, { pipeline: p }));
+    for (let p = 0; p < N; p++) out.push(makeAction('optimizerStep', k, k, -1, p, -1, -1));
+    for (let p = 0; p < N; p++) out.push(makeAction('elasticAverage', k, k, -1, p, -1, -1));
     return out;
   });
   return withCommunication(
-    createSchedule({ name: 'avgpipe', stages: S, microBatches: M, pipelines: N, actions, params: { S, M, N, A } }),
+    buildSchedule({ name: 'avgpipe', stages: S, microBatches: M, pipelines: N, actions, params: { S, M, N, A } }, false),
   );
 }

@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -14,10 +14,10 @@ export function gpipe(options: ScheduleOptions): Schedule {
   const actions: Action[][] = [];
   for (let k = 0; k < S; k++) {
     const row: Action[] = [];
-    for (let m = 0; m < M; m++) row.push(action('forward', k, { microBatch: m }));
-    for (let m = M - 1; m >= 0; m--) row.push(action('backward', k, { microBatch: m }));
-    row.push(action('optimizerStep', k));
+    for (let m = 0; m < M; m++) row.push(makeAction('forward', k, k, m, 0, -1, -1));
+    for (let m = M - 1; m >= 0; m--) row.push(makeAction('backward', k, k, m, 0, -1, -1));
+    row.push(makeAction('optimizerStep', k, k, -1, 0, -1, -1));
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: 'gpipe', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: 'gpipe', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

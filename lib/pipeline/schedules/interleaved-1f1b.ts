@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
-import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
 
 /**
@@ -14,6 +14,7 @@ import { checkInteger } from '../../validate.js';
 export function interleaved1F1B(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('interleaved-1f1b', options);
   const V = checkInteger(options.virtualStages ?? 2, 'interleaved-1f1b: virtualStages', 1, limits.virtualStages);
+  checkUnits('interleaved-1f1b', S, M, { virtualStages: V });
   if (M % S !== 0) {
     throw new InvalidArgumentError(`interleaved-1f1b: microBatches (${M}) must be a multiple of stages (${S}); try ${Math.ceil(M / S) * S}`);
   }
@@ -29,11 +30,11 @@ export function interleaved1F1B(options: ScheduleOptions): Schedule {
     const row: Action[] = [];
     const fwd = (i: number): void => {
       const u = unitAt(i, false);
-      row.push(action('forward', d, { part: u.part * S + d, microBatch: u.microBatch }));
+      row.push(makeAction('forward', d, u.part * S + d, u.microBatch, 0, -1, -1));
     };
     const bwd = (i: number): void => {
       const u = unitAt(i, true);
-      row.push(action('backward', d, { part: u.part * S + d, microBatch: u.microBatch }));
+      row.push(makeAction('backward', d, u.part * S + d, u.microBatch, 0, -1, -1));
     };
     for (let i = 0; i < warm; i++) fwd(i);
     for (let r = 0; r < total - warm; r++) {
@@ -41,10 +42,10 @@ export function interleaved1F1B(options: ScheduleOptions): Schedule {
       bwd(r);
     }
     for (let r = total - warm; r < total; r++) bwd(r);
-    for (let c = 0; c < V; c++) row.push(action('optimizerStep', d, { part: c * S + d }));
+    for (let c = 0; c < V; c++) row.push(makeAction('optimizerStep', d, c * S + d, -1, 0, -1, -1));
     actions.push(row);
   }
   return withCommunication(
-    createSchedule({ name: 'interleaved-1f1b', stages: S, parts: S * V, microBatches: M, actions, params: { S, M, V } }),
+    buildSchedule({ name: 'interleaved-1f1b', stages: S, parts: S * V, microBatches: M, actions, params: { S, M, V } }, false),
   );
 }

@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
@@ -14,9 +14,9 @@ export function oneFOneB(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('1f1b', options);
   const actions: Action[][] = [];
   for (let k = 0; k < S; k++) {
-    const row = advanceForwardOrder(S, M, 0, k).map((step) => action(step.kind, k, { microBatch: step.microBatch }));
-    row.push(action('optimizerStep', k));
+    const row = advanceForwardOrder(S, M, 0, k).map((step) => makeAction(step.kind, k, k, step.microBatch, 0, -1, -1));
+    row.push(makeAction('optimizerStep', k, k, -1, 0, -1, -1));
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: '1f1b', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: '1f1b', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

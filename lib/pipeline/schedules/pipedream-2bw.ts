@@ -1,6 +1,6 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
-import { type ScheduleOptions, checkOptions, limits } from './options.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
 
 /**
@@ -15,6 +15,7 @@ import { checkInteger } from '../../validate.js';
 export function pipedream2BW(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('pipedream-2bw', options);
   const I = checkInteger(options.iterations ?? 3, 'pipedream-2bw: iterations', 1, limits.iterations);
+  checkUnits('pipedream-2bw', S, M, { iterations: I });
   const T = M * I;
   const batchOf = (g: number): number => Math.floor(g / M);
   const actions: Action[][] = [];
@@ -27,15 +28,15 @@ export function pipedream2BW(options: ScheduleOptions): Schedule {
     // a forward may only read a version this stage already has: version b-1 needs b-1 updates
     const canForward = (): boolean => f < T && f - b < inFlight && updates >= batchOf(f) - 1;
     const forward = (): void => {
-      row.push(action('forward', k, { microBatch: f, version: Math.max(0, batchOf(f) - 1) }));
+      row.push(makeAction('forward', k, k, f, 0, Math.max(0, batchOf(f) - 1), -1));
       f++;
     };
     while (canForward()) forward();
     while (b < T) {
-      row.push(action('backward', k, { microBatch: b, version: Math.max(0, batchOf(b) - 1) }));
+      row.push(makeAction('backward', k, k, b, 0, Math.max(0, batchOf(b) - 1), -1));
       b++;
       if (b % M === 0) {
-        row.push(action('optimizerStep', k, { microBatch: b - 1 }));
+        row.push(makeAction('optimizerStep', k, k, b - 1, 0, -1, -1));
         updates++;
       }
       if (canForward()) forward();
@@ -43,6 +44,6 @@ export function pipedream2BW(options: ScheduleOptions): Schedule {
     actions.push(row);
   }
   return withCommunication(
-    createSchedule({ name: 'pipedream-2bw', stages: S, microBatches: T, actions, params: { S, M, iterations: I } }),
+    buildSchedule({ name: 'pipedream-2bw', stages: S, microBatches: T, actions, params: { S, M, iterations: I } }, false),
   );
 }

@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
@@ -21,16 +21,16 @@ export function pipedream(options: ScheduleOptions): Schedule {
       const m = step.microBatch;
       if (step.kind === 'forward') {
         read.set(m, version);
-        row.push(action('forward', k, { microBatch: m, version }));
-        row.push(action('stashWeights', k, { microBatch: m }));
+        row.push(makeAction('forward', k, k, m, 0, version, -1));
+        row.push(makeAction('stashWeights', k, k, m, 0, -1, -1));
       } else {
-        row.push(action('restoreWeights', k, { microBatch: m }));
-        row.push(action('backward', k, { microBatch: m, version: read.get(m)! }));
-        row.push(action('optimizerStep', k, { microBatch: m }));
+        row.push(makeAction('restoreWeights', k, k, m, 0, -1, -1));
+        row.push(makeAction('backward', k, k, m, 0, read.get(m)!, -1));
+        row.push(makeAction('optimizerStep', k, k, m, 0, -1, -1));
         version++;
       }
     }
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: 'pipedream', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: 'pipedream', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -17,16 +17,16 @@ export function pipelinedBackprop(options: ScheduleOptions): Schedule {
     for (let t = 0; t < M + 2 * S - 1; t++) {
       const f = t - k;
       if (f >= 0 && f < M) {
-        row.push(action('predictWeights', k, { microBatch: f }));
-        row.push(action('forward', k, { microBatch: f }));
+        row.push(makeAction('predictWeights', k, k, f, 0, -1, -1));
+        row.push(makeAction('forward', k, k, f, 0, -1, -1));
       }
       const b = t - (2 * S - 1 - k);
       if (b >= 0 && b < M) {
-        row.push(action('backward', k, { microBatch: b }));
-        row.push(action('optimizerStep', k, { microBatch: b }));
+        row.push(makeAction('backward', k, k, b, 0, -1, -1));
+        row.push(makeAction('optimizerStep', k, k, b, 0, -1, -1));
       }
     }
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: 'pipelined-backprop', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: 'pipelined-backprop', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

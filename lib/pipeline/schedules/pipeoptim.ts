@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
@@ -19,14 +19,14 @@ export function pipeoptim(options: ScheduleOptions): Schedule {
     for (const step of advanceForwardOrder(S, M, 0, k)) {
       const m = step.microBatch;
       if (step.kind === 'forward') {
-        row.push(action('predictWeights', k, { microBatch: m }));
-        row.push(action('forward', k, { microBatch: m }));
+        row.push(makeAction('predictWeights', k, k, m, 0, -1, -1));
+        row.push(makeAction('forward', k, k, m, 0, -1, -1));
       } else {
-        row.push(action('backward', k, { microBatch: m }));
-        row.push(action('optimizerStep', k, { microBatch: m }));
+        row.push(makeAction('backward', k, k, m, 0, -1, -1));
+        row.push(makeAction('optimizerStep', k, k, m, 0, -1, -1));
       }
     }
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: 'pipeoptim', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: 'pipeoptim', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

@@ -1,4 +1,4 @@
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -15,18 +15,17 @@ export function sapipe(options: ScheduleOptions): Schedule {
   const actions: Action[][] = [];
   for (let x = 0; x < S; x++) {
     const row: Action[] = [];
-    const at = { part: 0, pipeline: x };
     for (let t = 0; t < M; t++) {
-      row.push(action('forward', x, { ...at, microBatch: t }));
-      row.push(action('backward', x, { ...at, microBatch: t }));
-      row.push(action('allReduce', x, { part: 0, pipeline: 0, microBatch: t }));
+      row.push(makeAction('forward', x, 0, t, x, -1, -1));
+      row.push(makeAction('backward', x, 0, t, x, -1, -1));
+      row.push(makeAction('allReduce', x, 0, t, 0, -1, -1));
       if (t > 0) {
-        row.push(action('optimizerStep', x, { ...at, microBatch: t - 1 }));
-        row.push(action('predictWeights', x, { ...at, microBatch: t }));
+        row.push(makeAction('optimizerStep', x, 0, t - 1, x, -1, -1));
+        row.push(makeAction('predictWeights', x, 0, t, x, -1, -1));
       }
     }
-    row.push(action('optimizerStep', x, { ...at, microBatch: M - 1 }));
+    row.push(makeAction('optimizerStep', x, 0, M - 1, x, -1, -1));
     actions.push(row);
   }
-  return createSchedule({ name: 'sapipe', stages: S, parts: 1, pipelines: S, microBatches: M, actions, params: { S, M } });
+  return buildSchedule({ name: 'sapipe', stages: S, parts: 1, pipelines: S, microBatches: M, actions, params: { S, M } }, false);
 }

@@ -1,5 +1,5 @@
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
 import { advanceForwardOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
@@ -16,11 +16,11 @@ export function spectrain(options: ScheduleOptions): Schedule {
     const row: Action[] = [];
     for (const step of advanceForwardOrder(S, M, 0, k)) {
       const m = step.microBatch;
-      row.push(action('predictWeights', k, { microBatch: m }));
-      row.push(action(step.kind, k, { microBatch: m }));
-      if (step.kind === 'backward') row.push(action('optimizerStep', k, { microBatch: m }));
+      row.push(makeAction('predictWeights', k, k, m, 0, -1, -1));
+      row.push(makeAction(step.kind, k, k, m, 0, -1, -1));
+      if (step.kind === 'backward') row.push(makeAction('optimizerStep', k, k, m, 0, -1, -1));
     }
     actions.push(row);
   }
-  return withCommunication(createSchedule({ name: 'spectrain', stages: S, microBatches: M, actions, params: { S, M } }));
+  return withCommunication(buildSchedule({ name: 'spectrain', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }

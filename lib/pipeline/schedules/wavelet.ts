@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 import { withCommunication } from '../communication.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
-import { type ScheduleOptions, checkOptions } from './options.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, checkUnits } from './options.js';
 import { describeValue } from '../../validate.js';
 
 /**
@@ -28,7 +28,11 @@ import { describeValue } from '../../validate.js';
 export function wavelet(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('wavelet', options);
   const form = options.form ?? 'data-parallel';
-  if (form === 'data-parallel') return waveletDataParallel(S, M);
+  if (form === 'data-parallel') {
+    // two replicas per worker: tick and tock
+    checkUnits('wavelet (data-parallel)', S, M, { replicas: 2 }, []);
+    return waveletDataParallel(S, M);
+  }
   if (form === 'model-parallel') return waveletModelParallel(S, M);
   throw new InvalidArgumentError(`wavelet: form must be "data-parallel" or "model-parallel", got ${describeValue(form)}`);
 }
@@ -40,27 +44,27 @@ function waveletDataParallel(S: number, M: number): Schedule {
     const tick = { part: 0, pipeline: 2 * x };
     const tock = { part: 0, pipeline: 2 * x + 1 };
     const backward = (wave: typeof tick, w: number, t: number): void => {
-      row.push(action('backward', x, { ...wave, microBatch: t }));
-      row.push(action('allReduce', x, { part: 0, pipeline: w, microBatch: t }));
+      row.push(makeAction('backward', x, wave.part, t, wave.pipeline, -1, -1));
+      row.push(makeAction('allReduce', x, 0, t, w, -1, -1));
     };
     const step = (wave: typeof tick, t: number): void => {
-      row.push(action('optimizerStep', x, { ...wave, microBatch: t }));
+      row.push(makeAction('optimizerStep', x, wave.part, t, wave.pipeline, -1, -1));
     };
     // each wave's all-reduce runs while the other wave computes; its step comes just before
     // that wave's next forward
     for (let t = 0; t < M; t++) {
-      row.push(action('forward', x, { ...tick, microBatch: t }));
+      row.push(makeAction('forward', x, 0, t, 2 * x, -1, -1));
       if (t > 0) backward(tock, 1, t - 1);
       backward(tick, 0, t);
       if (t > 0) step(tock, t - 1);
-      row.push(action('forward', x, { ...tock, microBatch: t }));
+      row.push(makeAction('forward', x, 0, t, 2 * x + 1, -1, -1));
       step(tick, t);
     }
     backward(tock, 1, M - 1);
     step(tock, M - 1);
     actions.push(row);
   }
-  return createSchedule({
+  return buildSchedule({
     name: 'wavelet',
     stages: S,
     parts: 1,
@@ -68,7 +72,7 @@ function waveletDataParallel(S: number, M: number): Schedule {
     microBatches: M,
     actions,
     params: { S, M, form: 'data-parallel' },
-  });
+  }, false);
 }
 
 function waveletModelParallel(S: number, M: number): Schedule {
@@ -79,12 +83,12 @@ function waveletModelParallel(S: number, M: number): Schedule {
     const batch = (r: number, t: number): number => r * S + ((((x - t) % S) + S) % S);
     const forwardStep = (r: number, t: number): void => {
       const m = batch(r, t);
-      if (m < M) row.push(action('forward', x, { part: t, microBatch: m }));
+      if (m < M) row.push(makeAction('forward', x, t, m, 0, -1, -1));
     };
     const backwardStep = (r: number, q: number): void => {
       const t = S - 1 - q;
       const m = batch(r, t);
-      if (m < M) row.push(action('backward', x, { part: t, microBatch: m }));
+      if (m < M) row.push(makeAction('backward', x, t, m, 0, -1, -1));
     };
     for (let t = 0; t < S; t++) forwardStep(0, t);
     for (let r = 0; r < rounds; r++) {
@@ -93,11 +97,11 @@ function waveletModelParallel(S: number, M: number): Schedule {
         if (r + 1 < rounds) forwardStep(r + 1, q);
       }
     }
-    for (let t = 0; t < S; t++) row.push(action('allReduce', x, { part: t, microBatch: M - 1 }));
-    for (let t = 0; t < S; t++) row.push(action('optimizerStep', x, { part: t, microBatch: M - 1 }));
+    for (let t = 0; t < S; t++) row.push(makeAction('allReduce', x, t, M - 1, 0, -1, -1));
+    for (let t = 0; t < S; t++) row.push(makeAction('optimizerStep', x, t, M - 1, 0, -1, -1));
     actions.push(row);
   }
   return withCommunication(
-    createSchedule({ name: 'wavelet', stages: S, parts: S, microBatches: M, actions, params: { S, M, form: 'model-parallel' } }),
+    buildSchedule({ name: 'wavelet', stages: S, parts: S, microBatches: M, actions, params: { S, M, form: 'model-parallel' } }, false),
   );
 }

@@ -1,7 +1,14 @@
 import { withCommunication } from '../communication.js';
-import { listSchedule } from '../list-scheduler.js';
-import { type Action, type Schedule, action, createSchedule } from '../schedule.js';
-import { type ScheduleOptions, checkOptions } from './options.js';
+import { type ReadyTask, listSchedule } from '../list-scheduler.js';
+import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
+import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
+
+/** The available task of this kind with the lowest micro-batch. */
+function first(available: readonly ReadyTask[], kind: Action['kind']): ReadyTask | undefined {
+  let best: ReadyTask | undefined;
+  for (const r of available) if (r.action.kind === kind && (best === undefined || r.action.microBatch < best.action.microBatch)) best = r;
+  return best;
+}
 
 /**
  * ZB-H1 (zero-bubble pipeline parallelism, the variant with 1F1B's peak memory): the backward is
@@ -17,39 +24,39 @@ import { type ScheduleOptions, checkOptions } from './options.js';
  */
 export function zbH1(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('zb-h1', options);
+  checkUnits('zb-h1', S, M, {}, [], limits.listScheduledUnits);
   const tasks: Action[] = [];
   for (let k = 0; k < S; k++) {
     for (let m = 0; m < M; m++) {
-      tasks.push(action('forward', k, { microBatch: m }));
-      tasks.push(action('backward', k, { microBatch: m }));
-      tasks.push(action('weightGrad', k, { microBatch: m }));
+      tasks.push(makeAction('forward', k, k, m, 0, -1, -1));
+      tasks.push(makeAction('backward', k, k, m, 0, -1, -1));
+      tasks.push(makeAction('weightGrad', k, k, m, 0, -1, -1));
     }
   }
   const live = new Array<number>(S).fill(0);
   // F, B and W each run in micro-batch order on a stage, so only the next of each can be chosen
-  const next = Array.from({ length: S }, () => ({ forward: 0, backward: 0, weightGrad: 0 }));
-  const byKind = (k: number, kind: 'forward' | 'backward' | 'weightGrad'): Action | undefined =>
-    next[k]![kind] < M ? tasks[(k * M + next[k]![kind]) * 3 + (kind === 'forward' ? 0 : kind === 'backward' ? 1 : 2)] : undefined;
+  // (per stage, by kind: 0 forward, 1 backward, 2 weight gradient; task k*M+m has F, B, W at 3 (k*M+m) + kind)
+  const next = new Int32Array(3 * S);
+  // (one frontier array, reused: the scheduler reads it before asking again)
+  const frontier: number[] = [];
   const order = listSchedule({
     stages: S,
     parts: S,
     tasks,
     duration: () => 1,
     transfer: 0,
-    frontier: (s) => [byKind(s, 'backward'), byKind(s, 'forward'), byKind(s, 'weightGrad')].filter((a): a is Action => a !== undefined),
-    pick: (s, available) => {
-      const first = (kind: Action['kind']): Action | undefined =>
-        available
-          .filter((r) => r.action.kind === kind)
-          .reduce<Action | undefined>((best, r) => (best === undefined || r.action.microBatch < best.microBatch ? r.action : best), undefined);
-      return first('backward') ?? (live[s]! < Math.min(M, S) ? first('forward') : undefined) ?? first('weightGrad');
+    frontier: (s) => {
+      frontier.length = 0;
+      for (const kind of [1, 0, 2]) if (next[3 * s + kind]! < M) frontier.push((s * M + next[3 * s + kind]!) * 3 + kind);
+      return frontier;
     },
+    pick: (s, available) => first(available, 'backward') ?? (live[s]! < Math.min(M, S) ? first(available, 'forward') : undefined) ?? first(available, 'weightGrad'),
     onPlace: (s, a) => {
-      next[s]![a.kind as 'forward' | 'backward' | 'weightGrad']++;
+      next[3 * s + (a.kind === 'forward' ? 0 : a.kind === 'backward' ? 1 : 2)]!++;
       if (a.kind === 'forward') live[s]!++;
       else if (a.kind === 'weightGrad') live[s]!--;
     },
   });
-  const actions = order.map((row, k) => [...row, action('optimizerStep', k)]);
-  return withCommunication(createSchedule({ name: 'zb-h1', stages: S, microBatches: M, actions, params: { S, M } }));
+  const actions = order.map((row, k) => [...row, makeAction('optimizerStep', k, k, -1, 0, -1, -1)]);
+  return withCommunication(buildSchedule({ name: 'zb-h1', stages: S, microBatches: M, actions, params: { S, M } }, false));
 }
