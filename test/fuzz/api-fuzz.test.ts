@@ -62,7 +62,7 @@ t.test(`${batches} batches of ${callsPerBatch} random calls over the public API`
   for (const run of runs) {
     const replay = `npm run build && node ${fixture} ${run.seed} ${callsPerBatch}`;
     const ok = run.exitCode === 0 && run.signal === null;
-    t.ok(ok, `batch ${run.seed}: the process lived (exit ${run.exitCode}, signal ${run.signal}); replay: ${replay}\n${run.stderr.slice(-2000)}`);
+    t.ok(ok, `batch ${run.seed}: the process lived (exit ${run.exitCode}, signal ${run.signal}); replay: ${replay}${ok ? '' : `\n${run.stderr.slice(-2000)}`}`);
     if (!ok) continue;
     const report = JSON.parse(run.stdout.trim().split('\n').pop()!) as BatchReport;
     calls += report.calls;
