@@ -475,3 +475,54 @@ export class ReductionNumbering {
     return this.participants.length;
   }
 }
+
+/**
+ * The stages still to visit while a schedule is stepped through (the simulator, the deadlock
+ * check): each stage at most once in the queue, and a stage held up by another woken when that one
+ * moves on, so that the whole pass visits a stage only when what it waits for has happened.
+ *
+ * @internal
+ */
+export class StageWakeQueue {
+  private items: number[] = [];
+  private head = 0;
+  private readonly queued: Uint8Array;
+  private waiters: number[][];
+
+  /** Every stage starts queued, in order. */
+  constructor(stages: number) {
+    this.queued = new Uint8Array(stages);
+    this.waiters = Array.from({ length: stages }, () => []);
+    for (let s = 0; s < stages; s++) this.push(s);
+  }
+
+  push(stage: number): void {
+    if (this.queued[stage] !== 0) return;
+    this.queued[stage] = 1;
+    this.items.push(stage);
+  }
+
+  /** The next stage to visit, or -1 when none is left. */
+  next(): number {
+    if (this.head >= this.items.length) return -1;
+    const stage = this.items[this.head++]!;
+    this.queued[stage] = 0;
+    // Drop what was visited now and then, so the list stays as long as what is queued.
+    if (this.head > 4096 && this.head * 2 > this.items.length) {
+      this.items.splice(0, this.head);
+      this.head = 0;
+    }
+    return stage;
+  }
+
+  /** `stage` waits until `on` moves on. */
+  wait(stage: number, on: number): void {
+    this.waiters[on]!.push(stage);
+  }
+
+  /** `stage` moved on: the stages waiting for it are queued again. */
+  moved(stage: number): void {
+    for (const w of this.waiters[stage]!) this.push(w);
+    this.waiters[stage] = [];
+  }
+}

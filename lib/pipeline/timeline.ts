@@ -6,7 +6,7 @@
  * reached them, run beside compute, and an optimizer step waits for the reductions it applies.
  */
 import { InvalidScheduleError } from '../errors.js';
-import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, flatIndex, formatAction, unitKey, unitNumber } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, flatIndex, formatAction, unitKey, unitNumber } from './schedule.js';
 
 /** How long things take; supplied by the simulator (real costs) or by placement (unit costs). @category Pipeline schedules */
 export interface TimingModel {
@@ -143,15 +143,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
   const scanAt = new Int32Array(S);
   const scanMax = new Float64Array(S);
   // Stages to wake when stage t moves on.
-  const waiters: number[][] = Array.from({ length: S }, () => []);
-  const queue: number[] = [];
-  const queued = new Uint8Array(S);
-  const enqueue = (s: number): void => {
-    if (queued[s] === 0) {
-      queued[s] = 1;
-      queue.push(s);
-    }
-  };
+  const wake = new StageWakeQueue(S);
 
   // What the last readyTime() that returned NaN waits for: a stage, or an all-reduce (-2 - r);
   // -1: something that never comes.
@@ -223,10 +215,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
   };
 
   let remaining = total;
-  for (let s = 0; s < S; s++) enqueue(s);
-  for (let head = 0; head < queue.length; head++) {
-    const s = queue[head]!;
-    queued[s] = 0;
+  for (let s = wake.next(); s >= 0; s = wake.next()) {
     const row = rows[s]!;
     const base = rowStart[s]!;
     let progressed = false;
@@ -236,7 +225,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
       const f = base + i;
       const ready = readyTime(a, s);
       if (Number.isNaN(ready)) {
-        if (waitFor >= 0) waiters[waitFor]!.push(s);
+        if (waitFor >= 0) wake.wait(s, waitFor);
         else if (waitFor <= -2) (reduceWaiters[-2 - waitFor] ??= []).push(s);
         break;
       }
@@ -252,7 +241,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
         end[f] = begin;
         if (reached[r] === participants[r]) {
           completion[r] = reachedLast[r]! + model.allReduce(a);
-          for (const w of reduceWaiters[r] ?? []) enqueue(w);
+          for (const w of reduceWaiters[r] ?? []) wake.push(w);
           reduceWaiters[r] = undefined;
         }
       } else {
@@ -271,14 +260,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
       remaining--;
       progressed = true;
     }
-    if (progressed) {
-      for (const w of waiters[s]!) enqueue(w);
-      waiters[s] = [];
-    }
-    if (head > 4096 && head * 2 > queue.length) {
-      queue.splice(0, head + 1);
-      head = -1;
-    }
+    if (progressed) wake.moved(s);
   }
   if (remaining > 0) {
     const blocked: string[] = [];

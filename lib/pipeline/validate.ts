@@ -7,7 +7,7 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, createSchedule, flatIndex, formatAction, p2pKinds, unitNumber } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, createSchedule, flatIndex, formatAction, p2pKinds, unitNumber } from './schedule.js';
 import { checkInteger, checkObject, describeValue } from '../validate.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
@@ -287,25 +287,10 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
   // a step waited for is complete, and stays so)
   const uncovered: Map<number, number[]>[] = Array.from({ length: S }, () => new Map());
   const scanAt = new Int32Array(S);
-  const waiters: number[][] = Array.from({ length: S }, () => []);
-  const queue: number[] = [];
-  const queued = new Uint8Array(S);
-  const enqueue = (s: number): void => {
-    if (queued[s] === 0) {
-      queued[s] = 1;
-      queue.push(s);
-    }
-  };
-  const moved = (s: number): void => {
-    for (const w of waiters[s]!) enqueue(w);
-    waiters[s] = [];
-  };
+  const wake = new StageWakeQueue(S);
 
   let remaining = total;
-  for (let s = 0; s < S; s++) enqueue(s);
-  for (let head = 0; head < queue.length; head++) {
-    const s = queue[head]!;
-    queued[s] = 0;
+  for (let s = wake.next(); s >= 0; s = wake.next()) {
     const end = rowStart[s + 1]!;
     let f = pos[s]!;
     const from = f;
@@ -317,14 +302,14 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
         // a send (1, or 5 for a gradient) pairs with the receive of the same kind (2, or 6)
         const pairs = g < rowStart[peer + 1]! && code[g] === (c & 4) + 3 - (c & 3) && peerOf[g] === s && consumer[g] === consumer[f];
         if (!pairs) {
-          waiters[peer]!.push(s);
+          wake.wait(s, peer);
           break;
         }
         f++;
         pos[peer] = g + 1;
         remaining -= 2;
-        enqueue(peer);
-        moved(peer);
+        wake.push(peer);
+        wake.moved(peer);
         continue;
       }
       if (c === 8) {
@@ -350,7 +335,7 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
         if (list === undefined) uncovered[s]!.set(a.part, [r]);
         else list.push(r);
         if (complete(r)) {
-          for (const w of reduceWaiters[r] ?? []) enqueue(w);
+          for (const w of reduceWaiters[r] ?? []) wake.push(w);
           reduceWaiters[r] = undefined;
         }
       }
@@ -358,11 +343,7 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
       remaining--;
     }
     pos[s] = f;
-    if (f > from) moved(s);
-    if (head > 4096 && head * 2 > queue.length) {
-      queue.splice(0, head + 1);
-      head = -1;
-    }
+    if (f > from) wake.moved(s);
   }
   if (remaining > 0) {
     const waits: string[] = [];
