@@ -3,9 +3,8 @@
  * (ALGORITHMS.md sections 2, 3 and the SAPipe data-parallel pipeline of section 5).
  */
 import { InvalidArgumentError } from '../errors.js';
-import type { AdamOptions } from '../optim/adam.js';
+import type { OptimizerSpecWithout } from '../optim/registry.js';
 import type { CompensationOptions, GradientEstimate, PredictionOptions } from '../optim/options.js';
-import type { SGDOptions } from '../optim/sgd.js';
 import { describeValue } from '../validate.js';
 
 /**
@@ -44,9 +43,8 @@ export const DEFAULT_ADAPTIVE_DC_LAMBDA = 10;
 /** lambda of `{ kind: 'elementwise' }` given without one: ALGORITHMS.md's 0.2, as the optimizers use. @category Data parallel */
 export const DEFAULT_ELEMENTWISE_DC_LAMBDA = 0.2;
 
-type Excluded = 'compensation' | 'prediction' | 'queue';
 /** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. @category Data parallel */
-export type DataParallelOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, Excluded>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, Excluded>);
+export type DataParallelOptimizerSpec = OptimizerSpecWithout<'compensation' | 'prediction' | 'queue'>;
 
 /** @category Data parallel */
 export interface DataParallelModeOptions {

@@ -1,7 +1,7 @@
 export { NON_FINITE_WARNING_STEPS, Optimizer, type OptimizerKindName, type StepInputs, type StepResult, type OptimizerState, type StateBufferName } from './optimizer.js';
 export { SGD, type SGDOptions } from './sgd.js';
 export { Adam, AdamW, type AdamOptions } from './adam.js';
-export { OPTIMIZERS, OPTIMIZER_KINDS, createOptimizer, type OptimizerDescriptor, type OptimizerSpec } from './registry.js';
+export { OPTIMIZERS, OPTIMIZER_KINDS, createOptimizer, type OptimizerDescriptor, type OptimizerSpec, type OptimizerSpecWithout } from './registry.js';
 export {
   pipelinedBackpropDelay,
   pipelinedBackpropScaling,

@@ -67,6 +67,12 @@ export const OPTIMIZER_KINDS = Object.keys(OPTIMIZERS) as OptimizerKindName[];
 /** An optimizer as data: its kind and its class's options. @category Optimizers */
 export type OptimizerSpec = ({ kind: 'sgd' } & SGDOptions) | ({ kind: 'adam' | 'adamw' } & AdamOptions);
 
+/**
+ * An optimizer spec without the options a trainer or the runtime sets itself (`K`), for every kind
+ * at once. @category Optimizers
+ */
+export type OptimizerSpecWithout<K extends string> = OptimizerSpec extends infer S ? (S extends unknown ? Omit<S, K> : never) : never;
+
 type AnyDescriptor = OptimizerDescriptor<SGDOptions & AdamOptions>;
 
 /** @internal The entry of `kind`, or an InvalidArgumentError naming the kinds there are. */

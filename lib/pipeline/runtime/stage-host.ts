@@ -11,10 +11,8 @@ import type { Communicator } from '../../comm/communicator.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { Sequential, type LayerSpec } from '../../nn/sequential.js';
 import type { StageModel } from '../../nn/stage-model.js';
-import type { AdamOptions } from '../../optim/adam.js';
 import type { Optimizer, OptimizerState } from '../../optim/optimizer.js';
-import type { SGDOptions } from '../../optim/sgd.js';
-import { createOptimizer } from '../../optim/registry.js';
+import { createOptimizer, type OptimizerSpecWithout } from '../../optim/registry.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
@@ -24,7 +22,7 @@ import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunn
 import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
 
 /** The optimizer each part gets; the schedule adds its weight prediction. @category Pipeline runtime */
-export type PipelineOptimizerSpec = ({ kind: 'sgd' } & Omit<SGDOptions, 'prediction' | 'queue'>) | ({ kind: 'adam' | 'adamw' } & Omit<AdamOptions, 'prediction' | 'queue'>);
+export type PipelineOptimizerSpec = OptimizerSpecWithout<'prediction' | 'queue'>;
 
 /**
  * The model, as data. `sequential`: sapipe's own layers cut at `boundaries` (one part per entry
