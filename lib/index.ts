@@ -9,6 +9,7 @@ export { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice, type De
 export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';
+export { packageVersion } from './version.js';
 export * from './comm/index.js';
 export * from './dataparallel/index.js';
 export * from './checkpoint/index.js';
@@ -17,7 +18,6 @@ export * from './data/index.js';
 export * from './launch/index.js';
 export * from './pipeline/index.js';
 export * from './nn/index.js';
-export * from './recsys/index.js';
 export {
   backendStatuses,
   selectBackend,

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 import { BackendUnavailableError, fromNativeError } from './errors.js';
 
-/** A 64-byte aligned fp32 buffer owned by native code. */
+/** A 64-byte aligned fp32 buffer owned by native code. @category Kernels */
 export interface NativeBufferHandle {
   readonly array: Float32Array;
   readonly length: number;
@@ -18,14 +18,14 @@ export interface NativeBufferHandle {
   view(offset: number, length: number): Float32Array;
 }
 
-/** An in-order native execution queue (one worker thread), like a CUDA stream. */
+/** An in-order native execution queue (one worker thread), like a CUDA stream. @internal */
 export interface QueueHandle {
   readonly pending: number;
   /** Resolves once the queue's submitted operations have settled and its thread is joined. */
   close(): Promise<void>;
 }
 
-/** Numeric form of the native update configuration (see native/include/sapipe/kernels.h). */
+/** Numeric form of the native update configuration (see native/include/sapipe/kernels.h). @category Kernels */
 export interface NativeUpdateConfig {
   optimizer: number;
   lr: number;
@@ -54,6 +54,7 @@ export interface NativeUpdateConfig {
   predictionSteps?: number;
 }
 
+/** @category Kernels */
 export interface NativeUpdateBuffers {
   weights: NativeBufferHandle;
   grad: NativeBufferHandle;
@@ -69,6 +70,7 @@ export interface NativeUpdateBuffers {
   count?: number;
 }
 
+/** @category Kernels */
 export interface NativeUpdateResult {
   applied: boolean;
   nonFiniteCount: number;
@@ -80,6 +82,7 @@ export interface NativeUpdateResult {
  * Gradient-norm clipping decided where the update runs (native/addon/update_binding.cpp): the norm
  * is sqrt(sum g^2) * base * unscale, and above maxNorm the step's scale becomes base * unscale *
  * maxNorm / (norm + 1e-6); otherwise base * unscale.
+ * @internal
  */
 export interface NativeClip {
   maxNorm: number;
@@ -89,6 +92,7 @@ export interface NativeClip {
   unscale: number;
 }
 
+/** @internal */
 export interface NativeInfo {
   abiVersion: number;
   simd: 'baseline' | 'avx2' | 'avx512';
@@ -98,16 +102,17 @@ export interface NativeInfo {
 }
 
 /** Arguments of the native SGEMM: C = alpha*op(A)*op(B) + beta*C on dense row-major views at element offsets. */
-/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device.ts). */
+/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device.ts). @internal */
 export interface DeviceMemoryHandle {
   readonly length: number;
   readonly device: number;
   readonly disposed: boolean;
 }
 
-/** An operand of a model operation: host memory, or device memory. */
+/** An operand of a model operation: host memory, or device memory. @internal */
 export type OperandHandle = NativeBufferHandle | DeviceMemoryHandle;
 
+/** @internal */
 export interface NativeGemmArgs {
   transA?: boolean;
   transB?: boolean;
@@ -134,6 +139,7 @@ export interface NativeTopkResult {
   band: number;
 }
 
+/** @category Kernels */
 export interface NativeAddon {
   NativeBuffer: new (length: number) => NativeBufferHandle;
   Queue: new () => QueueHandle;
@@ -195,10 +201,13 @@ export interface NativeAddon {
   measureClockGhz(): number;
 }
 
-/** Numeric enums shared with the C ABI. */
+/** Numeric enums shared with the C ABI. @category Kernels */
 export const OptimizerKind = { sgd: 0, adam: 1, adamw: 2 } as const;
+/** @category Kernels */
 export const CompensationKind = { none: 0, elementwise: 1, adaptive: 2 } as const;
+/** @category Kernels */
 export const PredictionKind = { none: 0, shadowStep: 1, linear: 2 } as const;
+/** @category Kernels */
 export const EstimateKind = { local: 0, 'prev-sync': 1, 'local-prev-sync': 2 } as const;
 
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
@@ -212,7 +221,7 @@ function load(): NativeAddon {
   return nodeGypBuild(packageRoot) as NativeAddon;
 }
 
-/** The addon, loading it on first call. Throws BackendUnavailableError if it cannot be loaded. */
+/** The addon, loading it on first call. Throws BackendUnavailableError if it cannot be loaded. @category Kernels */
 export function nativeAddon(): NativeAddon {
   if (loaded) return loaded;
   if (!loadError) {
@@ -230,7 +239,7 @@ export function nativeAddon(): NativeAddon {
   );
 }
 
-/** Why the addon is unavailable, or undefined when it loads. */
+/** Why the addon is unavailable, or undefined when it loads. @category Kernels */
 export function nativeUnavailableReason(): string | undefined {
   try {
     nativeAddon();
@@ -240,7 +249,7 @@ export function nativeUnavailableReason(): string | undefined {
   }
 }
 
-/** Runs a native call, turning its errors into SapipeError subclasses. */
+/** Runs a native call, turning its errors into SapipeError subclasses. @internal */
 export function callNative<T>(fn: () => T): T {
   try {
     return fn();
@@ -249,7 +258,7 @@ export function callNative<T>(fn: () => T): T {
   }
 }
 
-/** Awaits a native Promise, turning its rejection into a SapipeError subclass. */
+/** Awaits a native Promise, turning its rejection into a SapipeError subclass. @internal */
 export async function awaitNative<T>(promise: Promise<T>): Promise<T> {
   try {
     return await promise;

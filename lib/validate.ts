@@ -14,6 +14,7 @@ function truncate(text: string): string {
 /**
  * A short description of any value for an error message. Never throws: BigInts, Symbols,
  * null-prototype objects, cyclic objects and throwing getters are all described.
+ * @category Validation
  */
 export function describeValue(value: unknown): string {
   try {
@@ -68,7 +69,7 @@ function rangeText(lo: number, hi: number, loOpen: boolean, hiOpen: boolean): st
   return `in ${loOpen ? '(' : '['}${lo}, ${hi}${hiOpen ? ')' : ']'}`;
 }
 
-/** A finite number in [lo, hi] (either end open on request); `hi = Number.MAX_VALUE` means no upper bound. */
+/** A finite number in [lo, hi] (either end open on request); `hi = Number.MAX_VALUE` means no upper bound. @category Validation */
 export function checkNumber(
   value: unknown,
   what: string,
@@ -84,7 +85,7 @@ export function checkNumber(
   return value;
 }
 
-/** An integer in [lo, hi]. */
+/** An integer in [lo, hi]. @category Validation */
 export function checkInteger(value: unknown, what: string, lo: number, hi: number): number {
   if (typeof value !== 'number' || !Number.isFinite(value)) throw notANumber(value, what, 'an integer');
   if (!Number.isInteger(value) || value < lo || value > hi)
@@ -92,38 +93,38 @@ export function checkInteger(value: unknown, what: string, lo: number, hi: numbe
   return value;
 }
 
-/** A plain options object (not null, not an array). */
+/** A plain options object (not null, not an array). @category Validation */
 export function checkObject(value: unknown, what: string): asserts value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     throw new InvalidArgumentError(`${what} must be an object, got ${describeValue(value)}`);
 }
 
-/** A boolean. */
+/** A boolean. @category Validation */
 export function checkBoolean(value: unknown, what: string): boolean {
   if (typeof value !== 'boolean') throw new InvalidArgumentError(`${what} must be true or false, got ${describeValue(value)}`);
   return value;
 }
 
-/** A Float32Array (a tensor view, or plain JavaScript memory). */
+/** A Float32Array (a tensor view, or plain JavaScript memory). @category Validation */
 export function checkFloat32Array(value: unknown, what: string): Float32Array {
   if (!(value instanceof Float32Array)) throw new InvalidArgumentError(`${what} must be a Float32Array, got ${describeValue(value)}`);
   return value;
 }
 
-/** An array or typed array (anything with an integer length and indexed elements). */
+/** An array or typed array (anything with an integer length and indexed elements). @category Validation */
 export function checkArrayLike(value: unknown, what: string): ArrayLike<unknown> {
   if (!Array.isArray(value) && !(ArrayBuffer.isView(value) && !(value instanceof DataView)))
     throw new InvalidArgumentError(`${what} must be an array or a typed array, got ${describeValue(value)}`);
   return value as ArrayLike<unknown>;
 }
 
-/** A function. */
+/** A function. @category Validation */
 export function checkFunction(value: unknown, what: string): (...args: never[]) => unknown {
   if (typeof value !== 'function') throw new InvalidArgumentError(`${what} must be a function, got ${describeValue(value)}`);
   return value as (...args: never[]) => unknown;
 }
 
-/** One of a fixed list of strings. */
+/** One of a fixed list of strings. @category Validation */
 export function checkOneOf<T extends string>(value: unknown, what: string, allowed: readonly T[]): T {
   if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value))
     throw new InvalidArgumentError(`${what} must be one of ${allowed.map((a) => `'${a}'`).join(', ')}, got ${describeValue(value)}`);
@@ -162,7 +163,7 @@ function editDistance(a: string, b: string): number {
   return row[b.length]!;
 }
 
-/** The allowed key a mistyped one most likely meant, if any is close. */
+/** The allowed key a mistyped one most likely meant, if any is close. @category Validation */
 export function closestKey(key: string, allowed: readonly string[]): string | undefined {
   const alias = KNOWN_ALIASES[key];
   if (alias !== undefined && allowed.includes(alias)) return alias;
@@ -188,6 +189,7 @@ export function closestKey(key: string, allowed: readonly string[]): string | un
  * Rejects keys of an options object that the entry does not know, naming the key and, where one
  * is close, the intended one (`weight_decay` -> `weightDecay`, `beta1` -> `betas`). A misspelled
  * option must never be silently ignored.
+ * @category Validation
  */
 export function checkKnownKeys(value: object, allowed: readonly string[], what: string): void {
   for (const key of Reflect.ownKeys(value)) {
@@ -204,12 +206,13 @@ export function checkKnownKeys(value: object, allowed: readonly string[], what: 
  * The option names of an options type, as a list for {@link checkKnownKeys}. Written as an object
  * with every key of `T` set to true, so the compiler keeps the list equal to the type: a field
  * added to the interface and not here, or listed here and not there, fails to compile.
+ * @category Validation
  */
 export function optionKeys<T>(keys: { readonly [K in keyof Required<T>]: true }): readonly string[] {
   return Object.freeze(Object.keys(keys));
 }
 
-/** checkObject then checkKnownKeys: the usual first line of an options resolver. */
+/** checkObject then checkKnownKeys: the usual first line of an options resolver. @category Validation */
 export function checkOptions<T>(value: T, allowed: readonly string[], what: string): asserts value is T & object {
   checkObject(value, what);
   checkKnownKeys(value, allowed, what);

@@ -3,7 +3,10 @@
 //  - a backend (native/cpu, native/cuda, native/comm) including only its own files, native/core
 //    and native/include (the C ABI), never another backend;
 //  - native/core including only itself and native/include;
-//  - no import cycle among the TypeScript modules of lib/.
+//  - no import cycle among the TypeScript modules of lib/;
+//  - the library is the library: lib/ imports nothing outside lib/, and the applications in apps/
+//    (CLI, demos, benchmarks, experiment models) reach the library only through its package name
+//    ('sapipe', or a subpath the package exports), never a relative path into lib/.
 // Prints every violation and exits 1 if there is one; `--json` prints them as JSON.
 import { readdirSync, readFileSync, existsSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
@@ -91,8 +94,44 @@ export function libCycles() {
   return cycles.map((c) => `import cycle among ${c.join(', ')}`);
 }
 
+/** Every import specifier of a TypeScript file (static, re-export and dynamic), with its line. */
+function importsOf(file) {
+  const text = readFileSync(file, 'utf8');
+  const lineAt = (offset) => text.slice(0, offset).split('\n').length;
+  const found = [];
+  for (const m of text.matchAll(/^\s*(?:import|export)\s[^;]*?from\s+'([^']+)'/gms)) found.push({ spec: m[1], line: lineAt(m.index + m[0].indexOf(`'${m[1]}'`)) });
+  for (const m of text.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g)) found.push({ spec: m[1], line: lineAt(m.index) });
+  return found;
+}
+
+export function boundaryViolations() {
+  const out = [];
+  const libDir = join(root, 'lib');
+  const appsDir = join(root, 'apps');
+  const inside = (dir, path) => path === dir || path.startsWith(dir + sep);
+  const ts = (dir) => (existsSync(dir) ? walk(dir, (p) => p.endsWith('.ts') && !p.endsWith('.d.ts')) : []);
+  for (const file of ts(libDir))
+    for (const { spec, line } of importsOf(file))
+      if (spec.startsWith('.') && !inside(libDir, resolve(dirname(file), spec)))
+        out.push(`${relative(root, file)}:${line} imports ${spec}: lib/ is the library and imports nothing outside it`);
+  let exported = [];
+  try {
+    exported = Object.keys(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).exports ?? {});
+  } catch {
+    // no package.json (the checker's own test tree): only relative imports are checked
+  }
+  for (const file of ts(appsDir))
+    for (const { spec, line } of importsOf(file)) {
+      if (spec.startsWith('.') && !inside(appsDir, resolve(dirname(file), spec)))
+        out.push(`${relative(root, file)}:${line} imports ${spec}: apps/ reach the library through its public API only ('sapipe' or an exported subpath)`);
+      else if ((spec === 'sapipe' || spec.startsWith('sapipe/')) && !exported.includes(spec === 'sapipe' ? '.' : `.${spec.slice('sapipe'.length)}`))
+        out.push(`${relative(root, file)}:${line} imports ${spec}: not a subpath the package exports (package.json "exports")`);
+    }
+  return out;
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const violations = [...nativeViolations(), ...libCycles()];
+  const violations = [...nativeViolations(), ...libCycles(), ...boundaryViolations()];
   if (process.argv.includes('--json')) console.log(JSON.stringify(violations));
   else for (const v of violations) console.log(v);
   if (!process.argv.includes('--json')) console.log(violations.length === 0 ? 'layers: no violation' : `layers: ${violations.length} violation(s)`);

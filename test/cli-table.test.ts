@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 
-import { cliTable } from '../dist/cli/table.js';
+import { cliTable } from '../dist/apps/cli/table.js';
 
 t.test('terminal tables have bold headers, piped ones plain', async (t) => {
   const style = (plain: boolean): { head: string[]; border: string[] } => (cliTable(['epoch'], plain) as unknown as { options: { style: { head: string[]; border: string[] } } }).options.style;

@@ -4,6 +4,7 @@ export { LocalCommunicator, spawnLocalRanks, runLocalRanks, type RunLocalRanksOp
 export { UcxCommunicator, DEFAULT_UCX_CHUNK_BYTES, type UcxCommunicatorOptions } from './ucx.js';
 export { NcclCommunicator, type NcclCommunicatorOptions, type NcclStepOptions, type NcclStepResultInfo } from './nccl.js';
 export { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation.js';
+export { QueuedCommunicator } from './queued.js';
 export { allreduceAndStep, gatherShardedState, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
 export { bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES } from './buckets.js';
 export * from './rendezvous/index.js';

@@ -1,2 +1,3 @@
 export { DataParallelTrainer, type DataParallelTrainerOptions, type LossScalingOptions, type CompressionOptions, type DataParallelStepResult, type DataParallelTrainerState } from './trainer.js';
-export { DATA_PARALLEL_MODES, DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, type DataParallelMode, type DataParallelModeOptions, type DataParallelOptimizerSpec } from './mode.js';
+export { MAX_WORKERS as MAX_PROJECTION_WORKERS, parseDataParallelProfile, projectDataParallel, readDataParallelProfile, type DataParallelProfile, type DataParallelProjection, type DataParallelProjectionInput, type DataParallelProjectionRow } from './projection.js';
+export { DATA_PARALLEL_MODES, DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, resolveMode, type DataParallelMode, type DataParallelModeOptions, type DataParallelOptimizerSpec } from './mode.js';

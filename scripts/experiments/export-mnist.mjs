@@ -8,8 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 
-import { loadMnist } from '../../dist/data/mnist.js';
-import { trainTestSplit } from '../../dist/data/dataset.js';
+import { loadMnist, trainTestSplit } from '../../dist/index.js';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node scripts/experiments/export-mnist.mjs <dir>');

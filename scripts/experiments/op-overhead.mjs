@@ -6,9 +6,8 @@
 //   node scripts/experiments/op-overhead.mjs [--device cuda:0] [--calls 20000]
 import { parseArgs } from 'node:util';
 
-import { nativeAddon } from '../../dist/native.js';
-import { sgemm } from '../../dist/nn/gemm.js';
-import { biasAdd, modelDevice, relu } from '../../dist/nn/ops.js';
+import { biasAdd, modelDevice, relu, sgemm } from '../../dist/index.js';
+import { nativeAddon } from '../../dist/kernels.js';
 
 const { values: a } = parseArgs({ options: { device: { type: 'string', default: 'cpu' }, calls: { type: 'string', default: '20000' } } });
 const calls = Number(a.calls);

@@ -11,7 +11,7 @@
 //
 // Options before `--` are the script's (--ratio R, default 1; --repeats N, default 3; --json);
 // everything after it goes to `sapipe demo`. The all-reduce cost is emulation.ts's, from dist/.
-import { emulatedMs } from '../../dist/comm/emulation.js';
+import { emulatedMs } from '../../dist/index.js';
 import { runScript, splitArgs, withDemo } from './demo-runs.mjs';
 
 function parseArgs(argv) {

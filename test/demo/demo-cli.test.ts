@@ -11,9 +11,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { demoProfile } from '../../dist/cli/commands/demo.js';
-import { parseModes } from '../../dist/demo/config.js';
-import type { DemoResult } from '../../dist/demo/run-demo.js';
+import { demoProfile } from '../../dist/apps/cli/commands/demo.js';
+import { parseModes } from '../../dist/apps/demo/config.js';
+import type { DemoResult } from '../../dist/apps/demo/run-demo.js';
 import { parseDataParallelProfile } from '../../dist/dataparallel/projection.js';
 
 const run = promisify(execFile);

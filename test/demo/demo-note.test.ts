@@ -9,8 +9,8 @@ import { promisify } from 'node:util';
 import t from 'tap';
 
 import { DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA } from '../../dist/dataparallel/mode.js';
-import { renderDemoReport } from '../../dist/demo/report.js';
-import { speedupNote, type DemoResult } from '../../dist/demo/run-demo.js';
+import { renderDemoReport } from '../../dist/apps/demo/report.js';
+import { speedupNote, type DemoResult } from '../../dist/apps/demo/run-demo.js';
 
 function resultWith(speedups: Record<string, number>, emulate = false): DemoResult {
   const modes = Object.entries({ sync: 1, ...speedups }).map(([mode, speedup]) => ({

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import type { TfjsDemoResult } from '../../dist/demo/tfjs-run.js';
+import type { TfjsDemoResult } from '../../dist/apps/demo/tfjs-run.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));

@@ -6,8 +6,8 @@
  */
 import t from 'tap';
 
-import { pipelineConfigFromCli } from '../../dist/cli/commands/train.js';
-import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../dist/demo/pipeline-run.js';
+import { pipelineConfigFromCli } from '../../dist/apps/cli/commands/train.js';
+import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../dist/apps/demo/pipeline-run.js';
 import { pipelinedBackpropScaling } from '../../dist/optim/options.js';
 import { RUNTIME_SCHEDULES } from '../../dist/pipeline/runtime/weights.js';
 

@@ -6,8 +6,8 @@
  */
 import t from 'tap';
 
-import { pipelineComparison } from '../../dist/demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../dist/demo/pipeline-run.js';
+import { pipelineComparison } from '../../dist/apps/demo/pipeline-report.js';
+import { MNIST_PIPELINE_DEFAULTS, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../dist/apps/demo/pipeline-run.js';
 
 const quick = (schedule: MnistPipelineConfig['schedule']): MnistPipelineConfig => ({
   ...MNIST_PIPELINE_DEFAULTS,

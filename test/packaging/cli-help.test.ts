@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import type { Command } from 'commander';
 import t from 'tap';
 
-import { buildProgram } from '../../dist/cli/main.js';
+import { buildProgram } from '../../dist/apps/cli/main.js';
 
 const run = promisify(execFile);
 const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));

@@ -39,3 +39,21 @@ t.test('the checker finds a backend including another, and a lib import cycle', 
   t.ok(found.some((v) => v.startsWith('native/core/queue.h:2 includes native/cpu/kernel.h')), 'core including a backend');
   t.ok(found.some((v) => v === 'import cycle among lib/a/x.ts, lib/a/y.ts'), 'a type-only import still makes a cycle');
 });
+
+t.test('the checker finds the library importing an application, and an application reaching into lib/', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-layers-'));
+  mkdirSync(join(dir, 'scripts'));
+  cpSync(script, join(dir, 'scripts', 'check-layers.mjs'));
+  for (const d of ['native/core', 'lib/comm', 'apps/cli']) mkdirSync(join(dir, d), { recursive: true });
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'sapipe', exports: { '.': './dist/index.js', './tfjs': './dist/tfjs/index.js' } }));
+  writeFileSync(join(dir, 'lib/comm/x.ts'), "export const x = 1;\nexport const load = () => import('../../apps/cli/main.js');\n");
+  writeFileSync(join(dir, 'apps/cli/main.ts'), "import { x } from '../../lib/comm/x.js';\nimport { y } from 'sapipe/internal';\nimport { z } from 'sapipe';\nimport { w } from 'sapipe/tfjs';\nimport { v } from './table.js';\nexport const all = [x, y, z, w, v];\n");
+  writeFileSync(join(dir, 'apps/cli/table.ts'), 'export const v = 1;\n');
+  const failed = (await run(process.execPath, [join(dir, 'scripts', 'check-layers.mjs'), '--json']).catch((e: unknown) => e)) as { code: number; stdout: string };
+  t.equal(failed.code, 1, 'exits 1');
+  const found = JSON.parse(failed.stdout) as string[];
+  t.equal(found.length, 3, found.join('\n'));
+  t.ok(found.some((v) => v.startsWith('lib/comm/x.ts:2 imports ../../apps/cli/main.js')), 'the library importing an application (a dynamic import)');
+  t.ok(found.some((v) => v.startsWith('apps/cli/main.ts:1 imports ../../lib/comm/x.js')), 'an application reaching into lib/');
+  t.ok(found.some((v) => v.startsWith("apps/cli/main.ts:2 imports sapipe/internal")), 'a subpath the package does not export');
+});

@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import t from 'tap';
 
-import { registerScheduleCommand } from '../../dist/cli/commands/schedule.js';
-import { registerTuneCommand } from '../../dist/cli/commands/tune.js';
+import { registerScheduleCommand } from '../../dist/apps/cli/commands/schedule.js';
+import { registerTuneCommand } from '../../dist/apps/cli/commands/tune.js';
 
 async function run(args: string[]): Promise<string> {
   const program = new Command().exitOverride();

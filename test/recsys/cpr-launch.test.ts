@@ -9,7 +9,7 @@
  */
 import t from 'tap';
 
-import { benchCpr } from '../../dist/bench/cpr.js';
+import { benchCpr } from '../../dist/apps/bench/cpr.js';
 import { ucxStatus } from '../../dist/backends/ucx.js';
 
 t.test('bench cpr: a SIGKILLed rank under full, partial and mfu recovery', { timeout: 240_000 }, async (t) => {

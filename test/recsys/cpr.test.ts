@@ -14,17 +14,16 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { LocalCommunicator, readRankCheckpoint } from '../../dist/index.js';
 import {
   ClickModel,
   CprCheckpointer,
   cprIntervalSeconds,
   expectedOverhead,
-  LocalCommunicator,
-  readRankCheckpoint,
   syntheticClicks,
   youngIntervalSeconds,
   type CprOptions,
-} from '../../dist/index.js';
+} from '../../dist/apps/recsys/index.js';
 import { sameValues } from '../helpers/same-values.js';
 
 const TABLES = [300, 120, 40];

@@ -10,7 +10,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { ClickModel, LocalCommunicator, readClickData, rocAuc, ShardedEmbedding, syntheticClicks, writeClickData } from '../../dist/index.js';
+import { LocalCommunicator, rocAuc } from '../../dist/index.js';
+import { ClickModel, readClickData, ShardedEmbedding, syntheticClicks, writeClickData } from '../../dist/apps/recsys/index.js';
 import { seededRandom } from '../../dist/data/seeded-random.js';
 import { referenceAuc, referenceLookup, referenceSgd, referenceTables } from '../reference/recsys.js';
 import { sameValues } from '../helpers/same-values.js';

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { projectionFromCli, type SimulateDataParallelCliOptions } from '../../dist/cli/commands/simulate.js';
+import { projectionFromCli, type SimulateDataParallelCliOptions } from '../../dist/apps/cli/commands/simulate.js';
 import { InvalidArgumentError } from '../../dist/errors.js';
 
 const run = promisify(execFile);

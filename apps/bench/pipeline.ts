@@ -1,0 +1,87 @@
+/**
+ * `sapipe bench pipeline`: the pipeline runtime on the demo model. Per schedule, the measured
+ * round against the simulator's prediction from the stage costs the runtime measured in the same
+ * run (median round of `rounds` after `warmup`), and the runtime's own overhead: on the busiest
+ * stage, the time outside model work and optimizer steps (between actions, posting sends) as a
+ * share of the round.
+ */
+import { roundOverhead } from '../demo/pipeline-run.js';
+import { measuredCosts, measuredResult, mlpLayers, PipelineTrainer, type RoundReport, type RuntimeScheduleName, simulateSchedule } from 'sapipe';
+import { median } from './timing.js';
+
+export interface PipelineBenchOptions {
+  schedules: RuntimeScheduleName[];
+  stages: number;
+  microBatches: number;
+  microBatchSize: number;
+  sizes: readonly number[];
+  rounds: number;
+  warmup: number;
+}
+
+export interface PipelineBenchRow {
+  schedule: RuntimeScheduleName;
+  measuredMs: number;
+  simulatedMs: number;
+  /** measured / simulated makespan. */
+  ratio: number;
+  /** Spread of the measured makespan over the rounds: min and max. */
+  measuredMinMs: number;
+  measuredMaxMs: number;
+  bubbleMeasured: number;
+  bubbleSimulated: number;
+  overheadPerActionMs: number;
+  overheadShare: number;
+  boundaries: number[];
+}
+
+
+export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: PipelineBenchRow) => void): Promise<PipelineBenchRow[]> {
+  const features = o.sizes[0]!;
+  const classes = o.sizes[o.sizes.length - 1]!;
+  const samples = o.microBatches * o.microBatchSize * 4;
+  const inputs = Float32Array.from({ length: samples * features }, (_, i) => ((i * 2654435761) % 1000) / 1000);
+  const labels = Int32Array.from({ length: samples }, (_, i) => i % classes);
+  const rows: PipelineBenchRow[] = [];
+  for (const schedule of o.schedules) {
+    const trainer = await PipelineTrainer.create({
+      schedule,
+      stages: o.stages,
+      microBatches: o.microBatches,
+      microBatchSize: o.microBatchSize,
+      model: { layers: mlpLayers(o.sizes), seed: 1, boundaries: 'measured' },
+      optimizer: { kind: 'sgd', lr: 0.01, momentum: 0.9 },
+      data: { inputs, labels, features },
+    });
+    try {
+      for (let i = 0; i < o.warmup; i++) await trainer.trainRound();
+      const reports: RoundReport[] = [];
+      for (let i = 0; i < o.rounds; i++) reports.push(await trainer.trainRound());
+      const measured = reports.map((r) => measuredResult(trainer.schedule, trainer.analysis, r.timeline));
+      const makespans = measured.map((m) => m.makespan);
+      // The round whose makespan is the median: with an even count the median is the mean of the
+      // two middle rounds and no round equals it, so take the lower of the two.
+      const mid = makespans.map((m, i) => [m, i] as const).sort((x, y) => x[0] - y[0])[(makespans.length - 1) >> 1]![1];
+      const simulated = simulateSchedule(trainer.schedule, measuredCosts(trainer.schedule, reports.map((r) => r.timeline)));
+      const overheads = reports.map(roundOverhead);
+      const row: PipelineBenchRow = {
+        schedule,
+        measuredMs: median(makespans),
+        simulatedMs: simulated.makespan,
+        ratio: median(makespans) / simulated.makespan,
+        measuredMinMs: Math.min(...makespans),
+        measuredMaxMs: Math.max(...makespans),
+        bubbleMeasured: measured[mid]!.bubbleFraction,
+        bubbleSimulated: simulated.bubbleFraction,
+        overheadPerActionMs: median(overheads.map((x) => x.perActionMs)),
+        overheadShare: median(overheads.map((x) => x.shareOfRound)),
+        boundaries: trainer.model.kind === 'sequential' ? [...trainer.model.boundaries] : [],
+      };
+      rows.push(row);
+      onRow?.(row);
+    } finally {
+      await trainer.dispose();
+    }
+  }
+  return rows;
+}

@@ -1,0 +1,168 @@
+/**
+ * `sapipe train pipeline`: trains an MLP on the MNIST digits cut into pipeline stages, with one
+ * of the schedules the runtime executes, on one worker thread per stage; prints loss and test
+ * accuracy per epoch and the measured round against the simulator, and writes an HTML report.
+ */
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+
+import { SingleBar } from 'cli-progress';
+import type { Command } from 'commander';
+
+import { InvalidArgumentError, OPTIMIZER_KINDS, RUNTIME_SCHEDULES } from 'sapipe';
+import { checkOneOf } from 'sapipe/validate';
+import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
+import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { numberOption } from '../parse.js';
+import { cliTable } from '../table.js';
+
+interface TrainCliOptions {
+  schedule: string;
+  stages: string;
+  microbatches: string;
+  microbatchSize: string;
+  epochs: string;
+  optimizer: string;
+  lr?: string;
+  momentum?: string;
+  seed: string;
+  trainSamples?: string;
+  iterations?: string;
+  pipelines?: string;
+  dpMode?: string;
+  advance?: string;
+  spikeCompensation: boolean;
+  weightPrediction: boolean;
+  boundaries: string;
+  layers: string;
+  report: string;
+  svg?: string;
+  profileOut?: string;
+  json?: boolean;
+}
+
+const num = numberOption;
+
+/** The run's configuration from the command line; every bad value is a typed error naming its option. */
+export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig & { defaultsNote?: string } {
+  const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
+  const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
+  if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
+  return {
+    schedule: o.schedule as MnistPipelineConfig['schedule'],
+    stages: num(o.stages, '--stages'),
+    microBatches: num(o.microbatches, '--microbatches'),
+    microBatchSize: num(o.microbatchSize, '--microbatch-size'),
+    epochs: num(o.epochs, '--epochs'),
+    optimizer: o.optimizer as MnistPipelineConfig['optimizer'],
+    ...hyperparameters(o),
+    seed: num(o.seed, '--seed'),
+    ...(o.trainSamples === undefined ? {} : { trainSamples: num(o.trainSamples, '--train-samples') }),
+    ...(o.iterations === undefined ? {} : { iterations: num(o.iterations, '--iterations') }),
+    ...(o.pipelines === undefined ? {} : { pipelines: num(o.pipelines, '--pipelines') }),
+    ...(o.advance === undefined ? {} : { advance: num(o.advance, '--advance') }),
+    ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
+    ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
+    ...(o.weightPrediction ? {} : { weightPrediction: false }),
+    boundaries,
+    sizes,
+  };
+}
+
+/** --lr and --momentum, or where neither is given the schedule's defaults and the note that says which. */
+function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; defaultsNote?: string } {
+  const schedule = checkOneOf(o.schedule, '--schedule', RUNTIME_SCHEDULES);
+  const optimizer = checkOneOf(o.optimizer, '--optimizer', OPTIMIZER_KINDS);
+  const defaults = pipelineDefaults(schedule, optimizer, num(o.microbatchSize, '--microbatch-size'));
+  if (o.lr !== undefined || o.momentum !== undefined)
+    return { lr: o.lr === undefined ? defaults.lr : num(o.lr, '--lr'), momentum: o.momentum === undefined ? 0.9 : num(o.momentum, '--momentum') };
+  return { lr: defaults.lr, momentum: defaults.momentum, defaultsNote: defaults.note };
+}
+
+export function registerTrainCommand(program: Command): void {
+  const train = program.command('train').description('Train a model with sapipe (pipeline-parallel today)');
+  const d = MNIST_PIPELINE_DEFAULTS;
+  train
+    .command('pipeline')
+    .description(
+      'Train an MLP on the MNIST digits cut into pipeline stages (one worker thread each, local backend) with a schedule; ' +
+        'report loss and test accuracy per epoch and the measured timeline against the simulated one',
+    )
+    .option('--schedule <name>', `one of ${RUNTIME_SCHEDULES.join(', ')}`, d.schedule)
+    .option('--stages <S>', 'pipeline stages (worker threads)', String(d.stages))
+    .option('--microbatches <M>', 'micro-batches per round (one batch; for pipedream-2bw per batch)', String(d.microBatches))
+    .option('--microbatch-size <b>', 'samples per micro-batch', String(d.microBatchSize))
+    .option('--epochs <n>', 'epochs', String(d.epochs))
+    .option('--optimizer <kind>', 'sgd, adam or adamw', d.optimizer)
+    .option('--lr <lr>', 'learning rate (default: the schedule\'s: SGD 0.05 for the synchronous schedules, 0.02 for pipedream, pipedream-2bw, pipeoptim and spectrain; pipelined-backprop the small-batch rule; Adam and AdamW 0.001)')
+    .option('--momentum <mu>', 'SGD momentum (default: 0.9; pipelined-backprop the small-batch rule)')
+    .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
+    .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
+    .option('--iterations <n>', 'pipedream-2bw: batches per round')
+    .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or for avgpipe by elastic averaging (default 2)')
+    .option('--advance <A>', 'avgpipe: advance forward propagation depth (default S-1)')
+    .option('--dp-mode <mode>', 'how stage replicas combine gradients: sync (default), pipe-sgd, sapipe-dc or sapipe-wp (synchronous schedules)')
+    .option('--no-spike-compensation', 'pipelined-backprop: plain SGD-momentum on the late gradients')
+    .option('--no-weight-prediction', 'pipelined-backprop: forwards read the current weights, not the linear prediction')
+    .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
+    .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
+    .option('--report <file>', 'HTML report', 'pipeline-report.html')
+    .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
+    .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
+    .option('--json', 'print the result as JSON instead of tables')
+    .action(async (o: TrainCliOptions) => {
+      const { defaultsNote, ...config } = pipelineConfigFromCli(o);
+      if (defaultsNote && !o.json) console.log(`hyperparameters: ${defaultsNote}`);
+      const bar = !o.json && process.stderr.isTTY ? new SingleBar({ format: 'epoch {value}/{total} {bar} test accuracy {accuracy}', stream: process.stderr, hideCursor: true }) : undefined;
+      bar?.start(config.epochs, 0, { accuracy: '-' });
+      let result;
+      try {
+        result = await runMnistPipeline(config, (e) => bar?.update(e.epoch, { accuracy: `${(e.accuracy * 100).toFixed(2)}%` }));
+      } finally {
+        bar?.stop();
+      }
+      const report = resolve(o.report);
+      writeFileSync(report, renderPipelineReport(result));
+      if (o.svg !== undefined) writeFileSync(resolve(o.svg), renderPipelineSvg(result));
+      if (o.profileOut !== undefined) writeFileSync(resolve(o.profileOut), `${JSON.stringify(result.profile, null, 2)}\n`);
+      if (o.json) {
+        console.log(
+          JSON.stringify(
+            {
+              config: result.config,
+              ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
+              boundaries: result.boundaries,
+              epochs: result.epochs,
+              measured: { makespanMs: result.measured.makespan, bubbleFraction: result.measured.bubbleFraction },
+              simulated: { makespanMs: result.simulated.makespan, bubbleFraction: result.simulated.bubbleFraction },
+              overhead: result.overhead,
+              memory: {
+                peakActivations: result.peakActivations,
+                peakActivationBytes: result.measured.peakActivationBytes,
+                peakMemoryBytes: result.measured.peakMemoryBytes,
+              },
+              report,
+            },
+            null,
+            2,
+          ),
+        );
+        return;
+      }
+      const c = result.config;
+      console.log(
+        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
+          `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
+      );
+      const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);
+      for (const e of result.epochs) epochs.push([e.epoch, e.loss.toFixed(4), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
+      console.log(epochs.toString());
+      const compare = cliTable(['one round', 'measured', 'simulated from measured costs']);
+      for (const row of pipelineComparison(result)) compare.push(row);
+      console.log(compare.toString());
+      const note = parallelPipelinesNote(c);
+      if (note) console.log(note);
+      console.log(`runtime overhead: ${result.overhead.perActionMs.toFixed(3)} ms per action, ${(result.overhead.shareOfRound * 100).toFixed(1)}% of a round`);
+      console.log(`report: ${report}`);
+    });
+}

@@ -1,0 +1,294 @@
+/**
+ * A whole pipeline-training run on the MNIST digits, as `sapipe train pipeline`, `sapipe bench
+ * pipeline` and the accuracy study run it: train for some epochs with one schedule, test accuracy
+ * after each, and the measured timeline of a round next to what the simulator predicts from the
+ * stage costs the runtime measured.
+ */
+import { checkLayers, DATA_PARALLEL_MODES, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
+
+/** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
+export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
+
+/** @internal */
+export interface MnistPipelineConfig {
+  schedule: RuntimeScheduleName;
+  stages: number;
+  microBatches: number;
+  microBatchSize: number;
+  epochs: number;
+  optimizer: OptimizerKindName;
+  lr: number;
+  momentum: number;
+  seed: number;
+  /** Training samples to use (the rest of the 80 % split is left out), or all. */
+  trainSamples?: number;
+  /** Batches per round (2BW). */
+  iterations?: number;
+  boundaries: 'measured' | 'params' | number[];
+  sizes: readonly number[];
+  /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
+  pipelines?: number;
+  dataParallel?: DataParallelMode;
+  /** AvgPipe: advance forward propagation depth A (default S-1). */
+  advance?: number;
+  /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
+  spikeCompensation?: boolean;
+  weightPrediction?: boolean;
+}
+
+/**
+ * @internal The SGD learning rate each schedule trains the demo's MLP with when none is given
+ * (momentum 0.9, micro-batches of 16): the synchronous schedules take 0.05; the schedules that
+ * read stashed or predicted weights diverge or lag at 0.05 and take 0.02 (3 epochs, seed 1, at
+ * 0.05 then 0.02: PipeOptim 84.55 % then 93.80 %, PipeDream 66.05 % then 93.05 %, 2BW 89.35 %
+ * then 91.35 %, SpecTrain 90.40 % then 93.50 %, against 1F1B's 92.30 % and 92.40 %; bench/RESULTS.md).
+ * Pipelined Backpropagation updates after every micro-batch and diverges at both: it takes the
+ * small-batch rule instead (pipelineDefaults).
+ */
+const SGD_DEFAULT_LR: Record<RuntimeScheduleName, number> = {
+  gpipe: 0.05,
+  '1f1b': 0.05,
+  'interleaved-1f1b': 0.05,
+  'zb-h1': 0.05,
+  wavelet: 0.05,
+  avgpipe: 0.05,
+  pipedream: 0.02,
+  'pipedream-2bw': 0.02,
+  pipeoptim: 0.02,
+  spectrain: 0.02,
+  'pipelined-backprop': 0.05,
+};
+
+/** The reference of Pipelined Backpropagation's small-batch rule: SGD lr 0.05, momentum 0.9 at batch 128 (bench/RESULTS.md). */
+export const PIPELINED_BACKPROP_REFERENCE = { lr: 0.05, momentum: 0.9, batch: 128 } as const;
+
+/**
+ * @internal The learning rate and momentum a run takes when the user gives neither, and why:
+ * Adam and AdamW 0.001; SGD the schedule's rate above; Pipelined Backpropagation with SGD the
+ * small-batch rule of ALGORITHMS.md section 4 from PIPELINED_BACKPROP_REFERENCE to the
+ * micro-batch size (at 16: lr 8.2e-4, momentum 0.9869, 94.25 % after 3 epochs where lr 0.05 and
+ * 0.02 diverge; at 1: lr 3.2e-6, momentum 0.99918).
+ */
+export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: MnistPipelineConfig['optimizer'], microBatchSize: number): { lr: number; momentum: number; note: string } {
+  if (optimizer !== 'sgd') return { lr: OPTIMIZERS[optimizer].defaultLr, momentum: 0.9, note: `lr ${OPTIMIZERS[optimizer].defaultLr}, the default for ${optimizer}` };
+  if (schedule === 'pipelined-backprop') {
+    const r = PIPELINED_BACKPROP_REFERENCE;
+    const scaled = pipelinedBackpropScaling(r, microBatchSize);
+    return {
+      lr: scaled.lr,
+      momentum: scaled.momentum,
+      note: `lr ${scaled.lr.toPrecision(4)} and momentum ${scaled.momentum.toPrecision(6)}: the small-batch rule from lr ${r.lr}, momentum ${r.momentum} at batch ${r.batch} to the micro-batch of ${microBatchSize} (one update per micro-batch); give --lr and --momentum to override`,
+    };
+  }
+  const lr = SGD_DEFAULT_LR[schedule];
+  return { lr, momentum: 0.9, note: `lr ${lr}, the default SGD rate for ${schedule}` };
+}
+
+/** @internal */
+export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
+  schedule: '1f1b',
+  stages: 4,
+  microBatches: 8,
+  microBatchSize: 16,
+  epochs: 3,
+  optimizer: 'sgd',
+  lr: 0.05,
+  momentum: 0.9,
+  seed: 1,
+  boundaries: 'measured',
+  sizes: PIPELINE_DEMO_SIZES,
+};
+
+/**
+ * @internal What the measured-vs-simulated comparison means with parallel pipelines: the runtime
+ * runs each on its own workers and measures pipeline 0; the simulator puts AvgPipe's N pipelines
+ * on the same S devices (as the paper and the tuner do) and the other schedules' one pipeline.
+ */
+export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefined {
+  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  if (n === 1) return undefined;
+  return c.schedule === 'avgpipe'
+    ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads; simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
+    : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;
+}
+
+/**
+ * @internal How a run's parallel pipelines are combined, in words, or undefined for one pipeline:
+ * AvgPipe's by elastic averaging, the others' stage replicas by their data-parallel mode.
+ */
+export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
+  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  if (n === 1) return undefined;
+  return c.schedule === 'avgpipe' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
+}
+
+/** @internal */
+export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineConfig {
+  checkOneOf(c.schedule, '--schedule', RUNTIME_SCHEDULES);
+  checkInteger(c.stages, '--stages', 1, 64);
+  checkInteger(c.microBatches, '--microbatches', 1, 4096);
+  checkInteger(c.microBatchSize, '--microbatch-size', 1, 8192);
+  checkInteger(c.epochs, '--epochs', 1, 1000);
+  checkOneOf(c.optimizer, '--optimizer', OPTIMIZER_KINDS);
+  checkNumber(c.lr, '--lr', 0, 10, { loOpen: true });
+  checkNumber(c.momentum, '--momentum', 0, 1, { hiOpen: true });
+  checkInteger(c.seed, '--seed', 0, 2 ** 31 - 1);
+  if (c.trainSamples !== undefined) checkInteger(c.trainSamples, '--train-samples', 1, 1 << 24);
+  if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, 64);
+  if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, 64);
+  if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, 4096);
+  if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
+  if ((c.spikeCompensation === false || c.weightPrediction === false) && c.schedule !== 'pipelined-backprop')
+    throw new InvalidArgumentError('--no-spike-compensation and --no-weight-prediction switch off parts of pipelined-backprop; use them with --schedule pipelined-backprop');
+  if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
+  return c;
+}
+
+/** @internal */
+export interface MnistPipelineEpoch {
+  epoch: number;
+  loss: number;
+  accuracy: number;
+  wallMs: number;
+}
+
+/** @internal */
+export interface MnistPipelineResult {
+  config: MnistPipelineConfig;
+  boundaries: readonly number[];
+  epochs: MnistPipelineEpoch[];
+  trainSamples: number;
+  testSamples: number;
+  /** A round of the last epoch (the median by wall time), measured. */
+  measured: SimulationResult;
+  /** The simulator's prediction from the stage costs measured over the last epoch. */
+  simulated: SimulationResult;
+  /** Wall time of training (all epochs), ms. */
+  trainMs: number;
+  /** Per-action overhead of the runtime on the measured round: time between actions, and in sends/stash bookkeeping. */
+  overhead: { perActionMs: number; shareOfRound: number };
+  peakStashed: readonly number[];
+  /** Predicted weight copies per stage, in the typical round. */
+  predictedCopies: readonly number[];
+  /** Stored micro-batch activations per stage at their peak, in the typical round. */
+  peakActivations: readonly number[];
+  /** The run as a tuner profile (docs/pipeline.md): each stage's measured forward and backward per micro-batch, and its sizes. */
+  profile: PipelineProfile;
+}
+
+/**
+ * The tuner's profile of a run: per stage (the parts it holds), the measured median forward and
+ * backward time of a micro-batch, the activation it sends, its weights and its optimizer state
+ * (SGD with momentum: one buffer; Adam/AdamW: two), the activations a micro-batch keeps until its
+ * backward (the parts' input and layer outputs), at the run's micro-batch size; a pipeline's batch
+ * is the run's M micro-batches. `overheadMs`, the part of each pass that does not shrink with the
+ * micro-batch, is the runtime's measured time between actions (bounded by the smallest pass).
+ */
+function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts, perActionMs: number): PipelineProfile {
+  const layers = mlpLayers(c.sizes);
+  const params = layerParams(layers);
+  const widths = checkLayers(layers);
+  const ranges = partRanges(layers.length, boundaries);
+  const stateCopies = OPTIMIZERS[c.optimizer].stateBuffers({ momentum: c.momentum });
+  const stages = Array.from({ length: schedule.stages }, (_, k) => {
+    const parts = ranges.map((_, j) => j).filter((j) => (schedule.actions[k] ?? []).some((a) => a.kind === 'forward' && a.part === j));
+    const weightBytes = parts.reduce((n, j) => n + 4 * params.slice(ranges[j]![0], ranges[j]![1]).reduce((a, b) => a + b, 0), 0);
+    const sum = (x: PerPart | undefined): number => parts.reduce((n, j) => n + (typeof x === 'number' ? x : (x?.[j] ?? 0)), 0);
+    return {
+      forwardMs: sum(costs.forward),
+      backwardMs: sum(costs.backward),
+      activationBytes: 4 * c.microBatchSize * widths[ranges[parts.at(-1) ?? 0]![1]]!,
+      storedActivationBytes: parts.reduce((n, j) => n + 4 * c.microBatchSize * widths.slice(ranges[j]![0], ranges[j]![1] + 1).reduce((a, b) => a + b, 0), 0),
+      weightBytes,
+      optimizerStateBytes: stateCopies * weightBytes,
+    };
+  });
+  const smallest = Math.min(...stages.flatMap((st) => [st.forwardMs, st.backwardMs]));
+  return { stages, microBatchSize: c.microBatchSize, batchSize: c.microBatches * c.microBatchSize, overheadMs: Math.max(0, Math.min(perActionMs, smallest)) };
+}
+
+/** Runtime overhead of a round: on each stage, the time not spent in an action (gaps) plus in posting sends; the worst stage over the makespan. */
+export function roundOverhead(report: RoundReport): { perActionMs: number; shareOfRound: number } {
+  let worst = 0;
+  let total = 0;
+  let actions = 0;
+  let makespan = 0;
+  for (const row of report.timeline) for (const t of row) makespan = Math.max(makespan, t.end);
+  for (const row of report.timeline) {
+    let overhead = 0;
+    let previous = row[0]?.start ?? 0;
+    for (const t of row) {
+      overhead += Math.max(0, t.start - previous);
+      if (t.action.kind === 'sendActivation' || t.action.kind === 'sendGradient' || t.action.kind === 'stashWeights' || t.action.kind === 'restoreWeights' || t.action.kind === 'predictWeights')
+        overhead += t.end - t.start;
+      previous = t.end;
+    }
+    worst = Math.max(worst, overhead);
+    total += overhead;
+    actions += row.length;
+  }
+  return { perActionMs: actions > 0 ? total / actions : 0, shareOfRound: makespan > 0 ? worst / makespan : 0 };
+}
+
+/** @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. */
+export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void): Promise<MnistPipelineResult> {
+  const c = checkMnistPipelineConfig(config);
+  const { train, test } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  const n = Math.min(train.count, c.trainSamples ?? train.count);
+  const optimizer: PipelineOptimizerSpec = c.optimizer === 'sgd' ? { kind: 'sgd', lr: c.lr, momentum: c.momentum } : { kind: c.optimizer, lr: c.lr };
+  const trainer = await PipelineTrainer.create({
+    schedule: c.schedule,
+    stages: c.stages,
+    microBatches: c.microBatches,
+    microBatchSize: c.microBatchSize,
+    ...(c.iterations !== undefined ? { iterations: c.iterations } : {}),
+    ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
+    ...(c.advance !== undefined ? { advance: c.advance } : {}),
+    ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
+    ...(c.schedule === 'pipelined-backprop' ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
+    model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
+    optimizer,
+    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
+    seed: c.seed,
+    timeoutMs: 60_000,
+  });
+  try {
+    const epochs: MnistPipelineEpoch[] = [];
+    let last: RoundReport[] = [];
+    let trainMs = 0;
+    for (let e = 0; e < c.epochs; e++) {
+      const rounds: RoundReport[] = [];
+      const report = await trainer.trainEpoch((r) => rounds.push(r));
+      trainMs += report.wallMs;
+      const accuracy = await trainer.evaluate(test.inputs, test.labels);
+      const entry = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      epochs.push(entry);
+      onEpoch?.(entry);
+      last = rounds;
+    }
+    const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
+    const typical = byWall[Math.floor(byWall.length / 2)]!;
+    const measured = measuredResult(trainer.schedule, trainer.analysis, typical.timeline, typical);
+    const costs = measuredCosts(trainer.schedule, last.map((r) => r.timeline));
+    const simulated = simulateSchedule(trainer.schedule, costs);
+    const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
+    return {
+      config: c,
+      boundaries,
+      epochs,
+      trainSamples: n,
+      testSamples: test.count,
+      measured,
+      simulated,
+      trainMs,
+      overhead: roundOverhead(typical),
+      peakStashed: typical.peakStashed,
+      predictedCopies: typical.predictedCopies,
+      peakActivations: typical.peakActivations,
+      profile: runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs),
+    };
+  } finally {
+    await trainer.dispose();
+  }
+}
