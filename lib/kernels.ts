@@ -5,6 +5,5 @@
  * checks apply. Training code wants `sapipe`.
  */
 export { nativeAddon, nativeUnavailableReason, OptimizerKind, CompensationKind, PredictionKind, EstimateKind, type NativeAddon, type NativeBufferHandle, type NativeUpdateConfig, type NativeUpdateBuffers, type NativeUpdateResult } from './native.js';
-export { KERNEL_VARIANTS, allocateBuffers, type KernelVariant } from './optim/variants.js';
 export { commAddon } from './comm/local-native.js';
 export { cudaBenchUpdate, type CudaBenchTiming } from './backends/cuda.js';

@@ -10,7 +10,8 @@
  * not in the counted bytes, so the second ratio shows its whole cost.
  */
 import { InvalidArgumentError } from 'sapipe';
-import { allocateBuffers, KERNEL_VARIANTS, nativeAddon, type NativeBufferHandle } from 'sapipe/kernels';
+import { nativeAddon, type NativeBufferHandle } from 'sapipe/kernels';
+import { allocateBuffers, KERNEL_VARIANTS } from './kernel-variants.js';
 import { gigabytesPerSecond, median, type TimingOptions } from './timing.js';
 import { performance } from 'node:perf_hooks';
 

@@ -8,6 +8,7 @@ import {
   callNative,
   CompensationKind,
   EstimateKind,
+  OptimizerKind,
   nativeAddon,
   PredictionKind,
   type NativeUpdateBuffers,
@@ -68,12 +69,13 @@ export const STATE_BUFFER_NAMES = ['momentum', 'secondMoment', 'backup', 'predic
 export type StateBufferName = (typeof STATE_BUFFER_NAMES)[number];
 
 /**
- * The optimizer kinds. lib/optim/registry.ts describes each (the compiler holds its OPTIMIZERS to
- * exactly these keys); everything else reads the registry.
+ * The optimizer kinds: those the kernels implement (`OptimizerKind`, the C ABI's enum). lib/optim/
+ * registry.ts describes each (the compiler holds its OPTIMIZERS to exactly these keys); everything
+ * else reads the registry.
  *
  * @category Optimizers
  */
-export type OptimizerKindName = 'sgd' | 'adam' | 'adamw';
+export type OptimizerKindName = keyof typeof OptimizerKind;
 
 /** A snapshot of an optimizer's state (copies), for checkpoints. @category Optimizers */
 export interface OptimizerState {

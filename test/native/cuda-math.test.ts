@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { KERNEL_VARIANTS } from '../../dist/optim/variants.js';
+import { KERNEL_VARIANTS } from '../../dist/apps/bench/kernel-variants.js';
 
 const binary = fileURLToPath(new URL('../../build/Release/sapipe_cuda_math_check', import.meta.url));
 

@@ -2,7 +2,7 @@
  * Lists kept in more than one language stay one list: the update configuration's fields (the C
  * ABI struct in native/include/sapipe/kernels.h, what native/addon/update_binding.* reads, and
  * NativeUpdateConfig in lib/native.ts), the update buffers likewise, and the kernel variants
- * (native/tests/variants.cpp, printed by the C++ harness, against lib/optim/variants.ts). A field
+ * (native/tests/variants.cpp, printed by the C++ harness, against apps/bench/kernel-variants.ts). A field
  * or a variant added on one side only fails here.
  */
 import { execFile } from 'node:child_process';
@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { KERNEL_VARIANTS } from '../../dist/optim/variants.js';
+import { KERNEL_VARIANTS } from '../../dist/apps/bench/kernel-variants.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const read = (path: string): string => readFileSync(`${root}/${path}`, 'utf8');
@@ -51,7 +51,7 @@ t.test('the update buffers: C struct, binding and TypeScript name the same buffe
   t.same(tsInterfaceKeys('NativeUpdateBuffers').sort(), [...expected].sort(), 'NativeUpdateBuffers has a key per buffer');
 });
 
-t.test('the kernel variants: the C++ harness and lib/optim/variants.ts hold one list', async (t) => {
+t.test('the kernel variants: the C++ harness and apps/bench/kernel-variants.ts hold one list', async (t) => {
   const binary = `${root}/build/Release/sapipe_cpu_check`;
   const { stdout } = await promisify(execFile)(binary, ['--list-variants']);
   const native = stdout.trim().split('\n').map((line) => JSON.parse(line) as Record<string, number | boolean | string>);

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 
-import { KERNEL_VARIANTS } from '../../dist/optim/variants.js';
+import { KERNEL_VARIANTS } from '../../dist/apps/bench/kernel-variants.js';
 import { runVariant } from './run-variant.js';
 
 const SIZES: [number, number][] = [

@@ -7,7 +7,7 @@
  * multiply-adds), and that difference stays within this bound over 100 steps.
  */
 import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig } from '../../dist/native.js';
-import { allocateBuffers } from '../../dist/optim/variants.js';
+import { allocateBuffers } from '../../dist/apps/bench/kernel-variants.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
 import { fillNormal, fillUniform, rng, worstError } from '../helpers/random.js';
 import { referenceConfig } from './variant-reference.js';

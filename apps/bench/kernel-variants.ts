@@ -1,8 +1,11 @@
 /**
  * The named variants of the fused update kernel: every optimizer with and without delay
  * compensation, each weight-prediction form, and spike compensation. `sapipe bench kernels` times
- * each; the tests check each against the reference implementation.
+ * each; the tests check each against the reference implementation. A catalogue of kernel
+ * configurations for measuring and checking, not part of the library: training code configures
+ * the kernels through its optimizers.
  */
+import type { OptimizerKindName } from 'sapipe';
 import {
   CompensationKind,
   EstimateKind,
@@ -11,9 +14,8 @@ import {
   type NativeBufferHandle,
   type NativeUpdateBuffers,
   type NativeUpdateConfig,
-} from '../native.js';
+} from 'sapipe/kernels';
 
-/** @category Optimizers */
 export interface KernelVariant {
   name: string;
   config: NativeUpdateConfig;
@@ -36,8 +38,6 @@ const linear = (steps: number): Partial<NativeUpdateConfig> => ({ prediction: Pr
 /**
  * Every variant, by name. native/tests/variants.cpp holds the same list for the C++ harnesses
  * (names, order and settings); test/native/lists.test.ts fails when the two drift.
- *
- * @category Optimizers
  */
 export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd', config: sgd },
@@ -71,11 +71,24 @@ export const KERNEL_VARIANTS: readonly KernelVariant[] = [
   { name: 'sgd-spike+wp-local', config: { ...sgdMomentum, spikeDelay: 2, ...wp('local') } },
 ];
 
-/** The buffers a configuration reads or writes, besides weights and grad. @category Optimizers */
+/**
+ * The state buffers each optimizer's kernel reads, as native/core/update_plan.cpp's traits table
+ * says (the compiler asks for a row per kind).
+ */
+const OPTIMIZER_STATE: Record<OptimizerKindName, (config: NativeUpdateConfig) => (keyof NativeUpdateBuffers)[]> = {
+  sgd: (config) => ((config.momentum ?? 0) !== 0 ? ['momentum'] : []),
+  adam: () => ['momentum', 'secondMoment'],
+  adamw: () => ['momentum', 'secondMoment'],
+};
+const kindName = (config: NativeUpdateConfig): OptimizerKindName => {
+  const name = (Object.keys(OptimizerKind) as OptimizerKindName[]).find((k) => OptimizerKind[k] === config.optimizer);
+  if (name === undefined) throw new RangeError(`no optimizer has the native number ${config.optimizer}`);
+  return name;
+};
+
+/** The buffers a configuration reads or writes, besides weights and grad. */
 export function requiredBuffers(config: NativeUpdateConfig): (keyof NativeUpdateBuffers)[] {
-  const names: (keyof NativeUpdateBuffers)[] = [];
-  if (config.optimizer !== OptimizerKind.sgd || (config.momentum ?? 0) !== 0) names.push('momentum');
-  if (config.optimizer !== OptimizerKind.sgd) names.push('secondMoment');
+  const names: (keyof NativeUpdateBuffers)[] = [...OPTIMIZER_STATE[kindName(config)](config)];
   if ((config.compensation ?? 0) !== CompensationKind.none) names.push('backup');
   if ((config.prediction ?? 0) !== PredictionKind.none) names.push('predicted');
   if (config.prediction === PredictionKind.shadowStep && config.estimate !== EstimateKind['prev-sync']) names.push('localGrad');
@@ -84,7 +97,7 @@ export function requiredBuffers(config: NativeUpdateConfig): (keyof NativeUpdate
   return names;
 }
 
-/** Builds the buffer set of a configuration, allocating each buffer through `allocate`. @category Optimizers */
+/** Builds the buffer set of a configuration, allocating each buffer through `allocate`. */
 export function allocateBuffers(config: NativeUpdateConfig, allocate: (name: string) => NativeBufferHandle): NativeUpdateBuffers {
   const buffers: NativeUpdateBuffers = { weights: allocate('weights'), grad: allocate('grad') };
   for (const name of requiredBuffers(config)) (buffers as unknown as Record<string, NativeBufferHandle>)[name] = allocate(name);
