@@ -91,6 +91,12 @@ export interface LaunchResult {
   masterPort: number;
   /** Restarts made (0 when the first attempt was the last). */
   restarts: number;
+  /**
+   * Set when a failed attempt was not restarted although restarts were left, saying why: the
+   * ranks could not resume from `checkpointDir` (loadCheckpoint would fail with this on every
+   * rank, so a restart could only fail again).
+   */
+  notRestarted?: string;
   /** Each failed attempt that was restarted: the failure, and how long the attempt ran. */
   restarted: {
     failure: RankExit;
@@ -98,14 +104,11 @@ export interface LaunchResult {
     elapsedMs: number;
     /**
      * With checkpointDir: the step the ranks resume from, the newest checkpoint at the failure that
-     * verifies, as loadCheckpoint chooses it (null: none, the job starts over, or the ranks cannot
-     * load one: see `checkpointError`).
+     * verifies, as loadCheckpoint chooses it (null: none, the job starts over).
      */
     resumeStep?: number | null;
     /** With checkpointDir: newer steps the ranks will pass over because they do not verify. */
     skippedSteps?: number[];
-    /** With checkpointDir: why the ranks cannot resume from the directory (loadCheckpoint will fail with this). */
-    checkpointError?: string;
     /** With checkpointDir: training time lost, from that checkpoint's save (or the attempt's start) to the failure. */
     lostMs?: number;
   }[];
@@ -193,26 +196,24 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     const failedAt = Date.now();
     const elapsedMs = failedAt - started;
     const lost = checkpointDir === undefined ? undefined : await lostWork(checkpointDir, nproc * nnodes, started, failedAt);
+    if (lost?.checkpointError !== undefined) {
+      const notRestarted = `the ranks cannot resume from ${checkpointDir}: ${lost.checkpointError}`;
+      say(`not restarting the job (${maxRestarts - attempt} restart${maxRestarts - attempt === 1 ? '' : 's'} left) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ${notRestarted}`);
+      return { ...result, restarts: attempt, restarted, notRestarted };
+    }
     restarted.push({
       failure: result.failure,
       message: result.message ?? '',
       elapsedMs,
-      ...(lost && {
-        resumeStep: lost.resumeStep,
-        lostMs: lost.lostMs,
-        skippedSteps: lost.skipped.map((s) => s.step),
-        ...(lost.checkpointError !== undefined && { checkpointError: lost.checkpointError }),
-      }),
+      ...(lost && { resumeStep: lost.resumeStep, lostMs: lost.lostMs, skippedSteps: lost.skipped.map((s) => s.step) }),
     });
     const skipped = lost?.skipped.length ? `; passing over ${lost.skipped.map((s) => `step ${s.step} (${s.reason})`).join(', ')}` : '';
     const what =
       lost === undefined
         ? 'the ranks resume from their last complete checkpoint, and the work since it is lost'
-        : lost.checkpointError !== undefined
-          ? `the ranks cannot resume from ${checkpointDir}: ${lost.checkpointError}`
-          : lost.resumeStep === null
-            ? `no complete checkpoint in ${checkpointDir} yet${skipped}: the job starts over, and its ${(lost.lostMs / 1000).toFixed(1)} s of training are lost`
-            : `the ranks resume from step ${lost.resumeStep} (the newest complete checkpoint in ${checkpointDir} that verifies${skipped}), and the ${(lost.lostMs / 1000).toFixed(1)} s of training since it was saved are lost`;
+        : lost.resumeStep === null
+          ? `no complete checkpoint in ${checkpointDir} yet${skipped}: the job starts over, and its ${(lost.lostMs / 1000).toFixed(1)} s of training are lost`
+          : `the ranks resume from step ${lost.resumeStep} (the newest complete checkpoint in ${checkpointDir} that verifies${skipped}), and the ${(lost.lostMs / 1000).toFixed(1)} s of training since it was saved are lost`;
     say(`restarting the job (restart ${attempt + 1} of ${maxRestarts}) after ${(elapsedMs / 1000).toFixed(1)} s: ${result.message ?? 'a rank failed'}; ${what}`);
   }
 }

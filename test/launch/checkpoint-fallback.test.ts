@@ -5,7 +5,7 @@
  * that same step, warns (SAPIPE_CHECKPOINT_FALLBACK) naming the corrupt file, and the job
  * finishes. Before, the launcher promised the damaged step and every restart failed loading it.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -67,4 +67,20 @@ t.test('a corrupt newest checkpoint: the restart resumes from the one before on 
     t.match(out, new RegExp(`^\\[${rank}\\] WARNING SAPIPE_CHECKPOINT_FALLBACK .*skipped step-0000000010: .*rank-1\\.safetensors: its SHA-256 differs.*loading step-0000000005 instead`, 'm'), `rank ${rank} warned, naming the file and the reason`);
     t.match(out, new RegExp(`^\\[${rank}\\] DONE 15$`, 'm'), `rank ${rank} trained to the end`);
   }
+});
+
+t.test('nothing in the checkpoint directory can load: the launcher does not restart a job that could only fail again', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-fallback-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // Not a checkpoint: loadCheckpoint on every rank would refuse the directory rather than start afresh.
+  writeFileSync(join(dir, 'notes.txt'), 'not a checkpoint');
+  const script = join(dir, 'fail.mjs');
+  writeFileSync(script, 'process.exit(3);\n');
+  const stderr = new Collector();
+  const result = await launch({ script, nproc: 2, maxRestarts: 3, checkpointDir: dir, forwardSignals: false, graceMs: 2000, stdout: new Collector(), stderr });
+  t.equal(result.exitCode, 3, 'the failure is returned');
+  t.equal(result.restarts, 0, 'no restart');
+  t.same(result.restarted, []);
+  t.match(result.notRestarted, /cannot resume from .*holds no checkpoint .*notes\.txt/, 'says why');
+  t.match(stderr.text, /not restarting the job \(3 restarts left\) after [\d.]+ s: .*cannot resume from/, 'and tells the user');
 });
