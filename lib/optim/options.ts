@@ -10,14 +10,30 @@ import { checkInteger, checkKnownKeys, checkNumber, checkObject, describeValue, 
 export interface CompensationOptions {
   /** `elementwise` (default): g + lambda*g*g*(w - w_c); `adaptive` divides the term by sqrt(g*g + eps). */
   kind?: 'elementwise' | 'adaptive';
-  /** Strength, >= 0. Default 0.2. */
+  /** Strength, in [0, {@link DC_LAMBDA_MAX}]. Default {@link DEFAULT_DC_LAMBDA}. */
   lambda?: number;
-  /** eps of the adaptive variant. Default 1e-7. */
+  /** eps of the adaptive variant. Default {@link DEFAULT_DC_EPS}. */
   eps?: number;
 }
 
+/**
+ * lambda of an optimizer's delay compensation given without one, whatever its kind: DC-ASGD's 0.2
+ * (ALGORITHMS.md section 2). The data-parallel modes default to the adaptive form at their own
+ * lambda instead (DEFAULT_ADAPTIVE_DC_LAMBDA in lib/dataparallel/mode.ts), and take this one for
+ * the elementwise form.
+ *
+ * @category Optimizers
+ */
+export const DEFAULT_DC_LAMBDA = 0.2;
+/** The largest delay-compensation lambda accepted. @category Optimizers */
+export const DC_LAMBDA_MAX = 1e6;
+/** eps of the adaptive delay compensation given without one. @category Optimizers */
+export const DEFAULT_DC_EPS = 1e-7;
+
 /** The gradient SAPipe's shadow step assumes for the update still in flight. @category Optimizers */
 export type GradientEstimate = 'local' | 'prev-sync' | 'local-prev-sync';
+/** Every gradient estimate, in the order ALGORITHMS.md numbers them (options 1, 2, 3). @category Optimizers */
+export const GRADIENT_ESTIMATES: readonly GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
 
 /** SAPipe weight prediction: a shadow optimizer step with an estimated gradient. @category Optimizers */
 export interface SapipePrediction {
@@ -104,8 +120,8 @@ export function resolveCompensation(c: CompensationOptions | undefined): Resolve
     throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${describeValue(kind)}`);
   return {
     kind,
-    lambda: checkNumber(c.lambda ?? 0.2, 'compensation.lambda', 0, 1e6),
-    eps: checkNumber(c.eps ?? 1e-7, 'compensation.eps', 0, 1, { loOpen: true }),
+    lambda: checkNumber(c.lambda ?? DEFAULT_DC_LAMBDA, 'compensation.lambda', 0, DC_LAMBDA_MAX),
+    eps: checkNumber(c.eps ?? DEFAULT_DC_EPS, 'compensation.eps', 0, 1, { loOpen: true }),
   };
 }
 
@@ -135,9 +151,8 @@ export function resolvePrediction(
   if (typeof p.kind === 'string' && Object.hasOwn(PREDICTION_KEYS, p.kind)) checkKnownKeys(p, PREDICTION_KEYS[p.kind], `prediction (kind '${p.kind}')`);
   switch (p.kind) {
     case 'sapipe': {
-      const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
-      if (!estimates.includes(p.estimate))
-        throw new InvalidArgumentError(`prediction.estimate must be one of ${estimates.join(', ')}, got ${describeValue(p.estimate)}`);
+      if (!GRADIENT_ESTIMATES.includes(p.estimate))
+        throw new InvalidArgumentError(`prediction.estimate must be one of ${GRADIENT_ESTIMATES.join(', ')}, got ${describeValue(p.estimate)}`);
       const compensate = p.compensate ?? false;
       if (typeof compensate !== 'boolean') throw new InvalidArgumentError('prediction.compensate must be a boolean');
       if (compensate && !compensation)
