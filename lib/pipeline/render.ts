@@ -5,6 +5,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import { ACTION_KINDS, type Action, type ActionKind, computeKinds, formatAction } from './schedule.js';
+import { scheduleEntry } from './schedules/registry.js';
 import type { SimulationResult } from './simulate.js';
 import type { TimedAction } from './timeline.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -155,8 +156,9 @@ function sharesStages(result: SimulationResult): boolean {
 }
 
 /**
- * What a row of the picture is: a `worker` holding a whole model replica in the data-parallel
- * forms (SAPipe, Wavelet's data-parallel form), a pipeline `stage` otherwise.
+ * What a row of the picture is, as the schedule's registry entry says: a `worker` holding a whole
+ * model replica in the data-parallel forms (SAPipe, Wavelet's data-parallel form), a pipeline
+ * `stage` otherwise (and for a custom schedule).
  *
  * @category Pipeline schedules
  */
@@ -164,7 +166,7 @@ export function rowName(schedule: Pick<SimulationResult['schedule'], 'name' | 'p
   if (schedule === null || typeof schedule !== 'object' || schedule.params === null || typeof schedule.params !== 'object') {
     throw new InvalidArgumentError(`rowName: pass a Schedule, got ${describeValue(schedule)}`);
   }
-  return schedule.name === 'sapipe' || (schedule.name === 'wavelet' && schedule.params.form === 'data-parallel') ? 'worker' : 'stage';
+  return scheduleEntry(schedule.name)?.rowName(schedule.params) ?? 'stage';
 }
 
 /** Model chunk of an action where stages hold several (interleaved 1F1B): part = stage + chunk * S. */
