@@ -11,6 +11,7 @@ import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
+import { limits } from '../schedules/options.js';
 import { generateSchedule, scheduleEntry, scheduleNames, type RuntimeSchedule, type ScheduleName, type ScheduleTrainerOption } from '../schedules/registry.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
@@ -154,12 +155,12 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   if ('planned' in entry.runtime)
     throw new InvalidArgumentError(`${what}: the runtime does not run '${name}' yet (${entry.runtime.planned}); use one of ${RUNTIME_SCHEDULES.join(', ')}`);
   const runtime: RuntimeSchedule = entry.runtime;
-  const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
-  const pipelines = checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, 64);
+  const stages = checkInteger(options.stages, `${what}: stages`, 1, limits.stages);
+  const pipelines = checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, limits.pipelines);
   for (const [key, owner] of OPTION_OWNERS)
     if (options[key] !== undefined && !runtime.trainerOptions.includes(key))
       throw new InvalidArgumentError(`${what}: ${key} is an option of the ${owner} schedule, not of '${name}'`);
-  const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
+  const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, limits.microBatches);
   const microBatchSize = checkInteger(options.microBatchSize, `${what}: microBatchSize`, 1, 1 << 20);
   const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, `${what}: timeoutMs`, 1, 2 ** 31 - 1);
   const seed = checkInteger(options.seed ?? 0, `${what}: seed`, 0, 2 ** 32 - 1);

@@ -1,7 +1,7 @@
 import { withCommunication } from '../communication.js';
 import { type ReadyTask, listSchedule } from '../list-scheduler.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { advanceForwardOrder } from './advance-forward.js';
+import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
 
@@ -28,7 +28,7 @@ export function avgpipe(options: ScheduleOptions): Schedule {
   for (let k = 0; k < S; k++) {
     const perPipeline: number[][] = [];
     for (let p = 0; p < N; p++) {
-      const steps = advanceForwardOrder(S, M, A, k).map((step) => {
+      const steps = stageOrder(S, M, A, k).map((step) => {
         tasks.push(makeAction(step.kind, k, k, step.microBatch, p, -1, -1));
         return tasks.length - 1;
       });
