@@ -75,7 +75,8 @@ export interface PipelineTrainerOptions {
   /**
    * N: parallel pipelines (N x S workers), each on its own micro-batches of every round (pipeline p
    * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`, or
-   * for `avgpipe` by elastic averaging (`averaging`). Default 1 (avgpipe: 2).
+   * for `avgpipe` by elastic averaging (`averaging`). Default: the schedule's registry entry's
+   * `runtime.defaultPipelines` (1; avgpipe 2).
    */
   pipelines?: number;
   /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
