@@ -3,7 +3,7 @@
  * workers, for how long, and over which (optionally emulated) network. Validated once here so the
  * workers can trust every field.
  */
-import { DATA_PARALLEL_MODES, type DataParallelMode, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
+import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';
 
 /**
@@ -103,8 +103,8 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
     if (m.mode === 'sapipe-wp' ? m.estimate === undefined || !WP_ESTIMATES.includes(m.estimate) : m.estimate !== undefined || m.compensate)
       throw new InvalidArgumentError(`--modes: "${m.label}": only sapipe-wp has an estimate (one of ${WP_ESTIMATES.join(', ')}) and +dc`);
   }
-  if (c.lambda !== undefined && (!Number.isFinite(c.lambda) || c.lambda < 0 || c.lambda > 1e6))
-    throw new InvalidArgumentError(`--lambda must be a number in [0, 1e6], got ${describeValue(c.lambda)}`);
+  if (c.lambda !== undefined && (!Number.isFinite(c.lambda) || c.lambda < 0 || c.lambda > DC_LAMBDA_MAX))
+    throw new InvalidArgumentError(`--lambda must be a number in [0, ${DC_LAMBDA_MAX.toExponential().replace('e+', 'e')}], got ${describeValue(c.lambda)}`);
   if (c.dcKind !== undefined && c.dcKind !== 'elementwise' && c.dcKind !== 'adaptive')
     throw new InvalidArgumentError(`--dc-kind must be elementwise or adaptive, got ${describeValue(c.dcKind)}`);
   if (c.topk !== undefined && (!Number.isFinite(c.topk.density) || c.topk.density <= 0 || c.topk.density > 1))

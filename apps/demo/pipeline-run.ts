@@ -4,11 +4,14 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { checkLayers, DATA_PARALLEL_MODES, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkLayers, DATA_PARALLEL_MODES, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
 export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
+
+/** The most stages a demo run starts: each is a worker thread of this process. */
+const MAX_DEMO_STAGES = 64;
 
 /** @internal */
 export interface MnistPipelineConfig {
@@ -37,31 +40,15 @@ export interface MnistPipelineConfig {
   weightPrediction?: boolean;
 }
 
-/**
- * @internal The SGD learning rate each schedule trains the demo's MLP with when none is given
- * (momentum 0.9, micro-batches of 16): the synchronous schedules take 0.05; the schedules that
- * read stashed or predicted weights diverge or lag at 0.05 and take 0.02 (3 epochs, seed 1, at
- * 0.05 then 0.02: PipeOptim 84.55 % then 93.80 %, PipeDream 66.05 % then 93.05 %, 2BW 89.35 %
- * then 91.35 %, SpecTrain 90.40 % then 93.50 %, against 1F1B's 92.30 % and 92.40 %; bench/RESULTS.md).
- * Pipelined Backpropagation updates after every micro-batch and diverges at both: it takes the
- * small-batch rule instead (pipelineDefaults).
- */
-const SGD_DEFAULT_LR: Record<RuntimeScheduleName, number> = {
-  gpipe: 0.05,
-  '1f1b': 0.05,
-  'interleaved-1f1b': 0.05,
-  'zb-h1': 0.05,
-  wavelet: 0.05,
-  avgpipe: 0.05,
-  pipedream: 0.02,
-  'pipedream-2bw': 0.02,
-  pipeoptim: 0.02,
-  spectrain: 0.02,
-  'pipelined-backprop': 0.05,
-};
+/** How the runtime runs a schedule: its registry entry's runtime part. */
+const runtimeOf = (schedule: RuntimeScheduleName): RuntimeSchedule => SCHEDULES[schedule].runtime;
 
-/** The reference of Pipelined Backpropagation's small-batch rule: SGD lr 0.05, momentum 0.9 at batch 128 (bench/RESULTS.md). */
-export const PIPELINED_BACKPROP_REFERENCE = { lr: 0.05, momentum: 0.9, batch: 128 } as const;
+/** The reference of Pipelined Backpropagation's small-batch rule, from its registry entry (bench/RESULTS.md). */
+export const PIPELINED_BACKPROP_REFERENCE: SmallBatchHyperparameters = (() => {
+  const sgd = runtimeOf('pipelined-backprop').defaultSgd;
+  if (!('smallBatchRule' in sgd)) throw new Error('the registry gives pipelined-backprop no small-batch rule');
+  return sgd.smallBatchRule;
+})();
 
 /**
  * @internal The learning rate and momentum a run takes when the user gives neither, and why:
@@ -72,8 +59,9 @@ export const PIPELINED_BACKPROP_REFERENCE = { lr: 0.05, momentum: 0.9, batch: 12
  */
 export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: MnistPipelineConfig['optimizer'], microBatchSize: number): { lr: number; momentum: number; note: string } {
   if (optimizer !== 'sgd') return { lr: OPTIMIZERS[optimizer].defaultLr, momentum: 0.9, note: `lr ${OPTIMIZERS[optimizer].defaultLr}, the default for ${optimizer}` };
-  if (schedule === 'pipelined-backprop') {
-    const r = PIPELINED_BACKPROP_REFERENCE;
+  const sgd = runtimeOf(schedule).defaultSgd;
+  if ('smallBatchRule' in sgd) {
+    const r = sgd.smallBatchRule;
     const scaled = pipelinedBackpropScaling(r, microBatchSize);
     return {
       lr: scaled.lr,
@@ -81,8 +69,7 @@ export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: Mnist
       note: `lr ${scaled.lr.toPrecision(4)} and momentum ${scaled.momentum.toPrecision(6)}: the small-batch rule from lr ${r.lr}, momentum ${r.momentum} at batch ${r.batch} to the micro-batch of ${microBatchSize} (one update per micro-batch); give --lr and --momentum to override`,
     };
   }
-  const lr = SGD_DEFAULT_LR[schedule];
-  return { lr, momentum: 0.9, note: `lr ${lr}, the default SGD rate for ${schedule}` };
+  return { lr: sgd.lr, momentum: 0.9, note: `lr ${sgd.lr}, the default SGD rate for ${schedule}` };
 }
 
 /** @internal */
@@ -106,9 +93,10 @@ export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
  * on the same S devices (as the paper and the tuner do) and the other schedules' one pipeline.
  */
 export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefined {
-  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  const runtime = runtimeOf(c.schedule);
+  const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
-  return c.schedule === 'avgpipe'
+  return runtime.coupling === 'elastic-averaging'
     ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads; simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
     : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;
 }
@@ -118,16 +106,17 @@ export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefine
  * AvgPipe's by elastic averaging, the others' stage replicas by their data-parallel mode.
  */
 export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
-  const n = c.pipelines ?? (c.schedule === 'avgpipe' ? 2 : 1);
+  const runtime = runtimeOf(c.schedule);
+  const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
-  return c.schedule === 'avgpipe' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
+  return runtime.coupling === 'elastic-averaging' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
 }
 
 /** @internal */
 export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineConfig {
   checkOneOf(c.schedule, '--schedule', RUNTIME_SCHEDULES);
-  checkInteger(c.stages, '--stages', 1, 64);
-  checkInteger(c.microBatches, '--microbatches', 1, 4096);
+  checkInteger(c.stages, '--stages', 1, MAX_DEMO_STAGES);
+  checkInteger(c.microBatches, '--microbatches', 1, generatorLimits.microBatches);
   checkInteger(c.microBatchSize, '--microbatch-size', 1, 8192);
   checkInteger(c.epochs, '--epochs', 1, 1000);
   checkOneOf(c.optimizer, '--optimizer', OPTIMIZER_KINDS);
@@ -135,12 +124,14 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   checkNumber(c.momentum, '--momentum', 0, 1, { hiOpen: true });
   checkInteger(c.seed, '--seed', 0, 2 ** 31 - 1);
   if (c.trainSamples !== undefined) checkInteger(c.trainSamples, '--train-samples', 1, 1 << 24);
-  if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, 64);
-  if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, 64);
-  if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, 4096);
+  if (c.iterations !== undefined) checkInteger(c.iterations, '--iterations', 1, generatorLimits.iterations);
+  if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, generatorLimits.pipelines);
+  if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, generatorLimits.microBatches);
   if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
-  if ((c.spikeCompensation === false || c.weightPrediction === false) && c.schedule !== 'pipelined-backprop')
-    throw new InvalidArgumentError('--no-spike-compensation and --no-weight-prediction switch off parts of pipelined-backprop; use them with --schedule pipelined-backprop');
+  if ((c.spikeCompensation === false || c.weightPrediction === false) && !runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop')) {
+    const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes('pipelinedBackprop'));
+    throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
+  }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   return c;
 }
@@ -246,7 +237,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
-    ...(c.schedule === 'pipelined-backprop' ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
+    ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
     model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
     optimizer,
     data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },

@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import type { OptimizerSpecWithout } from '../optim/registry.js';
-import type { CompensationOptions, GradientEstimate, PredictionOptions } from '../optim/options.js';
+import { DEFAULT_DC_LAMBDA, GRADIENT_ESTIMATES, resolveCompensation, type CompensationOptions, type GradientEstimate, type PredictionOptions } from '../optim/options.js';
 import { describeValue } from '../validate.js';
 
 /**
@@ -38,10 +38,10 @@ export const DEFAULT_WP_ESTIMATE: GradientEstimate = 'prev-sync';
  * @category Data parallel
  */
 export const DEFAULT_DC_KIND = 'adaptive' as const;
-/** @category Data parallel */
+/** lambda of the data-parallel modes' compensation in its adaptive form (their default, {@link DEFAULT_DC_KIND}) given without one. @category Data parallel */
 export const DEFAULT_ADAPTIVE_DC_LAMBDA = 10;
-/** lambda of `{ kind: 'elementwise' }` given without one: ALGORITHMS.md's 0.2, as the optimizers use. @category Data parallel */
-export const DEFAULT_ELEMENTWISE_DC_LAMBDA = 0.2;
+/** lambda of `{ kind: 'elementwise' }` given without one: the optimizers' default ({@link DEFAULT_DC_LAMBDA}, ALGORITHMS.md's 0.2). @category Data parallel */
+export const DEFAULT_ELEMENTWISE_DC_LAMBDA = DEFAULT_DC_LAMBDA;
 
 /** The optimizer the trainer builds on the ParamSet; the mode adds compensation and prediction. @category Data parallel */
 export type DataParallelOptimizerSpec = OptimizerSpecWithout<'compensation' | 'prediction' | 'queue'>;
@@ -73,8 +73,6 @@ export interface ResolvedMode {
   needsLocalGrad: boolean;
 }
 
-const LAMBDA_MAX = 1e6;
-
 /** @category Data parallel */
 export function resolveMode(o: DataParallelModeOptions, worldSize: number): ResolvedMode {
   const mode = o.mode;
@@ -100,10 +98,9 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
     case 'sapipe-dc':
       return { mode, staleness, compensation: withDefaults(o.compensation ?? {}), prediction: undefined, needsLocalGrad: false };
     case 'sapipe-wp': {
-      const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
       const estimate = o.estimate ?? DEFAULT_WP_ESTIMATE;
-      if (!estimates.includes(estimate))
-        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' takes estimate: one of ${estimates.join(', ')} (default ${DEFAULT_WP_ESTIMATE}), got ${describeValue(o.estimate)}`);
+      if (!GRADIENT_ESTIMATES.includes(estimate))
+        throw new InvalidArgumentError(`DataParallelTrainer: mode 'sapipe-wp' takes estimate: one of ${GRADIENT_ESTIMATES.join(', ')} (default ${DEFAULT_WP_ESTIMATE}), got ${describeValue(o.estimate)}`);
       const compensateEstimate = o.compensateEstimate ?? o.compensation !== undefined;
       if (typeof compensateEstimate !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: compensateEstimate must be a boolean');
       if (compensateEstimate && o.compensation === undefined)
@@ -120,7 +117,7 @@ export function resolveMode(o: DataParallelModeOptions, worldSize: number): Reso
 }
 
 // The data-parallel default differs from the optimizers' own (lib/optim/options.ts: elementwise,
-// 0.2), which serve pipeline stages too. A lambda only means something with its kind, so a lambda
+// DEFAULT_DC_LAMBDA), which serve pipeline stages too. A lambda only means something with its kind, so a lambda
 // given alone keeps the optimizers' kind, and a kind given alone gets its own lambda.
 function withDefaults(c: CompensationOptions): CompensationOptions {
   if (c.lambda !== undefined) return c;
@@ -129,8 +126,12 @@ function withDefaults(c: CompensationOptions): CompensationOptions {
 }
 
 function checkCompensation(c: CompensationOptions): void {
-  if (c === null || typeof c !== 'object') throw new InvalidArgumentError('DataParallelTrainer: compensation must be an object like { lambda: 0.2 }');
-  const lambda = c.lambda;
-  if (lambda !== undefined && (typeof lambda !== 'number' || !Number.isFinite(lambda) || lambda < 0 || lambda > LAMBDA_MAX))
-    throw new InvalidArgumentError(`DataParallelTrainer: compensation.lambda must be a finite number in [0, ${LAMBDA_MAX}] (0.2 is the usual choice), got ${describeValue(lambda)}`);
+  if (c === null || typeof c !== 'object') throw new InvalidArgumentError(`DataParallelTrainer: compensation must be an object like { lambda: ${DEFAULT_DC_LAMBDA} }`);
+  // The optimizers' one check of a compensation (kind, lambda, eps), here where the trainer is given it.
+  try {
+    resolveCompensation(c);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(`DataParallelTrainer: ${error.message}`, { cause: error });
+    throw error;
+  }
 }

@@ -3,6 +3,10 @@ export { SGD, type SGDOptions } from './sgd.js';
 export { Adam, AdamW, type AdamOptions } from './adam.js';
 export { OPTIMIZERS, OPTIMIZER_KINDS, createOptimizer, type OptimizerDescriptor, type OptimizerSpec, type OptimizerSpecWithout } from './registry.js';
 export {
+  DC_LAMBDA_MAX,
+  DEFAULT_DC_EPS,
+  DEFAULT_DC_LAMBDA,
+  GRADIENT_ESTIMATES,
   pipelinedBackpropDelay,
   pipelinedBackpropScaling,
   type SmallBatchHyperparameters,

@@ -10,14 +10,30 @@ import { checkInteger, checkKnownKeys, checkNumber, checkObject, describeValue, 
 export interface CompensationOptions {
   /** `elementwise` (default): g + lambda*g*g*(w - w_c); `adaptive` divides the term by sqrt(g*g + eps). */
   kind?: 'elementwise' | 'adaptive';
-  /** Strength, >= 0. Default 0.2. */
+  /** Strength, in [0, {@link DC_LAMBDA_MAX}]. Default {@link DEFAULT_DC_LAMBDA}. */
   lambda?: number;
-  /** eps of the adaptive variant. Default 1e-7. */
+  /** eps of the adaptive variant. Default {@link DEFAULT_DC_EPS}. */
   eps?: number;
 }
 
+/**
+ * lambda of an optimizer's delay compensation given without one, whatever its kind: DC-ASGD's 0.2
+ * (ALGORITHMS.md section 2). The data-parallel modes default to the adaptive form at their own
+ * lambda instead (DEFAULT_ADAPTIVE_DC_LAMBDA in lib/dataparallel/mode.ts), and take this one for
+ * the elementwise form.
+ *
+ * @category Optimizers
+ */
+export const DEFAULT_DC_LAMBDA = 0.2;
+/** The largest delay-compensation lambda accepted. @category Optimizers */
+export const DC_LAMBDA_MAX = 1e6;
+/** eps of the adaptive delay compensation given without one. @category Optimizers */
+export const DEFAULT_DC_EPS = 1e-7;
+
 /** The gradient SAPipe's shadow step assumes for the update still in flight. @category Optimizers */
 export type GradientEstimate = 'local' | 'prev-sync' | 'local-prev-sync';
+/** Every gradient estimate, in the order ALGORITHMS.md numbers them (options 1, 2, 3). @category Optimizers */
+export const GRADIENT_ESTIMATES: readonly GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
 
 /** SAPipe weight prediction: a shadow optimizer step with an estimated gradient. @category Optimizers */
 export interface SapipePrediction {
@@ -80,13 +96,6 @@ export const COMMON_OPTIMIZER_KEYS = optionKeys<CommonOptimizerOptions>({
   queue: true,
 });
 const COMPENSATION_KEYS = optionKeys<CompensationOptions>({ kind: true, lambda: true, eps: true });
-const PREDICTION_KEYS: Record<PredictionOptions['kind'], readonly string[]> = {
-  sapipe: optionKeys<SapipePrediction>({ kind: true, estimate: true, compensate: true, worldSize: true, localGradScale: true }),
-  pipeoptim: optionKeys<PipeOptimPrediction>({ kind: true, stage: true, stages: true }),
-  spectrain: optionKeys<SpecTrainPrediction>({ kind: true, stage: true, stages: true, pass: true }),
-  linear: optionKeys<LinearPrediction>({ kind: true, steps: true }),
-};
-
 /** Resolved delay compensation. @category Optimizers */
 export interface ResolvedCompensation {
   kind: 'elementwise' | 'adaptive';
@@ -104,8 +113,8 @@ export function resolveCompensation(c: CompensationOptions | undefined): Resolve
     throw new InvalidArgumentError(`compensation.kind must be 'elementwise' or 'adaptive', got ${describeValue(kind)}`);
   return {
     kind,
-    lambda: checkNumber(c.lambda ?? 0.2, 'compensation.lambda', 0, 1e6),
-    eps: checkNumber(c.eps ?? 1e-7, 'compensation.eps', 0, 1, { loOpen: true }),
+    lambda: checkNumber(c.lambda ?? DEFAULT_DC_LAMBDA, 'compensation.lambda', 0, DC_LAMBDA_MAX),
+    eps: checkNumber(c.eps ?? DEFAULT_DC_EPS, 'compensation.eps', 0, 1, { loOpen: true }),
   };
 }
 
@@ -125,19 +134,31 @@ function checkStage(p: { stage: unknown; stages: unknown }, kind: string): { k: 
   return { k, S };
 }
 
-/** @category Optimizers */
-export function resolvePrediction(
-  p: PredictionOptions | undefined,
-  compensation: ResolvedCompensation | undefined,
-): ResolvedPrediction | undefined {
-  if (p === undefined) return undefined;
-  checkObject(p, 'prediction');
-  if (typeof p.kind === 'string' && Object.hasOwn(PREDICTION_KEYS, p.kind)) checkKnownKeys(p, PREDICTION_KEYS[p.kind], `prediction (kind '${p.kind}')`);
-  switch (p.kind) {
-    case 'sapipe': {
-      const estimates: GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
-      if (!estimates.includes(p.estimate))
-        throw new InvalidArgumentError(`prediction.estimate must be one of ${estimates.join(', ')}, got ${describeValue(p.estimate)}`);
+/** @internal PipeOptim's steps ahead at stage k of S: `S - k - 1` (ALGORITHMS.md section 3). Takes checked values. */
+export function pipeoptimStepsAhead(stage: number, stages: number): number {
+  return stages - stage - 1;
+}
+
+/** @internal SpecTrain's steps ahead at stage k of S: forward `floor(k/2) + S - k - 1`, backward `floor(k/2)`. Takes checked values. */
+export function spectrainStepsAhead(stage: number, stages: number, pass: 'forward' | 'backward'): number {
+  const half = Math.floor(stage / 2);
+  return pass === 'forward' ? half + stages - stage - 1 : half;
+}
+
+/** A prediction kind: the option keys it takes and its resolution (values checked). */
+interface PredictionKind<P extends PredictionOptions> {
+  readonly keys: readonly string[];
+  resolve(p: P, compensation: ResolvedCompensation | undefined): ResolvedPrediction;
+}
+
+
+/** Every prediction kind, once: resolvePrediction dispatches on this table. */
+const PREDICTIONS: { readonly [K in PredictionOptions['kind']]: PredictionKind<Extract<PredictionOptions, { kind: K }>> } = {
+  sapipe: {
+    keys: optionKeys<SapipePrediction>({ kind: true, estimate: true, compensate: true, worldSize: true, localGradScale: true }),
+    resolve(p, compensation) {
+      if (!GRADIENT_ESTIMATES.includes(p.estimate))
+        throw new InvalidArgumentError(`prediction.estimate must be one of ${GRADIENT_ESTIMATES.join(', ')}, got ${describeValue(p.estimate)}`);
       const compensate = p.compensate ?? false;
       if (typeof compensate !== 'boolean') throw new InvalidArgumentError('prediction.compensate must be a boolean');
       if (compensate && !compensation)
@@ -149,26 +170,45 @@ export function resolvePrediction(
         worldSize: checkInteger(p.worldSize ?? 1, 'prediction.worldSize', 1, 1 << 24),
         localGradScale: checkNumber(p.localGradScale ?? 1, 'prediction.localGradScale', 0, Number.MAX_VALUE, { loOpen: true }),
       };
-    }
-    case 'pipeoptim': {
+    },
+  },
+  pipeoptim: {
+    keys: optionKeys<PipeOptimPrediction>({ kind: true, stage: true, stages: true }),
+    resolve(p) {
       const { k, S } = checkStage(p, 'pipeoptim');
-      return { kind: 'linear', steps: S - k - 1, source: 'pipeoptim' };
-    }
-    case 'spectrain': {
+      return { kind: 'linear', steps: pipeoptimStepsAhead(k, S), source: 'pipeoptim' };
+    },
+  },
+  spectrain: {
+    keys: optionKeys<SpecTrainPrediction>({ kind: true, stage: true, stages: true, pass: true }),
+    resolve(p) {
       const { k, S } = checkStage(p, 'spectrain');
       const pass = p.pass ?? 'forward';
       if (pass !== 'forward' && pass !== 'backward')
         throw new InvalidArgumentError(`prediction.pass must be 'forward' or 'backward', got ${describeValue(pass)}`);
-      const half = Math.floor(k / 2);
-      return { kind: 'linear', steps: pass === 'forward' ? half + S - k - 1 : half, source: 'spectrain' };
-    }
-    case 'linear':
-      return { kind: 'linear', steps: checkNumber(p.steps, 'prediction.steps', 0, 1e9), source: 'linear' };
-    default:
-      throw new InvalidArgumentError(
-        `prediction.kind must be 'sapipe', 'pipeoptim', 'spectrain' or 'linear', got ${describeValue((p as { kind?: unknown }).kind)}`,
-      );
-  }
+      return { kind: 'linear', steps: spectrainStepsAhead(k, S, pass), source: 'spectrain' };
+    },
+  },
+  linear: {
+    keys: optionKeys<LinearPrediction>({ kind: true, steps: true }),
+    resolve: (p) => ({ kind: 'linear', steps: checkNumber(p.steps, 'prediction.steps', 0, 1e9), source: 'linear' }),
+  },
+};
+const PREDICTION_KINDS = Object.keys(PREDICTIONS).map((k) => `'${k}'`);
+
+/** @category Optimizers */
+export function resolvePrediction(
+  p: PredictionOptions | undefined,
+  compensation: ResolvedCompensation | undefined,
+): ResolvedPrediction | undefined {
+  if (p === undefined) return undefined;
+  checkObject(p, 'prediction');
+  const kind: unknown = p.kind;
+  if (typeof kind !== 'string' || !Object.hasOwn(PREDICTIONS, kind))
+    throw new InvalidArgumentError(`prediction.kind must be ${PREDICTION_KINDS.slice(0, -1).join(', ')} or ${PREDICTION_KINDS.at(-1)}, got ${describeValue(kind)}`);
+  const entry = PREDICTIONS[kind as PredictionOptions['kind']] as PredictionKind<PredictionOptions>;
+  checkKnownKeys(p, entry.keys, `prediction (kind '${kind}')`);
+  return entry.resolve(p, compensation);
 }
 
 /** Delay of stage k of S in Pipelined Backpropagation: D_k = 2(S-k)-1 (for linear prediction and spike compensation). @category Optimizers */

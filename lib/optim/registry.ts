@@ -30,6 +30,11 @@ export interface OptimizerDescriptor<Options> {
   predictsAlongMomentum(options: Partial<Options>): boolean;
   /** Whether its step is linear in the steps ahead, as SpecTrain's backward prediction assumes (AdamW's decoupled decay is not, unless 0). */
   linearInStepsAhead(options: Partial<Options>): boolean;
+  /**
+   * Whether spike compensation (ALGORITHMS.md section 4) applies to its step for these options, as
+   * Pipelined Backpropagation needs: SGD with momentum, no dampening and no Nesterov.
+   */
+  compensatesSpikes(options: Partial<Options>): boolean;
   /** The learning rate the CLI uses when none is given. */
   readonly defaultLr: number;
 }
@@ -41,6 +46,7 @@ const sgd: OptimizerDescriptor<SGDOptions> = {
   stateBuffers: (o) => ((o.momentum ?? 0) > 0 ? 1 : 0),
   predictsAlongMomentum: (o) => (o.momentum ?? 0) > 0,
   linearInStepsAhead: () => true,
+  compensatesSpikes: (o) => (o.momentum ?? 0) > 0 && (o.dampening ?? 0) === 0 && !o.nesterov,
   defaultLr: 0.05,
 };
 const adam: OptimizerDescriptor<AdamOptions> = {
@@ -50,6 +56,7 @@ const adam: OptimizerDescriptor<AdamOptions> = {
   stateBuffers: () => 2,
   predictsAlongMomentum: () => true,
   linearInStepsAhead: () => true,
+  compensatesSpikes: () => false,
   defaultLr: 0.001,
 };
 const adamw: OptimizerDescriptor<AdamOptions> = {

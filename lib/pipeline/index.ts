@@ -16,6 +16,7 @@ export {
   p2pKinds,
   parseAction,
   parseSchedule,
+  scheduleLimits,
 } from './schedule.js';
 export { withCommunication } from './communication.js';
 export * from './schedules/index.js';

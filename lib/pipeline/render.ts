@@ -4,7 +4,8 @@
  * legend; as text for a terminal, SVG, or a self-contained HTML page.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { ACTION_KINDS, type Action, type ActionKind, computeKinds, formatAction } from './schedule.js';
+import { ACTION_KINDS, type Action, type ActionKind, computeKinds, formatAction, scheduleLimits } from './schedule.js';
+import { scheduleEntry } from './schedules/registry.js';
 import type { SimulationResult } from './simulate.js';
 import type { TimedAction } from './timeline.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
@@ -47,9 +48,9 @@ function checkResult(result: SimulationResult, what: string): void {
     throw new InvalidArgumentError(`${what}: pass the result of simulateSchedule(), got ${describeValue(result)}`);
   }
   const s = r.schedule as Partial<Record<keyof SimulationResult['schedule'], unknown>>;
-  const stages = checkInteger(s.stages, `${what}: result.schedule.stages`, 1, 4096);
-  checkInteger(s.parts, `${what}: result.schedule.parts`, 1, 1 << 16);
-  checkInteger(s.microBatches, `${what}: result.schedule.microBatches`, 1, 1 << 20);
+  const stages = checkInteger(s.stages, `${what}: result.schedule.stages`, 1, scheduleLimits.stages);
+  checkInteger(s.parts, `${what}: result.schedule.parts`, 1, scheduleLimits.parts);
+  checkInteger(s.microBatches, `${what}: result.schedule.microBatches`, 1, scheduleLimits.microBatches);
   if (typeof s.name !== 'string') throw new InvalidArgumentError(`${what}: result.schedule.name must be a string, got ${describeValue(s.name)}`);
   if (s.params === null || typeof s.params !== 'object') throw new InvalidArgumentError(`${what}: result.schedule.params must be an object, got ${describeValue(s.params)}`);
   const rows = (field: string, value: unknown): unknown[][] => {
@@ -155,8 +156,9 @@ function sharesStages(result: SimulationResult): boolean {
 }
 
 /**
- * What a row of the picture is: a `worker` holding a whole model replica in the data-parallel
- * forms (SAPipe, Wavelet's data-parallel form), a pipeline `stage` otherwise.
+ * What a row of the picture is, as the schedule's registry entry says: a `worker` holding a whole
+ * model replica in the data-parallel forms (SAPipe, Wavelet's data-parallel form), a pipeline
+ * `stage` otherwise (and for a custom schedule).
  *
  * @category Pipeline schedules
  */
@@ -164,7 +166,7 @@ export function rowName(schedule: Pick<SimulationResult['schedule'], 'name' | 'p
   if (schedule === null || typeof schedule !== 'object' || schedule.params === null || typeof schedule.params !== 'object') {
     throw new InvalidArgumentError(`rowName: pass a Schedule, got ${describeValue(schedule)}`);
   }
-  return schedule.name === 'sapipe' || (schedule.name === 'wavelet' && schedule.params.form === 'data-parallel') ? 'worker' : 'stage';
+  return scheduleEntry(schedule.name)?.rowName(schedule.params) ?? 'stage';
 }
 
 /** Model chunk of an action where stages hold several (interleaved 1F1B): part = stage + chunk * S. */

@@ -216,6 +216,15 @@ export interface ScheduleInit {
   params?: Record<string, number | string>;
 }
 
+/**
+ * The largest counts any schedule may hold, a generator's or one written by hand
+ * ({@link createSchedule}); the pictures and analyses take schedules within them. (The generators
+ * stop well below, at `limits` of lib/pipeline/schedules/options.ts.) Stages fit in 16 bits.
+ *
+ * @category Pipeline schedules
+ */
+export const scheduleLimits = { stages: 4096, microBatches: 1 << 20, parts: 1 << 16, pipelines: 1 << 16 } as const;
+
 /** Schedules built here: checked and frozen all the way down, so they need no second check. */
 const checkedSchedules = new WeakSet<Schedule>();
 
@@ -248,10 +257,10 @@ export function buildSchedule(init: ScheduleInit, copy: boolean, checked = false
   if (init === null || typeof init !== 'object' || Array.isArray(init)) {
     throw new InvalidArgumentError(`createSchedule expects an object such as { stages, microBatches, actions }, got ${describeValue(init)}`);
   }
-  const stages = checkInteger(init.stages, 'createSchedule: stages', 1, 4096);
-  const microBatches = checkInteger(init.microBatches, 'createSchedule: microBatches', 1, 1 << 20);
-  const parts = checkInteger(init.parts ?? stages, 'createSchedule: parts', 1, 1 << 16);
-  const pipelines = checkInteger(init.pipelines ?? 1, 'createSchedule: pipelines', 1, 1 << 16);
+  const stages = checkInteger(init.stages, 'createSchedule: stages', 1, scheduleLimits.stages);
+  const microBatches = checkInteger(init.microBatches, 'createSchedule: microBatches', 1, scheduleLimits.microBatches);
+  const parts = checkInteger(init.parts ?? stages, 'createSchedule: parts', 1, scheduleLimits.parts);
+  const pipelines = checkInteger(init.pipelines ?? 1, 'createSchedule: pipelines', 1, scheduleLimits.pipelines);
   const name = init.name ?? 'custom';
   if (typeof name !== 'string') throw new InvalidArgumentError(`createSchedule: name must be a string, got ${describeValue(name)}`);
   const params = init.params ?? {};
@@ -379,7 +388,7 @@ export function makeAction(kind: ActionKind, stage: number, part: number, microB
  */
 export interface FlatIndex {
   readonly rowStart: Int32Array;
-  /** (16 bits: createSchedule allows at most 4096 stages) */
+  /** (16 bits: a schedule holds at most scheduleLimits.stages = 4096 stages) */
   readonly stageOf: Int16Array;
   readonly total: number;
 }

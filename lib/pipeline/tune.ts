@@ -5,7 +5,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { type PipelineProfile, parseProfile } from './profile.js';
 import { avgpipe } from './schedules/avgpipe.js';
-import { forwardsBeforeBackward } from './schedules/advance-forward.js';
+import { warmupForwards } from './schedules/advance-forward.js';
 import { limits } from './schedules/options.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
 import { checkInteger, describeValue } from '../validate.js';
@@ -82,9 +82,10 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('tuneAvgPipe expects options { memoryBytes }');
   const memory = options.memoryBytes;
   if (typeof memory !== 'number' || !(memory > 0)) throw new InvalidArgumentError(`memoryBytes must be a number > 0, got ${describeValue(memory)}`);
-  const maxN = checkInteger(options.maxPipelines ?? 4, 'maxPipelines', 1, 64);
-  const maxM = checkInteger(options.maxMicroBatches ?? 64, 'maxMicroBatches', 1, 4096);
-  const S = profile.stages.length;
+  const maxN = checkInteger(options.maxPipelines ?? 4, 'maxPipelines', 1, limits.pipelines);
+  const maxM = checkInteger(options.maxMicroBatches ?? 64, 'maxMicroBatches', 1, limits.microBatches);
+  // The generator's bound on S, checked here once: the warm-ups below take checked values.
+  const S = checkInteger(profile.stages.length, 'tuneAvgPipe: profile.stages.length (stages)', 1, limits.stages);
   const candidates: TuneCandidate[] = [];
   let skipped = 0;
   for (let M = 1; M <= Math.min(maxM, profile.batchSize); M++) {
@@ -95,7 +96,7 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
     const seen = new Set<string>();
     const advances = [...Array.from({ length: S }, (_, a) => a), M + S];
     for (const A of advances) {
-      const key = Array.from({ length: S }, (_, k) => forwardsBeforeBackward(S, M, A, k)).join(',');
+      const key = Array.from({ length: S }, (_, k) => warmupForwards(S, M, A, k)).join(',');
       if (seen.has(key)) continue;
       seen.add(key);
       for (let N = 1; N <= maxN; N++) {

@@ -7,7 +7,7 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, createSchedule, flatIndex, formatAction, p2pKinds, unitNumber } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, createSchedule, flatIndex, formatAction, p2pKinds, scheduleLimits, unitNumber } from './schedule.js';
 import { checkInteger, checkObject, describeValue } from '../validate.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
@@ -577,7 +577,7 @@ export function stalenessOf(
     throw new InvalidArgumentError(`stalenessOf: pass the analysis that validateSchedule() returns, got ${describeValue(analysis)}`);
   checkObject(where, 'stalenessOf(analysis, where): where');
   checkInteger(where.stage, 'stalenessOf: where.stage', 0, Number.MAX_SAFE_INTEGER);
-  checkInteger(microBatches, 'stalenessOf: microBatches', 0, 1 << 20);
+  checkInteger(microBatches, 'stalenessOf: microBatches', 0, scheduleLimits.microBatches);
   const part = checkInteger(where.part ?? where.stage, 'stalenessOf: where.part', 0, Number.MAX_SAFE_INTEGER);
   const pipeline = checkInteger(where.pipeline ?? 0, 'stalenessOf: where.pipeline', 0, Number.MAX_SAFE_INTEGER);
   const out = new Array<number | null>(microBatches).fill(null);

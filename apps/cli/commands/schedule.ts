@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 
 import type { Command } from 'commander';
 
-import { formatSchedule, generateSchedule, InvalidArgumentError, renderAscii, renderHtml, renderSvg, type ScheduleName, scheduleNames, scheduleTitle, simulateSchedule, summarize } from 'sapipe';
+import { formatSchedule, generateSchedule, InvalidArgumentError, renderAscii, SCHEDULES, type ScheduleOptionName, type ScheduleOptions, renderHtml, renderSvg, type ScheduleName, scheduleNames, scheduleTitle, simulateSchedule, summarize } from 'sapipe';
 
 interface ScheduleCommandOptions {
   stages: string;
@@ -37,36 +37,41 @@ function number(flag: string, text: string): number {
   return value;
 }
 
+/** The schedules whose generator reads `option`, for the help (from the registry). */
+const takes = (option: ScheduleOptionName): string => scheduleNames.filter((n) => (SCHEDULES[n].options as readonly string[]).includes(option)).join(', ');
+/** The schedules whose simulation reads `cost`. */
+const costs = (cost: 'weightGrad' | 'allReduce'): string => scheduleNames.filter((n) => (SCHEDULES[n].costs as readonly string[]).includes(cost)).join(', ');
+/** The schedules that can draw data-parallel workers rather than pipeline stages as rows. */
+const drawsWorkers = (): string =>
+  scheduleNames
+    .filter((n) => ([{}, { form: 'data-parallel' }] as Record<string, string>[]).some((form) => SCHEDULES[n].rowName({ stages: 2, microBatches: 2, ...form }) === 'worker'))
+    .join(' and ');
+
 export function registerScheduleCommand(program: Command): void {
   program
     .command('schedule')
     .description('generate a pipeline schedule, validate and simulate it, and draw its timeline')
     .argument('<name>', `one of: ${scheduleNames.join(', ')}`)
-    .option('-s, --stages <S>', 'pipeline stages (workers for sapipe and wavelet)', '4')
+    .option('-s, --stages <S>', `pipeline stages (workers for ${drawsWorkers()})`, '4')
     .option('-m, --microbatches <M>', 'micro-batches per pipeline', '8')
-    .option('-n, --pipelines <N>', 'parallel pipelines (avgpipe)')
-    .option('-a, --advance <A>', 'advance forward propagation depth (avgpipe; default S-1)')
-    .option('-v, --virtual-stages <V>', 'model chunks per stage (interleaved-1f1b; default 2)')
-    .option('--iterations <I>', 'batches of M micro-batches (pipedream-2bw; default 3)')
-    .option('--form <form>', 'wavelet form: data-parallel or model-parallel')
+    .option('-n, --pipelines <N>', `parallel pipelines (${takes('pipelines')})`)
+    .option('-a, --advance <A>', `advance forward propagation depth (${takes('advance')}; default S-1)`)
+    .option('-v, --virtual-stages <V>', `model chunks per stage (${takes('virtualStages')}; default 2)`)
+    .option('--iterations <I>', `batches of M micro-batches (${takes('iterations')}; default 3)`)
+    .option('--form <form>', `${takes('form')} form: data-parallel or model-parallel`)
     .option('--forward <t>', 'forward time of a micro-batch on a stage', '1')
     .option('--backward <t>', 'backward time of a micro-batch on a stage', '2')
-    .option('--weight-grad <t>', 'weight-gradient share of the backward (zb-h1; default backward/2)')
+    .option('--weight-grad <t>', `weight-gradient share of the backward (${costs('weightGrad')}; default backward/2)`)
     .option('--latency <t>', 'point-to-point latency', '0')
-    .option('--allreduce <t>', 'all-reduce time (sapipe, wavelet; default: the backward time, so the picture shows the overlap)')
+    .option('--allreduce <t>', `all-reduce time (${costs('allReduce')}; default: the backward time, so the picture shows the overlap)`)
     .option('--svg <file>', 'write the timeline as SVG')
     .option('--html <file>', 'write the timeline as an HTML page')
     .option('--ascii', 'print the timeline as text (the default when no file is asked for)')
     .option('--actions', 'print every stage\'s actions in the compact text form')
     .option('--json', 'print the figures as JSON')
     .action((name: string, options: ScheduleCommandOptions) => {
-      if (!(scheduleNames as readonly string[]).includes(name)) {
-        throw new InvalidArgumentError(`unknown schedule "${name}"; use one of: ${scheduleNames.join(', ')}`);
-      }
-      const form = options.form;
-      if (form !== undefined && form !== 'data-parallel' && form !== 'model-parallel') {
-        throw new InvalidArgumentError('--form must be data-parallel or model-parallel');
-      }
+      // generateSchedule refuses an unknown name and a bad form, naming the choices
+      const form = options.form as ScheduleOptions['form'];
       const schedule = generateSchedule(name as ScheduleName, {
         stages: integer('--stages', options.stages)!,
         microBatches: integer('--microbatches', options.microbatches)!,

@@ -9,7 +9,7 @@ import { resolve } from 'node:path';
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 
-import { InvalidArgumentError, OPTIMIZER_KINDS, RUNTIME_SCHEDULES } from 'sapipe';
+import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
@@ -44,6 +44,26 @@ interface TrainCliOptions {
 const num = numberOption;
 
 /** The run's configuration from the command line; every bad value is a typed error naming its option. */
+/** The help's schedule lists, read from the registry. */
+const runtimeOf = (name: RuntimeScheduleName): RuntimeSchedule => SCHEDULES[name].runtime;
+const takes = (option: ScheduleOptionName): string => RUNTIME_SCHEDULES.filter((n) => (SCHEDULES[n].options as readonly string[]).includes(option)).join(', ');
+const owning = (option: ScheduleTrainerOption): string => RUNTIME_SCHEDULES.filter((n) => runtimeOf(n).trainerOptions.includes(option)).join(', ');
+const smallBatchRule = (): string => RUNTIME_SCHEDULES.filter((n) => 'smallBatchRule' in runtimeOf(n).defaultSgd).join(', ');
+function defaultRates(): string {
+  const byRate = new Map<number, string[]>();
+  for (const n of RUNTIME_SCHEDULES) {
+    const sgd = runtimeOf(n).defaultSgd;
+    if ('lr' in sgd) byRate.set(sgd.lr, [...(byRate.get(sgd.lr) ?? []), n]);
+  }
+  const sgd = [...byRate].map(([lr, names]) => `${lr} for ${names.join(', ')}`).join('; ');
+  const others = OPTIMIZER_KINDS.filter((k) => k !== 'sgd').map((k) => `${OPTIMIZERS[k].className} ${OPTIMIZERS[k].defaultLr}`).join(', ');
+  return `SGD ${sgd}; ${smallBatchRule()} the small-batch rule; ${others}`;
+}
+function averaged(): string {
+  const averaging = RUNTIME_SCHEDULES.filter((n) => runtimeOf(n).coupling === 'elastic-averaging');
+  return averaging.map((n) => `for ${n} by elastic averaging (default ${runtimeOf(n).defaultPipelines})`).join(', ');
+}
+
 export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig & { defaultsNote?: string } {
   const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
   const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
@@ -90,20 +110,20 @@ export function registerTrainCommand(program: Command): void {
     )
     .option('--schedule <name>', `one of ${RUNTIME_SCHEDULES.join(', ')}`, d.schedule)
     .option('--stages <S>', 'pipeline stages (worker threads)', String(d.stages))
-    .option('--microbatches <M>', 'micro-batches per round (one batch; for pipedream-2bw per batch)', String(d.microBatches))
+    .option('--microbatches <M>', `micro-batches per round (one batch; for ${takes('iterations')} per batch)`, String(d.microBatches))
     .option('--microbatch-size <b>', 'samples per micro-batch', String(d.microBatchSize))
     .option('--epochs <n>', 'epochs', String(d.epochs))
-    .option('--optimizer <kind>', 'sgd, adam or adamw', d.optimizer)
-    .option('--lr <lr>', 'learning rate (default: the schedule\'s: SGD 0.05 for the synchronous schedules, 0.02 for pipedream, pipedream-2bw, pipeoptim and spectrain; pipelined-backprop the small-batch rule; Adam and AdamW 0.001)')
-    .option('--momentum <mu>', 'SGD momentum (default: 0.9; pipelined-backprop the small-batch rule)')
+    .option('--optimizer <kind>', OPTIMIZER_KINDS.join(', '), d.optimizer)
+    .option('--lr <lr>', `learning rate (default: the schedule's: ${defaultRates()})`)
+    .option('--momentum <mu>', `SGD momentum (default: 0.9; ${smallBatchRule()} the small-batch rule)`)
     .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
     .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
-    .option('--iterations <n>', 'pipedream-2bw: batches per round')
-    .option('--pipelines <N>', 'parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or for avgpipe by elastic averaging (default 2)')
-    .option('--advance <A>', 'avgpipe: advance forward propagation depth (default S-1)')
-    .option('--dp-mode <mode>', 'how stage replicas combine gradients: sync (default), pipe-sgd, sapipe-dc or sapipe-wp (synchronous schedules)')
-    .option('--no-spike-compensation', 'pipelined-backprop: plain SGD-momentum on the late gradients')
-    .option('--no-weight-prediction', 'pipelined-backprop: forwards read the current weights, not the linear prediction')
+    .option('--iterations <n>', `${takes('iterations')}: batches per round`)
+    .option('--pipelines <N>', `parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or ${averaged()}`)
+    .option('--advance <A>', `${owning('advance')}: advance forward propagation depth (default S-1)`)
+    .option('--dp-mode <mode>', `how stage replicas combine gradients: ${DATA_PARALLEL_MODES.join(', ')} (sync by default; ${DATA_PARALLEL_SCHEDULES.join(', ')})`)
+    .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
+    .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
     .option('--report <file>', 'HTML report', 'pipeline-report.html')

@@ -11,11 +11,12 @@ import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
-import { generateSchedule, scheduleNames, type ScheduleName } from '../schedules/index.js';
+import { limits } from '../schedules/options.js';
+import { generateSchedule, scheduleEntry, scheduleNames, type RuntimeSchedule, type ScheduleName, type ScheduleTrainerOption } from '../schedules/registry.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
 import { type PipelineAveragingOptions, type PipelineData, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
-import { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
+import { RUNTIME_SCHEDULES, runtimeSchedule, type RuntimeScheduleName } from './weights.js';
 
 /**
  * The model: sapipe's layers (`layers`, cut at `boundaries`: explicit layer indices, `'measured'`
@@ -30,8 +31,17 @@ export type PipelineModelOptions =
 
 const DATA_PARALLEL_KEYS = optionKeys<PipelineDataParallelOptions>({ mode: true, staleness: true, compensation: true, estimate: true, compensateEstimate: true, overlapUpdate: true });
 
-/** The schedules parallel pipelines run: synchronous ones, one step per round on every part. @category Pipeline runtime */
-export const DATA_PARALLEL_SCHEDULES = ['gpipe', '1f1b', 'interleaved-1f1b', 'zb-h1'] as const;
+/**
+ * The schedules parallel pipelines run coupled by data parallelism (their registry entry's
+ * `runtime.coupling`): synchronous ones, one step per round on every part. @category Pipeline runtime
+ */
+export const DATA_PARALLEL_SCHEDULES: readonly RuntimeScheduleName[] = RUNTIME_SCHEDULES.filter((name) => runtimeSchedule(name)!.coupling === 'data-parallel');
+/** The schedules whose parallel pipelines are coupled by elastic averaging (AvgPipe). */
+const AVERAGED_SCHEDULES: readonly RuntimeScheduleName[] = RUNTIME_SCHEDULES.filter((name) => runtimeSchedule(name)!.coupling === 'elastic-averaging');
+/** Which schedule takes each of the trainer options that belong to one (`runtime.trainerOptions`). */
+const OPTION_OWNERS: ReadonlyMap<ScheduleTrainerOption, RuntimeScheduleName> = new Map(
+  RUNTIME_SCHEDULES.flatMap((name) => runtimeSchedule(name)!.trainerOptions.map((key) => [key, name] as const)),
+);
 
 /** @category Pipeline runtime */
 export interface PipelineTrainerOptions {
@@ -65,7 +75,8 @@ export interface PipelineTrainerOptions {
   /**
    * N: parallel pipelines (N x S workers), each on its own micro-batches of every round (pipeline p
    * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`, or
-   * for `avgpipe` by elastic averaging (`averaging`). Default 1 (avgpipe: 2).
+   * for `avgpipe` by elastic averaging (`averaging`). Default: the schedule's registry entry's
+   * `runtime.defaultPipelines` (1; avgpipe 2).
    */
   pipelines?: number;
   /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
@@ -141,39 +152,40 @@ export interface PipelinePlan {
 export async function planPipeline(options: PipelineTrainerOptions, what: string, keys: readonly string[] = TRAINER_OPTION_KEYS): Promise<PipelinePlan> {
   checkOptions(options, keys, `${what}(options)`);
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
-  if (!(RUNTIME_SCHEDULES as readonly string[]).includes(name))
-    throw new InvalidArgumentError(
-      `${what}: the runtime does not run '${name}' yet (SAPipe's data-parallel schedule is planned; data-parallel pipelines run with the options pipelines and dataParallel); use one of ${RUNTIME_SCHEDULES.join(', ')}`,
-    );
-  const stages = checkInteger(options.stages, `${what}: stages`, 1, 256);
-  const avgpipe = name === 'avgpipe';
-  const pipelines = checkInteger(options.pipelines ?? (avgpipe ? 2 : 1), `${what}: pipelines`, 1, 64);
-  if (!avgpipe)
-    for (const key of ['advance', 'averaging'] as const)
-      if (options[key] !== undefined) throw new InvalidArgumentError(`${what}: ${key} is an option of the avgpipe schedule, not of '${name}'`);
-  const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, 4096);
+  const entry = scheduleEntry(name)!;
+  if ('planned' in entry.runtime)
+    throw new InvalidArgumentError(`${what}: the runtime does not run '${name}' yet (${entry.runtime.planned}); use one of ${RUNTIME_SCHEDULES.join(', ')}`);
+  const runtime: RuntimeSchedule = entry.runtime;
+  const stages = checkInteger(options.stages, `${what}: stages`, 1, limits.stages);
+  const pipelines = checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, limits.pipelines);
+  for (const [key, owner] of OPTION_OWNERS)
+    if (options[key] !== undefined && !runtime.trainerOptions.includes(key))
+      throw new InvalidArgumentError(`${what}: ${key} is an option of the ${owner} schedule, not of '${name}'`);
+  const microBatches = checkInteger(options.microBatches, `${what}: microBatches`, 1, limits.microBatches);
   const microBatchSize = checkInteger(options.microBatchSize, `${what}: microBatchSize`, 1, 1 << 20);
   const timeoutMs = checkInteger(options.timeoutMs ?? DEFAULT_COMM_TIMEOUT_MS, `${what}: timeoutMs`, 1, 2 ** 31 - 1);
   const seed = checkInteger(options.seed ?? 0, `${what}: seed`, 0, 2 ** 32 - 1);
   const shuffle = options.shuffle ?? true;
   if (typeof shuffle !== 'boolean') throw new InvalidArgumentError(`${what}: shuffle must be a boolean, got ${describeValue(shuffle)}`);
+  const averaged = runtime.coupling === 'elastic-averaging';
   const schedule = generateSchedule(name, {
     stages,
     microBatches,
     ...(options.iterations !== undefined ? { iterations: options.iterations } : {}),
     ...(options.virtualStages !== undefined ? { virtualStages: options.virtualStages } : {}),
-    // AvgPipe's N pipelines are in its action lists; parallel pipelines of the other schedules each run the one-pipeline list.
-    ...(avgpipe ? { pipelines, ...(options.advance !== undefined ? { advance: options.advance } : {}) } : {}),
-    // Wavelet's data-parallel form holds two replicas of the model per worker: planned.
-    ...(name === 'wavelet' ? { form: 'model-parallel' } : {}),
+    // AvgPipe's N pipelines are in its action lists; parallel pipelines of the other schedules each
+    // run the one-pipeline list. (advance belongs to AvgPipe: refused above for the others.)
+    ...(averaged ? { pipelines } : {}),
+    ...(options.advance !== undefined ? { advance: options.advance } : {}),
+    ...runtime.generatorOptions,
   });
   validateSchedule(schedule);
-  checkOptimizer(options.optimizer, name, what);
-  const dataParallel = avgpipe ? undefined : checkDataParallel(options.dataParallel, pipelines, name, options.optimizer, what);
-  if (avgpipe && options.dataParallel !== undefined)
-    throw new InvalidArgumentError(`${what}: avgpipe couples its pipelines by elastic averaging (averaging), not dataParallel`);
-  const averaging = avgpipe ? checkAveraging(options.averaging, pipelines, what) : undefined;
-  const pipelinedBackprop = checkPipelinedBackprop(options.pipelinedBackprop, name, what);
+  checkOptimizer(options.optimizer, name, runtime, what);
+  const dataParallel = averaged ? undefined : checkDataParallel(options.dataParallel, pipelines, name, runtime, options.optimizer, what);
+  if (averaged && options.dataParallel !== undefined)
+    throw new InvalidArgumentError(`${what}: ${name} couples its pipelines by elastic averaging (averaging), not dataParallel`);
+  const averaging = averaged ? checkAveraging(options.averaging, pipelines, what) : undefined;
+  const pipelinedBackprop = runtime.trainerOptions.includes('pipelinedBackprop') ? checkPipelinedBackprop(options.pipelinedBackprop, what) : undefined;
 
   // The data set.
   checkObject(options.data, `${what}: data`);
@@ -221,11 +233,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging };
 }
 
-/** Pipelined Backpropagation's switches, checked, with their defaults; undefined for another schedule. */
-function checkPipelinedBackprop(given: PipelinedBackpropOptions | undefined, schedule: ScheduleName, what: string): Required<PipelinedBackpropOptions> | undefined {
-  if (given !== undefined && schedule !== 'pipelined-backprop')
-    throw new InvalidArgumentError(`${what}: pipelinedBackprop is an option of the pipelined-backprop schedule, not of '${schedule}'`);
-  if (schedule !== 'pipelined-backprop') return undefined;
+/** Pipelined Backpropagation's switches, checked, with their defaults. */
+function checkPipelinedBackprop(given: PipelinedBackpropOptions | undefined, what: string): Required<PipelinedBackpropOptions> {
   const options = given ?? {};
   checkObject(options, `${what}: pipelinedBackprop`);
   checkKnownKeys(options, PIPELINED_BACKPROP_KEYS, `${what}: pipelinedBackprop`);
@@ -255,6 +264,7 @@ function checkDataParallel(
   given: PipelineDataParallelOptions | undefined,
   pipelines: number,
   schedule: ScheduleName,
+  runtime: RuntimeSchedule,
   optimizer: PipelineOptimizerSpec,
   what: string,
 ): PipelineDataParallelOptions | undefined {
@@ -262,9 +272,9 @@ function checkDataParallel(
   const options: PipelineDataParallelOptions = given ?? { mode: 'sync' };
   checkObject(options, `${what}: dataParallel`);
   checkKnownKeys(options, DATA_PARALLEL_KEYS, `${what}: dataParallel`);
-  if (!(DATA_PARALLEL_SCHEDULES as readonly string[]).includes(schedule))
+  if (runtime.coupling !== 'data-parallel')
     throw new InvalidArgumentError(
-      `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (asynchronous pipelines coupled by elastic averaging: schedule 'avgpipe')`,
+      `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (asynchronous pipelines coupled by elastic averaging: schedule ${AVERAGED_SCHEDULES.map((n) => `'${n}'`).join(', ')})`,
     );
   resolveMode(options, pipelines);
   if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
@@ -289,21 +299,13 @@ function shared<T extends Float32Array | Int32Array>(values: ArrayLike<number>, 
   return out;
 }
 
-/** The optimizer spec: a known kind with that optimizer's options; prediction comes from the schedule. */
-function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, what: string): void {
+/** The optimizer spec: a known kind with that optimizer's options, able to do what the schedule needs; prediction comes from the schedule. */
+function checkOptimizer(spec: PipelineOptimizerSpec, schedule: ScheduleName, runtime: RuntimeSchedule, what: string): void {
   checkOptimizerSpec(spec, what, { keys: ['prediction', 'queue'], why: 'by the runtime from the schedule; remove it' });
-  const { kind } = spec;
-  const entry = OPTIMIZERS[kind];
-  if (schedule === 'spectrain' && !entry.linearInStepsAhead(spec))
-    throw new InvalidArgumentError(`${what}: SpecTrain's backward prediction is linear in the steps ahead, which ${entry.className}'s weight decay is not; use SGD or Adam, or weightDecay 0`);
-  if (schedule === 'pipelined-backprop') {
-    const sgd = spec as { momentum?: number; dampening?: number; nesterov?: boolean; spikeCompensation?: unknown };
-    if (kind !== 'sgd' || !(sgd.momentum ?? 0) || (sgd.dampening ?? 0) !== 0 || sgd.nesterov)
-      throw new InvalidArgumentError(`${what}: Pipelined Backpropagation compensates SGD momentum for its delays (spike compensation); use SGD with momentum > 0, no dampening and no Nesterov`);
-    if (sgd.spikeCompensation !== undefined) throw new InvalidArgumentError(`${what}: optimizer.spikeCompensation is set by the runtime from each stage's delay; remove it`);
-  }
-  if ((schedule === 'pipeoptim' || schedule === 'spectrain') && !entry.predictsAlongMomentum(spec))
-    throw new InvalidArgumentError(`${what}: ${schedule} predicts along the momentum; give SGD a momentum > 0 (or use Adam)`);
+  const entry = OPTIMIZERS[spec.kind];
+  for (const need of runtime.optimizerNeeds) if (!entry[need.property](spec)) throw new InvalidArgumentError(`${what}: ${need.refusal(entry.className)}`);
+  if (runtime.spikeDelay !== undefined && (spec as { spikeCompensation?: unknown }).spikeCompensation !== undefined)
+    throw new InvalidArgumentError(`${what}: optimizer.spikeCompensation is set by the runtime from each stage's delay; remove it`);
   // Every value, as the stages' optimizers will check it: here, before any worker starts.
   checkOptimizerValues(spec, what);
 }

@@ -20,12 +20,23 @@ function checkShape(what: string, S: unknown, M: unknown, A: unknown, k: unknown
 /** Forwards stage k issues before its first backward: `min(M, (S-k) + max(0, A-k))`. @category Pipeline schedules */
 export function forwardsBeforeBackward(S: number, M: number, A: number, k: number): number {
   checkShape('forwardsBeforeBackward', S, M, A, k);
-  return Math.min(M, S - k + Math.max(0, A - k));
+  return warmupForwards(S, M, A, k);
 }
 
 /** Stage k's order: F_k forwards, then alternately one backward and one forward, then the remaining backwards. @category Pipeline schedules */
 export function advanceForwardOrder(S: number, M: number, A: number, k: number): Step[] {
-  const warm = forwardsBeforeBackward(S, M, A, k);
+  checkShape('advanceForwardOrder', S, M, A, k);
+  return stageOrder(S, M, A, k);
+}
+
+/** @internal {@link forwardsBeforeBackward} of values the caller has checked (a generator's, the tuner's). */
+export function warmupForwards(S: number, M: number, A: number, k: number): number {
+  return Math.min(M, S - k + Math.max(0, A - k));
+}
+
+/** @internal {@link advanceForwardOrder} of values the caller has checked (a generator's). */
+export function stageOrder(S: number, M: number, A: number, k: number): Step[] {
+  const warm = warmupForwards(S, M, A, k);
   const steps: Step[] = [];
   let f = 0;
   let b = 0;

@@ -1,9 +1,12 @@
 import { withCommunication } from '../communication.js';
 import { type ReadyTask, listSchedule } from '../list-scheduler.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { advanceForwardOrder } from './advance-forward.js';
+import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
+
+/** N, AvgPipe's parallel pipelines, where none is given (the generator's and the runtime's default). @category Pipeline schedules */
+export const AVGPIPE_DEFAULT_PIPELINES = 2;
 
 /**
  * AvgPipe: N pipelines share the same S stages, each on its own batch of M micro-batches, each
@@ -16,7 +19,7 @@ import { checkInteger } from '../../validate.js';
  */
 export function avgpipe(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('avgpipe', options);
-  const N = checkInteger(options.pipelines ?? 2, 'avgpipe: pipelines', 1, limits.pipelines);
+  const N = checkInteger(options.pipelines ?? AVGPIPE_DEFAULT_PIPELINES, 'avgpipe: pipelines', 1, limits.pipelines);
   const A = checkInteger(options.advance ?? S - 1, 'avgpipe: advance', 0, limits.microBatches);
   checkUnits('avgpipe', S, M, { pipelines: N }, ['pipelines'], limits.listScheduledUnits);
   // per stage and pipeline, the AFP order still to run, as indices into the task list
@@ -25,7 +28,7 @@ export function avgpipe(options: ScheduleOptions): Schedule {
   for (let k = 0; k < S; k++) {
     const perPipeline: number[][] = [];
     for (let p = 0; p < N; p++) {
-      const steps = advanceForwardOrder(S, M, A, k).map((step) => {
+      const steps = stageOrder(S, M, A, k).map((step) => {
         tasks.push(makeAction(step.kind, k, k, step.microBatch, p, -1, -1));
         return tasks.length - 1;
       });

@@ -1,6 +1,6 @@
 import { withCommunication } from '../communication.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { advanceForwardOrder } from './advance-forward.js';
+import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -14,7 +14,7 @@ export function oneFOneB(options: ScheduleOptions): Schedule {
   const { S, M } = checkOptions('1f1b', options);
   const actions: Action[][] = [];
   for (let k = 0; k < S; k++) {
-    const row = advanceForwardOrder(S, M, 0, k).map((step) => makeAction(step.kind, k, k, step.microBatch, 0, -1, -1));
+    const row = stageOrder(S, M, 0, k).map((step) => makeAction(step.kind, k, k, step.microBatch, 0, -1, -1));
     row.push(makeAction('optimizerStep', k, k, -1, 0, -1, -1));
     actions.push(row);
   }

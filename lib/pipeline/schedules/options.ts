@@ -10,7 +10,7 @@ export interface ScheduleOptions {
   readonly stages: number;
   /** M: micro-batches per pipeline (per batch where `iterations` applies). */
   readonly microBatches: number;
-  /** N: parallel pipelines (AvgPipe). Default 1 (AvgPipe: 2). */
+  /** N: parallel pipelines (AvgPipe). Default 1 (AvgPipe: AVGPIPE_DEFAULT_PIPELINES, 2). */
   readonly pipelines?: number;
   /** A: advance forward propagation depth (AvgPipe). Default S-1. */
   readonly advance?: number;

@@ -1,6 +1,6 @@
 import { withCommunication } from '../communication.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { advanceForwardOrder } from './advance-forward.js';
+import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -17,7 +17,7 @@ export function pipedream(options: ScheduleOptions): Schedule {
     const row: Action[] = [];
     let version = 0;
     const read = new Map<number, number>();
-    for (const step of advanceForwardOrder(S, M, 0, k)) {
+    for (const step of stageOrder(S, M, 0, k)) {
       const m = step.microBatch;
       if (step.kind === 'forward') {
         read.set(m, version);

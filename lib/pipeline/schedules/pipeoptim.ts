@@ -1,6 +1,6 @@
 import { withCommunication } from '../communication.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { advanceForwardOrder } from './advance-forward.js';
+import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions } from './options.js';
 
 /**
@@ -16,7 +16,7 @@ export function pipeoptim(options: ScheduleOptions): Schedule {
   const actions: Action[][] = [];
   for (let k = 0; k < S; k++) {
     const row: Action[] = [];
-    for (const step of advanceForwardOrder(S, M, 0, k)) {
+    for (const step of stageOrder(S, M, 0, k)) {
       const m = step.microBatch;
       if (step.kind === 'forward') {
         row.push(makeAction('predictWeights', k, k, m, 0, -1, -1));
