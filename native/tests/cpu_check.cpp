@@ -1,6 +1,7 @@
 // Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
 // data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
-// failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it.
+// failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it,
+// and what the addon queues (schedule_check.cpp).
 // test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "check.h"
 #include "reference_check.h"
 #include "sapipe/kernels.h"
+#include "schedule_check.h"
 #include "scalar_reference.h"
 #include "variants.h"
 
@@ -275,5 +277,8 @@ int main(int argc, char** argv) {
   check_helpers(t);
   check_buffers(t);
   check_loaders(t, fakes);
+  check_execution_queue(t);
+  check_latches(t);
+  check_queued_update(t);
   return t.finish("sapipe_cpu_check");
 }
