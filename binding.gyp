@@ -17,6 +17,7 @@
         "native/addon/queue.cpp",
         "native/addon/update_binding.cpp",
         "native/comm/local/local_group.cpp",
+        "native/comm/local/local_ops.cpp",
         "native/comm/local/local_registry.cpp",
         "native/comm/direct.cpp",
         "native/comm/ring.cpp",

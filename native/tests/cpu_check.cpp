@@ -1,7 +1,7 @@
 // Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
 // data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
 // failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it,
-// and what the addon queues (schedule_check.cpp).
+// what the addon queues (schedule_check.cpp) and the local backend's operations (comm_check.cpp).
 // test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
 #include <unistd.h>
 
@@ -17,6 +17,7 @@
 #include "../core/cublas_loader.h"
 #include "../core/nccl_loader.h"
 #include "check.h"
+#include "comm_check.h"
 #include "reference_check.h"
 #include "sapipe/kernels.h"
 #include "schedule_check.h"
@@ -280,5 +281,6 @@ int main(int argc, char** argv) {
   check_execution_queue(t);
   check_latches(t);
   check_queued_update(t);
+  check_local_ops(t);
   return t.finish("sapipe_cpu_check");
 }
