@@ -21,6 +21,7 @@
         "native/comm/local/local_registry.cpp",
         "native/comm/direct.cpp",
         "native/comm/ring.cpp",
+        "native/comm/nccl/nccl_ops.cpp",
         "native/comm/nccl/nccl_watchdog.cpp",
         "native/comm/ucx/shared_regions.cpp",
         "native/comm/ucx/ucx_group.cpp",

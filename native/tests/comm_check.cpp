@@ -10,6 +10,8 @@
 
 #include "../comm/local/local_ops.h"
 #include "../comm/local/local_registry.h"
+#include "../comm/nccl/nccl_ops.h"
+#include "../core/plugin_loader.h"
 #include "variants.h"
 
 namespace sapipe::tests {
@@ -146,6 +148,100 @@ void check_local_ops(Checks& t) {
     st = comm::local::prepare_update_job(CollectiveKind::kUpdateFromParts, bad, b, &job, &args, &detail);
     t.expect(st == SAPIPE_ERR_INVALID_ARGUMENT && detail.empty(), "an invalid configuration is refused as the kernels refuse it");
   }
+}
+
+void check_nccl_ops(Checks& t, const std::string& fakes) {
+  namespace nccl = comm::nccl;
+  const std::string path = fakes + "/sapipe_test_plugin_host_memory.so";
+  PluginLoad load = load_plugin(path, "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, sizeof(sapipe_cuda_plugin_v1));
+  t.expect(load.table != nullptr, "the host-memory CUDA plugin loads: " + load.reason);
+  if (load.table == nullptr) return;
+  const auto* cuda = reinterpret_cast<const sapipe_cuda_plugin_v1*>(load.table);
+  auto make_state = [&](int32_t size) {
+    auto st = std::make_shared<nccl::NcclState>();
+    st->cuda = cuda;
+    st->device = 0, st->size = size, st->rank = 0, st->timeout_ms = 5000;
+    return st;
+  };
+  uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(id);
+
+  auto st = make_state(1);
+  nccl::Outcome out = nccl::run_collective(*st, {}, nccl::operation_deadline(*st), nullptr);
+  t.expect(out.status == SAPIPE_ERR_PEER_LOST && out.message.find("not initialised") != std::string::npos,
+           "an NCCL collective before init fails, naming why: " + out.message);
+  out = nccl::init_communicator(*st, id);
+  t.expect(out.status == SAPIPE_OK && st->comm != nullptr && st->comm_stream != nullptr && st->compute_stream != nullptr,
+           "an NCCL communicator initialises with its streams: " + out.message);
+
+  const size_t n = 37;
+  float* device = nullptr;
+  cuda->malloc_device(reinterpret_cast<void**>(&device), n * sizeof(float));
+  std::vector<float> host(n, 2.0f);
+  host[5] = NAN;
+  out = nccl::stage_copy(*st, device, host.data(), n, true, nccl::operation_deadline(*st));
+  t.expect(out.status == SAPIPE_OK, "staging a host buffer to the device runs in order: " + out.message);
+  nccl::NcclCollective c;
+  c.kind = nccl::kNcclAllReduce;
+  c.a = device;
+  c.count = n;
+  int64_t non_finite = -1;
+  out = nccl::run_collective(*st, c, nccl::operation_deadline(*st), &non_finite);
+  t.expect(out.status == SAPIPE_OK && non_finite == 1, "an NCCL all-reduce counts the non-finite elements of its result: " + out.message);
+  c.kind = nccl::kNcclSend;
+  c.arg = 3;
+  out = nccl::run_collective(*st, c, nccl::operation_deadline(*st), &non_finite);
+  t.expect(out.status == SAPIPE_ERR_INVALID_ARGUMENT && out.message.rfind("send: ", 0) == 0,
+           "a refused NCCL call names the operation and the plugin's reason: " + out.message);
+
+  // The fused step over one rank: a finite gradient is applied, a non-finite one skipped.
+  const sapipe_update_config sgd = update_variants()[0].config;
+  std::vector<float*> memory;
+  auto on_device = [&](const std::vector<float>& values) {
+    float* p = nullptr;
+    cuda->malloc_device(reinterpret_cast<void**>(&p), values.size() * sizeof(float));
+    cuda->copy_to_device(p, values.data(), values.size() * sizeof(float), nullptr);
+    memory.push_back(p);
+    return p;
+  };
+  nccl::FusedStep step;
+  step.config = sgd;
+  step.buffers.count = n;
+  step.buffers.weights = on_device(std::vector<float>(n, 1.0f));
+  step.buffers.grad = on_device(std::vector<float>(n, 0.5f));
+  step.buckets = {20, 17};
+  sapipe_nccl_step_result result{};
+  out = nccl::run_fused_step(*st, step, nccl::operation_deadline(*st), &result);
+  std::vector<float> w(n);
+  cuda->copy_to_host(w.data(), step.buffers.weights, n * sizeof(float), nullptr);
+  t.expect(out.status == SAPIPE_OK && result.applied == 1 && w[0] < 1.0f && w[n - 1] == w[0],
+           "an NCCL fused step over its buckets updates the weights: " + out.message);
+  step.buffers.grad = device;  // holds a NaN
+  out = nccl::run_fused_step(*st, step, nccl::operation_deadline(*st), &result);
+  t.expect(out.status == SAPIPE_OK && result.applied == 0 && result.non_finite_count == 1, "an NCCL fused step skips a non-finite gradient");
+
+  // destroy() while idle aborts at once; every later operation fails with ERR_DISPOSED.
+  nccl::request_destroy(*st);
+  c.kind = nccl::kNcclAllReduce;
+  out = nccl::run_collective(*st, c, nccl::operation_deadline(*st), &non_finite);
+  t.expect(st->comm == nullptr && st->comm_stream == nullptr && out.status == SAPIPE_ERR_DISPOSED,
+           "after destroy() the communicator is aborted and operations fail: " + out.message);
+  // destroy() with an operation in flight leaves the abort to that operation.
+  auto busy = make_state(1);
+  nccl::init_communicator(*busy, id);
+  busy->in_flight.store(1);
+  nccl::request_destroy(*busy);
+  const bool deferred = busy->comm != nullptr;
+  nccl::finish_operation(*busy);
+  busy->in_flight.store(0);
+  t.expect(deferred && busy->comm == nullptr && busy->broken == "destroyed", "destroy() in flight is finished by the operation");
+
+  auto two = make_state(2);
+  out = nccl::init_communicator(*two, id);
+  t.expect(out.status != SAPIPE_OK && out.message.rfind("ncclCommInitRank: ", 0) == 0 && two->comm_stream == nullptr,
+           "a failed NCCL init names the call and frees the streams: " + out.message);
+  for (float* p : memory) cuda->free_device(p);
+  cuda->free_device(device);
 }
 
 }  // namespace sapipe::tests

@@ -282,5 +282,6 @@ int main(int argc, char** argv) {
   check_latches(t);
   check_queued_update(t);
   check_local_ops(t);
+  check_nccl_ops(t, fakes);
   return t.finish("sapipe_cpu_check");
 }
