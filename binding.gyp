@@ -26,6 +26,8 @@
         "native/comm/ucx/shared_regions.cpp",
         "native/comm/ucx/ucx_group.cpp",
         "native/core/aligned_buffer.cpp",
+        "native/core/cuda_plugin.cpp",
+        "native/core/device_memory.cpp",
         "native/core/execution_queue.cpp",
         "native/core/latch.cpp",
         "native/core/plugin_loader.cpp",

@@ -1,7 +1,9 @@
 // Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
 // data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
 // failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it,
-// what the addon queues (schedule_check.cpp) and the local backend's operations (comm_check.cpp).
+// what the addon queues (schedule_check.cpp), the communication backends' operations
+// (comm_check.cpp), and the CUDA plugin's reports and device memory over fake plugins
+// (device_check.cpp).
 // test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include "../core/nccl_loader.h"
 #include "check.h"
 #include "comm_check.h"
+#include "device_check.h"
 #include "reference_check.h"
 #include "sapipe/kernels.h"
 #include "schedule_check.h"
@@ -283,5 +286,7 @@ int main(int argc, char** argv) {
   check_queued_update(t);
   check_local_ops(t);
   check_nccl_ops(t, fakes);
+  check_cuda_plugin_reports(t, fakes);
+  check_device_memory(t, fakes);
   return t.finish("sapipe_cpu_check");
 }
