@@ -26,6 +26,7 @@
         "native/comm/ucx/shared_regions.cpp",
         "native/comm/ucx/ucx_group.cpp",
         "native/core/aligned_buffer.cpp",
+        "native/core/cpu_clock.cpp",
         "native/core/cuda_plugin.cpp",
         "native/core/device_memory.cpp",
         "native/core/execution_queue.cpp",

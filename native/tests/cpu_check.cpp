@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../core/aligned_buffer.h"
+#include "../core/cpu_clock.h"
 #include "../core/plugin_loader.h"
 #include "../core/cublas_loader.h"
 #include "../core/nccl_loader.h"
@@ -252,6 +253,17 @@ void check_buffers(Checks& t) {
   t.expect(AlignedBuffer::allocate(SIZE_MAX / sizeof(float)) == nullptr, "a size whose byte count overflows gives nullptr");
 }
 
+// The measured clock: positive and below any real core clock where it can be measured (x86-64;
+// no lower bound beyond that, as a loaded machine measures less), else 0.
+void check_cpu_clock(Checks& t) {
+  const double ghz = measure_cpu_clock_ghz();
+#if defined(__x86_64__)
+  t.expect(ghz > 0.0 && ghz < 20.0, "the measured core clock is plausible: " + std::to_string(ghz) + " GHz");
+#else
+  t.expect(ghz == 0.0, "the core clock is not measured off x86-64");
+#endif
+}
+
 // One JSON object per line for each variant: what test/native/lists.test.ts compares with
 // lib/optim/variants.ts.
 int list_variants() {
@@ -280,6 +292,7 @@ int main(int argc, char** argv) {
   check_out_of_place(t);
   check_helpers(t);
   check_buffers(t);
+  check_cpu_clock(t);
   check_loaders(t, fakes);
   check_execution_queue(t);
   check_latches(t);
