@@ -16,6 +16,7 @@
 
 #include "../core/aligned_buffer.h"
 #include "../core/cpu_clock.h"
+#include "../core/host_kernels.h"
 #include "../core/plugin_loader.h"
 #include "../core/cublas_loader.h"
 #include "../core/nccl_loader.h"
@@ -264,6 +265,13 @@ void check_cpu_clock(Checks& t) {
 #endif
 }
 
+// What info() reports of the instruction sets: the active one is never above what the CPU supports.
+void check_simd_names(Checks& t) {
+  auto rank = [](const std::string& name) { return name == "baseline" ? 0 : name == "avx2" ? 1 : name == "avx512" ? 2 : -1; };
+  const std::string active = core::host_kernels_simd(), supported = core::host_simd_supported();
+  t.expect(rank(active) >= 0 && rank(supported) >= rank(active), "the host kernels run " + active + ", the CPU supports " + supported);
+}
+
 // One JSON object per line for each variant: what test/native/lists.test.ts compares with
 // lib/optim/variants.ts.
 int list_variants() {
@@ -293,6 +301,7 @@ int main(int argc, char** argv) {
   check_helpers(t);
   check_buffers(t);
   check_cpu_clock(t);
+  check_simd_names(t);
   check_loaders(t, fakes);
   check_execution_queue(t);
   check_latches(t);
