@@ -31,7 +31,7 @@ void request_destroy(NcclState& st);
 // just before), as NCCL's blocking init cannot be given a deadline.
 Outcome init_communicator(NcclState& st, const uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES]);
 
-// The collectives, numbered as lib/comm/nccl.ts numbers them.
+// The collectives, numbered as lib/backends/cuda.ts numbers them (NcclCollective).
 enum NcclKind : int32_t { kNcclAllReduce = 0, kNcclReduceScatter = 1, kNcclAllGather = 2, kNcclBroadcast = 3, kNcclSend = 4, kNcclRecv = 5 };
 
 struct NcclCollective {
