@@ -79,7 +79,7 @@ export interface NativeUpdateResult {
 }
 
 /**
- * Gradient-norm clipping decided where the update runs (native/addon/update_binding.cpp): the norm
+ * Gradient-norm clipping decided where the update runs (native/core/queued_update.h): the norm
  * is sqrt(sum g^2) * base * unscale, and above maxNorm the step's scale becomes base * unscale *
  * maxNorm / (norm + 1e-6); otherwise base * unscale.
  * @internal

@@ -20,7 +20,19 @@ const walk = (dir, keep) =>
   });
 
 const BACKENDS = ['cpu', 'cuda', 'comm'];
-const allowed = { cpu: ['cpu', 'core', 'include'], cuda: ['cuda', 'core', 'include'], comm: ['comm', 'core', 'include'], core: ['core', 'include'] };
+// What each native component may include. native/addon (the Node-API bindings) sits above core: it
+// reaches the kernels through native/include (the C ABI) and core (host_kernels.h), and the
+// communicators through native/comm's protocols; never native/cpu or native/cuda directly (the
+// CUDA plugin is a separate library the addon opens through the C ABI). Only native/addon may
+// include Node-API headers: everything below it builds and is checked without Node.
+const allowed = {
+  cpu: ['cpu', 'core', 'include'],
+  cuda: ['cuda', 'core', 'include'],
+  comm: ['comm', 'core', 'include'],
+  core: ['core', 'include'],
+  addon: ['addon', 'core', 'include', 'comm'],
+};
+const NODE_API_HEADERS = /^(napi|napi-inl|node_api|node_api_types|js_native_api|node|uv)\.h$/;
 const nativeDir = join(root, 'native');
 const componentOf = (file) => relative(nativeDir, file).split(sep)[0];
 
@@ -37,10 +49,13 @@ export function nativeViolations() {
   const out = [];
   for (const file of walk(nativeDir, (p) => /\.(h|hpp|c|cc|cpp|cu|cuh|inc)$/.test(p))) {
     const from = componentOf(file);
-    if (!(from in allowed)) continue;
     readFileSync(file, 'utf8')
       .split('\n')
       .forEach((line, i) => {
+        const node = /^\s*#\s*include\s+[<"]([^>"]+)[>"]/.exec(line);
+        if (node && from !== 'addon' && NODE_API_HEADERS.test(node[1]))
+          out.push(`${relative(root, file)}:${i + 1} includes ${node[1]}: only native/addon may use Node-API`);
+        if (!(from in allowed)) return;
         const m = /^\s*#\s*include\s+"([^"]+)"/.exec(line);
         if (!m) return;
         const target = resolveInclude(file, m[1]);

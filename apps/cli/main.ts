@@ -1,5 +1,5 @@
 /**
- * The `sapipe` command line. Each command lives in lib/cli/commands/ and registers itself on the
+ * The `sapipe` command line. Each command lives in apps/cli/commands/ and registers itself on the
  * program here.
  */
 import { Command } from 'commander';

@@ -67,7 +67,7 @@ export interface NcclStepResult extends NativeUpdateResult {
   overflowRisk: boolean;
 }
 
-/** Collective kinds, numbered as native/addon/comm_nccl_binding.cpp numbers them. @category Backends */
+/** Collective kinds, numbered as native/comm/nccl/nccl_ops.h numbers them. @category Backends */
 export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, broadcast: 3, send: 4, recv: 5 } as const;
 
 /** One rank's NCCL communicator (native/addon/comm_nccl_binding.cpp). @category Backends */

@@ -9,8 +9,8 @@
 #include <dlfcn.h>
 #endif
 
+#include "../core/host_kernels.h"
 #include "../core/thread_pool.h"
-#include "../cpu/simd.h"
 #include "addon_data.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
@@ -32,8 +32,8 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   o.Set("abiVersion", kAbiVersion);
-  o.Set("simd", cpu::simd_name(cpu::active_simd()));
-  o.Set("simdSupported", cpu::simd_name(cpu::best_supported_simd()));
+  o.Set("simd", core::host_kernels_simd());
+  o.Set("simdSupported", core::host_simd_supported());
   o.Set("threads", ThreadPool::global().size());
   o.Set("alignment", static_cast<double>(AlignedBuffer::kAlignment));
   return o;

@@ -4,7 +4,9 @@
 //
 // A worker thread that ends (terminate(), an uncaught error, process exit) runs its environment's
 // cleanup hooks: the hook below marks its rank lost, which fails every peer's pending and later
-// operations with ERR_PEER_LOST instead of leaving them waiting.
+// operations with ERR_PEER_LOST instead of leaving them waiting. What an operation does when it
+// runs (the group's algorithm or the ring, the fused steps' job) is native/comm/local
+// (local_ops.h); this file converts arguments and owns lifetimes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,11 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "../comm/local/local_ops.h"
 #include "../comm/local/local_registry.h"
-#include "../comm/local/local_transport.h"
-#include "../comm/ring.h"
-#include "../cpu/kernel_table.h"
-#include "../core/update_plan.h"
+#include "../core/host_kernels.h"
 #include "comm_local_binding.h"
 #include "comm_op.h"
 #include "errors.h"
@@ -140,21 +140,7 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
       CollectiveOp(Napi::Env env, std::vector<BufferPtr> held, std::shared_ptr<Membership> m, CollectiveArgs a,
                    Deadline d, bool ring)
           : CommOp(env, "collective", std::move(held)), m_(std::move(m)), a_(a), d_(d), ring_(ring) {}
-      void Run() override {
-        if (!ring_) {
-          status_ = m_->group->collective(m_->rank, a_, d_, &non_finite_, &detail_);
-          return;
-        }
-        // Agree on sizes first (a barrier checks them on every rank alike), then run the ring.
-        int64_t ignored = 0;
-        CollectiveArgs probe;
-        probe.kind = CollectiveKind::kBarrier;
-        probe.input_count = a_.input_count;  // validated for equality across ranks
-        status_ = m_->group->collective(m_->rank, probe, d_, &ignored, &detail_);
-        if (status_ != SAPIPE_OK) return;
-        comm::local::LocalTransport t(m_->group, m_->rank, &detail_);
-        status_ = comm::ring_allreduce(t, a_.input, a_.input_count, a_.scale, d_, &non_finite_);
-      }
+      void Run() override { status_ = comm::local::run_collective(m_->group, m_->rank, a_, ring_, d_, &non_finite_, &detail_); }
       Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
      private:
       std::shared_ptr<Membership> m_;
@@ -184,30 +170,15 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
     live(env, what);
     auto job = std::make_shared<comm::local::ReduceUpdateJob>();
     ParsedUpdate parsed = parse_update(env, info[1], info[2]);
-    job->config = parsed.config;
-    job->buffers = parsed.buffers;
-    if (sapipe_status s = core::check_update_config(job->config); s != SAPIPE_OK) throw_status(env, s, what);
-    if (sapipe_status s = core::check_update_buffers(job->config, job->buffers); s != SAPIPE_OK) throw_status(env, s, what);
-    if (sharded && (core::update_reads_local_grad(job->config) || job->buffers.prev_local_grad != nullptr))
-      throw_error(env, "ERR_INVALID_ARGUMENT",
-                  "reduceUpdate: weight prediction with a local or local-prev-sync estimate depends on each rank's own "
-                  "gradient over the whole model, so it cannot be sharded; use the prev-sync estimate or the "
-                  "replicated update");
-    if (job->buffers.weights_in != nullptr)
-      throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + ": the fused step updates the weights in place (no weightsIn)");
-    job->plan = core::make_update_plan(job->config);
-    // Sharded, each predicted block is read back at once to copy it to the peers.
-    if (sharded) job->plan.stream_predicted = false;
     CollectiveArgs args;
-    args.kind = kind;
-    args.input = const_cast<float*>(job->buffers.grad) + job->buffers.offset;
-    args.input_count = job->buffers.count;
+    std::string detail;
+    if (sapipe_status s = comm::local::prepare_update_job(kind, parsed.config, parsed.buffers, job.get(), &args, &detail); s != SAPIPE_OK)
+      throw_detail(env, s, what, detail);
     if (sharded) {
       if (!info[3].IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be a number");
       args.scale = info[3].As<Napi::Number>().FloatValue();
       if (!std::isfinite(args.scale)) throw_error(env, "ERR_INVALID_ARGUMENT", "reduceUpdate: scale must be finite");
     }
-    args.job = job.get();
 
     class ReduceUpdateOp : public CommOp {
      public:
@@ -241,14 +212,8 @@ class LocalComm : public Napi::ObjectWrap<LocalComm> {
       P2POp(Napi::Env env, const char* name, Range r, std::shared_ptr<Membership> m, int peer, Deadline d, bool send)
           : CommOp(env, name, {r.buffer}), r_(std::move(r)), m_(std::move(m)), peer_(peer), d_(d), send_(send) {}
       void Run() override {
-        Group& g = *m_->group;
-        if (send_) {
-          std::shared_ptr<comm::local::SendSlot> slot;
-          status_ = g.post_send(m_->rank, peer_, Group::kUserChannel, r_.data(), r_.count, &slot, &detail_);
-          if (status_ == SAPIPE_OK) status_ = g.wait_send(m_->rank, peer_, Group::kUserChannel, slot, d_, &detail_);
-        } else {
-          status_ = g.recv(m_->rank, peer_, Group::kUserChannel, r_.data(), r_.count, d_, &detail_);
-        }
+        status_ = send_ ? comm::local::send_to_peer(*m_->group, m_->rank, peer_, r_.data(), r_.count, d_, &detail_)
+                        : comm::local::recv_from_peer(*m_->group, m_->rank, peer_, r_.data(), r_.count, d_, &detail_);
       }
      private:
       Range r_;
@@ -278,7 +243,7 @@ Napi::Value CopySingleThread(const Napi::CallbackInfo& info) {
   if (dst->size() != src->size()) throw_error(env, "ERR_SIZE_MISMATCH", "copySingleThread: the buffers differ in length");
   if (dst == src) throw_error(env, "ERR_ALIASING", "copySingleThread: dst and src must be different buffers");
   if (dst->busy() || src->busy()) throw_error(env, "ERR_BUSY", "copySingleThread: a buffer is in use by a pending operation");
-  cpu::active_kernels().copy(dst->data(), src->data(), dst->size());
+  core::host_kernels().copy(dst->data(), src->data(), dst->size());
   return env.Undefined();
 }
 

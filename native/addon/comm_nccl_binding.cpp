@@ -1,21 +1,15 @@
 // NcclComm: one rank's NCCL communicator, seen from JS. Operations run on an ExecutionQueue's
-// worker thread: each enqueues its NCCL calls (through the CUDA plugin's table) on the
-// communicator's streams and then waits for them with the watchdog of
-// native/comm/nccl/nccl_watchdog.h, which aborts the communicator instead of hanging when a peer
-// dies. This file converts arguments and owns lifetimes.
+// worker thread: what each does there (its NCCL calls through the CUDA plugin's table, then the
+// watchdog's wait, which aborts the communicator instead of hanging when a peer dies) is
+// native/comm/nccl/nccl_ops.h. This file converts arguments and owns lifetimes.
 #include "comm_nccl_binding.h"
 
-#include <atomic>
-#include <chrono>
-#include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "../comm/nccl/nccl_watchdog.h"
+#include "../comm/nccl/nccl_ops.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
 #include "errors.h"
@@ -31,11 +25,9 @@ namespace {
 using comm::nccl::Clock;
 using comm::nccl::NcclState;
 using comm::nccl::Outcome;
-using comm::nccl::failed;
-using comm::nccl::usable;
-using comm::nccl::wait_for;
 
-// Every operation: holds the state and the device memory it uses (busy while queued).
+// Every operation: holds the state and the device memory it uses (busy while queued); what it
+// does on the queue's thread is native/comm/nccl/nccl_ops.h.
 class NcclOp : public AsyncOp {
  public:
   NcclOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held)
@@ -49,13 +41,8 @@ class NcclOp : public AsyncOp {
   }
   bool Failed() const override { return outcome_.status != SAPIPE_OK; }
   void Run() override {
-    deadline_ = Clock::now() + std::chrono::milliseconds(st_->timeout_ms);
-    outcome_ = RunOn();
-    // destroy() while this was queued or running: it was left to this thread to abort.
-    if (st_->destroy_requested.load()) {
-      std::lock_guard<std::mutex> lock(st_->mutex);
-      st_->release_locked("destroyed");
-    }
+    outcome_ = RunOn(comm::nccl::operation_deadline(*st_));
+    comm::nccl::finish_operation(*st_);
   }
   Napi::Value Result(Napi::Env env) override {
     release();  // the continuation may dispose the buffers
@@ -68,10 +55,9 @@ class NcclOp : public AsyncOp {
   }
 
  protected:
-  virtual Outcome RunOn() = 0;
+  virtual Outcome RunOn(Clock::time_point deadline) = 0;
   virtual Napi::Value Value(Napi::Env env) { return env.Undefined(); }
   std::shared_ptr<NcclState> st_;
-  Clock::time_point deadline_;
 
  private:
   void release() {
@@ -89,120 +75,34 @@ class InitOp : public NcclOp {
   }
 
  protected:
-  Outcome RunOn() override {
-    const sapipe_cuda_plugin_v1* cuda = st_->cuda;
-    if (cuda->set_device(st_->device) != SAPIPE_OK) return failed(SAPIPE_ERR_BACKEND_UNAVAILABLE, cuda->last_error());
-    void* comm_stream = nullptr;
-    void* compute_stream = nullptr;
-    void* word = nullptr;
-    if (cuda->stream_create(&comm_stream) != SAPIPE_OK || cuda->stream_create(&compute_stream) != SAPIPE_OK ||
-        cuda->malloc_device(&word, sizeof(int64_t)) != SAPIPE_OK) {
-      Outcome out = failed(SAPIPE_ERR_INTERNAL, cuda->last_error());
-      if (comm_stream) cuda->stream_destroy(comm_stream);
-      if (compute_stream) cuda->stream_destroy(compute_stream);
-      return out;
-    }
-    // Blocks until every rank has joined: the caller made sure they are all alive (a store
-    // barrier just before), as NCCL's blocking init cannot be given a deadline.
-    void* comm = nullptr;
-    const sapipe_status s = cuda->nccl_comm_init_rank(&comm, st_->size, id_, st_->rank);
-    std::lock_guard<std::mutex> lock(st_->mutex);
-    st_->comm_stream = comm_stream;
-    st_->compute_stream = compute_stream;
-    st_->count_word = static_cast<int64_t*>(word);
-    if (s != SAPIPE_OK) {
-      Outcome out = failed(s, std::string("ncclCommInitRank: ") + cuda->last_error());
-      st_->release_locked(out.message);
-      return out;
-    }
-    st_->comm = comm;
-    return {};
-  }
+  Outcome RunOn(Clock::time_point) override { return comm::nccl::init_communicator(*st_, id_); }
 
  private:
   uint8_t id_[SAPIPE_NCCL_UNIQUE_ID_BYTES];
 };
 
-enum CollectiveKind { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2, kBroadcast = 3, kSend = 4, kRecv = 5 };
-
-struct CollectiveArgs {
-  int kind = 0;
-  float* a = nullptr;
-  float* b = nullptr;
-  size_t count = 0;
-  int32_t arg = 0;  // op, root or peer
-};
-
-// Reductions resolve with the non-finite count of their result (as the host backends do, which
-// count while reducing); NCCL does not count, so a count kernel follows on the same stream.
-bool counts_result(int kind) { return kind == kAllReduce || kind == kReduceScatter; }
-
 class CollectiveOp : public NcclOp {
  public:
-  CollectiveOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held, CollectiveArgs args)
+  CollectiveOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held,
+               comm::nccl::NcclCollective args)
       : NcclOp(env, std::move(st), std::move(held)), args_(args) {}
 
  protected:
-  Outcome RunOn() override {
-    void* comm = nullptr;
-    if (Outcome u = usable(*st_, &comm); u.status != SAPIPE_OK) return u;
-    const sapipe_cuda_plugin_v1* c = st_->cuda;
-    void* s = st_->comm_stream;
-    const CollectiveArgs& x = args_;
-    sapipe_status status = SAPIPE_OK;
-    const char* what = "";
-    switch (x.kind) {
-      case kAllReduce: status = c->nccl_all_reduce(comm, x.a, x.a, x.count, x.arg, s), what = "allreduce"; break;
-      case kReduceScatter: status = c->nccl_reduce_scatter(comm, x.a, x.b, x.count, x.arg, s), what = "reduceScatter"; break;
-      case kAllGather: status = c->nccl_all_gather(comm, x.a, x.b, x.count, s), what = "allgather"; break;
-      case kBroadcast: status = c->nccl_broadcast(comm, x.a, x.a, x.count, x.arg, s), what = "broadcast"; break;
-      case kSend: status = c->nccl_send(comm, x.a, x.count, x.arg, s), what = "send"; break;
-      case kRecv: status = c->nccl_recv(comm, x.a, x.count, x.arg, s), what = "recv"; break;
-      default: return failed(SAPIPE_ERR_INVALID_ARGUMENT, "unknown collective");
-    }
-    if (status != SAPIPE_OK) return failed(status, std::string(what) + ": " + c->last_error());
-    if (counts_result(x.kind)) {
-      float* result = x.kind == kAllReduce ? x.a : x.b;
-      if (c->count_non_finite(result, x.count, st_->count_word, s) != SAPIPE_OK)
-        return failed(SAPIPE_ERR_INTERNAL, std::string(what) + ": " + c->last_error());
-    }
-    if (Outcome w = wait_for(*st_, comm, {s}, deadline_, what); w.status != SAPIPE_OK) return w;
-    if (counts_result(x.kind)) {
-      // The stream is idle: this copy and synchronize return at once.
-      if (c->copy_to_host(&non_finite_, st_->count_word, sizeof non_finite_, s) != SAPIPE_OK || c->stream_synchronize(s) != SAPIPE_OK)
-        return failed(SAPIPE_ERR_INTERNAL, std::string(what) + ": " + c->last_error());
-    }
-    return {};
-  }
+  Outcome RunOn(Clock::time_point deadline) override { return comm::nccl::run_collective(*st_, args_, deadline, &non_finite_); }
   Napi::Value Value(Napi::Env env) override { return Napi::Number::New(env, static_cast<double>(non_finite_)); }
 
  private:
-  CollectiveArgs args_;
+  comm::nccl::NcclCollective args_;
   int64_t non_finite_ = 0;
 };
 
 class FusedOp : public NcclOp {
  public:
-  FusedOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held,
-          sapipe_update_config config, sapipe_update_buffers buffers, std::vector<size_t> buckets, bool sharded, bool recheck)
-      : NcclOp(env, std::move(st), std::move(held)), config_(config), buffers_(buffers), buckets_(std::move(buckets)),
-        sharded_(sharded), recheck_(recheck) {}
+  FusedOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held, comm::nccl::FusedStep step)
+      : NcclOp(env, std::move(st), std::move(held)), step_(std::move(step)) {}
 
  protected:
-  Outcome RunOn() override {
-    void* comm = nullptr;
-    if (Outcome u = usable(*st_, &comm); u.status != SAPIPE_OK) return u;
-    const sapipe_cuda_plugin_v1* c = st_->cuda;
-    const char* what = recheck_ ? "allreduceAndStep (recheck)" : "allreduceAndStep";
-    const sapipe_status s =
-        recheck_ ? c->nccl_fused_update_recheck(comm, &config_, &buffers_, sharded_ ? 1 : 0, st_->comm_stream, st_->compute_stream)
-                 : c->nccl_fused_update(comm, &config_, &buffers_, buckets_.data(), buckets_.size(), sharded_ ? 1 : 0,
-                                        st_->comm_stream, st_->compute_stream);
-    if (s != SAPIPE_OK) return failed(s, std::string(what) + ": " + c->last_error());
-    if (Outcome w = wait_for(*st_, comm, {st_->comm_stream, st_->compute_stream}, deadline_, what); w.status != SAPIPE_OK) return w;
-    if (c->nccl_fused_update_result(comm, &result_) != SAPIPE_OK) return failed(SAPIPE_ERR_INTERNAL, c->last_error());
-    return {};
-  }
+  Outcome RunOn(Clock::time_point deadline) override { return comm::nccl::run_fused_step(*st_, step_, deadline, &result_); }
   Napi::Value Value(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
     o.Set("applied", Napi::Boolean::New(env, result_.applied != 0));
@@ -212,17 +112,13 @@ class FusedOp : public NcclOp {
   }
 
  private:
-  sapipe_update_config config_;
-  sapipe_update_buffers buffers_;
-  std::vector<size_t> buckets_;
-  bool sharded_, recheck_;
+  comm::nccl::FusedStep step_;
   sapipe_nccl_step_result result_{};
 };
 
-// A copy between host memory and device memory, queued in order with the communicator's other
-// operations: the staleness-1 trainer stages a host gradient in before its fused step and the new
-// weights out after it, so the whole step runs without a turn of the JavaScript thread. The host
-// buffer is held busy until the copy is done (read: copied in; written: copied out).
+// A copy between host memory and device memory queued with the communicator's other operations
+// (comm::nccl::stage_copy). The host buffer is held busy until the copy is done (read: copied in;
+// written: copied out).
 class StageOp : public NcclOp {
  public:
   StageOp(Napi::Env env, std::shared_ptr<NcclState> st, std::shared_ptr<DeviceAllocation> device, std::shared_ptr<AlignedBuffer> host,
@@ -233,17 +129,8 @@ class StageOp : public NcclOp {
   ~StageOp() override { host_->release(); }
 
  protected:
-  Outcome RunOn() override {
-    void* comm = nullptr;
-    if (Outcome u = usable(*st_, &comm); u.status != SAPIPE_OK) return u;
-    const sapipe_cuda_plugin_v1* c = st_->cuda;
-    void* s = st_->compute_stream;
-    const char* what = to_device_ ? "stage to device" : "stage to host";
-    const size_t bytes = count_ * sizeof(float);
-    const sapipe_status status = to_device_ ? c->copy_to_device(device_->data, host_->data(), bytes, s)
-                                            : c->copy_to_host(host_->data(), device_->data, bytes, s);
-    if (status != SAPIPE_OK) return failed(status, std::string(what) + ": " + c->last_error());
-    return wait_for(*st_, comm, {s}, deadline_, what);
+  Outcome RunOn(Clock::time_point deadline) override {
+    return comm::nccl::stage_copy(*st_, device_->data, host_->data(), count_, to_device_, deadline);
   }
 
  private:
@@ -323,19 +210,21 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
   Napi::Value Collective(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
-    CollectiveArgs x;
-    x.kind = static_cast<int>(integer_arg(env, info[1], 0, 5, "collective(kind)"));
+    comm::nccl::NcclCollective x;
+    x.kind = static_cast<int32_t>(integer_arg(env, info[1], 0, 5, "collective(kind)"));
     auto a = on_device(env, info[2], "collective(a)");
     const size_t a_offset = static_cast<size_t>(integer_arg(env, info[3], 0, 9007199254740991.0, "collective(aOffset)"));
     x.count = static_cast<size_t>(integer_arg(env, info[4], 0, 9007199254740991.0, "collective(count)"));
     x.arg = static_cast<int32_t>(integer_arg(env, info[7], 0, 65535, "collective(arg)"));
     std::vector<std::shared_ptr<DeviceAllocation>> held{a};
     const size_t n = static_cast<size_t>(st_->size);
-    if (x.kind == kReduceScatter || x.kind == kAllGather) {
+    using comm::nccl::kNcclAllGather;
+    using comm::nccl::kNcclReduceScatter;
+    if (x.kind == kNcclReduceScatter || x.kind == kNcclAllGather) {
       auto b = on_device(env, info[5], "collective(b)");
       const size_t b_offset = static_cast<size_t>(integer_arg(env, info[6], 0, 9007199254740991.0, "collective(bOffset)"));
-      check_range(env, *a, a_offset, x.kind == kReduceScatter ? x.count * n : x.count, "collective(a)");
-      check_range(env, *b, b_offset, x.kind == kReduceScatter ? x.count : x.count * n, "collective(b)");
+      check_range(env, *a, a_offset, x.kind == kNcclReduceScatter ? x.count * n : x.count, "collective(a)");
+      check_range(env, *b, b_offset, x.kind == kNcclReduceScatter ? x.count : x.count * n, "collective(b)");
       x.b = b->data + b_offset;
       held.push_back(b);
     } else {
@@ -349,19 +238,20 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
   Napi::Value FusedUpdate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
-    const sapipe_update_config config = parse_update_config(expect_object(env, info[1], "config"));
+    comm::nccl::FusedStep step;
+    step.config = parse_update_config(expect_object(env, info[1], "config"));
     // Queued behind earlier operations on the same queue, which may use the same buffers.
     DeviceUpdate update = parse_device_update(env, info[2], st_->device, false);
     update.buffers.offset = 0;  // the whole set: the buckets (or parts) split it
     update.buffers.count = update.held.front()->length;
+    step.buffers = update.buffers;
     if (!info[3].IsArray()) throw_error(env, "ERR_INVALID_ARGUMENT", "fusedUpdate(bucketCounts) must be an array");
     Napi::Array counts = info[3].As<Napi::Array>();
-    std::vector<size_t> buckets;
     for (uint32_t i = 0; i < counts.Length(); ++i)
-      buckets.push_back(static_cast<size_t>(integer_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
-    const bool sharded = info[4].ToBoolean().Value();
-    const bool recheck = info[5].ToBoolean().Value();
-    return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), config, update.buffers, std::move(buckets), sharded, recheck));
+      step.buckets.push_back(static_cast<size_t>(integer_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
+    step.sharded = info[4].ToBoolean().Value();
+    step.recheck = info[5].ToBoolean().Value();
+    return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), std::move(step)));
   }
 
   // stage(queue, toDevice, device, host, count) -> Promise<void>: copies the first `count` floats of
@@ -383,11 +273,7 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
   // destroy(): aborts now when idle; otherwise the operation in flight aborts it (its promise then
   // rejects with ERR_DISPOSED). Idempotent.
   Napi::Value Destroy(const Napi::CallbackInfo& info) {
-    st_->destroy_requested.store(true);
-    if (st_->in_flight.load() == 0) {
-      std::lock_guard<std::mutex> lock(st_->mutex);
-      st_->release_locked("destroyed");
-    }
+    comm::nccl::request_destroy(*st_);
     return info.Env().Undefined();
   }
 };

@@ -3,9 +3,10 @@
 // which swaps addresses through the rendezvous store and passes them all to connect().
 //
 // Collectives run on one execution queue and point-to-point operations on others (one per peer
-// and direction), all sharing the plugin's worker (the plugin serialises access to it). How a
-// collective runs (the header agreement, shared regions, ring or direct) is the group protocol of
-// native/comm/ucx/ucx_group.h; this file converts arguments and owns lifetimes.
+// and direction), all sharing the plugin's worker (the plugin serialises access to it). How an
+// operation runs (connecting, the collectives' header agreement, shared regions, ring or direct,
+// the user's messages) is the group protocol of native/comm/ucx/ucx_group.h; this file converts
+// arguments and owns lifetimes.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -109,38 +110,27 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
       throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses and remote must be arrays of one entry per rank");
     Napi::Array list = info[1].As<Napi::Array>(), remote = info[2].As<Napi::Array>();
     std::vector<std::vector<uint8_t>> addresses;
-    std::vector<int32_t> detect;
-    bool all_local = true;
+    std::vector<int32_t> remote_flags;
     for (uint32_t r = 0; r < n; ++r) {
       Napi::Value v = list.Get(r);
       if (!v.IsBuffer()) throw_error(env, "ERR_INVALID_ARGUMENT", "connect: addresses must be Buffers");
       auto b = v.As<Napi::Buffer<uint8_t>>();
       addresses.emplace_back(b.Data(), b.Data() + b.Length());
-      detect.push_back(remote.Get(r).ToBoolean().Value() ? 1 : 0);
-      if (detect.back() != 0) all_local = false;
+      remote_flags.push_back(remote.Get(r).ToBoolean().Value() ? 1 : 0);
     }
-    l.all_local = all_local;  // read by collectives, which are queued after this
+    l.all_local = comm::ucx::all_local(remote_flags);  // read by collectives, which are queued after this
     class ConnectOp : public CommOp {
      public:
-      ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, std::vector<int32_t> detect, Deadline d)
-          : CommOp(env, "connect", {}), l_(std::move(l)), a_(std::move(a)), detect_(std::move(detect)), d_(d) {}
-      void Run() override {
-        std::vector<const void*> pointers;
-        std::vector<size_t> lengths;
-        for (auto& a : a_) {
-          pointers.push_back(a.data());
-          lengths.push_back(a.size());
-        }
-        status_ = l_->plugin->connect(l_->transport, pointers.data(), lengths.data(), detect_.data(), comm::deadline_ms(d_));
-        if (status_ != SAPIPE_OK) detail_ = l_->plugin->last_error();
-      }
+      ConnectOp(Napi::Env env, std::shared_ptr<Link> l, std::vector<std::vector<uint8_t>> a, std::vector<int32_t> remote, Deadline d)
+          : CommOp(env, "connect", {}), l_(std::move(l)), a_(std::move(a)), remote_(std::move(remote)), d_(d) {}
+      void Run() override { status_ = comm::ucx::connect_link(*l_, a_, remote_, d_, &detail_); }
      private:
       std::shared_ptr<Link> l_;
       std::vector<std::vector<uint8_t>> a_;
-      std::vector<int32_t> detect_;
+      std::vector<int32_t> remote_;
       Deadline d_;
     };
-    return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), std::move(detect), deadline()));
+    return queue->Submit(env, new ConnectOp(env, link_, std::move(addresses), std::move(remote_flags), deadline()));
   }
 
   // allocate(length) -> NativeBuffer in a shared region (see shared_regions.h).
@@ -213,18 +203,8 @@ class UcxComm : public Napi::ObjectWrap<UcxComm> {
       P2POp(Napi::Env env, const char* name, Range r, std::shared_ptr<Link> l, int peer, Deadline d, bool send)
           : CommOp(env, name, {r.buffer}), r_(std::move(r)), l_(std::move(l)), peer_(peer), d_(d), send_(send) {}
       void Run() override {
-        const sapipe_comm_plugin_v1* p = l_->plugin;
-        const size_t bytes = r_.count * sizeof(float);
-        if (send_) {
-          // Synchronous: the send completes once the peer has taken the message (the buffer may
-          // then be reused, and the peer has really received it, as Communicator.send promises).
-          sapipe_comm_request* request = nullptr;
-          status_ = p->isend(l_->transport, peer_, SAPIPE_COMM_CHANNEL_USER, 1, r_.data(), bytes, &request);
-          if (status_ == SAPIPE_OK) status_ = p->wait_send(l_->transport, request, comm::deadline_ms(d_));
-        } else {
-          status_ = p->recv(l_->transport, peer_, SAPIPE_COMM_CHANNEL_USER, r_.data(), bytes, comm::deadline_ms(d_));
-        }
-        if (status_ != SAPIPE_OK) detail_ = p->last_error();
+        status_ = send_ ? comm::ucx::send_to_peer(*l_, peer_, r_.data(), r_.count, d_, &detail_)
+                        : comm::ucx::recv_from_peer(*l_, peer_, r_.data(), r_.count, d_, &detail_);
       }
      private:
       Range r_;

@@ -1,12 +1,11 @@
 // The CUDA plugin seen from JS: whether it loads and why not, its devices, NCCL, and the kernel
 // benchmark. The plugin is opened on the first call (never at require time), so the addon loads
 // on machines without CUDA; every failure becomes a status object or an ERR_BACKEND_UNAVAILABLE.
+// What the table says (devices, libraries, appended entries) is read by native/core/cuda_plugin.h.
 #include <string>
 
-#include "../core/plugin_loader.h"
+#include "../core/cuda_plugin.h"
 #include "cuda_binding.h"
-
-#include <cstddef>
 #include "errors.h"
 #include "js_args.h"
 #include "sapipe/plugin.h"
@@ -15,14 +14,7 @@
 namespace sapipe::addon {
 namespace {
 
-const sapipe_cuda_plugin_v1* plugin_or_null(std::string* reason) {
-  const PluginLoad& load = cuda_plugin();
-  if (load.table == nullptr) {
-    *reason = load.reason;
-    return nullptr;
-  }
-  return reinterpret_cast<const sapipe_cuda_plugin_v1*>(load.table);
-}
+const sapipe_cuda_plugin_v1* plugin_or_null(std::string* reason) { return cuda_table(cuda_plugin(), reason); }
 
 // {available, reason?, pluginPath, architectures?, runtimeVersion?, devices?}; never throws.
 Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
@@ -38,93 +30,57 @@ Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
   }
   out.Set("architectures", cuda->build_architectures());
   out.Set("runtimeVersion", cuda->runtime_version());
-  int32_t count = 0;
-  if (cuda->device_count(&count) != SAPIPE_OK) {
-    out.Set("available", false);
-    out.Set("reason", std::string("the CUDA plugin loaded, but ") + cuda->last_error());
-    return out;
-  }
-  Napi::Array devices = Napi::Array::New(env);
-  bool any_runnable = false;
-  for (int32_t d = 0; d < count; ++d) {
-    sapipe_cuda_device_info di{};
-    Napi::Object o = Napi::Object::New(env);
-    if (cuda->device_info(d, &di) == SAPIPE_OK) {
-      o.Set("name", di.name);
-      o.Set("computeCapability", std::to_string(di.major) + "." + std::to_string(di.minor));
-      o.Set("multiprocessors", di.multiprocessors);
-      o.Set("totalMemory", static_cast<double>(di.total_memory));
-      o.Set("kernelsAvailable", di.kernels_available != 0);
-      any_runnable = any_runnable || di.kernels_available != 0;
-    } else {
-      o.Set("error", cuda->last_error());
+  const CudaReport report = report_cuda_devices(cuda);
+  if (report.counted) {
+    Napi::Array devices = Napi::Array::New(env);
+    for (size_t d = 0; d < report.devices.size(); ++d) {
+      const CudaDeviceReport& device = report.devices[d];
+      const sapipe_cuda_device_info& di = device.info;
+      Napi::Object o = Napi::Object::New(env);
+      if (device.listed) {
+        o.Set("name", di.name);
+        o.Set("computeCapability", std::to_string(di.major) + "." + std::to_string(di.minor));
+        o.Set("multiprocessors", di.multiprocessors);
+        o.Set("totalMemory", static_cast<double>(di.total_memory));
+        o.Set("kernelsAvailable", di.kernels_available != 0);
+      } else {
+        o.Set("error", device.error);
+      }
+      devices.Set(static_cast<uint32_t>(d), o);
     }
-    devices.Set(static_cast<uint32_t>(d), o);
+    out.Set("devices", devices);
   }
-  out.Set("devices", devices);
-  out.Set("available", any_runnable);
-  if (!any_runnable)
-    out.Set("reason", std::string("no visible device can run this plugin's code (built for ") + cuda->build_architectures() + ")");
+  out.Set("available", report.available);
+  if (!report.available) out.Set("reason", report.reason);
   return out;
 }
 
-using LibraryProbe = sapipe_status (*sapipe_cuda_plugin_v1::*)(int32_t*, const char**);
-
-// {available, reason?, version?, path?} of a library the CUDA plugin opens at run time (NCCL,
-// cuBLAS) through its entry `probe`, which lies below byte `probe_end` of the table (a plugin
-// whose table is shorter predates it); never throws.
-Napi::Value LibraryStatus(Napi::Env env, const char* library, LibraryProbe probe, size_t probe_end) {
-  Napi::Object out = Napi::Object::New(env);
+// {available, reason?, version?, path?} of a library the CUDA plugin opens at run time; never throws.
+Napi::Value LibraryStatus(Napi::Env env, CudaLibrary library) {
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
-  const bool has_probe = cuda != nullptr && cuda->header.table_size >= probe_end && cuda->*probe != nullptr;
-  int32_t version = 0;
-  const char* path = nullptr;
-  if (cuda == nullptr)
-    reason = std::string(library) + " is used through the CUDA plugin, which is unavailable: " + reason;
-  else if (!has_probe)
-    reason = "the CUDA plugin predates its " + std::string(library) + " entries: rebuild it with `npm run build:native`";
-  else if ((cuda->*probe)(&version, &path) != SAPIPE_OK)
-    reason = cuda->last_error();
-  else {
-    out.Set("available", true);
-    out.Set("version", version);
-    out.Set("path", path ? path : "");
-    return out;
+  const CudaLibraryReport report = report_cuda_library(cuda, reason, library);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("available", report.available);
+  if (report.available) {
+    out.Set("version", report.version);
+    out.Set("path", report.path);
+  } else {
+    out.Set("reason", report.reason);
   }
-  out.Set("available", false);
-  out.Set("reason", reason);
   return out;
 }
 
-Napi::Value NcclStatus(const Napi::CallbackInfo& info) {
-  return LibraryStatus(info.Env(), "NCCL", &sapipe_cuda_plugin_v1::nccl_probe, offsetof(sapipe_cuda_plugin_v1, nccl_probe) + sizeof(void*));
-}
+Napi::Value NcclStatus(const Napi::CallbackInfo& info) { return LibraryStatus(info.Env(), CudaLibrary::kNccl); }
 
 // cuBLAS, which the plugin's model operations open for their products.
-Napi::Value CublasStatus(const Napi::CallbackInfo& info) {
-  return LibraryStatus(info.Env(), "cuBLAS", &sapipe_cuda_plugin_v1::cublas_probe,
-                       offsetof(sapipe_cuda_plugin_v1, cublas_probe) + sizeof(void*));
-}
-
-// Whether the plugin has the entries appended to v1 (older plugins return a shorter table).
-bool has_appended_entries(const sapipe_cuda_plugin_v1* cuda) {
-  if (cuda->header.table_size < sizeof(sapipe_cuda_plugin_v1)) return false;
-  return cuda->stream_query && cuda->nccl_get_unique_id && cuda->nccl_comm_init_rank && cuda->nccl_comm_destroy &&
-         cuda->nccl_comm_abort && cuda->nccl_comm_async_error && cuda->nccl_all_reduce && cuda->nccl_reduce_scatter &&
-         cuda->nccl_all_gather && cuda->nccl_broadcast && cuda->nccl_send && cuda->nccl_recv && cuda->nccl_fused_update &&
-         cuda->nccl_fused_update_recheck && cuda->nccl_fused_update_result;
-}
+Napi::Value CublasStatus(const Napi::CallbackInfo& info) { return LibraryStatus(info.Env(), CudaLibrary::kCublas); }
 
 const sapipe_cuda_plugin_v1* require_appended(Napi::Env env) {
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
   if (cuda == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", reason);
-  if (!has_appended_entries(cuda))
-    throw_error(env, "ERR_BACKEND_UNAVAILABLE",
-                "the CUDA plugin " + cuda_plugin().path + " predates device buffers and NCCL communicators (its table has " +
-                    std::to_string(cuda->header.table_size) + " bytes, " + std::to_string(sizeof(sapipe_cuda_plugin_v1)) +
-                    " are needed): rebuild it with `npm run build:native`");
+  if (!has_device_entries(cuda, cuda_plugin().path, &reason)) throw_error(env, "ERR_BACKEND_UNAVAILABLE", reason);
   return cuda;
 }
 

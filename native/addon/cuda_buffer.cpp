@@ -25,11 +25,6 @@ void check_status(Napi::Env env, const sapipe_cuda_plugin_v1* cuda, sapipe_statu
 
 }  // namespace
 
-DeviceAllocation::~DeviceAllocation() {
-  // cudaFree finds the device from the address (unified addressing): no device switch needed.
-  if (data != nullptr && cuda != nullptr) cuda->free_device(data);
-}
-
 void CudaBuffer::Init(Napi::Env env, Napi::Object exports) {
   Napi::Function ctor = DefineClass(env, "CudaBuffer",
                                     {InstanceAccessor<&CudaBuffer::GetLength>("length"),
@@ -61,21 +56,9 @@ CudaBuffer::CudaBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CudaBu
   device_ = static_cast<int32_t>(info[0].As<Napi::Number>().DoubleValue());
   length_ = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
   const sapipe_cuda_plugin_v1* cuda = require_device_table(env, device_);
-  auto memory = std::make_shared<DeviceAllocation>();
-  memory->cuda = cuda;
-  memory->device = device_;
-  memory->length = length_;
-  void* ptr = nullptr;
-  check_status(env, cuda, cuda->malloc_device(&ptr, length_ * sizeof(float)), "CudaBuffer");
-  memory->data = static_cast<float*>(ptr);
-  // Zero-filled like host buffers (a ParamSet's padding must start at zero). A staging copy
-  // through the legacy stream is slow but rare: allocation is not on a training loop's path.
-  if (length_ > 0) {
-    std::vector<float> zeros(length_, 0.0f);
-    check_status(env, cuda, cuda->copy_to_device(memory->data, zeros.data(), length_ * sizeof(float), nullptr), "CudaBuffer");
-    check_status(env, cuda, cuda->stream_synchronize(nullptr), "CudaBuffer");
-  }
-  memory_ = std::move(memory);
+  std::string detail;
+  if (sapipe_status s = DeviceAllocation::allocate(cuda, device_, length_, &memory_, &detail); s != SAPIPE_OK)
+    throw_error(env, sapipe_status_code(s), "CudaBuffer: " + detail);
 }
 
 DeviceAllocation& CudaBuffer::live(Napi::Env env, const char* what) {
@@ -107,11 +90,10 @@ Napi::Value CudaBuffer::CopyHost(const Napi::CallbackInfo& info, bool to_device)
     throw_error(env, "ERR_SIZE_MISMATCH", what + ": " + std::to_string(n) + " floats at offset " + std::to_string(offset) +
                                               " exceed the buffer's " + std::to_string(m.length));
   if (n == 0) return env.Undefined();
-  check_status(env, m.cuda,
-               to_device ? m.cuda->copy_to_device(m.data + offset, host.Data(), n * sizeof(float), nullptr)
-                         : m.cuda->copy_to_host(host.Data(), m.data + offset, n * sizeof(float), nullptr),
-               what.c_str());
-  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), what.c_str());
+  std::string detail;
+  const sapipe_status s = to_device ? copy_to_device_sync(m.cuda, m.data + offset, host.Data(), n, &detail)
+                                    : copy_to_host_sync(m.cuda, host.Data(), m.data + offset, n, &detail);
+  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), what + ": " + detail);
   return env.Undefined();
 }
 
@@ -129,8 +111,9 @@ Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
     throw_error(env, "ERR_SIZE_MISMATCH", "copyFromDevice: the range exceeds a buffer");
   if (count == 0) return env.Undefined();
   if (src.get() == &m) throw_error(env, "ERR_ALIASING", "copyFromDevice: the source and destination are the same buffer");
-  check_status(env, m.cuda, m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), nullptr), "copyFromDevice");
-  check_status(env, m.cuda, m.cuda->stream_synchronize(nullptr), "copyFromDevice");
+  std::string detail;
+  if (sapipe_status s = copy_on_device_sync(m.cuda, m.data + to, src->data + from, count, &detail); s != SAPIPE_OK)
+    throw_error(env, sapipe_status_code(s), "copyFromDevice: " + detail);
   return env.Undefined();
 }
 
@@ -197,15 +180,10 @@ Napi::Value CudaCountNonFinite(const Napi::CallbackInfo& info) {
     throw_error(env, "ERR_SIZE_MISMATCH", "cudaCountNonFinite: the range exceeds the buffer");
   if (m->users.load() != 0) throw_error(env, "ERR_BUSY", "cudaCountNonFinite: a queued operation still uses the buffer");
   const sapipe_cuda_plugin_v1* cuda = require_device_table(env, m->device);
-  void* word = nullptr;
-  check_status(env, cuda, cuda->malloc_device(&word, sizeof(int64_t)), "cudaCountNonFinite");
   int64_t bad = 0;
-  sapipe_status s = cuda->count_non_finite(m->data + offset, count, static_cast<int64_t*>(word), nullptr);
-  if (s == SAPIPE_OK) s = cuda->copy_to_host(&bad, word, sizeof bad, nullptr);
-  if (s == SAPIPE_OK) s = cuda->stream_synchronize(nullptr);
-  const std::string why = s == SAPIPE_OK ? "" : cuda->last_error();
-  cuda->free_device(word);
-  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), "cudaCountNonFinite: " + why);
+  std::string detail;
+  if (sapipe_status s = count_non_finite_on_device(cuda, m->data + offset, count, &bad, &detail); s != SAPIPE_OK)
+    throw_error(env, sapipe_status_code(s), "cudaCountNonFinite: " + detail);
   return Napi::Number::New(env, static_cast<double>(bad));
 }
 
@@ -261,21 +239,11 @@ Napi::Value CudaScatterAdd(const Napi::CallbackInfo& info) {
   if (out->device != all->device || out->users.load() != 0 || all->users.load() != 0)
     throw_error(env, "ERR_BUSY", "cudaScatterAdd: both buffers must be on one device and not in use by a queued operation");
   const sapipe_cuda_plugin_v1* cuda = require_device_table(env, out->device);
-  void* word = nullptr;
-  check_status(env, cuda, cuda->malloc_device(&word, sizeof(int64_t)), "cudaScatterAdd");
-  const int64_t zero = 0;
   int64_t bad = 0;
-  sapipe_status s = cuda->copy_to_device(word, &zero, sizeof zero, nullptr);
-  if (s == SAPIPE_OK && zero_first) s = cuda->zero(out->data, out->length, nullptr);
-  for (size_t r = 0; s == SAPIPE_OK && r < ranks; ++r) {
-    float* pack = all->data + r * width;
-    s = cuda->scatter_add(out->data, out->length, reinterpret_cast<const int32_t*>(pack), pack + k, k, scale, static_cast<int64_t*>(word), nullptr);
-  }
-  if (s == SAPIPE_OK) s = cuda->copy_to_host(&bad, word, sizeof bad, nullptr);
-  if (s == SAPIPE_OK) s = cuda->stream_synchronize(nullptr);
-  const std::string why = s == SAPIPE_OK ? "" : cuda->last_error();
-  cuda->free_device(word);
-  if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), "cudaScatterAdd: " + why);
+  std::string detail;
+  if (sapipe_status s = scatter_add_packs_on_device(cuda, out->data, out->length, all->data, width, k, ranks, scale, zero_first, &bad, &detail);
+      s != SAPIPE_OK)
+    throw_error(env, sapipe_status_code(s), "cudaScatterAdd: " + detail);
   if (bad != 0) throw_error(env, "ERR_INTERNAL", "cudaScatterAdd: " + std::to_string(bad) + " index(es) outside the buffer: a corrupt pack");
   return env.Undefined();
 }

@@ -1,34 +1,20 @@
 // CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device.ts wraps it as
-// DeviceBuffer). Copies to and from host memory are synchronous; dispose() frees at once unless a
-// queued collective still uses the memory (ERR_BUSY). Also cudaUpdate(): the fused update on
-// device buffers.
+// DeviceBuffer; the memory is core's DeviceAllocation, native/core/device_memory.h). Copies to and
+// from host memory are synchronous; dispose() frees at once unless a queued collective still uses
+// the memory (ERR_BUSY). Also cudaUpdate(): the fused update on device buffers.
 #pragma once
 
 #include <napi.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "../core/device_memory.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe::addon {
-
-// The device memory behind a CudaBuffer, shared with the operations that use it.
-struct DeviceAllocation {
-  const sapipe_cuda_plugin_v1* cuda = nullptr;
-  float* data = nullptr;
-  size_t length = 0;
-  int32_t device = 0;
-  // Queued operations using this memory (ERR_BUSY for copies and dispose while non-zero).
-  std::atomic<int> users{0};
-  DeviceAllocation() = default;
-  DeviceAllocation(const DeviceAllocation&) = delete;
-  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
-  ~DeviceAllocation();
-};
 
 class CudaBuffer : public Napi::ObjectWrap<CudaBuffer> {
  public:

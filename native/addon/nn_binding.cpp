@@ -12,11 +12,10 @@
 //   nnReluBackward(dx, dxOffset, y, yOffset, dy, dyOffset, count)
 //   nnSoftmaxXent(logits, logitsOffset, labels, labelsOffset, rows, classes, gradScale,
 //                 losses, lossesOffset, dlogits | null, dlogitsOffset, correct | null, correctOffset)
-#include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
+#include "../core/cpu_clock.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
 #include "errors.h"
@@ -189,27 +188,8 @@ Napi::Value SoftmaxXent(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// The core clock in GHz, for the peak FLOP/s that `sapipe bench gemm` compares against: a chain
-// of dependent integer multiplies (3 cycles each on every x86-64 core since Nehalem) timed for
-// about 20 ms. /proc/cpuinfo reports the nominal clock on virtual machines, not the turbo clock
-// the kernels run at. Returns 0 where it cannot measure (not x86-64).
-Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) {
-  double ghz = 0.0;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  constexpr long kIterations = 1 << 21;  // 4 multiplies each
-  double best = 0.0;
-  for (int rep = 0; rep < 3; ++rep) {
-    unsigned long x = 3;
-    const auto start = std::chrono::steady_clock::now();
-    for (long i = 0; i < kIterations; ++i)
-      __asm__ volatile("imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0" : "+r"(x));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (seconds > 0) best = std::max(best, 12.0 * kIterations / seconds / 1e9);
-  }
-  ghz = best;
-#endif
-  return Napi::Number::New(info.Env(), ghz);
-}
+// measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
+Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
 }  // namespace
 

@@ -21,7 +21,6 @@ struct Queue::State {
   bool open = true;
   bool finalized = false;  // the thread-safe function is gone: never release it
   Queue* queue = nullptr;  // read on the JS thread only; null once the wrapper is destroyed
-  bool last_failed = false;  // on the worker thread only: whether the last operation run failed
 
   // On the worker thread: hands op to the JS thread. False when nobody will settle it any more.
   bool Post(AsyncOp* op) {
@@ -142,12 +141,13 @@ Napi::Promise Queue::Submit(Napi::Env env, AsyncOp* op) {
     Ref();  // the wrapper must outlive its pending operations
     state_->completions.Ref(env);
   }
-  exec_->submit([slot, state = state_] {
-    (*slot)->previous_failed_ = state->last_failed;
+  exec_->submit([slot, state = state_](bool previous_failed) {
+    (*slot)->previous_failed_ = previous_failed;
     (*slot)->Run();
-    state->last_failed = (*slot)->Failed();
+    const bool failed = (*slot)->Failed();
     AsyncOp* raw = slot->release();
     if (!state->Post(raw)) slot->reset(raw);
+    return failed;
   });
   return promise;
 }

@@ -26,7 +26,7 @@ class AsyncOp {
   virtual void Run() = 0;                         // on the queue's worker thread
   virtual Napi::Value Result(Napi::Env env) = 0;  // on the JS thread; may throw Napi::Error
   // Whether Run() ended in failure (its Promise will reject), read on the worker thread right
-  // after Run(): the queue tells the next operation (previous_failed()).
+  // after Run(): the ExecutionQueue tells the next operation (previous_failed()).
   virtual bool Failed() const { return false; }
   Napi::Promise::Deferred& deferred() { return deferred_; }
 

@@ -19,7 +19,7 @@ void ExecutionQueue::join() {
   if (worker_.joinable()) worker_.join();
 }
 
-bool ExecutionQueue::submit(std::function<void()> task) {
+bool ExecutionQueue::submit(Task task) {
   bool taken = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -51,7 +51,7 @@ void ExecutionQueue::close(std::function<void()> on_exit) {
 }
 
 void ExecutionQueue::shutdown() {
-  std::deque<std::function<void()>> dropped;
+  std::deque<Task> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shut_down_ = true;
@@ -64,7 +64,7 @@ void ExecutionQueue::shutdown() {
 
 void ExecutionQueue::run() {
   for (;;) {
-    std::function<void()> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
@@ -72,7 +72,7 @@ void ExecutionQueue::run() {
       task = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    task();
+    last_failed_ = task(last_failed_);
   }
   std::function<void()> on_exit;
   {

@@ -1,5 +1,7 @@
 // An in-order execution queue: one native worker thread runs submitted tasks one after another,
-// like a CUDA stream. The addon resolves a Promise when each task completes.
+// like a CUDA stream. The addon resolves a Promise when each task completes. Each task reports
+// whether it failed, and the next task is told (previous_failed), so an operation queued behind
+// another can act on its outcome (a latch signal behind a reduction, core/latch.h).
 #pragma once
 
 #include <condition_variable>
@@ -18,8 +20,12 @@ class ExecutionQueue {
   ExecutionQueue(const ExecutionQueue&) = delete;
   ExecutionQueue& operator=(const ExecutionQueue&) = delete;
 
+  // A task: told whether the task run just before it on this queue failed (false for the first),
+  // it returns whether it failed itself.
+  using Task = std::function<bool(bool previous_failed)>;
+
   // Returns false, and destroys the task at once without running it, after shutdown() or close().
-  bool submit(std::function<void()> task);
+  bool submit(Task task);
 
   // Stops taking tasks, runs those already queued, then ends the worker thread; its last act is
   // to call on_exit (on the worker thread), after which join() returns at once. For an owner
@@ -37,10 +43,11 @@ class ExecutionQueue {
   void run();
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
+  std::deque<Task> tasks_;
   bool stopping_ = false;
   bool shut_down_ = false;  // no task is taken any more
   bool exited_ = false;     // the worker left its loop; on_exit_ is no longer read
+  bool last_failed_ = false;  // on the worker thread only: whether the last task run failed
   std::function<void()> on_exit_;
   std::thread worker_;
 };

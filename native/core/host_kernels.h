@@ -26,4 +26,9 @@ struct HostKernels {
 // The kernels of the instruction set chosen at start (SAPIPE_SIMD or the best the CPU runs).
 const HostKernels& host_kernels();
 
+// The names ("baseline", "avx2", "avx512") of the instruction set host_kernels() runs and of the
+// best one this CPU supports: what the addon's info() reports.
+const char* host_kernels_simd();
+const char* host_simd_supported();
+
 }  // namespace sapipe::core

@@ -59,4 +59,6 @@ const KernelTable& kernel_table(SimdLevel level) {
 
 namespace sapipe::core {
 const HostKernels& host_kernels() { return cpu::active_kernels(); }
+const char* host_kernels_simd() { return cpu::simd_name(cpu::active_simd()); }
+const char* host_simd_supported() { return cpu::simd_name(cpu::best_supported_simd()); }
 }  // namespace sapipe::core

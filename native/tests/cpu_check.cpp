@@ -1,6 +1,9 @@
 // Runs without Node and without a GPU: every CPU kernel against the scalar reference on random
 // data (odd sizes for the vector tails, offsets, several steps), the non-finite guard, and the
-// failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it.
+// failure paths of the plugin and NCCL loaders against the fake libraries CMake builds beside it,
+// what the addon queues (schedule_check.cpp), the communication backends' operations
+// (comm_check.cpp), and the CUDA plugin's reports and device memory over fake plugins
+// (device_check.cpp).
 // test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
 #include <unistd.h>
 
@@ -12,12 +15,17 @@
 #include <vector>
 
 #include "../core/aligned_buffer.h"
+#include "../core/cpu_clock.h"
+#include "../core/host_kernels.h"
 #include "../core/plugin_loader.h"
 #include "../core/cublas_loader.h"
 #include "../core/nccl_loader.h"
 #include "check.h"
+#include "comm_check.h"
+#include "device_check.h"
 #include "reference_check.h"
 #include "sapipe/kernels.h"
+#include "schedule_check.h"
 #include "scalar_reference.h"
 #include "variants.h"
 
@@ -246,8 +254,26 @@ void check_buffers(Checks& t) {
   t.expect(AlignedBuffer::allocate(SIZE_MAX / sizeof(float)) == nullptr, "a size whose byte count overflows gives nullptr");
 }
 
+// The measured clock: positive and below any real core clock where it can be measured (x86-64;
+// no lower bound beyond that, as a loaded machine measures less), else 0.
+void check_cpu_clock(Checks& t) {
+  const double ghz = measure_cpu_clock_ghz();
+#if defined(__x86_64__)
+  t.expect(ghz > 0.0 && ghz < 20.0, "the measured core clock is plausible: " + std::to_string(ghz) + " GHz");
+#else
+  t.expect(ghz == 0.0, "the core clock is not measured off x86-64");
+#endif
+}
+
+// What info() reports of the instruction sets: the active one is never above what the CPU supports.
+void check_simd_names(Checks& t) {
+  auto rank = [](const std::string& name) { return name == "baseline" ? 0 : name == "avx2" ? 1 : name == "avx512" ? 2 : -1; };
+  const std::string active = core::host_kernels_simd(), supported = core::host_simd_supported();
+  t.expect(rank(active) >= 0 && rank(supported) >= rank(active), "the host kernels run " + active + ", the CPU supports " + supported);
+}
+
 // One JSON object per line for each variant: what test/native/lists.test.ts compares with
-// lib/optim/variants.ts.
+// apps/bench/kernel-variants.ts.
 int list_variants() {
   for (const Variant& v : update_variants()) {
     const sapipe_update_config& c = v.config;
@@ -274,6 +300,15 @@ int main(int argc, char** argv) {
   check_out_of_place(t);
   check_helpers(t);
   check_buffers(t);
+  check_cpu_clock(t);
+  check_simd_names(t);
   check_loaders(t, fakes);
+  check_execution_queue(t);
+  check_latches(t);
+  check_queued_update(t);
+  check_local_ops(t);
+  check_nccl_ops(t, fakes);
+  check_cuda_plugin_reports(t, fakes);
+  check_device_memory(t, fakes);
   return t.finish("sapipe_cpu_check");
 }

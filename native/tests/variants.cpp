@@ -52,7 +52,7 @@ std::vector<Variant> update_variants() {
   const int A = SAPIPE_OPTIMIZER_ADAM, W = SAPIPE_OPTIMIZER_ADAMW, E = SAPIPE_COMPENSATION_ELEMENTWISE,
             D = SAPIPE_COMPENSATION_ADAPTIVE, L = SAPIPE_ESTIMATE_LOCAL, P = SAPIPE_ESTIMATE_PREV_SYNC,
             LP = SAPIPE_ESTIMATE_LOCAL_PREV_SYNC;
-  // The same names, order and settings as KERNEL_VARIANTS in lib/optim/variants.ts (the list the
+  // The same names, order and settings as KERNEL_VARIANTS in apps/bench/kernel-variants.ts (the list the
   // benchmarks and the TypeScript tests use); test/native/lists.test.ts fails when they drift.
   return {
       {"sgd", sgd(0)},

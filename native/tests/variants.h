@@ -1,4 +1,4 @@
-// The named update variants of lib/optim/variants.ts as C configurations, for the harnesses.
+// The named update variants of apps/bench/kernel-variants.ts as C configurations, for the harnesses.
 #pragma once
 
 #include <string>

@@ -57,3 +57,34 @@ t.test('the checker finds the library importing an application, and an applicati
   t.ok(found.some((v) => v.startsWith('apps/cli/main.ts:1 imports ../../lib/comm/x.js')), 'an application reaching into lib/');
   t.ok(found.some((v) => v.startsWith("apps/cli/main.ts:2 imports sapipe/internal")), 'a subpath the package does not export');
 });
+
+// native/addon sits above core: it includes core, the C ABI and native/comm's protocols, never a
+// kernel backend (native/cpu, native/cuda); and only it may use Node-API.
+t.test('the checker finds the addon including a kernel backend, and Node-API below the addon', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-layers-addon-'));
+  mkdirSync(join(dir, 'scripts'));
+  cpSync(script, join(dir, 'scripts', 'check-layers.mjs'));
+  for (const d of ['native/addon', 'native/cpu', 'native/cuda', 'native/comm/local', 'native/core', 'native/include/sapipe', 'native/tests', 'lib'])
+    mkdirSync(join(dir, d), { recursive: true });
+  writeFileSync(join(dir, 'native/cpu/simd.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/cuda/launch.cuh'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/comm/local/local_ops.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/core/latch.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/include/sapipe/kernels.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/addon/queue.h'), '#pragma once\n#include <napi.h>\n');
+  writeFileSync(
+    join(dir, 'native/addon/binding.cpp'),
+    '#include <napi.h>\n#include "queue.h"\n#include "../core/latch.h"\n#include "sapipe/kernels.h"\n#include "../comm/local/local_ops.h"\n' +
+      '#include "../cpu/simd.h"\n#include "../cuda/launch.cuh"\n',
+  );
+  writeFileSync(join(dir, 'native/core/latch.cpp'), '#include "latch.h"\n#include <napi.h>\n');
+  writeFileSync(join(dir, 'native/tests/check.cpp'), '#include "node_api.h"\n');
+  const failed = (await run(process.execPath, [join(dir, 'scripts', 'check-layers.mjs'), '--json']).catch((e: unknown) => e)) as { code: number; stdout: string };
+  t.equal(failed.code, 1, 'exits 1');
+  const found = JSON.parse(failed.stdout) as string[];
+  t.equal(found.length, 4, found.join('\n'));
+  t.ok(found.some((v) => v.startsWith('native/addon/binding.cpp:6 includes native/cpu/simd.h')), 'the addon including the CPU backend');
+  t.ok(found.some((v) => v.startsWith('native/addon/binding.cpp:7 includes native/cuda/launch.cuh')), 'the addon including the CUDA backend');
+  t.ok(found.some((v) => v.startsWith('native/core/latch.cpp:2 includes napi.h')), 'core using Node-API');
+  t.ok(found.some((v) => v.startsWith('native/tests/check.cpp:1 includes node_api.h')), 'a harness using Node-API');
+});

@@ -27,6 +27,43 @@ void Link::break_collectives(sapipe_status s, const std::string& detail) {
   broken_detail = "an earlier collective failed, so the ranks are out of step: " + detail;
 }
 
+sapipe_status connect_link(Link& link, const std::vector<std::vector<uint8_t>>& addresses, const std::vector<int32_t>& remote,
+                           Deadline deadline, std::string* detail) {
+  if (addresses.size() != static_cast<size_t>(link.size) || remote.size() != addresses.size()) {
+    *detail = "one address and one remote flag per rank are needed";
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  }
+  std::vector<const void*> pointers;
+  std::vector<size_t> lengths;
+  for (const auto& a : addresses) {
+    pointers.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  const sapipe_status s = link.plugin->connect(link.transport, pointers.data(), lengths.data(), remote.data(), deadline_ms(deadline));
+  if (s != SAPIPE_OK) *detail = link.plugin->last_error();
+  return s;
+}
+
+bool all_local(const std::vector<int32_t>& remote) {
+  return std::all_of(remote.begin(), remote.end(), [](int32_t r) { return r == 0; });
+}
+
+sapipe_status send_to_peer(Link& link, int peer, const float* data, size_t count, Deadline deadline, std::string* detail) {
+  const sapipe_comm_plugin_v1* p = link.plugin;
+  sapipe_comm_request* request = nullptr;
+  sapipe_status s = p->isend(link.transport, peer, SAPIPE_COMM_CHANNEL_USER, 1, data, count * sizeof(float), &request);
+  if (s == SAPIPE_OK) s = p->wait_send(link.transport, request, deadline_ms(deadline));
+  if (s != SAPIPE_OK) *detail = p->last_error();
+  return s;
+}
+
+sapipe_status recv_from_peer(Link& link, int peer, float* data, size_t count, Deadline deadline, std::string* detail) {
+  const sapipe_comm_plugin_v1* p = link.plugin;
+  const sapipe_status s = p->recv(link.transport, peer, SAPIPE_COMM_CHANNEL_USER, data, count * sizeof(float), deadline_ms(deadline));
+  if (s != SAPIPE_OK) *detail = p->last_error();
+  return s;
+}
+
 namespace {
 
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "../collective.h"
 #include "../plugin_transport.h"
@@ -43,6 +44,22 @@ struct Link {
   PluginTransport over(int channel, std::string* detail);
   void break_collectives(sapipe_status s, const std::string& detail);
 };
+
+// Connects the link to every rank (on a queue's thread): addresses[r] is rank r's worker address
+// as the rendezvous swapped it, remote[r] non-zero when rank r runs on another machine (UCX then
+// watches it for failure; see comm.h). On failure *detail holds the plugin's reason.
+sapipe_status connect_link(Link& link, const std::vector<std::vector<uint8_t>>& addresses, const std::vector<int32_t>& remote,
+                           Deadline deadline, std::string* detail);
+
+// Whether every rank runs on this machine (no remote flag set): the condition for collectives to
+// read peers' shared regions directly. Set on the link before any collective is queued.
+bool all_local(const std::vector<int32_t>& remote);
+
+// The user's point-to-point messages (SAPIPE_COMM_CHANNEL_USER). A send is synchronous: it
+// completes once the peer has taken the message (the buffer may then be reused, and the peer has
+// really received it, as Communicator.send promises).
+sapipe_status send_to_peer(Link& link, int peer, const float* data, size_t count, Deadline deadline, std::string* detail);
+sapipe_status recv_from_peer(Link& link, int peer, float* data, size_t count, Deadline deadline, std::string* detail);
 
 // Runs one collective of this rank over the link (on the collective queue's thread): the header
 // swap, the shared-memory decision, then the ring or the direct algorithm. *non_finite counts the

@@ -1,0 +1,75 @@
+#include "cuda_plugin.h"
+
+#include <cstddef>
+
+namespace sapipe {
+
+const sapipe_cuda_plugin_v1* cuda_table(const PluginLoad& load, std::string* reason) {
+  if (load.table == nullptr) {
+    *reason = load.reason;
+    return nullptr;
+  }
+  return reinterpret_cast<const sapipe_cuda_plugin_v1*>(load.table);
+}
+
+CudaReport report_cuda_devices(const sapipe_cuda_plugin_v1* cuda) {
+  CudaReport out;
+  int32_t count = 0;
+  if (cuda->device_count(&count) != SAPIPE_OK) {
+    out.reason = std::string("the CUDA plugin loaded, but ") + cuda->last_error();
+    return out;
+  }
+  out.counted = true;
+  for (int32_t d = 0; d < count; ++d) {
+    CudaDeviceReport device;
+    if (cuda->device_info(d, &device.info) == SAPIPE_OK) {
+      device.listed = true;
+      out.available = out.available || device.info.kernels_available != 0;
+    } else {
+      device.error = cuda->last_error();
+    }
+    out.devices.push_back(device);
+  }
+  if (!out.available)
+    out.reason = std::string("no visible device can run this plugin's code (built for ") + cuda->build_architectures() + ")";
+  return out;
+}
+
+CudaLibraryReport report_cuda_library(const sapipe_cuda_plugin_v1* cuda, const std::string& plugin_reason, CudaLibrary library) {
+  using Probe = sapipe_status (*sapipe_cuda_plugin_v1::*)(int32_t*, const char**);
+  const bool nccl = library == CudaLibrary::kNccl;
+  const char* name = nccl ? "NCCL" : "cuBLAS";
+  const Probe probe = nccl ? &sapipe_cuda_plugin_v1::nccl_probe : &sapipe_cuda_plugin_v1::cublas_probe;
+  // The probe lies below this byte of the table: a plugin whose table is shorter predates it.
+  const size_t probe_end =
+      (nccl ? offsetof(sapipe_cuda_plugin_v1, nccl_probe) : offsetof(sapipe_cuda_plugin_v1, cublas_probe)) + sizeof(void*);
+  CudaLibraryReport out;
+  const bool has_probe = cuda != nullptr && cuda->header.table_size >= probe_end && cuda->*probe != nullptr;
+  const char* path = nullptr;
+  if (cuda == nullptr)
+    out.reason = std::string(name) + " is used through the CUDA plugin, which is unavailable: " + plugin_reason;
+  else if (!has_probe)
+    out.reason = "the CUDA plugin predates its " + std::string(name) + " entries: rebuild it with `npm run build:native`";
+  else if ((cuda->*probe)(&out.version, &path) != SAPIPE_OK)
+    out.reason = cuda->last_error();
+  else {
+    out.available = true;
+    out.path = path ? path : "";
+  }
+  return out;
+}
+
+bool has_device_entries(const sapipe_cuda_plugin_v1* cuda, const std::string& plugin_path, std::string* reason) {
+  const bool complete = cuda->header.table_size >= sizeof(sapipe_cuda_plugin_v1) && cuda->stream_query && cuda->nccl_get_unique_id &&
+                        cuda->nccl_comm_init_rank && cuda->nccl_comm_destroy && cuda->nccl_comm_abort && cuda->nccl_comm_async_error &&
+                        cuda->nccl_all_reduce && cuda->nccl_reduce_scatter && cuda->nccl_all_gather && cuda->nccl_broadcast &&
+                        cuda->nccl_send && cuda->nccl_recv && cuda->nccl_fused_update && cuda->nccl_fused_update_recheck &&
+                        cuda->nccl_fused_update_result;
+  if (!complete)
+    *reason = "the CUDA plugin " + plugin_path + " predates device buffers and NCCL communicators (its table has " +
+              std::to_string(cuda->header.table_size) + " bytes, " + std::to_string(sizeof(sapipe_cuda_plugin_v1)) +
+              " are needed): rebuild it with `npm run build:native`";
+  return complete;
+}
+
+}  // namespace sapipe
