@@ -51,13 +51,35 @@ export function describeValue(value: unknown): string {
   }
 }
 
+/**
+ * The name of the value checked, for a message. These checks are public (`sapipe/validate`), so
+ * their own arguments are untrusted: a label that is not a string is described, never thrown on.
+ * Only the failing path pays for it.
+ */
+function label(what: unknown): string {
+  return typeof what === 'string' ? what : describeValue(what);
+}
+
+/** A list of strings given to a check (allowed values, known keys); anything else is refused. */
+function checkStringList(list: unknown, what: string): readonly string[] {
+  if (!Array.isArray(list) || !list.every((item) => typeof item === 'string'))
+    throw new InvalidArgumentError(`${what} must be an array of strings, got ${describeValue(list)}`);
+  return list;
+}
+
+/** The bounds given to checkNumber or checkInteger: numbers (checked before they are compared with). */
+function checkBounds(lo: unknown, hi: unknown, fn: string): void {
+  if (typeof lo !== 'number' || typeof hi !== 'number' || Number.isNaN(lo) || Number.isNaN(hi))
+    throw new InvalidArgumentError(`${fn}: lo and hi must be numbers, got ${describeValue(lo)} and ${describeValue(hi)}`);
+}
+
 /** How a number's type went wrong, with a hint where the fix is obvious. */
 function notANumber(value: unknown, what: string, expected: string): InvalidArgumentError {
   let hint = '';
   if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value)))
     hint = ` (pass the number ${Number(value)}, not a string)`;
   else if (typeof value === 'bigint') hint = ' (pass a Number, not a BigInt)';
-  return new InvalidArgumentError(`${what} must be ${expected}, got ${describeValue(value)}${hint}`);
+  return new InvalidArgumentError(`${label(what)} must be ${expected}, got ${describeValue(value)}${hint}`);
 }
 
 function rangeText(lo: number, hi: number, loOpen: boolean, hiOpen: boolean): string {
@@ -75,59 +97,64 @@ export function checkNumber(
   what: string,
   lo: number,
   hi: number,
-  opts: { loOpen?: boolean; hiOpen?: boolean } = {},
+  options: { loOpen?: boolean; hiOpen?: boolean } = {},
 ): number {
+  checkBounds(lo, hi, 'checkNumber');
+  const opts = typeof options === 'object' && options !== null ? options : {};
   if (typeof value !== 'number' || !Number.isFinite(value)) throw notANumber(value, what, 'a finite number');
   const tooLow = opts.loOpen ? value <= lo : value < lo;
   const tooHigh = opts.hiOpen ? value >= hi : value > hi;
   if (tooLow || tooHigh)
-    throw new InvalidArgumentError(`${what} must be ${rangeText(lo, hi, !!opts.loOpen, !!opts.hiOpen)}, got ${describeValue(value)}`);
+    throw new InvalidArgumentError(`${label(what)} must be ${rangeText(lo, hi, !!opts.loOpen, !!opts.hiOpen)}, got ${describeValue(value)}`);
   return value;
 }
 
 /** An integer in [lo, hi]. @category Validation */
 export function checkInteger(value: unknown, what: string, lo: number, hi: number): number {
+  checkBounds(lo, hi, 'checkInteger');
   if (typeof value !== 'number' || !Number.isFinite(value)) throw notANumber(value, what, 'an integer');
   if (!Number.isInteger(value) || value < lo || value > hi)
-    throw new InvalidArgumentError(`${what} must be an integer ${rangeText(lo, hi, false, false)}, got ${describeValue(value)}`);
+    throw new InvalidArgumentError(`${label(what)} must be an integer ${rangeText(lo, hi, false, false)}, got ${describeValue(value)}`);
   return value;
 }
 
 /** A plain options object (not null, not an array). @category Validation */
 export function checkObject(value: unknown, what: string): asserts value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
-    throw new InvalidArgumentError(`${what} must be an object, got ${describeValue(value)}`);
+    throw new InvalidArgumentError(`${label(what)} must be an object, got ${describeValue(value)}`);
 }
 
 /** A boolean. @category Validation */
 export function checkBoolean(value: unknown, what: string): boolean {
-  if (typeof value !== 'boolean') throw new InvalidArgumentError(`${what} must be true or false, got ${describeValue(value)}`);
+  if (typeof value !== 'boolean') throw new InvalidArgumentError(`${label(what)} must be true or false, got ${describeValue(value)}`);
   return value;
 }
 
 /** A Float32Array (a tensor view, or plain JavaScript memory). @category Validation */
 export function checkFloat32Array(value: unknown, what: string): Float32Array {
-  if (!(value instanceof Float32Array)) throw new InvalidArgumentError(`${what} must be a Float32Array, got ${describeValue(value)}`);
+  if (!(value instanceof Float32Array)) throw new InvalidArgumentError(`${label(what)} must be a Float32Array, got ${describeValue(value)}`);
   return value;
 }
 
 /** An array or typed array (anything with an integer length and indexed elements). @category Validation */
 export function checkArrayLike(value: unknown, what: string): ArrayLike<unknown> {
   if (!Array.isArray(value) && !(ArrayBuffer.isView(value) && !(value instanceof DataView)))
-    throw new InvalidArgumentError(`${what} must be an array or a typed array, got ${describeValue(value)}`);
+    throw new InvalidArgumentError(`${label(what)} must be an array or a typed array, got ${describeValue(value)}`);
   return value as ArrayLike<unknown>;
 }
 
 /** A function. @category Validation */
 export function checkFunction(value: unknown, what: string): (...args: never[]) => unknown {
-  if (typeof value !== 'function') throw new InvalidArgumentError(`${what} must be a function, got ${describeValue(value)}`);
+  if (typeof value !== 'function') throw new InvalidArgumentError(`${label(what)} must be a function, got ${describeValue(value)}`);
   return value as (...args: never[]) => unknown;
 }
 
 /** One of a fixed list of strings. @category Validation */
 export function checkOneOf<T extends string>(value: unknown, what: string, allowed: readonly T[]): T {
-  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value))
-    throw new InvalidArgumentError(`${what} must be one of ${allowed.map((a) => `'${a}'`).join(', ')}, got ${describeValue(value)}`);
+  if (typeof value !== 'string' || !Array.isArray(allowed) || !allowed.includes(value)) {
+    const list = checkStringList(allowed, 'checkOneOf: allowed');
+    throw new InvalidArgumentError(`${label(what)} must be one of ${list.map((a) => `'${a}'`).join(', ')}, got ${describeValue(value)}`);
+  }
   return value as T;
 }
 
@@ -165,6 +192,8 @@ function editDistance(a: string, b: string): number {
 
 /** The allowed key a mistyped one most likely meant, if any is close. @category Validation */
 export function closestKey(key: string, allowed: readonly string[]): string | undefined {
+  checkStringList(allowed, 'closestKey: allowed');
+  if (typeof key !== 'string') throw new InvalidArgumentError(`closestKey: key must be a string, got ${describeValue(key)}`);
   const alias = KNOWN_ALIASES[key];
   if (alias !== undefined && allowed.includes(alias)) return alias;
   const n = normalized(key);
@@ -192,12 +221,14 @@ export function closestKey(key: string, allowed: readonly string[]): string | un
  * @category Validation
  */
 export function checkKnownKeys(value: object, allowed: readonly string[], what: string): void {
+  if (typeof value !== 'object' || value === null) throw new InvalidArgumentError(`${label(what)} must be an object, got ${describeValue(value)}`);
+  checkStringList(allowed, 'checkKnownKeys: allowed');
   for (const key of Reflect.ownKeys(value)) {
     if (typeof key === 'string' && allowed.includes(key)) continue;
     const name = typeof key === 'string' ? key : describeValue(key);
     const guess = typeof key === 'string' ? closestKey(key, allowed) : undefined;
     throw new InvalidArgumentError(
-      `${what}: unknown option '${name}'${guess ? `; did you mean '${guess}'?` : ''} (known: ${allowed.join(', ')})`,
+      `${label(what)}: unknown option '${name}'${guess ? `; did you mean '${guess}'?` : ''} (known: ${allowed.join(', ')})`,
     );
   }
 }
@@ -209,6 +240,7 @@ export function checkKnownKeys(value: object, allowed: readonly string[], what: 
  * @category Validation
  */
 export function optionKeys<T>(keys: { readonly [K in keyof Required<T>]: true }): readonly string[] {
+  checkObject(keys, 'optionKeys: keys');
   return Object.freeze(Object.keys(keys));
 }
 

@@ -176,8 +176,16 @@ function rememberVerified(path: string, identity: string): void {
   if (verifiedFiles.size > VERIFIED_FILES_LIMIT) verifiedFiles.delete(verifiedFiles.keys().next().value!);
 }
 
-/** @internal Writes `chunks` to `path` atomically; resolves with the bytes written and their SHA-256 (computed off this thread). */
+/**
+ * Writes `chunks` to `path` atomically (a temporary file renamed over it, so a reader sees the old
+ * file or the whole new one); resolves with the bytes written and their SHA-256 (computed off
+ * this thread).
+ * @category Checkpoints
+ */
 export async function writeAtomic(path: string, chunks: readonly Uint8Array[]): Promise<{ bytes: number; sha256: string }> {
+  if (typeof path !== 'string' || path === '' || path.includes('\0')) throw new InvalidArgumentError(`writeAtomic: path must be a file path, got ${describeValue(path)}`);
+  if (!Array.isArray(chunks) || !chunks.every((c) => c instanceof Uint8Array))
+    throw new InvalidArgumentError(`writeAtomic: chunks must be an array of Uint8Arrays (Buffers), got ${describeValue(chunks)}`);
   const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
   let bytes = 0;
   let sha256: string;
@@ -234,12 +242,16 @@ export async function saveRankFile(dir: string, step: number, rank: number, worl
 }
 
 /**
- * @internal Withdraws `rank`'s finished save of `step` (a timeline rolled back): its manifest is
+ * Withdraws `rank`'s finished save of `step` (a timeline rolled back): its manifest is
  * renamed aside in one atomic step, so the save no longer counts and a rank choosing a step
  * meanwhile never sees a file without its manifest (which would read as damage), then its file is
  * removed.
+ * @category Checkpoints
  */
 export async function retractRankSave(dir: string, step: number, rank: number): Promise<void> {
+  if (typeof dir !== 'string' || dir === '' || dir.includes('\0')) throw new InvalidArgumentError(`retractRankSave: dir must be a directory path, got ${describeValue(dir)}`);
+  checkInteger(step, 'retractRankSave: step', 0, Number.MAX_SAFE_INTEGER);
+  checkInteger(rank, 'retractRankSave: rank', 0, 1 << 20);
   const at = stepDirectory(dir, step);
   try {
     await rename(join(at, manifestFile(rank)), join(at, retractedFile(rank)));

@@ -38,6 +38,6 @@ export function shuffledIndices(n: number, seed: number): Uint32Array {
 /** @category Data */
 export function checkSeed(seed: unknown, what: string): number {
   if (typeof seed !== 'number' || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff)
-    throw new InvalidArgumentError(`${what} must be an integer in [0, 2^32 - 1], got ${describeValue(seed)}`);
+    throw new InvalidArgumentError(`${typeof what === 'string' ? what : 'seed'} must be an integer in [0, 2^32 - 1], got ${describeValue(seed)}`);
   return seed;
 }

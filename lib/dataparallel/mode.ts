@@ -5,7 +5,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { OptimizerSpecWithout } from '../optim/registry.js';
 import { DEFAULT_DC_LAMBDA, GRADIENT_ESTIMATES, resolveCompensation, type CompensationOptions, type GradientEstimate, type PredictionOptions } from '../optim/options.js';
-import { describeValue } from '../validate.js';
+import { checkInteger, checkObject, describeValue } from '../validate.js';
 
 /**
  * - `sync`: each step waits for its own all-reduce, then updates (staleness 0; the baseline).
@@ -75,6 +75,8 @@ export interface ResolvedMode {
 
 /** @category Data parallel */
 export function resolveMode(o: DataParallelModeOptions, worldSize: number): ResolvedMode {
+  checkObject(o, 'DataParallelTrainer options');
+  checkInteger(worldSize, 'worldSize', 1, 1 << 20);
   const mode = o.mode;
   if (!DATA_PARALLEL_MODES.includes(mode))
     throw new InvalidArgumentError(`DataParallelTrainer: mode must be one of ${DATA_PARALLEL_MODES.join(', ')}, got ${describeValue(mode)}`);

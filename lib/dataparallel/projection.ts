@@ -116,6 +116,7 @@ export function parseDataParallelProfile(input: unknown): DataParallelProfile {
 
 /** @internal Reads and checks a profile file. */
 export function readDataParallelProfile(path: string): DataParallelProfile {
+  if (typeof path !== 'string' || path === '') throw new InvalidArgumentError(`readDataParallelProfile: path must be a file path, got ${describeValue(path)}`);
   let text: string;
   try {
     text = readFileSync(path, 'utf8');

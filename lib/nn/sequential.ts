@@ -35,8 +35,9 @@ export function mlpLayers(sizes: readonly number[]): LayerSpec[] {
   return layers;
 }
 
-/** @internal Checks a layer list: known kinds, positive sizes, each layer's input the previous output. Returns the feature counts between layers. */
-export function checkLayers(layers: readonly LayerSpec[], what = 'layers'): number[] {
+/** @category Models Checks a layer list: known kinds, positive sizes, each layer's input the previous output. Returns the feature counts between layers. */
+export function checkLayers(layers: readonly LayerSpec[], label: string = 'layers'): number[] {
+  const what = typeof label === 'string' ? label : 'layers';
   if (!Array.isArray(layers) || layers.length === 0) throw new InvalidArgumentError(`${what} must be a non-empty array of layers, e.g. mlpLayers([784, 256, 10])`);
   const widths: number[] = [];
   layers.forEach((layer: LayerSpec, i) => {
@@ -56,8 +57,9 @@ export function checkLayers(layers: readonly LayerSpec[], what = 'layers'): numb
   return widths;
 }
 
-/** @internal The parameter count of each layer (0 for ReLU). */
+/** The parameter count of each layer (0 for ReLU). @category Models */
 export function layerParams(layers: readonly LayerSpec[]): number[] {
+  checkLayers(layers);
   return layers.map((l) => (l.kind === 'linear' ? l.out * l.in + l.out : 0));
 }
 
