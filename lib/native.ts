@@ -98,7 +98,7 @@ export interface NativeInfo {
 }
 
 /** Arguments of the native SGEMM: C = alpha*op(A)*op(B) + beta*C on dense row-major views at element offsets. */
-/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device.ts). */
+/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device/buffer.ts). */
 export interface DeviceMemoryHandle {
   readonly length: number;
   readonly device: number;

@@ -3,7 +3,7 @@
  * means adding its probe here.
  */
 import { probeCpu } from './cpu.js';
-import { probeCublas, probeCuda, probeNccl } from './cuda.js';
+import { probeCublas, probeCuda, probeNccl } from '../device/index.js';
 import { probeLocal } from './local.js';
 import { probeUcx } from './ucx.js';
 import type { BackendProbe, BackendStatus } from './status.js';

@@ -19,7 +19,7 @@ import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { axpy, countNonFinite } from '../ops.js';
 import { FlatBuffer, MAX_VIEW_LENGTH } from '../tensor.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
-import { DeviceBuffer } from '../device.js';
+import { DeviceBuffer } from '../device/index.js';
 import { checkDeviceTopkArguments, exchangeSparseDevice } from './device-sparse.js';
 import { checkSparseSize, checkTopkArguments, mstopk, scatterAdd } from './topk.js';
 

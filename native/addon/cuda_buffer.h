@@ -1,5 +1,5 @@
-// CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device.ts wraps it as
-// DeviceBuffer). Copies to and from host memory are synchronous; dispose() frees at once unless a
+// CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device/buffer.ts wraps it
+// as DeviceBuffer). Copies to and from host memory are synchronous; dispose() frees at once unless a
 // queued collective still uses the memory (ERR_BUSY). Also cudaUpdate(): the fused update on
 // device buffers.
 #pragma once

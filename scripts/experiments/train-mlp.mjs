@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { gunzipSync } from 'node:zlib';
 
-import { DeviceParamSet } from '../../dist/device.js';
+import { DeviceParamSet } from '../../dist/device/index.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { modelDevice } from '../../dist/nn/ops.js';
 import { SGD } from '../../dist/optim/index.js';
