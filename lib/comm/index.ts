@@ -7,5 +7,5 @@ export { emulatedMs, type NetworkEmulation, type RingPattern } from './emulation
 export { allreduceAndStep, gatherShardedState, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
 export { bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES } from './buckets.js';
 export * from './rendezvous/index.js';
-export { createCommunicator, type CreateCommunicatorOptions } from './create.js';
+export { createCommunicator, type CreateCommunicatorOptions, type CreatedCommunicator } from './create.js';
 export { createHostGroups, type CreateHostGroupsOptions, type HostGroups } from './host-groups.js';

@@ -13,7 +13,7 @@ import type { Communicator } from '../../comm/communicator.js';
 import { createCommunicator } from '../../comm/create.js';
 import { fromEnv } from '../../comm/rendezvous/env.js';
 import { createRendezvous } from '../../comm/rendezvous/rendezvous.js';
-import { UcxCommunicator } from '../../comm/ucx.js';
+import { processGroupBackend } from '../../comm/registry.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
@@ -164,9 +164,10 @@ async function joinParallelGroups(pipelines: number, stages: number, timeoutMs: 
     );
   const pipeline = Math.floor(env.rank / stages);
   const stage = env.rank % stages;
+  const backend = processGroupBackend();
   const store = await createRendezvous({ ...env, timeoutMs });
-  let comm: UcxCommunicator | undefined;
-  let replicas: UcxCommunicator | undefined;
+  let comm: Communicator<FlatBuffer> | undefined;
+  let replicas: Communicator<FlatBuffer> | undefined;
   const close = (): void => {
     comm?.destroy();
     replicas?.destroy();
@@ -174,8 +175,8 @@ async function joinParallelGroups(pipelines: number, stages: number, timeoutMs: 
     void store.close().catch(() => {});
   };
   try {
-    if (stages > 1) comm = await UcxCommunicator.create({ store: store.group(`pipeline-${pipeline}`, stage, stages), timeoutMs });
-    replicas = await UcxCommunicator.create({ store: store.group(`stage-${stage}`, pipeline, pipelines), timeoutMs });
+    if (stages > 1) comm = await backend.joinStore(store.group(`pipeline-${pipeline}`, stage, stages), { timeoutMs });
+    replicas = await backend.joinStore(store.group(`stage-${stage}`, pipeline, pipelines), { timeoutMs });
   } catch (error) {
     close();
     throw error;
