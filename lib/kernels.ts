@@ -10,7 +10,7 @@ import { fromNativeError } from './errors.js';
 import { nativeAddon as rawAddon, type NativeAddon } from './native.js';
 
 export { nativeUnavailableReason, OptimizerKind, CompensationKind, PredictionKind, EstimateKind, type NativeAddon, type NativeBufferHandle, type NativeUpdateConfig, type NativeUpdateBuffers, type NativeUpdateResult } from './native.js';
-export { cudaBenchUpdate, type CudaBenchTiming } from './backends/cuda.js';
+export { cudaBenchUpdate, type CudaBenchTiming } from './device/index.js';
 export type { CommAddon } from './comm/local-native.js';
 
 let wrapped: NativeAddon | undefined;

@@ -102,7 +102,7 @@ export interface NativeInfo {
 }
 
 /** Arguments of the native SGEMM: C = alpha*op(A)*op(B) + beta*C on dense row-major views at element offsets. */
-/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device.ts). @internal */
+/** Device memory as the model operations see it (the CUDA plugin's buffers, lib/device/buffer.ts). @internal */
 export interface DeviceMemoryHandle {
   readonly length: number;
   readonly device: number;

@@ -16,7 +16,7 @@ t.test('examples/linear-regression.mjs converges', async (t) => {
 });
 
 t.test('examples/data-parallel-ucx.mjs trains on 2 processes with the model in shared memory', async (t) => {
-  const { ucxStatus } = await import('../dist/backends/ucx.js');
+  const { ucxStatus } = await import('../dist/comm/ucx-native.js');
   const status = ucxStatus();
   if (!status.available) {
     // CI installs UCX, so there a missing plugin is a failure; elsewhere say why it cannot run.

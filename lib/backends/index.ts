@@ -2,6 +2,5 @@
 export type { BackendProbe, BackendStatus } from './status.js';
 export { backendStatuses } from './registry.js';
 export * from './select.js';
-export { cudaStatus, parseDevice, requireCudaDevice, type CudaStatus } from './cuda.js';
-export { ucxStatus } from './ucx.js';
-export type { UcxPluginStatus } from '../comm/ucx-native.js';
+export { cudaStatus, parseDevice, requireCudaDevice, type CudaStatus } from '../device/index.js';
+export { ucxStatus, type UcxPluginStatus } from '../comm/ucx-native.js';

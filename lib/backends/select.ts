@@ -3,20 +3,20 @@
  * machine can run (CUDA over CPU, UCX over in-process); a backend asked for by name that is not
  * usable here is an error that says why and what to install, never a silent fallback.
  */
+import { COMM_BACKENDS, type CommBackendName } from '../comm/backend-names.js';
+import { autoCommBackends, COMM_BACKEND_ENTRIES } from '../comm/registry.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { backendStatuses } from './registry.js';
 import type { BackendStatus } from './status.js';
 import { describeValue } from '../validate.js';
 
+export { COMM_BACKENDS, type CommBackendName };
+
 /** @category Backends */
 export const COMPUTE_BACKENDS = ['cpu', 'cuda'] as const;
-/** @category Backends */
-export const COMM_BACKENDS = ['local', 'ucx', 'nccl'] as const;
 
 /** @category Backends */
 export type ComputeBackendName = (typeof COMPUTE_BACKENDS)[number];
-/** @category Backends */
-export type CommBackendName = (typeof COMM_BACKENDS)[number];
 /** @category Backends */
 export type ComputeBackendPreference = 'auto' | ComputeBackendName;
 /** @category Backends */
@@ -30,34 +30,35 @@ export interface BackendSelection<Name extends string> {
   why: string;
 }
 
-/** What a user installs to make each backend available; appended to every unavailability error. */
-const INSTALL_HINTS: Record<ComputeBackendName | CommBackendName, string> = {
+/**
+ * What a user installs to make each compute backend available; appended to every unavailability
+ * error. A communication backend's is in its registry entry.
+ */
+const COMPUTE_INSTALL_HINTS: Record<ComputeBackendName, string> = {
   cpu:
     'reinstall sapipe (`npm install sapipe`); where no prebuilt binary matches, the install builds from source and needs python3, make and a C++17 compiler (g++ >= 9)',
   cuda:
     'it needs an NVIDIA GPU, its driver (libcuda.so.1, a driver recent enough for the CUDA toolkit the plugin was built with) and the CUDA plugin, built by `npm run build:native` where a CUDA toolkit is installed',
-  local: 'the in-process transport is part of the addon: make the addon load (see the cpu backend)',
-  nccl:
-    'it needs the cuda backend (an NVIDIA GPU, its driver and the CUDA plugin) and NCCL 2.10 or newer (libnccl.so.2: the libnccl2 package or the nvidia-nccl-cu12 wheel; SAPIPE_NCCL_PATH names its folder); it moves DeviceBuffers, so `auto` never picks it for host buffers',
-  ucx: 'install UCX (libucp.so.0: `apt-get install libucx-dev` on Debian/Ubuntu, or UCX from your distribution) and build the UCX plugin with `npm run build:native`; ranks are processes started by `sapipe launch` (or torchrun, mpirun, Slurm)',
 };
+
+const isCommBackend = (name: string): name is CommBackendName => Object.hasOwn(COMM_BACKEND_ENTRIES, name);
 
 /** How to make `name` available, in one sentence. @category Backends */
 export function installHint(name: ComputeBackendName | CommBackendName): string {
-  return INSTALL_HINTS[name];
+  return isCommBackend(name) ? COMM_BACKEND_ENTRIES[name].installHint : COMPUTE_INSTALL_HINTS[name];
 }
 
 /**
- * The status of `name` among `statuses`. The in-process `local` transport is compiled into the
- * addon itself, so until a probe of its own reports on it, it is exactly as available as the CPU
- * addon.
+ * The status of `name` among `statuses`. A communication backend compiled into the addon itself
+ * (the in-process `local` transport) is, where no probe of its own reports on it, exactly as
+ * available as the CPU addon.
  */
 function statusOf(name: ComputeBackendName | CommBackendName, statuses: readonly BackendStatus[]): BackendStatus {
   const found = statuses.find((status) => status.name === name);
   if (found) return found;
-  if (name === 'local') {
+  if (isCommBackend(name) && COMM_BACKEND_ENTRIES[name].builtIn) {
     const cpu = statuses.find((status) => status.name === 'cpu');
-    if (cpu) return { name: 'local', kind: 'comm', available: cpu.available, ...(cpu.reason === undefined ? {} : { reason: cpu.reason }) };
+    if (cpu) return { name, kind: 'comm', available: cpu.available, ...(cpu.reason === undefined ? {} : { reason: cpu.reason }) };
   }
   const kind = (COMPUTE_BACKENDS as readonly string[]).includes(name) ? 'compute' : 'comm';
   return { name, kind, available: false, reason: `no probe for the ${name} backend is registered in this build` };
@@ -128,5 +129,5 @@ export function selectCommBackend(
   preference: CommBackendPreference = 'auto',
   statuses: readonly BackendStatus[] = backendStatuses(),
 ): BackendSelection<CommBackendName> {
-  return select('communication', COMM_BACKENDS, ['ucx', 'local'], preference, statuses);
+  return select('communication', COMM_BACKENDS, autoCommBackends(), preference, statuses);
 }

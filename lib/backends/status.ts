@@ -1,7 +1,9 @@
 /**
  * What each backend needs and whether this machine has it. Every backend contributes one probe
- * (a file beside this one); `sapipe info` and backend selection read them. A probe never throws:
- * a missing plugin, library or device is reported with the reason.
+ * (beside the backend: the CPU's in lib/backends/cpu.ts, CUDA's and cuBLAS's in lib/device, each
+ * communication backend's named by its entry in lib/comm/registry.ts); `sapipe info` and backend
+ * selection read them. A probe never throws: a missing plugin, library or device is reported with
+ * the reason.
  *
  * @category Backends
  */

@@ -7,7 +7,7 @@
  * isBuffer(), so a buffer of the wrong kind is an InvalidArgumentError, and TypeScript refuses it.
  */
 import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
-import type { CommBackendName } from '../backends/select.js';
+import type { CommBackendName } from './backend-names.js';
 import type { NativeUpdateBuffers, NativeUpdateConfig } from '../native.js';
 import type { ExecutionQueue } from '../queue.js';
 import { FlatBuffer } from '../tensor.js';

@@ -6,18 +6,24 @@
  */
 import { isMainThread, workerData } from 'node:worker_threads';
 
-import { selectCommBackend, type CommBackendPreference } from '../backends/select.js';
+import { installHint, selectCommBackend, type CommBackendPreference } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { checkObject, checkOneOf } from '../validate.js';
-import { LocalCommunicator, type LocalCommunicatorOptions, type LocalRankData } from './local.js';
-import { NcclCommunicator, type NcclCommunicatorOptions } from './nccl.js';
-import { fromEnv } from './rendezvous/env.js';
-import { UcxCommunicator, type UcxCommunicatorOptions } from './ucx.js';
+import { COMM_BACKENDS, type CommBackendName } from './backend-names.js';
+import type { LocalRankData } from './local.js';
+import { autoCommBackends, commBackendEntry, type CommunicatorOf, type CreateCommunicatorOptions, type HostCommunicatorOf } from './registry.js';
 
-/** Options passed on to the backend's create(); the rank and world come from where this rank runs. @category Communication */
-export type CreateCommunicatorOptions = Omit<LocalCommunicatorOptions, 'group' | 'rank' | 'size'> &
-  Omit<UcxCommunicatorOptions, 'rank' | 'size'> &
-  Partial<Omit<NcclCommunicatorOptions, 'rank' | 'size'>>;
+export type { CreateCommunicatorOptions };
+
+/**
+ * What {@link createCommunicator} resolves with for `backend`: that backend's communicator
+ * ({@link LocalCommunicator}, {@link UcxCommunicator}, {@link NcclCommunicator}), and for `auto`
+ * one of the host-memory backends it chooses among (`LocalCommunicator | UcxCommunicator`). Derived
+ * from the backend registry, so a new backend needs no overload here.
+ *
+ * @category Communication
+ */
+export type CreatedCommunicator<P extends CommBackendPreference> = P extends 'auto' ? HostCommunicatorOf<CommBackendName> : P extends CommBackendName ? CommunicatorOf<P> : never;
 
 const HOW_TO_START =
   'start the ranks with `npx sapipe launch --nproc N script.js` (processes: ucx, or nccl on GPUs) or with ' +
@@ -42,42 +48,43 @@ function launchedByEnvironment(env: NodeJS.ProcessEnv): boolean {
  * - `local`, `ucx`, `nccl`: that backend, or a typed error saying why it cannot run here.
  *
  * Outside any launcher it throws InvalidArgumentError saying how to start the ranks. Every rank
- * of the job must call it.
+ * of the job must call it. (How each backend is created is its entry in lib/comm/registry.ts.)
  *
  * @category Communication
  */
-export async function createCommunicator(backend: 'nccl', options?: CreateCommunicatorOptions): Promise<NcclCommunicator>;
-export async function createCommunicator(backend?: Exclude<CommBackendPreference, 'nccl'>, options?: CreateCommunicatorOptions): Promise<LocalCommunicator | UcxCommunicator>;
-export async function createCommunicator(
-  backend: CommBackendPreference = 'auto',
-  options: CreateCommunicatorOptions = {},
-): Promise<LocalCommunicator | UcxCommunicator | NcclCommunicator> {
-  checkOneOf(backend, 'createCommunicator(backend)', ['auto', 'local', 'ucx', 'nccl'] as const);
+export async function createCommunicator<P extends CommBackendPreference = 'auto'>(backend?: P, options?: CreateCommunicatorOptions): Promise<CreatedCommunicator<P>>;
+export async function createCommunicator(backend: CommBackendPreference = 'auto', options: CreateCommunicatorOptions = {}): Promise<unknown> {
+  checkOneOf(backend, 'createCommunicator(backend)', ['auto', ...COMM_BACKENDS] as const);
   checkObject(options as unknown, 'createCommunicator(backend, options)');
   const local = localRank();
   const launched = launchedByEnvironment(process.env);
-  if (backend === 'local' || (backend === 'auto' && local)) {
+  // A rank thread's `auto` is the first backend of auto's order that runs ranks as threads.
+  const inThreads = autoCommBackends().find((name) => !commBackendEntry(name, 'createCommunicator').capabilities.multiProcess);
+  const threadBackend = backend === 'auto' && local ? (inThreads ?? backend) : backend;
+  const threads = threadBackend === 'auto' ? undefined : commBackendEntry(threadBackend, 'createCommunicator');
+  if (threads?.inProcess) {
     if (!local)
       throw new InvalidArgumentError(
-        `createCommunicator('local'): this is not a rank thread; the local backend runs ranks as threads: ${HOW_TO_START}`,
+        `createCommunicator('${threadBackend}'): this is not a rank thread; the ${threadBackend} backend runs ranks as threads: ${HOW_TO_START}`,
       );
-    return LocalCommunicator.create({ ...(options as Omit<LocalCommunicatorOptions, 'group' | 'rank' | 'size'>), ...local });
+    return threads.inProcess(local, options);
   }
   if (!launched)
     throw new InvalidArgumentError(`createCommunicator('${backend}'): no launcher's environment (RANK, WORLD_SIZE) here: ${HOW_TO_START}`);
-  if (backend === 'nccl') {
-    const env = fromEnv(process.env);
-    const { device, ...rest } = options as Partial<NcclCommunicatorOptions>;
-    return NcclCommunicator.create({ ...rest, rank: env.rank, size: env.worldSize, device: device ?? `cuda:${env.localRank}`, env: rest.env ?? true });
-  }
-  if (backend === 'auto') {
-    // In a launched process the choice is ucx or nothing: local ranks share one process.
+  let name = backend;
+  if (name === 'auto') {
+    // In a launched process the choice is among the backends whose ranks are processes: the others
+    // run ranks as threads of one process.
     const status = selectCommBackend('auto');
-    if (status.name !== 'ucx')
+    const wanted = autoCommBackends().find((n) => commBackendEntry(n, 'createCommunicator').launched) ?? status.name;
+    if (!commBackendEntry(status.name, 'createCommunicator').launched)
       throw new BackendUnavailableError(
-        `createCommunicator('auto'): this rank is a process of a launched job, which needs the ucx backend: ${status.why}. ` +
-          'Install UCX (apt-get install libucx-dev) and build the plugin (npm run build:native), or run the ranks as threads (runLocalRanks)',
+        `createCommunicator('auto'): this rank is a process of a launched job, which needs the ${wanted} backend: ${status.why}. ` +
+          `To use it: ${installHint(wanted)}; or run the ranks as threads (runLocalRanks)`,
       );
+    name = status.name;
   }
-  return UcxCommunicator.create(options as UcxCommunicatorOptions);
+  const entry = commBackendEntry(name, 'createCommunicator');
+  if (!entry.launched) throw new InvalidArgumentError(`createCommunicator('${name}'): the ${name} backend cannot join a launched job's processes`);
+  return entry.launched(options);
 }

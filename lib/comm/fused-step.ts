@@ -43,7 +43,7 @@
  */
 import { BackendUnavailableError, DisposedError, InvalidArgumentError, RankFailedError } from '../errors.js';
 import { awaitNative, callNative, nativeAddon, type NativeClip, type NativeUpdateBuffers, type NativeUpdateConfig, type NativeUpdateResult } from '../native.js';
-import { DeviceParamSet } from '../device.js';
+import { DeviceParamSet } from '../device/index.js';
 import { Optimizer, type StepResult, type StepTicket } from '../optim/optimizer.js';
 import { ALIGN_ELEMENTS, FlatBuffer } from '../tensor.js';
 import { bucketRanges } from './buckets.js';

@@ -8,7 +8,7 @@ import type { Communicator } from './communicator.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from './communicator.js';
 import { fromEnv } from './rendezvous/env.js';
 import { createRendezvous } from './rendezvous/rendezvous.js';
-import { UcxCommunicator } from './ucx.js';
+import { processGroupBackend } from './registry.js';
 
 /** The two communicators of a rank in a multi-host job. @category Communication */
 export interface HostGroups {
@@ -27,9 +27,10 @@ const HOST_GROUP_OPTION_KEYS = optionKeys<CreateHostGroupsOptions>({ timeoutMs: 
 
 /**
  * In a job of `sapipe launch --nnodes H --nproc L` (ranks numbered host by host), joins this
- * rank's host group and cross-host group, and the whole job as `world`, as ucx communicators on
- * groups of one rendezvous with the launcher's store (a job uses this instead of
- * `createCommunicator`, whose own store would take the same port); every rank calls it.
+ * rank's host group and cross-host group, and the whole job as `world`, as communicators of the
+ * backend that joins groups of processes (ucx) on groups of one rendezvous with the launcher's
+ * store (a job uses this instead of `createCommunicator`, whose own store would take the same
+ * port); every rank calls it.
  * `destroy()` ends all three and leaves the store; it resolves once their threads have ended.
  *
  * @category Communication
@@ -45,10 +46,11 @@ export async function createHostGroups(options: CreateHostGroupsOptions = {}): P
     );
   const hosts = env.worldSize / perHost;
   const host = Math.floor(env.rank / perHost);
+  const backend = processGroupBackend();
   const store = await createRendezvous({ ...env, timeoutMs });
-  let world: UcxCommunicator | undefined;
-  let local: UcxCommunicator | undefined;
-  let cross: UcxCommunicator | undefined;
+  let world: Communicator | undefined;
+  let local: Communicator | undefined;
+  let cross: Communicator | undefined;
   const destroy = async (): Promise<void> => {
     const threads = [world?.destroy(), local?.destroy(), cross?.destroy()];
     // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
@@ -56,9 +58,9 @@ export async function createHostGroups(options: CreateHostGroupsOptions = {}): P
     await Promise.all(threads);
   };
   try {
-    world = await UcxCommunicator.create({ store: store.group('world', env.rank, env.worldSize), timeoutMs });
-    local = await UcxCommunicator.create({ store: store.group(`host-${host}`, env.localRank, perHost), timeoutMs });
-    cross = await UcxCommunicator.create({ store: store.group(`local-rank-${env.localRank}`, host, hosts), timeoutMs });
+    world = await backend.joinStore(store.group('world', env.rank, env.worldSize), { timeoutMs });
+    local = await backend.joinStore(store.group(`host-${host}`, env.localRank, perHost), { timeoutMs });
+    cross = await backend.joinStore(store.group(`local-rank-${env.localRank}`, host, hosts), { timeoutMs });
   } catch (error) {
     await destroy();
     throw error;

@@ -8,5 +8,5 @@ export { QueuedCommunicator } from './queued.js';
 export { allreduceAndStep, gatherShardedState, type FusedStepOptions, type FusedStepResult } from './fused-step.js';
 export { bucketRanges, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES } from './buckets.js';
 export * from './rendezvous/index.js';
-export { createCommunicator, type CreateCommunicatorOptions } from './create.js';
+export { createCommunicator, type CreateCommunicatorOptions, type CreatedCommunicator } from './create.js';
 export { createHostGroups, type CreateHostGroupsOptions, type HostGroups } from './host-groups.js';

@@ -1,5 +1,9 @@
-/** The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp). */
-import { nativeAddon, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
+/**
+ * The addon's LocalComm class and single-thread copy, typed (see native/addon/comm_local_binding.cpp),
+ * and the local backend's probe.
+ */
+import type { BackendStatus } from '../backends/status.js';
+import { nativeAddon, nativeUnavailableReason, type NativeBufferHandle, type NativeUpdateBuffers, type NativeUpdateConfig, type QueueHandle } from '../native.js';
 import type { CollectiveCall, QueuedCommHandle } from './native-handle.js';
 
 /** @category Communication */
@@ -22,4 +26,11 @@ export interface CommAddon {
 /** @category Communication */
 export function commAddon(): CommAddon {
   return nativeAddon() as unknown as CommAddon;
+}
+
+/** The local communication backend (ranks as worker threads) is compiled into the addon itself. @category Backends */
+export function probeLocal(): BackendStatus {
+  const reason = nativeUnavailableReason();
+  if (reason !== undefined) return { name: 'local', kind: 'comm', available: false, reason };
+  return { name: 'local', kind: 'comm', available: true, details: { ranks: 'worker_threads of one process', algorithms: 'direct, ring' } };
 }

@@ -17,8 +17,7 @@
  * part, all-gather of the weights and predicted weights (sharded, ZeRO-1). All or nothing under
  * the non-finite guard on every rank (see native/cuda/bucket_update.h).
  */
-import { cudaAddon, NcclCollective, type NcclCommHandle, type NcclStepResult } from '../backends/cuda.js';
-import { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice } from '../device.js';
+import { cudaAddon, cudaDeviceIndex, DeviceBuffer, DeviceParamSet, NcclCollective, type CudaDevice, type NcclCommHandle, type NcclStepResult } from '../device/index.js';
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { awaitNative, callNative, type NativeUpdateConfig } from '../native.js';
 import type { StepResult } from '../optim/optimizer.js';

@@ -8,11 +8,9 @@
  * sends those elements instead (found on the host: that step is skipped anyway), and every rank
  * that selected puts its selection back into its residual, as on the host.
  */
-import { cudaAddon } from '../backends/cuda.js';
 import type { Communicator } from '../comm/communicator.js';
-import { DeviceBuffer } from '../device.js';
+import { DeviceBuffer, deviceScatterAdd, deviceTopkSelect } from '../device/index.js';
 import { AliasingError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
-import { callNative } from '../native.js';
 import { describeValue } from '../validate.js';
 import { checkSparseSize, checkTopkOptions } from './topk.js';
 
@@ -68,7 +66,7 @@ export async function exchangeSparseDevice(
         residualBefore = DeviceBuffer.allocate(residual.length, on);
         residualBefore.copyFrom(residual);
       }
-      callNative(() => cudaAddon().cudaTopkSelect(grad.handle, residual?.handle ?? null, k, rounds, p.handle));
+      deviceTopkSelect(grad, residual, k, rounds, p);
     } else {
       // This rank's NaN/Inf elements where they are (up to k). The rest of the pack repeats the
       // first of them: a scatter-add's indices must be distinct, and a repeated non-finite pair
@@ -111,9 +109,9 @@ export async function exchangeSparseDevice(
         `sparseAllreduce: every rank must pass a gradient of the same length with the same density; this rank (${comm.rank}) has ${grad.length} elements, k ${k}; ${mismatched.join('; ')}. Nothing was written`,
       );
     }
-    callNative(() => cudaAddon().cudaScatterAdd(grad.handle, a.handle, width, k, comm.size, 1 / comm.size, true));
+    deviceScatterAdd(grad, a, width, k, comm.size, 1 / comm.size, true);
     // Nothing will be applied: the ranks that selected keep all of x for a later step.
-    if (nonFinite > 0 && bad === 0 && residual) callNative(() => cudaAddon().cudaScatterAdd(residual.handle, p.handle, width, k, 1, 1, false));
+    if (nonFinite > 0 && bad === 0 && residual) deviceScatterAdd(residual, p, width, k, 1, 1, false);
     return { nonFiniteCount: nonFinite, bytes: a.length * 4 };
   } finally {
     // Each on its own: a buffer a failed collective still holds (ERR_BUSY) must not hide the

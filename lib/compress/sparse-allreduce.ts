@@ -15,11 +15,12 @@
  * gradient plus the previous residual, to be sent later.
  */
 import { Communicator } from '../comm/communicator.js';
-import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
+import { commBackendEntry } from '../comm/registry.js';
+import { BackendUnavailableError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { axpy, countNonFinite } from '../ops.js';
 import { FlatBuffer, MAX_VIEW_LENGTH } from '../tensor.js';
 import { checkOptions, describeValue, optionKeys } from '../validate.js';
-import { DeviceBuffer } from '../device.js';
+import { DeviceBuffer } from '../device/index.js';
 import { checkDeviceTopkArguments, exchangeSparseDevice } from './device-sparse.js';
 import { checkSparseSize, checkTopkArguments, mstopk, scatterAdd } from './topk.js';
 
@@ -58,7 +59,9 @@ export async function sparseAllreduce(comm: Communicator | Communicator<DeviceBu
   checkOptions(options, SPARSE_OPTION_KEYS, 'sparseAllreduce(comm, grad, options)');
   // Everything is checked before the exchange: a rank that threw after it started would leave its
   // peers waiting for it until their timeout.
-  const onDevice = comm.backend === 'nccl';
+  const backend = commBackendEntry(comm.backend, 'sparseAllreduce(comm)');
+  if (!backend.capabilities.sparseCollectives) throw new BackendUnavailableError(`sparseAllreduce: the ${comm.backend} backend has no sparse all-reduce`);
+  const onDevice = backend.memory === 'device';
   if (onDevice !== grad instanceof DeviceBuffer)
     throw new InvalidArgumentError(`sparseAllreduce: the ${comm.backend} backend exchanges ${onDevice ? 'DeviceBuffers' : 'FlatBuffers'}, got ${describeValue(grad)}`);
   if (grad instanceof DeviceBuffer) {

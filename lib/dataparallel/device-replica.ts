@@ -12,7 +12,7 @@
  */
 import { BackendUnavailableError } from '../errors.js';
 import { checkSameLayout } from './layout-check.js';
-import { DeviceBuffer, DeviceParamSet } from '../device.js';
+import { DeviceBuffer, DeviceParamSet } from '../device/index.js';
 import type { NcclCommunicator, NcclStepResultInfo } from '../comm/nccl.js';
 import type { Optimizer, StepResult } from '../optim/optimizer.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';

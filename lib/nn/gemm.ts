@@ -7,7 +7,7 @@
  */
 import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { callNative, nativeAddon } from '../native.js';
-import { DeviceBuffer } from '../device.js';
+import { DeviceBuffer } from '../device/index.js';
 import { FlatBuffer } from '../tensor.js';
 import type { Tensor } from './ops.js';
 import { describeValue } from '../validate.js';

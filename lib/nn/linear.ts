@@ -9,7 +9,7 @@
  *             dX = dY W          (batch x in)
  *             db = column sums of dY
  */
-import { DeviceBuffer } from '../device.js';
+import { DeviceBuffer } from '../device/index.js';
 import { InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { FlatBuffer, ParamSet, type TensorLayout } from '../tensor.js';
 import { describeValue } from '../validate.js';

@@ -15,8 +15,7 @@
  * {@link ModelDevice} bundles the rest a model needs to run on either side: allocating tensors and
  * moving data in and out. Models (MLP) are written once against it.
  */
-import { parseDevice } from '../backends/cuda.js';
-import { DeviceBuffer, type CudaDevice } from '../device.js';
+import { DeviceBuffer, parseDevice, type CudaDevice } from '../device/index.js';
 import { InvalidArgumentError } from '../errors.js';
 import { callNative, nativeAddon, type OperandHandle } from '../native.js';
 import { FlatBuffer } from '../tensor.js';

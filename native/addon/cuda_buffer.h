@@ -1,7 +1,7 @@
-// CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device.ts wraps it as
-// DeviceBuffer; the memory is core's DeviceAllocation, native/core/device_memory.h). Copies to and
-// from host memory are synchronous; dispose() frees at once unless a queued collective still uses
-// the memory (ERR_BUSY). Also cudaUpdate(): the fused update on device buffers.
+// CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device/buffer.ts wraps it
+// as DeviceBuffer; the memory is core's DeviceAllocation, native/core/device_memory.h). Copies to
+// and from host memory are synchronous; dispose() frees at once unless a queued collective still
+// uses the memory (ERR_BUSY). Also cudaUpdate(): the fused update on device buffers.
 #pragma once
 
 #include <napi.h>

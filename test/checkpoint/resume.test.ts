@@ -92,7 +92,7 @@ async function launchJob(dir: string, job: Record<string, unknown>, maxRestarts:
   return { exitCode: result.exitCode, restarts: result.restarts, out, err, lost: result.restarted.map((r) => ({ resumeStep: r.resumeStep, lostMs: r.lostMs })) };
 }
 
-const { ucxStatus } = await import('../../dist/backends/ucx.js');
+const { ucxStatus } = await import('../../dist/comm/ucx-native.js');
 const ucx = ucxStatus();
 if (!ucx.available && process.env.CI) t.fail(`the ucx plugin is not available in CI, so restarts are untested: ${ucx.reason ?? 'unknown'}`);
 for (const mode of ['sync', 'sapipe-wp'] as const) {

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 import { createRendezvous, LocalCommunicator, UcxCommunicator } from '../../dist/index.js';
 import { communicatorContract } from '../helpers/communicator-contract.js';
 

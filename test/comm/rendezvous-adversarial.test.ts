@@ -25,11 +25,10 @@ import { fileURLToPath } from 'node:url';
 
 import t from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
 import { LivenessMesh } from '../../dist/comm/liveness.js';
 import { createRendezvous, fromEnv, RendezvousClient, RendezvousServer } from '../../dist/comm/rendezvous/index.js';
 import { EnvelopeKind, sealEnvelope } from '../../dist/comm/rendezvous/validate.js';
-import { ucxAddon } from '../../dist/comm/ucx-native.js';
+import { ucxAddon, ucxStatus } from '../../dist/comm/ucx-native.js';
 import { InvalidArgumentError, RendezvousError } from '../../dist/errors.js';
 import { findFreePort } from '../../dist/launch/free-port.js';
 import { launch } from '../../dist/launch/index.js';

@@ -18,7 +18,7 @@ import vm from 'node:vm';
 import t, { type Test } from 'tap';
 
 import { DataParallelTrainer, ExecutionQueue, LocalCommunicator, ParamSet, UcxCommunicator, createRendezvous, findFreePort } from '../../dist/index.js';
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 
 const threads = (): number => Number(/Threads:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]);
 const fds = (): number => readdirSync('/proc/self/fd').length;

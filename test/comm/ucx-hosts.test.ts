@@ -11,7 +11,7 @@
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 import { typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { createShapedNetwork, shapedNetworkUnavailable, type ShapedNetwork } from '../helpers/shaped-net.js';
 

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 import { selectCommBackend } from '../../dist/backends/index.js';
 import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidArgumentError, ParamSet, SGD, TimeoutError, UcxCommunicator } from '../../dist/index.js';
 import { launch } from '../../dist/launch/index.js';

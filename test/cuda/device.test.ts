@@ -14,11 +14,10 @@
  */
 import t, { type Test } from 'tap';
 
-import { cudaStatus, probeNccl } from '../../dist/backends/cuda.js';
 import { selectCommBackend } from '../../dist/backends/index.js';
 import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
 import { NcclCommunicator } from '../../dist/comm/nccl.js';
-import { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice } from '../../dist/device.js';
+import { cudaDeviceIndex, cudaStatus, DeviceBuffer, DeviceParamSet, probeNccl, type CudaDevice } from '../../dist/device/index.js';
 import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
 import { Adam, SGD } from '../../dist/optim/index.js';
 import { FlatBuffer, ParamSet } from '../../dist/tensor.js';

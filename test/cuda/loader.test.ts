@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 
-import { parseDevice, requireCudaDevice } from '../../dist/backends/cuda.js';
+import { parseDevice, requireCudaDevice } from '../../dist/device/index.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../../dist/errors.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));

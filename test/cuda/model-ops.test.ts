@@ -7,8 +7,7 @@
  */
 import t, { type Test } from 'tap';
 
-import { cudaStatus, probeCublas } from '../../dist/backends/cuda.js';
-import { DeviceBuffer, DeviceParamSet } from '../../dist/device.js';
+import { cudaStatus, DeviceBuffer, DeviceParamSet, probeCublas } from '../../dist/device/index.js';
 import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { biasAdd } from '../../dist/nn/ops.js';

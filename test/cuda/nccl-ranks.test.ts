@@ -11,7 +11,7 @@ import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 
-import { cudaStatus, probeNccl } from '../../dist/backends/cuda.js';
+import { cudaStatus, probeNccl } from '../../dist/device/index.js';
 
 const fixture = fileURLToPath(new URL('../fixtures/cuda/nccl-rank.mjs', import.meta.url));
 const status = cudaStatus();

@@ -25,7 +25,7 @@ class Collector extends Writable {
   }
 }
 
-const { ucxStatus } = await import('../../dist/backends/ucx.js');
+const { ucxStatus } = await import('../../dist/comm/ucx-native.js');
 const ucx = ucxStatus();
 if (!ucx.available && process.env.CI) t.fail(`the ucx plugin is not available in CI, so the fallback under restarts is untested: ${ucx.reason ?? 'unknown'}`);
 

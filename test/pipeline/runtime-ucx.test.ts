@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import t from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 import { launch } from '../../dist/launch/index.js';
 import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';

@@ -10,7 +10,7 @@
 import t from 'tap';
 
 import { benchCpr } from '../../dist/apps/bench/cpr.js';
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/backends/index.js';
 
 t.test('bench cpr: a SIGKILLed rank under full, partial and mfu recovery', { timeout: 240_000 }, async (t) => {
   const status = ucxStatus();

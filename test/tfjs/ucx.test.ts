@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import * as tf from '@tensorflow/tfjs';
 import t from 'tap';
 
-import { ucxStatus } from '../../dist/backends/ucx.js';
+import { ucxStatus } from '../../dist/comm/ucx-native.js';
 import { TfjsParams } from '../../dist/tfjs/index.js';
 
 const run = promisify(execFile);

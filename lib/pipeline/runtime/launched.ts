@@ -9,12 +9,12 @@
  */
 import { performance } from 'node:perf_hooks';
 
-import type { Communicator } from '../../comm/communicator.js';
+import { Communicator } from '../../comm/communicator.js';
 import { createCommunicator } from '../../comm/create.js';
 import { fromEnv } from '../../comm/rendezvous/env.js';
 import { createRendezvous } from '../../comm/rendezvous/rendezvous.js';
-import { UcxCommunicator } from '../../comm/ucx.js';
-import { InvalidArgumentError } from '../../errors.js';
+import { commBackendEntry, processGroupBackend } from '../../comm/registry.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
 import { epochOrder, planPipeline, TRAINER_OPTION_KEYS, type PipelineTrainerOptions } from './plan.js';
@@ -74,6 +74,8 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
   if (withReplicas && given !== undefined)
     throw new InvalidArgumentError('trainPipelineStage: parallel pipelines create their communicators (one per pipeline, one per stage\'s replicas) from the launcher\'s environment; leave out comm');
   const stages = plan.schedule.stages;
+  if (given instanceof Communicator && stages > 1 && !commBackendEntry(given.backend, 'trainPipelineStage: comm').capabilities.sendRecv)
+    throw new BackendUnavailableError(`trainPipelineStage: the stages exchange activations by send and recv, which the ${given.backend} backend does not offer`);
   const perRound = plan.pipelines * plan.schedule.microBatches * plan.microBatchSize;
   const share = perRound / plan.pipelines;
   const fullEpoch = Math.floor(plan.samples / perRound);
@@ -164,9 +166,10 @@ async function joinParallelGroups(pipelines: number, stages: number, timeoutMs: 
     );
   const pipeline = Math.floor(env.rank / stages);
   const stage = env.rank % stages;
+  const backend = processGroupBackend();
   const store = await createRendezvous({ ...env, timeoutMs });
-  let comm: UcxCommunicator | undefined;
-  let replicas: UcxCommunicator | undefined;
+  let comm: Communicator<FlatBuffer> | undefined;
+  let replicas: Communicator<FlatBuffer> | undefined;
   const close = (): void => {
     comm?.destroy();
     replicas?.destroy();
@@ -174,8 +177,8 @@ async function joinParallelGroups(pipelines: number, stages: number, timeoutMs: 
     void store.close().catch(() => {});
   };
   try {
-    if (stages > 1) comm = await UcxCommunicator.create({ store: store.group(`pipeline-${pipeline}`, stage, stages), timeoutMs });
-    replicas = await UcxCommunicator.create({ store: store.group(`stage-${stage}`, pipeline, pipelines), timeoutMs });
+    if (stages > 1) comm = await backend.joinStore(store.group(`pipeline-${pipeline}`, stage, stages), { timeoutMs });
+    replicas = await backend.joinStore(store.group(`stage-${stage}`, pipeline, pipelines), { timeoutMs });
   } catch (error) {
     close();
     throw error;
