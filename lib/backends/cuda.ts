@@ -38,7 +38,7 @@ export interface NcclStatus {
   path?: string;
 }
 
-/** fp32 memory on one CUDA device (native/addon/cuda_buffer.h). Copies are synchronous. @category Backends */
+/** fp32 memory on one CUDA device (native/addon/device/cuda_buffer.h). Copies are synchronous. @category Backends */
 export interface CudaBufferHandle {
   readonly length: number;
   readonly device: number;
@@ -70,7 +70,7 @@ export interface NcclStepResult extends NativeUpdateResult {
 /** Collective kinds, numbered as native/comm/nccl/nccl_ops.h numbers them. @category Backends */
 export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, broadcast: 3, send: 4, recv: 5 } as const;
 
-/** One rank's NCCL communicator (native/addon/comm_nccl_binding.cpp). @category Backends */
+/** One rank's NCCL communicator (native/addon/device/comm_nccl_binding.cpp). @category Backends */
 export interface NcclCommHandle {
   init(queue: QueueHandle, id: Uint8Array): Promise<void>;
   /**

@@ -3,7 +3,7 @@
 // devices and whether any can run it, whether the libraries it opens at run time (NCCL, cuBLAS)
 // are there, and whether it has the entries appended to v1 (device buffers, NCCL communicators).
 // The addon's cudaStatus(), ncclStatus() and cublasStatus() report these, and its device bindings
-// refuse a plugin without those entries (native/addon/cuda_binding.cpp).
+// refuse a plugin without those entries (native/addon/device/cuda_binding.cpp).
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "../core/device/device_memory.h"
+#include "../../core/device/device_memory.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe::addon {

@@ -4,12 +4,12 @@
 // What the table says (devices, libraries, appended entries) is read by native/core/device/cuda_plugin.h.
 #include <string>
 
-#include "../core/device/cuda_plugin.h"
+#include "../../core/device/cuda_plugin.h"
+#include "../errors.h"
+#include "../js_args.h"
+#include "../update_binding.h"
 #include "cuda_binding.h"
-#include "errors.h"
-#include "js_args.h"
 #include "sapipe/plugin.h"
-#include "update_binding.h"
 
 namespace sapipe::addon {
 namespace {
