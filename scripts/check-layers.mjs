@@ -34,6 +34,7 @@ const allowed = {
 };
 const NODE_API_HEADERS = /^(napi|napi-inl|node_api|node_api_types|js_native_api|node|uv)\.h$/;
 const nativeDir = join(root, 'native');
+// A file's component is its first folder under native/: native/core/device/x.h is core, native/addon/device/y.cpp the addon.
 const componentOf = (file) => relative(nativeDir, file).split(sep)[0];
 
 /** Where `#include "x"` in `file` lands: beside the file, else under native/ or native/include/. */

@@ -23,7 +23,7 @@ const target = path.join(root, 'prebuilds', `${process.platform}-${process.arch}
 export const PREBUILT_ADDON_NAME = 'node.napi.glibc.node';
 
 // Sources of the addon; a binary older than any of them is stale.
-const sourceDirs = ['native/include', 'native/core', 'native/cpu', 'native/addon'];
+const sourceDirs = ['native/include', 'native/core', 'native/cpu', 'native/comm', 'native/addon'];
 
 function log(message) {
   console.log(`[sapipe prebuild] ${message}`);

@@ -30,11 +30,17 @@ t.test('binding.gyp and CMakeLists.txt list the same addon sources', async (t) =
 // they share) serve the CUDA plugin and the C++ harness that checks their failure paths; the
 // addon never opens NCCL or cuBLAS itself.
 // The UCX plugin's transport (native/comm/ucx/ucx_transport.cpp) links UCX and is a plugin of its own.
-const NOT_IN_ADDON = new Set(['native/core/nccl_loader.cpp', 'native/core/cublas_loader.cpp', 'native/core/dl_library.cpp', 'native/comm/ucx/ucx_transport.cpp']);
+const NOT_IN_ADDON = new Set(['native/core/device/nccl_loader.cpp', 'native/core/device/cublas_loader.cpp', 'native/core/device/dl_library.cpp', 'native/comm/ucx/ucx_transport.cpp']);
+
+// Every .cpp under a folder and its subfolders (core/device, addon/device, comm/local, ...).
+const cppUnder = (dir: string): string[] =>
+  readdirSync(`${root}/${dir}`, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? cppUnder(`${dir}/${e.name}`) : e.name.endsWith('.cpp') ? [`${dir}/${e.name}`] : [],
+  );
 
 t.test('every .cpp of the addon, core and CPU backend is built', async (t) => {
-  const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm', 'native/comm/local', 'native/comm/nccl', 'native/comm/ucx']
-    .flatMap((dir) => readdirSync(`${root}/${dir}`).filter((f) => f.endsWith('.cpp')).map((f) => `${dir}/${f}`))
+  const onDisk = ['native/addon', 'native/core', 'native/cpu', 'native/comm']
+    .flatMap(cppUnder)
     .filter((f) => !NOT_IN_ADDON.has(f))
     .sort();
   t.same(cmakeSources(), onDisk);

@@ -3,7 +3,7 @@
  * SAPIPE_CUDA_PLUGIN), opened by the addon on first use, and the libraries the plugin opens at run
  * time (NCCL: libnccl.so.2, SAPIPE_NCCL_PATH first; cuBLAS). Every device facility of lib/device
  * (and the nccl communicator in lib/comm) reaches the plugin through `cudaAddon()`; see
- * native/addon/cuda_buffer.h and native/addon/comm_nccl_binding.cpp for the other side.
+ * native/addon/device/cuda_buffer.h and native/addon/device/comm_nccl_binding.cpp for the other side.
  */
 import { nativeAddon, type NativeBufferHandle, type NativeUpdateConfig, type NativeUpdateResult, type QueueHandle } from '../native.js';
 
@@ -36,7 +36,7 @@ export interface NcclStatus {
   path?: string;
 }
 
-/** fp32 memory on one CUDA device (native/addon/cuda_buffer.h). Copies are synchronous. @category Backends */
+/** fp32 memory on one CUDA device (native/addon/device/cuda_buffer.h). Copies are synchronous. @category Backends */
 export interface CudaBufferHandle {
   readonly length: number;
   readonly device: number;
@@ -68,7 +68,7 @@ export interface NcclStepResult extends NativeUpdateResult {
 /** Collective kinds, numbered as native/comm/nccl/nccl_ops.h numbers them. @category Backends */
 export const NcclCollective = { allreduce: 0, reduceScatter: 1, allgather: 2, broadcast: 3, send: 4, recv: 5 } as const;
 
-/** One rank's NCCL communicator (native/addon/comm_nccl_binding.cpp). @category Backends */
+/** One rank's NCCL communicator (native/addon/device/comm_nccl_binding.cpp). @category Backends */
 export interface NcclCommHandle {
   init(queue: QueueHandle, id: Uint8Array): Promise<void>;
   /**

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "../core/cpu_clock.h"
-#include "cuda_binding.h"
-#include "cuda_buffer.h"
+#include "device/cuda_binding.h"
+#include "device/cuda_buffer.h"
 #include "errors.h"
 #include "js_args.h"
 #include "native_buffer.h"

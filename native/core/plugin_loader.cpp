@@ -74,10 +74,8 @@ PluginLoad load_plugin(const std::string& path, const char* name, uint32_t abi_v
   return out;
 }
 
-// The plugin file named by the environment variable `override_var` when set, else `file` beside
-// the addon; `missing_hint` is added when the default file does not exist (not built).
-static PluginLoad load_plugin_from_env(const char* override_var, const char* file, const char* name, uint32_t abi_version,
-                                       size_t min_table_size, const char* missing_hint) {
+PluginLoad load_plugin_from_env(const char* override_var, const char* file, const char* name, uint32_t abi_version,
+                                size_t min_table_size, const char* missing_hint) {
   const char* override_path = std::getenv(override_var);
   std::string path;
   if (override_path != nullptr && *override_path != '\0') {
@@ -91,14 +89,6 @@ static PluginLoad load_plugin_from_env(const char* override_var, const char* fil
   return load;
 }
 
-PluginLoad load_cuda_plugin_uncached() {
-  // A plugin built before the entries appended to v1 still serves the base table; its users check
-  // table_size before using the appended entries.
-  return load_plugin_from_env("SAPIPE_CUDA_PLUGIN", "sapipe_cuda.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION,
-                              SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE,
-                              " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)");
-}
-
 PluginLoad load_ucx_plugin_uncached() {
   return load_plugin_from_env("SAPIPE_UCX_PLUGIN", "sapipe_ucx.so", "ucx", SAPIPE_COMM_TRANSPORT_ABI_VERSION,
                               sizeof(sapipe_comm_plugin_v1),
@@ -110,13 +100,6 @@ const PluginLoad& ucx_plugin() {
   static std::once_flag once;
   static PluginLoad load;
   std::call_once(once, [] { load = load_ucx_plugin_uncached(); });
-  return load;
-}
-
-const PluginLoad& cuda_plugin() {
-  static std::once_flag once;
-  static PluginLoad load;
-  std::call_once(once, [] { load = load_cuda_plugin_uncached(); });
   return load;
 }
 

@@ -1,6 +1,7 @@
 // Opening a plugin shared library at run time (DESIGN.md: the addon never links CUDA, NCCL or
 // UCX). A plugin that is missing, lacks its entry point, or serves another ABI version is reported
 // as a reason string naming the file and what was looked for; the process never fails to load.
+// Finding the CUDA plugin is device code: device/cuda_plugin.h.
 #pragma once
 
 #include <cstddef>
@@ -28,11 +29,10 @@ std::string module_directory();
 // the life of the process when it succeeds, and is closed when it does not.
 PluginLoad load_plugin(const std::string& path, const char* name, uint32_t abi_version, size_t min_table_size);
 
-// The CUDA plugin: SAPIPE_CUDA_PLUGIN when set (a file), else sapipe_cuda.so beside the addon.
-// Loaded once per process; later calls return the first result.
-const PluginLoad& cuda_plugin();
-// The same search, not cached: for tests that point SAPIPE_CUDA_PLUGIN at different files.
-PluginLoad load_cuda_plugin_uncached();
+// load_plugin of the file named by the environment variable `override_var` when set, else of
+// `file` beside the addon; `missing_hint` is added when the default file does not exist (not built).
+PluginLoad load_plugin_from_env(const char* override_var, const char* file, const char* name, uint32_t abi_version,
+                                size_t min_table_size, const char* missing_hint);
 
 // The UCX transport plugin (sapipe/comm.h): SAPIPE_UCX_PLUGIN when set, else sapipe_ucx.so beside
 // the addon. When it exists but libucp.so.0 does not, dlopen fails and the reason says so.

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../core/nccl_loader.h"
+#include "../core/device/nccl_loader.h"
 #include "sapipe/kernels.h"
 #include "sapipe/plugin.h"
 

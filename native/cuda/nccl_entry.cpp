@@ -11,7 +11,7 @@
 #include "../core/update_plan.h"
 #include "bucket_update.h"
 #include "device_errors.h"
-#include "../core/nccl_loader.h"
+#include "../core/device/nccl_loader.h"
 
 namespace sapipe::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "../core/cublas_loader.h"
+#include "../core/device/cublas_loader.h"
 #include "device_errors.h"
 #include "launch.cuh"
 #include "nn_element.cuh"

@@ -1,5 +1,5 @@
 // The CUDA side of the model operations (sapipe/nn.h): element and row kernels, and the matrix
-// product through cuBLAS (opened at run time by native/core/cublas_loader).
+// product through cuBLAS (opened at run time by native/core/device/cublas_loader).
 #pragma once
 
 #include "sapipe/nn.h"

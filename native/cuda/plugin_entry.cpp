@@ -14,7 +14,7 @@
 #include "fused_update.cuh"
 #include "nccl_entry.h"
 #include "nn_ops.cuh"
-#include "../core/nccl_loader.h"
+#include "../core/device/nccl_loader.h"
 #include "reduce.cuh"
 #include "topk.cuh"
 #include "sapipe/plugin.h"

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "../core/cuda_plugin.h"
-#include "../core/device_memory.h"
+#include "../core/device/cuda_plugin.h"
+#include "../core/device/device_memory.h"
 #include "../core/plugin_loader.h"
 
 namespace sapipe::tests {

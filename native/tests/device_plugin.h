@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "../core/plugin_loader.h"
+#include "../core/device/cuda_plugin.h"
 
 namespace sapipe::tests {
 

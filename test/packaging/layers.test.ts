@@ -88,3 +88,35 @@ t.test('the checker finds the addon including a kernel backend, and Node-API bel
   t.ok(found.some((v) => v.startsWith('native/core/latch.cpp:2 includes napi.h')), 'core using Node-API');
   t.ok(found.some((v) => v.startsWith('native/tests/check.cpp:1 includes node_api.h')), 'a harness using Node-API');
 });
+
+// Device code sits in subfolders (native/core/device, native/addon/device): a file there belongs to
+// the component of its first folder under native/, and its includes resolve from where it is.
+t.test('the checker holds the device subfolders to their component', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-layers-device-'));
+  mkdirSync(join(dir, 'scripts'));
+  cpSync(script, join(dir, 'scripts', 'check-layers.mjs'));
+  for (const d of ['native/addon/device', 'native/core/device', 'native/cuda', 'native/comm/nccl', 'native/include/sapipe', 'lib'])
+    mkdirSync(join(dir, d), { recursive: true });
+  writeFileSync(join(dir, 'native/cuda/launch.cuh'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/comm/nccl/nccl_ops.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/include/sapipe/plugin.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/core/plugin_loader.h'), '#pragma once\n');
+  writeFileSync(join(dir, 'native/addon/errors.h'), '#pragma once\n#include <napi.h>\n');
+  writeFileSync(
+    join(dir, 'native/core/device/cuda_plugin.h'),
+    '#pragma once\n#include "../plugin_loader.h"\n#include "sapipe/plugin.h"\n#include "../../cuda/launch.cuh"\n',
+  );
+  writeFileSync(join(dir, 'native/core/device/device_memory.cpp'), '#include "cuda_plugin.h"\n#include <napi.h>\n');
+  writeFileSync(
+    join(dir, 'native/addon/device/cuda_binding.cpp'),
+    '#include <napi.h>\n#include "../errors.h"\n#include "../../core/device/cuda_plugin.h"\n#include "../../comm/nccl/nccl_ops.h"\n' +
+      '#include "../../cuda/launch.cuh"\n',
+  );
+  const failed = (await run(process.execPath, [join(dir, 'scripts', 'check-layers.mjs'), '--json']).catch((e: unknown) => e)) as { code: number; stdout: string };
+  t.equal(failed.code, 1, 'exits 1');
+  const found = JSON.parse(failed.stdout) as string[];
+  t.equal(found.length, 3, found.join('\n'));
+  t.ok(found.some((v) => v.startsWith('native/core/device/cuda_plugin.h:4 includes native/cuda/launch.cuh: native/core may include only')), 'core/device is core: no backend');
+  t.ok(found.some((v) => v.startsWith('native/core/device/device_memory.cpp:2 includes napi.h')), 'core/device is below the addon: no Node-API');
+  t.ok(found.some((v) => v.startsWith('native/addon/device/cuda_binding.cpp:5 includes native/cuda/launch.cuh: native/addon may include only')), 'addon/device is the addon: no kernel backend');
+});

@@ -2,7 +2,7 @@
 // communicator (nccl_watchdog.h's NcclState) does on the queue's thread. Each enqueues its NCCL
 // calls through the CUDA plugin's table on the communicator's streams, then waits for them with
 // the watchdog, which aborts the communicator instead of hanging when a peer dies.
-// native/addon/comm_nccl_binding.cpp is its JS face: it converts arguments, holds the device
+// native/addon/device/comm_nccl_binding.cpp is its JS face: it converts arguments, holds the device
 // memory and settles the Promises.
 #pragma once
 

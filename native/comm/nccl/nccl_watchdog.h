@@ -3,7 +3,7 @@
 // streams. NCCL operations hang for ever when a peer dies; here waits poll the streams and
 // ncclCommGetAsyncError, and the communicator is aborted (never a blocking destroy) after an NCCL
 // error (ERR_PEER_LOST), the timeout (ERR_TIMEOUT) or destroy(), after which every operation fails
-// with ERR_PEER_LOST saying why. native/addon/comm_nccl_binding.cpp is its JS face.
+// with ERR_PEER_LOST saying why. native/addon/device/comm_nccl_binding.cpp is its JS face.
 #pragma once
 
 #include <atomic>

@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "../comm/nccl/nccl_ops.h"
+#include "../../comm/nccl/nccl_ops.h"
+#include "../errors.h"
+#include "../js_args.h"
+#include "../native_buffer.h"
+#include "../queue.h"
+#include "../update_binding.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
-#include "errors.h"
-#include "js_args.h"
-#include "native_buffer.h"
-#include "queue.h"
 #include "sapipe/plugin.h"
-#include "update_binding.h"
 
 namespace sapipe::addon {
 namespace {

@@ -1,8 +1,24 @@
 #include "cuda_plugin.h"
 
 #include <cstddef>
+#include <mutex>
 
 namespace sapipe {
+
+PluginLoad load_cuda_plugin_uncached() {
+  // A plugin built before the entries appended to v1 still serves the base table; its users check
+  // table_size before using the appended entries.
+  return load_plugin_from_env("SAPIPE_CUDA_PLUGIN", "sapipe_cuda.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION,
+                              SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE,
+                              " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)");
+}
+
+const PluginLoad& cuda_plugin() {
+  static std::once_flag once;
+  static PluginLoad load;
+  std::call_once(once, [] { load = load_cuda_plugin_uncached(); });
+  return load;
+}
 
 const sapipe_cuda_plugin_v1* cuda_table(const PluginLoad& load, std::string* reason) {
   if (load.table == nullptr) {

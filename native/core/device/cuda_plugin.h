@@ -1,18 +1,25 @@
-// What the CUDA plugin's table says about itself and this machine, without Node: its devices and
-// whether any can run it, whether the libraries it opens at run time (NCCL, cuBLAS) are there, and
-// whether it has the entries appended to v1 (device buffers, NCCL communicators). The addon's
-// cudaStatus(), ncclStatus() and cublasStatus() report these, and its device bindings refuse a
-// plugin without those entries (native/addon/cuda_binding.cpp).
+// The CUDA plugin as the host sees it, without Node: where it is found and opened (with the ABI
+// checks of ../plugin_loader.h), and what its table says about itself and this machine: its
+// devices and whether any can run it, whether the libraries it opens at run time (NCCL, cuBLAS)
+// are there, and whether it has the entries appended to v1 (device buffers, NCCL communicators).
+// The addon's cudaStatus(), ncclStatus() and cublasStatus() report these, and its device bindings
+// refuse a plugin without those entries (native/addon/device/cuda_binding.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "plugin_loader.h"
+#include "../plugin_loader.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe {
+
+// The CUDA plugin: SAPIPE_CUDA_PLUGIN when set (a file), else sapipe_cuda.so beside the addon.
+// Loaded once per process; later calls return the first result.
+const PluginLoad& cuda_plugin();
+// The same search, not cached: for tests that point SAPIPE_CUDA_PLUGIN at different files.
+PluginLoad load_cuda_plugin_uncached();
 
 // The table of a loaded CUDA plugin, or null with *reason saying why it did not load.
 const sapipe_cuda_plugin_v1* cuda_table(const PluginLoad& load, std::string* reason);

@@ -1,15 +1,15 @@
 // The CUDA plugin seen from JS: whether it loads and why not, its devices, NCCL, and the kernel
 // benchmark. The plugin is opened on the first call (never at require time), so the addon loads
 // on machines without CUDA; every failure becomes a status object or an ERR_BACKEND_UNAVAILABLE.
-// What the table says (devices, libraries, appended entries) is read by native/core/cuda_plugin.h.
+// What the table says (devices, libraries, appended entries) is read by native/core/device/cuda_plugin.h.
 #include <string>
 
-#include "../core/cuda_plugin.h"
+#include "../../core/device/cuda_plugin.h"
+#include "../errors.h"
+#include "../js_args.h"
+#include "../update_binding.h"
 #include "cuda_binding.h"
-#include "errors.h"
-#include "js_args.h"
 #include "sapipe/plugin.h"
-#include "update_binding.h"
 
 namespace sapipe::addon {
 namespace {

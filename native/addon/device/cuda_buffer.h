@@ -1,7 +1,7 @@
 // CudaBuffer: fp32 memory on one CUDA device, owned by native code (lib/device/buffer.ts wraps it
-// as DeviceBuffer; the memory is core's DeviceAllocation, native/core/device_memory.h). Copies to
-// and from host memory are synchronous; dispose() frees at once unless a queued collective still
-// uses the memory (ERR_BUSY). Also cudaUpdate(): the fused update on device buffers.
+// as DeviceBuffer; the memory is core's DeviceAllocation, native/core/device/device_memory.h).
+// Copies to and from host memory are synchronous; dispose() frees at once unless a queued
+// collective still uses the memory (ERR_BUSY). Also cudaUpdate(): the fused update on device buffers.
 #pragma once
 
 #include <napi.h>
@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "../core/device_memory.h"
+#include "../../core/device/device_memory.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe::addon {

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "addon_data.h"
+#include "../addon_data.h"
+#include "../errors.h"
+#include "../js_args.h"
+#include "../update_binding.h"
 #include "cuda_binding.h"
-#include "errors.h"
-#include "js_args.h"
-#include "update_binding.h"
 
 namespace sapipe::addon {
 namespace {
