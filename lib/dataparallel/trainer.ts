@@ -248,6 +248,12 @@ interface Pending {
  * @category Data parallel
  */
 export class DataParallelTrainer {
+  /** Set by the constructor: what `instanceof` checks (below), so an object that only borrows the prototype is not taken for a trainer. */
+  readonly #constructed = true;
+  /** `x instanceof DataParallelTrainer` holds for trainers the class built (and its subclasses'), not for `Object.create(DataParallelTrainer.prototype)`. */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && #constructed in value;
+  }
   readonly comm: Communicator | NcclCommunicator;
   readonly params: ParamSet;
   /** The optimizer the mode configured; change `optimizer.lr` between steps for schedules. */

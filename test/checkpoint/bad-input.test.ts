@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 
-import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet, loadCheckpoint, loadPipelineCheckpoint, saveCheckpoint, savePipelineCheckpoint } from '../../dist/index.js';
+import { Checkpointer, DataParallelTrainer, LocalCommunicator, ParamSet, PipelineTrainer, loadCheckpoint, loadPipelineCheckpoint, saveCheckpoint, savePipelineCheckpoint } from '../../dist/index.js';
 
 async function oneRank(t: Test): Promise<DataParallelTrainer> {
   const comm = await LocalCommunicator.create({ group: `ckpt-bad-${process.pid}-${Math.random()}`, rank: 0, size: 1 });
@@ -43,7 +43,8 @@ t.test('something that is not a DataParallelTrainer is an InvalidArgumentError s
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-ckpt-bad-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const trainer = await oneRank(t);
-  const notTrainers: unknown[] = [undefined, null, 42, 'trainer', {}, { comm: { rank: 0, size: 1 }, exportState: () => ({}) }, trainer.params];
+  // Object.create(prototype): passes a plain instanceof, but is no trainer (its fields were never set).
+  const notTrainers: unknown[] = [undefined, null, 42, 'trainer', {}, { comm: { rank: 0, size: 1 }, exportState: () => ({}) }, trainer.params, Object.create(DataParallelTrainer.prototype)];
   for (const x of notTrainers) {
     const expected = { code: 'ERR_INVALID_ARGUMENT', message: /trainer must be a DataParallelTrainer, got/ };
     await t.rejects(saveCheckpoint(x as never, { dir }), expected, `saveCheckpoint(${String(x)})`);
@@ -52,6 +53,7 @@ t.test('something that is not a DataParallelTrainer is an InvalidArgumentError s
   }
   await t.rejects(savePipelineCheckpoint(trainer as never, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /PipelineTrainer/ }, 'the pipeline entry points want a PipelineTrainer');
   await t.rejects(loadPipelineCheckpoint(trainer as never, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /PipelineTrainer/ });
+  await t.rejects(savePipelineCheckpoint(Object.create(PipelineTrainer.prototype) as never, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /PipelineTrainer/ }, 'nor an object with its prototype');
   await t.rejects(loadCheckpoint(trainer, null as never), { code: 'ERR_INVALID_ARGUMENT', message: /options/ });
   await t.rejects(Checkpointer.create(trainer, { dir: 7, every: 1 } as never), { code: 'ERR_INVALID_ARGUMENT', message: /dir must be a directory path/ });
 });

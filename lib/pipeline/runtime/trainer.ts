@@ -107,6 +107,12 @@ interface Pending {
  * @category Pipeline runtime
  */
 export class PipelineTrainer {
+  /** Set by the constructor: what `instanceof` checks (below), so an object that only borrows the prototype is not taken for a trainer. */
+  readonly #constructed = true;
+  /** `x instanceof PipelineTrainer` holds for trainers the class built, not for `Object.create(PipelineTrainer.prototype)`. */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && #constructed in value;
+  }
   /** The analysis of the schedule (peak activations, versions, staleness per stage). */
   readonly analysis: ScheduleAnalysis;
   private readonly pending = new Set<Pending>();
