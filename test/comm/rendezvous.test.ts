@@ -246,6 +246,10 @@ t.test('createRendezvous: rank 0 serves on an ephemeral port, other ranks join i
   await t.rejects(createRendezvous({ rank: 3, worldSize: 3, port: 1 }), { code: 'ERR_INVALID_ARGUMENT' });
   await t.rejects(createRendezvous({ rank: 1, worldSize: 3, port: 0 }), { code: 'ERR_INVALID_ARGUMENT' });
   await t.rejects(createRendezvous({ rank: 0, worldSize: 1, port: 70000 }), { code: 'ERR_INVALID_ARGUMENT' });
+  // rank 0's store takes the cap on connections before HELLO (checked by the store itself)
+  await t.rejects(createRendezvous({ rank: 0, worldSize: 1, port: 0, maxPendingConnections: 0 }), { code: 'ERR_INVALID_ARGUMENT', message: /maxPendingConnections/ });
+  const capped = await createRendezvous({ rank: 0, worldSize: 1, port: 0, maxPendingConnections: 3 });
+  await capped.close();
 });
 
 t.test('group(): a group of the ranks with its own ranks, size, keys and barriers, on the same store', async (t) => {

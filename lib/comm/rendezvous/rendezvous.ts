@@ -34,6 +34,11 @@ export interface RendezvousOptions {
    * write to the store".
    */
   allowNoToken?: boolean;
+  /**
+   * Rank 0's store: connections served at once before they present the token (HELLO); more wait
+   * to be accepted. Default {@link DEFAULT_MAX_PENDING_CONNECTIONS} (see RendezvousServerOptions).
+   */
+  maxPendingConnections?: number;
 }
 
 /** A rank's handle on the rendezvous store; returned by {@link createRendezvous}. @category Communication */
@@ -146,6 +151,7 @@ export async function createRendezvous(options: RendezvousOptions): Promise<Rend
       ...(options.token !== undefined && { token: options.token }),
       ...(options.maxMessageBytes !== undefined && { maxMessageBytes: options.maxMessageBytes }),
       ...(options.allowNoToken !== undefined && { allowNoToken: options.allowNoToken }),
+      ...(options.maxPendingConnections !== undefined && { maxPendingConnections: options.maxPendingConnections }),
       // A store still closing on this port (a communicator destroyed just before) lets go of it soon.
       busyPortTimeoutMs: options.timeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS,
     });
