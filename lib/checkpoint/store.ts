@@ -377,7 +377,8 @@ type StepVerdict =
  * step are missing, cut short or corrupt. A file of another format version or another job shape
  * (`version`, `mismatch`) is the caller's configuration, the same for every step: it stays an error.
  */
-const FALLBACK_REASONS: ReadonlySet<string> = new Set(['missing', 'truncated', 'corrupt', 'foreign']);
+/** @internal The faults of a step's files that loading passes over for an older step (damage, not a wrong job or version). */
+export const FALLBACK_REASONS: ReadonlySet<string> = new Set(['missing', 'truncated', 'corrupt', 'foreign']);
 
 async function judgeStep(dir: string, step: number, worldSize: number, keepRank: number | undefined): Promise<StepVerdict> {
   const at = stepDirectory(dir, step);

@@ -30,6 +30,7 @@ import {
   checkScheduler,
   chooseCheckpoint,
   ensureDirectory,
+  FALLBACK_REASONS,
   pruneSteps,
   rankSteps,
   readRankFile,
@@ -236,6 +237,11 @@ export interface LoadCheckpointOptions {
 /** What {@link readRankCheckpoint} read: a rank's file, without a trainer. @category Checkpoints */
 export interface RankCheckpoint {
   readonly step: number;
+  /**
+   * Newer steps of this rank passed over because their file does not verify (only when no step
+   * was asked for: the newest that verifies is read, with a SAPIPE_CHECKPOINT_FALLBACK warning).
+   */
+  readonly skipped: readonly SkippedCheckpoint[];
   readonly path: string;
   readonly extra: unknown;
   /** The `tensors` given to saveCheckpoint. */
@@ -248,18 +254,37 @@ export interface RankCheckpoint {
  * Reads one rank's file of one step, checked (size, SHA-256, format), without touching a trainer:
  * what partial recovery reloads for the rank that was lost while the others keep their state.
  * `step` defaults to the newest step this rank saved completely (its manifest is written), which
- * may be newer than the newest step every rank completed. Resolves with null when the rank has
- * no checkpoint in `dir`.
+ * may be newer than the newest step every rank completed; a newer step whose file does not verify
+ * (damaged, cut short, foreign) is then passed over for the one before, with a
+ * SAPIPE_CHECKPOINT_FALLBACK warning and in `skipped`. A step that is asked for is read or
+ * refused, never replaced. Resolves with null when the rank has no checkpoint in `dir`; a
+ * CheckpointError when it has some and none verifies.
  *
  * @category Checkpoints
  */
 export async function readRankCheckpoint(dir: string, rank: number, step?: number): Promise<RankCheckpoint | null> {
   dir = await checkDirectory(dir, 'readRankCheckpoint');
   checkInteger(rank, 'readRankCheckpoint: rank', 0, 1 << 24);
-  if (step === undefined) {
-    step = (await rankSteps(dir, rank))[0];
-    if (step === undefined) return null;
-  } else checkInteger(step, 'readRankCheckpoint: step', 0, Number.MAX_SAFE_INTEGER);
+  if (step !== undefined) return readRankStep(dir, rank, checkInteger(step, 'readRankCheckpoint: step', 0, Number.MAX_SAFE_INTEGER), []);
+  const skipped: SkippedCheckpoint[] = [];
+  let fault: CheckpointError | undefined;
+  for (const candidate of await rankSteps(dir, rank)) {
+    try {
+      const read = await readRankStep(dir, rank, candidate, skipped);
+      warnSkipped(dir, { step: candidate, skipped }, rank);
+      return read;
+    } catch (error) {
+      if (!(error instanceof CheckpointError) || !FALLBACK_REASONS.has(error.reason)) throw error;
+      fault ??= error;
+      skipped.push({ step: candidate, path: stepDirectory(dir, candidate), reason: error.message });
+    }
+  }
+  if (fault === undefined) return null;
+  throw new CheckpointError(`${fault.message}; no file of rank ${rank} in ${dir} verifies: restore the files, or move ${dir} aside to start afresh`, { reason: fault.reason, cause: fault });
+}
+
+/** One rank's file of one step, read and checked. */
+async function readRankStep(dir: string, rank: number, step: number, skipped: SkippedCheckpoint[]): Promise<RankCheckpoint> {
   const { bytes, path } = await readRankFile(dir, step, rank);
   const { tensors, metadata } = decodeSafetensors(bytes, path);
   if (metadata.format !== CHECKPOINT_FORMAT) throw new CheckpointError(`${path}: not a sapipe checkpoint`, { reason: 'foreign' });
@@ -275,7 +300,7 @@ export async function readRankCheckpoint(dir: string, rank: number, step?: numbe
     throw new CheckpointError(`${path}: its metadata is not JSON`, { reason: 'corrupt', cause: error });
   }
   const calls = checkCount(saved !== null && typeof saved === 'object' ? saved.calls : undefined, "the trainer's step() calls", path);
-  return { step, path, extra, tensors: userTensors(tensors), calls };
+  return { step, skipped, path, extra, tensors: userTensors(tensors), calls };
 }
 
 /** The steps in `dir` for which `rank`'s save finished (its manifest is there), newest first. @category Checkpoints */

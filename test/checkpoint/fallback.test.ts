@@ -21,6 +21,7 @@ import {
   decodeSafetensors,
   encodeSafetensors,
   loadCheckpoint,
+  readRankCheckpoint,
   saveCheckpoint,
 } from '../../dist/index.js';
 import { pruneSteps, retractRankSave, saveRankFile, stepDirectory } from '../../dist/checkpoint/store.js';
@@ -262,4 +263,30 @@ t.test('pruning never removes the last step that verifies', async (t) => {
   for (const rank of [0, 1]) await saveRankFile(dir, 20, rank, 2, 'test', bytes(20));
   await pruneSteps(dir, 2, 2, 20);
   t.same([10, 15, 20].filter((s) => existsSync(stepDirectory(dir, s))), [15, 20], 'the newest two kept once one of them verifies');
+});
+
+t.test("readRankCheckpoint (one rank's file, partial recovery): the newest that verifies, a step asked for read or refused", async (t) => {
+  const dir = tempDir(t);
+  const trainers = await ranks(t, 2);
+  await train(trainers, 3);
+  await save(trainers, dir);
+  const atThree = await readRankCheckpoint(dir, 1);
+  await train(trainers, 3);
+  await save(trainers, dir);
+  const f = join(stepDirectory(dir, 6), 'rank-1.safetensors');
+  const b = readFileSync(f);
+  b[b.length - 2]! ^= 0x01;
+  writeFileSync(f, b);
+  const { value: read, warnings } = await warningsOf(() => readRankCheckpoint(dir, 1));
+  t.equal(read?.step, 3, 'the step before the damaged one');
+  t.same(read?.skipped.map((s) => s.step), [6]);
+  t.match(read?.skipped[0]?.reason, /rank-1\.safetensors: its SHA-256 differs/);
+  t.same([...read!.tensors.keys()], [...atThree!.tensors.keys()]);
+  t.match(warnings, [/\(rank 1\): skipped step-0000000006: .*SHA-256 differs.*; loading step-0000000003 instead/]);
+  t.equal((await readRankCheckpoint(dir, 0))?.step, 6, "rank 0's newest is whole: no fallback");
+  t.same((await readRankCheckpoint(dir, 0))?.skipped, []);
+  await t.rejects(readRankCheckpoint(dir, 1, 6), { code: 'ERR_CHECKPOINT', reason: 'corrupt' }, 'a step asked for is refused, not replaced');
+  truncateSync(join(stepDirectory(dir, 3), 'rank-1.safetensors'), 10);
+  await t.rejects(readRankCheckpoint(dir, 1), { code: 'ERR_CHECKPOINT', message: /no file of rank 1 in .* verifies/ }, 'none verifies: an error, not null');
+  t.equal(await readRankCheckpoint(dir, 5), null, 'a rank that never saved: null');
 });
