@@ -12,6 +12,19 @@
 //   nnReluBackward(dx, dxOffset, y, yOffset, dy, dyOffset, count)
 //   nnSoftmaxXent(logits, logitsOffset, labels, labelsOffset, rows, classes, gradScale,
 //                 losses, lossesOffset, dlogits | null, dlogitsOffset, correct | null, correctOffset)
+//   nnGelu(y, yOffset, x, xOffset, count)
+//   nnGeluBackward(dx, dxOffset, x, xOffset, dy, dyOffset, count)
+//   nnAdd(y, yOffset, a, aOffset, b, bOffset, count)
+//   nnLayerNorm(y, yOffset, mean, meanOffset, rstd, rstdOffset, x, xOffset, gamma, gammaOffset,
+//               beta, betaOffset, rows, cols, eps)
+//   nnLayerNormBackward(dx, dxOffset, dgamma, dgammaOffset, dbeta, dbetaOffset, dy, dyOffset,
+//                       x, xOffset, mean, meanOffset, rstd, rstdOffset, gamma, gammaOffset, rows, cols, accumulate)
+//   nnEmbedding(y, yOffset, tokens, tokensOffset, tokenTable, tokenTableOffset, positionTable,
+//               positionTableOffset, batch, seq, vocab, dim)
+//   nnEmbeddingBackward(dtokenTable, dtokenTableOffset, dpositionTable | null, dpositionTableOffset,
+//                       dy, dyOffset, tokens, tokensOffset, batch, seq, vocab, dim, accumulate)
+//   nnDropout(y, yOffset, x, xOffset, count, p, seed, offset)
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -68,6 +81,14 @@ class Operands {
     if (place_ < 0) return sapipe_cpu_nn_ops();
     cuda_ = require_device_table(env_, place_);
     return cuda_->nn_ops();
+  }
+
+  // The table's entry `member`, refused when the table was built before the entry was appended.
+  template <class Fn>
+  Fn entry(const sapipe_nn_ops* table, Fn sapipe_nn_ops::*member, size_t end_offset) {
+    if (table->table_size < end_offset || table->*member == nullptr)
+      throw_error(env_, "ERR_BACKEND_UNAVAILABLE", std::string(op_) + ": the CUDA plugin predates this operation; rebuild it (npm run build:native)");
+    return table->*member;
   }
 
   void check(sapipe_status status, const char* cpu_details) {
@@ -188,6 +209,132 @@ Napi::Value SoftmaxXent(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The end of an entry in sapipe_nn_ops, for Operands::entry.
+#define SAPIPE_NN_ENTRY(ops, table, name) ops.entry(table, &sapipe_nn_ops::name, offsetof(sapipe_nn_ops, name) + sizeof(void*))
+
+float number_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a number");
+  return static_cast<float>(v.As<Napi::Number>().DoubleValue());
+}
+
+Napi::Value Gelu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[4], "nnGelu: count");
+  Operands ops(env, "nnGelu");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu)(y, x, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[6], "nnGeluBackward: count");
+  Operands ops(env, "nnGeluBackward");
+  float* dx = ops.view(info[0], info[1], count, "dx");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const float* dy = ops.view(info[4], info[5], count, "dy");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu_backward)(dx, x, dy, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Add(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[6], "nnAdd: count");
+  Operands ops(env, "nnAdd");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* a = ops.view(info[2], info[3], count, "a");
+  const float* b = ops.view(info[4], info[5], count, "b");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, add)(y, a, b, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value LayerNorm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[12], "nnLayerNorm: rows"), cols = count_arg(env, info[13], "nnLayerNorm: cols");
+  const float eps = number_arg(env, info[14], "nnLayerNorm: eps");
+  Operands ops(env, "nnLayerNorm");
+  float* y = ops.view(info[0], info[1], rows * cols, "y");
+  float* mean = ops.view(info[2], info[3], rows, "mean");
+  float* rstd = ops.view(info[4], info[5], rows, "rstd");
+  const float* x = ops.view(info[6], info[7], rows * cols, "x");
+  const float* gamma = ops.view(info[8], info[9], cols, "gamma");
+  const float* beta = ops.view(info[10], info[11], cols, "beta");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm)(y, mean, rstd, x, gamma, beta, rows, cols, eps, nullptr),
+            "cols must be positive and eps positive and finite");
+  return env.Undefined();
+}
+
+Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[16], "nnLayerNormBackward: rows"), cols = count_arg(env, info[17], "nnLayerNormBackward: cols");
+  const bool accumulate = info[18].ToBoolean().Value();
+  Operands ops(env, "nnLayerNormBackward");
+  float* dx = ops.view(info[0], info[1], rows * cols, "dx");
+  float* dgamma = ops.view(info[2], info[3], cols, "dgamma");
+  float* dbeta = ops.view(info[4], info[5], cols, "dbeta");
+  const float* dy = ops.view(info[6], info[7], rows * cols, "dy");
+  const float* x = ops.view(info[8], info[9], rows * cols, "x");
+  const float* mean = ops.view(info[10], info[11], rows, "mean");
+  const float* rstd = ops.view(info[12], info[13], rows, "rstd");
+  const float* gamma = ops.view(info[14], info[15], cols, "gamma");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm_backward)(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, cols, accumulate ? 1 : 0,
+                                                             nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Embedding(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[8], "nnEmbedding: batch"), seq = count_arg(env, info[9], "nnEmbedding: seq");
+  const size_t vocab = count_arg(env, info[10], "nnEmbedding: vocab"), dim = count_arg(env, info[11], "nnEmbedding: dim");
+  Operands ops(env, "nnEmbedding");
+  float* y = ops.view(info[0], info[1], batch * seq * dim, "y");
+  const float* tokens = ops.view(info[2], info[3], batch * seq, "tokens");
+  const float* token_table = ops.view(info[4], info[5], vocab * dim, "tokenTable");
+  const float* position_table = ops.view(info[6], info[7], seq * dim, "positionTable");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding)(y, tokens, token_table, position_table, batch, seq, vocab, dim, nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value EmbeddingBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[8], "nnEmbeddingBackward: batch"), seq = count_arg(env, info[9], "nnEmbeddingBackward: seq");
+  const size_t vocab = count_arg(env, info[10], "nnEmbeddingBackward: vocab"), dim = count_arg(env, info[11], "nnEmbeddingBackward: dim");
+  const bool accumulate = info[12].ToBoolean().Value();
+  Operands ops(env, "nnEmbeddingBackward");
+  float* dtoken = ops.view(info[0], info[1], vocab * dim, "dtokenTable");
+  float* dposition = ops.optional_view(info[2], info[3], seq * dim, "dpositionTable");
+  const float* dy = ops.view(info[4], info[5], batch * seq * dim, "dy");
+  const float* tokens = ops.view(info[6], info[7], batch * seq, "tokens");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding_backward)(dtoken, dposition, dy, tokens, batch, seq, vocab, dim, accumulate ? 1 : 0,
+                                                            nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Dropout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[4], "nnDropout: count");
+  const float p = number_arg(env, info[5], "nnDropout: p");
+  const uint64_t seed = index_arg(env, info[6], "nnDropout: seed");
+  const uint64_t offset = index_arg(env, info[7], "nnDropout: offset");
+  Operands ops(env, "nnDropout");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, dropout)(y, x, count, p, seed, offset, nullptr), "p must be in [0, 1)");
+  return env.Undefined();
+}
+
 // measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
 Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
@@ -200,6 +347,14 @@ void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("nnRelu", Napi::Function::New(env, Relu, "nnRelu"));
   exports.Set("nnReluBackward", Napi::Function::New(env, ReluBackward, "nnReluBackward"));
   exports.Set("nnSoftmaxXent", Napi::Function::New(env, SoftmaxXent, "nnSoftmaxXent"));
+  exports.Set("nnGelu", Napi::Function::New(env, Gelu, "nnGelu"));
+  exports.Set("nnGeluBackward", Napi::Function::New(env, GeluBackward, "nnGeluBackward"));
+  exports.Set("nnAdd", Napi::Function::New(env, Add, "nnAdd"));
+  exports.Set("nnLayerNorm", Napi::Function::New(env, LayerNorm, "nnLayerNorm"));
+  exports.Set("nnLayerNormBackward", Napi::Function::New(env, LayerNormBackward, "nnLayerNormBackward"));
+  exports.Set("nnEmbedding", Napi::Function::New(env, Embedding, "nnEmbedding"));
+  exports.Set("nnEmbeddingBackward", Napi::Function::New(env, EmbeddingBackward, "nnEmbeddingBackward"));
+  exports.Set("nnDropout", Napi::Function::New(env, Dropout, "nnDropout"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

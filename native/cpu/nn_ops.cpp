@@ -1,10 +1,15 @@
 // The CPU side of the model operations (sapipe/nn.h): the matrix product is the blocked SIMD
 // SGEMM over the thread pool (gemm.cpp); the row and element operations are plain loops, in the
 // order the CUDA kernels' results are checked against (bias gradient summed row by row; softmax
-// cross-entropy in double, like the plain-TypeScript reference).
+// cross-entropy in double, like the plain-TypeScript reference). The element operations (GELU,
+// add, dropout) and the per-row ones (layer norm) split their elements or rows over the thread
+// pool: each output is written by one thread, so the result does not depend on the split; the
+// parameter gradients (layer norm's dgamma and dbeta, the embedding tables') are summed in row
+// order on one thread, the order the CUDA kernels sum in.
 #include <cmath>
 #include <limits>
 
+#include "../core/thread_pool.h"
 #include "gemm.h"
 #include "sapipe/nn.h"
 
@@ -90,8 +95,178 @@ sapipe_status nn_softmax_xent(const float* logits, const float* labels, size_t r
   return SAPIPE_OK;
 }
 
+// Runs body(begin, end) over [0, n) on the thread pool, ranges aligned to `align` elements.
+template <class Body>
+void split(size_t n, size_t align, Body&& body) {
+  ThreadPool::global().parallel_for(n, align, [&](int, size_t lo, size_t hi) { body(lo, hi); });
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+// GELU's 0.5 (1 + tanh(u)) as sigmoid(2u), and 1 minus it, from exp(-2|u|): no cancellation for
+// negative x, no overflow (sapipe/nn.h).
+struct GeluTerms {
+  float s, one_minus_s;
+};
+GeluTerms gelu_terms(float x) {
+  const float u = kGeluC * (x + kGeluA * x * x * x);
+  const float t = std::exp(-2.0f * std::fabs(u));
+  const float r = 1.0f / (1.0f + t);
+  return u >= 0.0f ? GeluTerms{r, t * r} : GeluTerms{t * r, r};
+}
+
+sapipe_status nn_gelu(float* y, const float* x, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = x[i] * gelu_terms(x[i]).s;
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_gelu_backward(float* dx, const float* x, const float* dy, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (dx == nullptr || x == nullptr || dy == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = x[i];
+      const GeluTerms g = gelu_terms(v);
+      const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+      dx[i] = dy[i] * (g.s + 2.0f * v * g.s * g.one_minus_s * du);
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_add(float* y, const float* a, const float* b, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || a == nullptr || b == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+  });
+  return SAPIPE_OK;
+}
+
+// Each row's mean and variance in double (two passes), like the reference.
+sapipe_status nn_layer_norm(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta, size_t rows,
+                            size_t cols, float eps, void*) {
+  if (rows == 0) return SAPIPE_OK;
+  if (y == nullptr || mean == nullptr || rstd == nullptr || x == nullptr || gamma == nullptr || beta == nullptr || cols == 0 ||
+      !(eps > 0.0f) || !std::isfinite(eps))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(rows * cols, cols, [&](size_t lo, size_t hi) {
+    for (size_t r = lo / cols; r < hi / cols; ++r) {
+      const float* xr = x + r * cols;
+      double sum = 0.0;
+      for (size_t j = 0; j < cols; ++j) sum += xr[j];
+      const double mu = sum / static_cast<double>(cols);
+      double sq = 0.0;
+      for (size_t j = 0; j < cols; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+      const float m = static_cast<float>(mu);
+      const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + static_cast<double>(eps)));
+      mean[r] = m, rstd[r] = rs;
+      float* yr = y + r * cols;  // may be xr: each x is read before its y is written
+      for (size_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                                     const float* rstd, const float* gamma, size_t rows, size_t cols, int32_t accumulate, void*) {
+  if (cols == 0) return SAPIPE_OK;
+  if (dgamma == nullptr || dbeta == nullptr || gamma == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (rows > 0 && (dx == nullptr || dy == nullptr || x == nullptr || mean == nullptr || rstd == nullptr))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  // The parameter gradients first: dx may be dy.
+  if (accumulate == 0)
+    for (size_t j = 0; j < cols; ++j) dgamma[j] = 0.0f, dbeta[j] = 0.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    const float *dyr = dy + r * cols, *xr = x + r * cols;
+    for (size_t j = 0; j < cols; ++j) {
+      dgamma[j] += dyr[j] * ((xr[j] - mean[r]) * rstd[r]);
+      dbeta[j] += dyr[j];
+    }
+  }
+  split(rows * cols, cols, [&](size_t lo, size_t hi) {
+    for (size_t r = lo / cols; r < hi / cols; ++r) {
+      const float *dyr = dy + r * cols, *xr = x + r * cols;
+      double sg = 0.0, sgx = 0.0;
+      for (size_t j = 0; j < cols; ++j) {
+        const double g = static_cast<double>(dyr[j]) * gamma[j];
+        sg += g;
+        sgx += g * ((xr[j] - mean[r]) * rstd[r]);
+      }
+      const float mg = static_cast<float>(sg / static_cast<double>(cols)), mgx = static_cast<float>(sgx / static_cast<double>(cols));
+      float* dxr = dx + r * cols;
+      for (size_t j = 0; j < cols; ++j) dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mg - ((xr[j] - mean[r]) * rstd[r]) * mgx);
+    }
+  });
+  return SAPIPE_OK;
+}
+
+bool token_valid(float t, size_t vocab) { return t >= 0.0f && t < static_cast<float>(vocab) && t == std::floor(t); }
+
+sapipe_status nn_embedding(float* y, const float* tokens, const float* token_table, const float* position_table, size_t batch,
+                           size_t seq, size_t vocab, size_t dim, void*) {
+  if (batch == 0 || seq == 0 || dim == 0) return SAPIPE_OK;
+  if (y == nullptr || tokens == nullptr || token_table == nullptr || position_table == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(batch * seq * dim, dim, [&](size_t lo, size_t hi) {
+    for (size_t row = lo / dim; row < hi / dim; ++row) {
+      const float t = tokens[row];
+      const float* pos = position_table + (row % seq) * dim;
+      float* yr = y + row * dim;
+      if (!token_valid(t, vocab)) {
+        for (size_t j = 0; j < dim; ++j) yr[j] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float* tok = token_table + static_cast<size_t>(t) * dim;
+      for (size_t j = 0; j < dim; ++j) yr[j] = tok[j] + pos[j];
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_embedding_backward(float* dtoken_table, float* dposition_table, const float* dy, const float* tokens, size_t batch,
+                                    size_t seq, size_t vocab, size_t dim, int32_t accumulate, void*) {
+  if (dim == 0) return SAPIPE_OK;
+  if (dtoken_table == nullptr && vocab > 0) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (batch > 0 && seq > 0 && (dy == nullptr || tokens == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (accumulate == 0) {
+    for (size_t i = 0; i < vocab * dim; ++i) dtoken_table[i] = 0.0f;
+    if (dposition_table != nullptr)
+      for (size_t i = 0; i < seq * dim; ++i) dposition_table[i] = 0.0f;
+  }
+  for (size_t row = 0; row < batch * seq; ++row) {
+    const float* g = dy + row * dim;
+    const float t = tokens[row];
+    if (token_valid(t, vocab)) {
+      float* d = dtoken_table + static_cast<size_t>(t) * dim;
+      for (size_t j = 0; j < dim; ++j) d[j] += g[j];
+    }
+    if (dposition_table != nullptr) {
+      float* d = dposition_table + (row % seq) * dim;
+      for (size_t j = 0; j < dim; ++j) d[j] += g[j];
+    }
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_dropout(float* y, const float* x, size_t count, float p, uint64_t seed, uint64_t offset, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr || !(p >= 0.0f && p < 1.0f)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float scale = 1.0f / (1.0f - p);
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = sapipe_dropout_uniform(seed, offset + i) >= p ? x[i] * scale : 0.0f;
+  });
+  return SAPIPE_OK;
+}
+
 const sapipe_nn_ops kCpuNnOps = {
-    sizeof(sapipe_nn_ops), nn_gemm, nn_bias_add, nn_bias_grad, nn_relu, nn_relu_backward, nn_softmax_xent,
+    sizeof(sapipe_nn_ops), nn_gemm,      nn_bias_add,           nn_bias_grad, nn_relu,
+    nn_relu_backward,      nn_softmax_xent, nn_gelu,            nn_gelu_backward, nn_add,
+    nn_layer_norm,         nn_layer_norm_backward, nn_embedding, nn_embedding_backward, nn_dropout,
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "element.cuh"
+#include "sapipe/nn.h"
 
 namespace sapipe::cuda {
 
@@ -28,5 +29,57 @@ SAPIPE_ELEMENT float xent_grad_element(float z, float max, float sum, bool is_la
 
 // The row's loss: log(sum) + max - z[label].
 SAPIPE_ELEMENT float xent_loss_element(float z_label, float max, float sum) { return logf(sum) + max - z_label; }
+
+// GELU, tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x s with
+// s = sigmoid(2 u) = 0.5 (1 + tanh(u)): the same function without tanh's cancellation in
+// 1 + tanh(u) for negative x, so the result keeps its relative precision there. s and 1 - s come
+// from exp(-2|u|) <= 1, which cannot overflow.
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+SAPIPE_ELEMENT float gelu_u(float x) { return kGeluC * (x + kGeluA * x * x * x); }
+
+// sigmoid(2u) and 1 - sigmoid(2u).
+SAPIPE_ELEMENT void gelu_sigmoid(float u, float* s, float* one_minus_s) {
+  const float t = expf(-2.0f * fabsf(u));
+  const float r = 1.0f / (1.0f + t);
+  *s = u >= 0.0f ? r : t * r;
+  *one_minus_s = u >= 0.0f ? t * r : r;
+}
+
+SAPIPE_ELEMENT float gelu_element(float x) {
+  float s, oms;
+  gelu_sigmoid(gelu_u(x), &s, &oms);
+  return x * s;
+}
+
+// d gelu / dx times dy, from the forward input x: s + 2 x s (1 - s) du/dx (= 0.5 (1 + tanh u) +
+// 0.5 x (1 - tanh^2 u) du/dx).
+SAPIPE_ELEMENT float gelu_backward_element(float x, float dy) {
+  float s, oms;
+  gelu_sigmoid(gelu_u(x), &s, &oms);
+  const float du = kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+  return dy * (s + 2.0f * x * s * oms * du);
+}
+
+// One output of the layer norm from its row's mean and rstd.
+SAPIPE_ELEMENT float layer_norm_element(float x, float mean, float rstd, float gamma, float beta) {
+  return (x - mean) * rstd * gamma + beta;
+}
+
+// One dx of the layer norm's backward: rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma.
+SAPIPE_ELEMENT float layer_norm_dx_element(float dy, float gamma, float xhat, float rstd, float mean_g, float mean_gx) {
+  return rstd * (dy * gamma - mean_g - xhat * mean_gx);
+}
+
+// A token number held as a float: an integer in [0, vocab).
+SAPIPE_ELEMENT bool token_is_valid(float token, size_t vocab) {
+  return token >= 0.0f && token < static_cast<float>(vocab) && token == floorf(token);
+}
+
+// Inverted dropout of one element (the mask from sapipe_dropout_uniform, sapipe/nn.h).
+SAPIPE_ELEMENT float dropout_element(float x, float p, float scale, uint64_t seed, uint64_t index) {
+  return sapipe_dropout_uniform(seed, index) >= p ? x * scale : 0.0f;
+}
 
 }  // namespace sapipe::cuda

@@ -168,6 +168,117 @@ __global__ void softmax_xent_kernel(const float* logits, const float* labels, si
   }
 }
 
+__global__ void gelu_kernel(float* y, const float* x, size_t n) {
+  SAPIPE_GRID_STRIDE(i, 0, n) y[i] = gelu_element(x[i]);
+}
+
+__global__ void gelu_backward_kernel(float* dx, const float* x, const float* dy, size_t n) {
+  SAPIPE_GRID_STRIDE(i, 0, n) dx[i] = gelu_backward_element(x[i], dy[i]);
+}
+
+__global__ void add_kernel(float* y, const float* a, const float* b, size_t n) {
+  SAPIPE_GRID_STRIDE(i, 0, n) y[i] = a[i] + b[i];
+}
+
+// One warp per row: the mean, then the variance about it (two passes, like the CPU), then y.
+__global__ void layer_norm_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                                  size_t rows, size_t cols, float eps) {
+  const int lane = threadIdx.x % kWarp;
+  for (size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < rows;
+       r += static_cast<size_t>(gridDim.x) * kRowsPerBlock) {
+    const float* xr = x + r * cols;
+    float sum = 0.0f;
+    for (size_t j = lane; j < cols; j += kWarp) sum += xr[j];
+    const float mu = __shfl_sync(0xffffffffu, warp_sum(sum), 0) / static_cast<float>(cols);
+    float sq = 0.0f;
+    for (size_t j = lane; j < cols; j += kWarp) sq += (xr[j] - mu) * (xr[j] - mu);
+    const float var = __shfl_sync(0xffffffffu, warp_sum(sq), 0) / static_cast<float>(cols);
+    const float rs = 1.0f / sqrtf(var + eps);
+    if (lane == 0) mean[r] = mu, rstd[r] = rs;
+    float* yr = y + r * cols;  // may be xr: each lane reads its x before writing its y, and the sums are done
+    __syncwarp();
+    for (size_t j = lane; j < cols; j += kWarp) yr[j] = layer_norm_element(xr[j], mu, rs, gamma[j], beta[j]);
+  }
+}
+
+// One thread per column, rows summed in order (the CPU's order).
+__global__ void layer_norm_param_grad_kernel(float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                                             const float* rstd, size_t rows, size_t cols, int accumulate) {
+  SAPIPE_GRID_STRIDE(j, 0, cols) {
+    float g = accumulate ? dgamma[j] : 0.0f, b = accumulate ? dbeta[j] : 0.0f;
+    for (size_t r = 0; r < rows; ++r) {
+      const float d = dy[r * cols + j];
+      g += d * ((x[r * cols + j] - mean[r]) * rstd[r]);
+      b += d;
+    }
+    dgamma[j] = g, dbeta[j] = b;
+  }
+}
+
+// One warp per row: mean(g) and mean(g xhat), then dx.
+__global__ void layer_norm_dx_kernel(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
+                                     const float* gamma, size_t rows, size_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  for (size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < rows;
+       r += static_cast<size_t>(gridDim.x) * kRowsPerBlock) {
+    const float *dyr = dy + r * cols, *xr = x + r * cols;
+    const float mu = mean[r], rs = rstd[r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (size_t j = lane; j < cols; j += kWarp) {
+      const float g = dyr[j] * gamma[j];
+      sg += g;
+      sgx += g * ((xr[j] - mu) * rs);
+    }
+    const float mg = __shfl_sync(0xffffffffu, warp_sum(sg), 0) / static_cast<float>(cols);
+    const float mgx = __shfl_sync(0xffffffffu, warp_sum(sgx), 0) / static_cast<float>(cols);
+    __syncwarp();
+    float* dxr = dx + r * cols;  // may be dyr
+    for (size_t j = lane; j < cols; j += kWarp) dxr[j] = layer_norm_dx_element(dyr[j], gamma[j], (xr[j] - mu) * rs, rs, mg, mgx);
+  }
+}
+
+__global__ void embedding_kernel(float* y, const float* tokens, const float* token_table, const float* position_table, size_t seq,
+                                 size_t vocab, size_t dim, size_t n) {
+  SAPIPE_GRID_STRIDE(i, 0, n) {
+    const size_t row = i / dim, j = i % dim;
+    const float t = tokens[row];
+    y[i] = token_is_valid(t, vocab) ? token_table[static_cast<size_t>(t) * dim + j] + position_table[(row % seq) * dim + j] : NAN;
+  }
+}
+
+// The scatter-add without atomics, in the CPU's order: one thread per column of the token table
+// walks every (b, s) in order; one thread per (s, column) of the position table sums over b.
+__global__ void embedding_token_grad_kernel(float* dtoken, const float* dy, const float* tokens, size_t rows, size_t vocab, size_t dim,
+                                            int accumulate) {
+  SAPIPE_GRID_STRIDE(j, 0, dim) {
+    if (!accumulate)
+      for (size_t v = 0; v < vocab; ++v) dtoken[v * dim + j] = 0.0f;
+    for (size_t row = 0; row < rows; ++row) {
+      const float t = tokens[row];
+      if (token_is_valid(t, vocab)) dtoken[static_cast<size_t>(t) * dim + j] += dy[row * dim + j];
+    }
+  }
+}
+
+__global__ void embedding_position_grad_kernel(float* dposition, const float* dy, size_t batch, size_t seq, size_t dim,
+                                               int accumulate) {
+  SAPIPE_GRID_STRIDE(i, 0, seq * dim) {
+    float sum = accumulate ? dposition[i] : 0.0f;
+    for (size_t b = 0; b < batch; ++b) sum += dy[b * seq * dim + i];
+    dposition[i] = sum;
+  }
+}
+
+__global__ void dropout_kernel(float* y, const float* x, size_t n, float p, float scale, uint64_t seed, uint64_t offset) {
+  SAPIPE_GRID_STRIDE(i, 0, n) y[i] = dropout_element(x[i], p, scale, seed, offset + i);
+}
+
+unsigned int row_grid(size_t rows) {
+  const size_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const size_t cap = grid_for(rows * kWarp);
+  return static_cast<unsigned int>(blocks < cap ? blocks : cap);
+}
+
 // ---- the table entries ------------------------------------------------------------------
 
 sapipe_status c_gemm(const sapipe_nn_gemm_args* args, void* stream) {
@@ -224,8 +335,105 @@ sapipe_status c_softmax_xent(const float* logits, const float* labels, size_t ro
   });
 }
 
+sapipe_status c_gelu(float* y, const float* x, size_t count, void* stream) {
+  return guarded("gelu", [&] {
+    if (count == 0) return SAPIPE_OK;
+    if (y == nullptr || x == nullptr) return invalid("gelu: null pointer");
+    gelu_kernel<<<grid_for(count), kThreads, 0, as_stream(stream)>>>(y, x, count);
+    return check_launch("gelu kernel");
+  });
+}
+
+sapipe_status c_gelu_backward(float* dx, const float* x, const float* dy, size_t count, void* stream) {
+  return guarded("geluBackward", [&] {
+    if (count == 0) return SAPIPE_OK;
+    if (dx == nullptr || x == nullptr || dy == nullptr) return invalid("geluBackward: null pointer");
+    gelu_backward_kernel<<<grid_for(count), kThreads, 0, as_stream(stream)>>>(dx, x, dy, count);
+    return check_launch("geluBackward kernel");
+  });
+}
+
+sapipe_status c_add(float* y, const float* a, const float* b, size_t count, void* stream) {
+  return guarded("add", [&] {
+    if (count == 0) return SAPIPE_OK;
+    if (y == nullptr || a == nullptr || b == nullptr) return invalid("add: null pointer");
+    add_kernel<<<grid_for(count), kThreads, 0, as_stream(stream)>>>(y, a, b, count);
+    return check_launch("add kernel");
+  });
+}
+
+sapipe_status c_layer_norm(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta, size_t rows,
+                           size_t cols, float eps, void* stream) {
+  return guarded("layerNorm", [&] {
+    if (rows == 0) return SAPIPE_OK;
+    if (y == nullptr || mean == nullptr || rstd == nullptr || x == nullptr || gamma == nullptr || beta == nullptr || cols == 0)
+      return invalid("layerNorm: null pointer or no columns");
+    if (!(eps > 0.0f) || !isfinite(eps)) return invalid("layerNorm: eps must be positive and finite");
+    layer_norm_kernel<<<row_grid(rows), kThreads, 0, as_stream(stream)>>>(y, mean, rstd, x, gamma, beta, rows, cols, eps);
+    return check_launch("layerNorm kernel");
+  });
+}
+
+sapipe_status c_layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                                    const float* rstd, const float* gamma, size_t rows, size_t cols, int32_t accumulate, void* stream) {
+  return guarded("layerNormBackward", [&] {
+    if (cols == 0) return SAPIPE_OK;
+    if (dgamma == nullptr || dbeta == nullptr || gamma == nullptr) return invalid("layerNormBackward: null pointer");
+    if (rows > 0 && (dx == nullptr || dy == nullptr || x == nullptr || mean == nullptr || rstd == nullptr))
+      return invalid("layerNormBackward: null pointer");
+    // The parameter gradients read dy before dx (which may be dy) is written: same stream, in order.
+    layer_norm_param_grad_kernel<<<grid_for(cols), kThreads, 0, as_stream(stream)>>>(dgamma, dbeta, dy, x, mean, rstd, rows, cols,
+                                                                                     accumulate);
+    if (sapipe_status s = check_launch("layerNormBackward parameter kernel"); s != SAPIPE_OK || rows == 0) return s;
+    layer_norm_dx_kernel<<<row_grid(rows), kThreads, 0, as_stream(stream)>>>(dx, dy, x, mean, rstd, gamma, rows, cols);
+    return check_launch("layerNormBackward kernel");
+  });
+}
+
+sapipe_status c_embedding(float* y, const float* tokens, const float* token_table, const float* position_table, size_t batch,
+                          size_t seq, size_t vocab, size_t dim, void* stream) {
+  return guarded("embedding", [&] {
+    const size_t n = batch * seq * dim;
+    if (n == 0) return SAPIPE_OK;
+    if (y == nullptr || tokens == nullptr || token_table == nullptr || position_table == nullptr)
+      return invalid("embedding: null pointer");
+    embedding_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(y, tokens, token_table, position_table, seq, vocab, dim, n);
+    return check_launch("embedding kernel");
+  });
+}
+
+sapipe_status c_embedding_backward(float* dtoken_table, float* dposition_table, const float* dy, const float* tokens, size_t batch,
+                                   size_t seq, size_t vocab, size_t dim, int32_t accumulate, void* stream) {
+  return guarded("embeddingBackward", [&] {
+    if (dim == 0) return SAPIPE_OK;
+    if (dtoken_table == nullptr && vocab > 0) return invalid("embeddingBackward: null token table gradient");
+    if (batch > 0 && seq > 0 && (dy == nullptr || tokens == nullptr)) return invalid("embeddingBackward: null pointer");
+    if (vocab > 0) {
+      embedding_token_grad_kernel<<<grid_for(dim), kThreads, 0, as_stream(stream)>>>(dtoken_table, dy, tokens, batch * seq, vocab, dim,
+                                                                                     accumulate);
+      if (sapipe_status s = check_launch("embeddingBackward token kernel"); s != SAPIPE_OK) return s;
+    }
+    if (dposition_table == nullptr || seq == 0) return SAPIPE_OK;
+    embedding_position_grad_kernel<<<grid_for(seq * dim), kThreads, 0, as_stream(stream)>>>(dposition_table, dy, batch, seq, dim,
+                                                                                            accumulate);
+    return check_launch("embeddingBackward position kernel");
+  });
+}
+
+sapipe_status c_dropout(float* y, const float* x, size_t count, float p, uint64_t seed, uint64_t offset, void* stream) {
+  return guarded("dropout", [&] {
+    if (count == 0) return SAPIPE_OK;
+    if (y == nullptr || x == nullptr) return invalid("dropout: null pointer");
+    if (!(p >= 0.0f && p < 1.0f)) return invalid("dropout: p must be in [0, 1)");
+    dropout_kernel<<<grid_for(count), kThreads, 0, as_stream(stream)>>>(y, x, count, p, 1.0f / (1.0f - p), seed, offset);
+    return check_launch("dropout kernel");
+  });
+}
+
 const sapipe_nn_ops kCudaNnOps = {
-    sizeof(sapipe_nn_ops), c_gemm, c_bias_add, c_bias_grad, c_relu, c_relu_backward, c_softmax_xent,
+    sizeof(sapipe_nn_ops), c_gemm,          c_bias_add, c_bias_grad,         c_relu,        c_relu_backward,
+    c_softmax_xent,        c_gelu,          c_gelu_backward, c_add,          c_layer_norm,  c_layer_norm_backward,
+    c_embedding,           c_embedding_backward, c_dropout,
 };
 
 }  // namespace

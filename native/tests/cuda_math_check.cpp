@@ -6,7 +6,9 @@
 // does per lane: load (absent buffers read as zero), update_element, store the buffers the step has.
 // The model operations' element maths (native/cuda/nn_element.cuh: ReLU and its gradient, the
 // softmax cross-entropy's loss and gradient from a row's max and sum, in float as nn_ops.cu
-// computes them) is checked the same way against the CPU table (native/cpu/nn_ops.cpp).
+// computes them; GELU and its gradient, the layer norm's output and dx from a row's statistics,
+// the dropout mask, the token check) is checked the same way against the CPU table
+// (native/cpu/nn_ops.cpp).
 // test/native/cuda-math.test.ts runs it; usage: sapipe_cuda_math_check
 #include <cmath>
 #include <cstddef>
@@ -114,6 +116,77 @@ void check_model_operations(Checks& t) {
                                std::to_string(worst) + ")");
     t.expect(invalid_ok && !cuda::label_is_class(labels[2], classes), "a label that is no class number is refused alike");
   }
+
+  // GELU and its gradient (tanh form), lane by lane.
+  cpu->gelu(y.data(), x.data(), x.size(), nullptr);
+  cpu->gelu_backward(dx.data(), x.data(), dy.data(), x.size(), nullptr);
+  double gelu_worst = 0.0, gelu_grad_worst = 0.0;
+  bool gelu_special = true;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float g = cuda::gelu_element(x[i]), d = cuda::gelu_backward_element(x[i], dy[i]);
+    if (!std::isfinite(x[i])) {
+      gelu_special = gelu_special && (std::isnan(g) ? std::isnan(y[i]) : g == y[i]);
+      continue;
+    }
+    gelu_worst = std::fmax(gelu_worst, std::fabs(g - y[i]) / (1e-7 + 1e-6 * std::fabs(y[i])));
+    gelu_grad_worst = std::fmax(gelu_grad_worst, std::fabs(d - dx[i]) / (1e-7 + 1e-6 * std::fabs(dx[i])));
+  }
+  t.expect(gelu_worst <= 1.0 && gelu_grad_worst <= 1.0,
+           "gelu_element and gelu_backward_element equal the CPU's within 1e-6 relative (worst " + std::to_string(gelu_worst) + ", " +
+               std::to_string(gelu_grad_worst) + ")");
+  t.expect(gelu_special, "gelu_element gives the CPU's value at NaN and the infinities");
+
+  // Layer norm: the element from the CPU's saved mean and rstd, and dx from float row sums (as
+  // the kernel sums them) against the CPU's double sums.
+  {
+    const size_t rows = 5, cols = 67;
+    std::vector<float> in(rows * cols), gamma(cols), beta(cols), out(rows * cols), mean(rows), rstd(rows), g(rows * cols),
+        gx(rows * cols), dgamma(cols), dbeta(cols);
+    for (float& v : in) v = normal(gen);
+    for (float& v : gamma) v = normal(gen);
+    for (float& v : beta) v = normal(gen);
+    for (float& v : g) v = normal(gen);
+    cpu->layer_norm(out.data(), mean.data(), rstd.data(), in.data(), gamma.data(), beta.data(), rows, cols, 1e-5f, nullptr);
+    cpu->layer_norm_backward(gx.data(), dgamma.data(), dbeta.data(), g.data(), in.data(), mean.data(), rstd.data(), gamma.data(), rows,
+                             cols, 0, nullptr);
+    double y_worst = 0.0, dx_worst = 0.0;
+    for (size_t r = 0; r < rows; ++r) {
+      float sg = 0.0f, sgx = 0.0f;
+      for (size_t j = 0; j < cols; ++j) {
+        const float gj = g[r * cols + j] * gamma[j];
+        sg += gj, sgx += gj * ((in[r * cols + j] - mean[r]) * rstd[r]);
+      }
+      const float mg = sg / static_cast<float>(cols), mgx = sgx / static_cast<float>(cols);
+      for (size_t j = 0; j < cols; ++j) {
+        const size_t i = r * cols + j;
+        const float e = cuda::layer_norm_element(in[i], mean[r], rstd[r], gamma[j], beta[j]);
+        y_worst = std::fmax(y_worst, std::fabs(e - out[i]) / (1e-6 + 1e-6 * std::fabs(out[i])));
+        const float d = cuda::layer_norm_dx_element(g[i], gamma[j], (in[i] - mean[r]) * rstd[r], rstd[r], mg, mgx);
+        dx_worst = std::fmax(dx_worst, std::fabs(d - gx[i]) / (1e-5 + 1e-5 * std::fabs(gx[i])));
+      }
+    }
+    t.expect(y_worst <= 1.0 && dx_worst <= 1.0, "layer norm: layer_norm_element and layer_norm_dx_element agree with the CPU (worst " +
+                                                    std::to_string(y_worst) + ", " + std::to_string(dx_worst) + ")");
+  }
+
+  // Dropout draws the CPU's mask exactly, from a counter offset.
+  {
+    const float p = 0.3f, scale = 1.0f / (1.0f - p);
+    const uint64_t seed = 12345, offset = 1000;
+    cpu->dropout(y.data(), x.data(), x.size(), p, seed, offset, nullptr);
+    bool same = true;
+    size_t kept = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float e = cuda::dropout_element(x[i], p, scale, seed, offset + i);
+      same = same && (std::isnan(e) ? std::isnan(y[i]) : e == y[i]);
+      kept += sapipe_dropout_uniform(seed, offset + i) >= p ? 1 : 0;
+    }
+    t.expect(same, "dropout_element equals the CPU dropout exactly");
+    t.expect(kept > 600 && kept < 800, "dropout keeps about 1 - p of 1001 values (" + std::to_string(kept) + ")");
+  }
+  t.expect(cuda::token_is_valid(3.0f, 4) && !cuda::token_is_valid(4.0f, 4) && !cuda::token_is_valid(1.5f, 4) &&
+               !cuda::token_is_valid(-1.0f, 4) && !cuda::token_is_valid(std::numeric_limits<float>::quiet_NaN(), 4),
+           "token_is_valid takes the integers below vocab only");
 }
 
 }  // namespace

@@ -55,7 +55,63 @@ typedef struct sapipe_nn_ops {
    * dlogits may be logits. The max is subtracted before exponentiating. */
   sapipe_status (*softmax_xent)(const float* logits, const float* labels, size_t rows, size_t classes, float grad_scale,
                                 float* losses, float* dlogits, float* correct, void* stream);
+  /* GELU, tanh form (GPT-2; PyTorch's approximate='tanh'): y[i] = 0.5 x (1 + tanh(u)) with
+   * u = sqrt(2/pi) (x + 0.044715 x^3), computed as x sigmoid(2u) (the same function) from
+   * exp(-2|u|), so negative x keep their relative precision; y may be x. */
+  sapipe_status (*gelu)(float* y, const float* x, size_t count, void* stream);
+  /* dx[i] = dy[i] * (0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),
+   * computed as s + 2 x s (1 - s) du/dx with s = sigmoid(2u), x the forward input; dx may be dy
+   * or x. */
+  sapipe_status (*gelu_backward)(float* dx, const float* x, const float* dy, size_t count, void* stream);
+  /* y[i] = a[i] + b[i] (a residual connection; its backward hands dy to both branches, or adds it
+   * into a gradient with y = a); y may be a or b. */
+  sapipe_status (*add)(float* y, const float* a, const float* b, size_t count, void* stream);
+  /* Layer norm over each row of x [rows, cols]: mean[r] = sum_j x_rj / cols, var = sum_j
+   * (x_rj - mean)^2 / cols (biased), rstd[r] = 1 / sqrt(var + eps), y_rj = (x_rj - mean) rstd
+   * gamma_j + beta_j. mean and rstd ([rows] each) are saved for the backward; y may be x. */
+  sapipe_status (*layer_norm)(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                              size_t rows, size_t cols, float eps, void* stream);
+  /* Its backward from the saved mean and rstd: with xhat = (x - mean) rstd and g = dy gamma,
+   * dx_rj = rstd (g_rj - mean_j g_rj - xhat_rj mean_j(g_rj xhat_rj)); dgamma_j = sum_r dy_rj xhat_rj
+   * and dbeta_j = sum_r dy_rj, summed in row order (added to dgamma, dbeta when accumulate).
+   * dx may be dy. */
+  sapipe_status (*layer_norm_backward)(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                       const float* mean, const float* rstd, const float* gamma, size_t rows, size_t cols,
+                                       int32_t accumulate, void* stream);
+  /* Token and position embedding: y[b, s, :] = tokens_table[t, :] + positions_table[s, :] with
+   * t = tokens[b * seq + s] (a token number held as a float) for b < batch, s < seq; the tables
+   * are [vocab, dim] and [seq or more, dim]. A token that is not a number below vocab gives a NaN
+   * row. */
+  sapipe_status (*embedding)(float* y, const float* tokens, const float* token_table, const float* position_table,
+                             size_t batch, size_t seq, size_t vocab, size_t dim, void* stream);
+  /* Its backward, a scatter-add: dtoken[t, :] += dy[b, s, :] over every (b, s) in order (a
+   * token that is no number below vocab adds nothing), dposition[s, :] += dy[b, s, :] over b in
+   * order. Both are overwritten first (zeroed, dtoken over all vocab rows) unless accumulate;
+   * dposition may be NULL. */
+  sapipe_status (*embedding_backward)(float* dtoken_table, float* dposition_table, const float* dy, const float* tokens,
+                                      size_t batch, size_t seq, size_t vocab, size_t dim, int32_t accumulate, void* stream);
+  /* Inverted dropout with a counter-based mask: element i is kept when
+   * sapipe_dropout_uniform(seed, offset + i) >= p (see below), y[i] = kept ? x[i] / (1 - p) : 0.
+   * The same call on dy with the same (seed, offset, p) is the backward. 0 <= p < 1; y may be x. */
+  sapipe_status (*dropout)(float* y, const float* x, size_t count, float p, uint64_t seed, uint64_t offset, void* stream);
 } sapipe_nn_ops;
+
+#ifdef __CUDACC__
+#define SAPIPE_NN_INLINE static __host__ __device__ __forceinline__
+#else
+#define SAPIPE_NN_INLINE static inline
+#endif
+
+/* The dropout's uniform draw in [0, 1) for element `index` of stream `seed`: the SplitMix64
+ * finaliser of seed * 0x9E3779B97F4A7C15 + index, its top 24 bits times 2^-24. Integer maths
+ * only, so the CPU, CUDA and the TypeScript reference draw the same mask. */
+SAPIPE_NN_INLINE float sapipe_dropout_uniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + index;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
 
 /* The CPU backend's table (native/cpu/nn_ops.cpp). */
 const sapipe_nn_ops* sapipe_cpu_nn_ops(void);
