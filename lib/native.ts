@@ -197,6 +197,77 @@ export interface NativeAddon {
     correct: OperandHandle | null,
     correctOffset: number,
   ): void;
+  nnGelu(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number): void;
+  nnGeluBackward(dx: OperandHandle, dxOffset: number, x: OperandHandle, xOffset: number, dy: OperandHandle, dyOffset: number, count: number): void;
+  nnAdd(y: OperandHandle, yOffset: number, a: OperandHandle, aOffset: number, b: OperandHandle, bOffset: number, count: number): void;
+  nnLayerNorm(
+    y: OperandHandle,
+    yOffset: number,
+    mean: OperandHandle,
+    meanOffset: number,
+    rstd: OperandHandle,
+    rstdOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    gamma: OperandHandle,
+    gammaOffset: number,
+    beta: OperandHandle,
+    betaOffset: number,
+    rows: number,
+    cols: number,
+    eps: number,
+  ): void;
+  nnLayerNormBackward(
+    dx: OperandHandle,
+    dxOffset: number,
+    dgamma: OperandHandle,
+    dgammaOffset: number,
+    dbeta: OperandHandle,
+    dbetaOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    mean: OperandHandle,
+    meanOffset: number,
+    rstd: OperandHandle,
+    rstdOffset: number,
+    gamma: OperandHandle,
+    gammaOffset: number,
+    rows: number,
+    cols: number,
+    accumulate: boolean,
+  ): void;
+  nnEmbedding(
+    y: OperandHandle,
+    yOffset: number,
+    tokens: OperandHandle,
+    tokensOffset: number,
+    tokenTable: OperandHandle,
+    tokenTableOffset: number,
+    positionTable: OperandHandle,
+    positionTableOffset: number,
+    batch: number,
+    seq: number,
+    vocab: number,
+    dim: number,
+  ): void;
+  nnEmbeddingBackward(
+    dtokenTable: OperandHandle,
+    dtokenTableOffset: number,
+    dpositionTable: OperandHandle | null,
+    dpositionTableOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    tokens: OperandHandle,
+    tokensOffset: number,
+    batch: number,
+    seq: number,
+    vocab: number,
+    dim: number,
+    accumulate: boolean,
+  ): void;
+  nnDropout(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number, p: number, seed: number, offset: number): void;
   /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */
   measureClockGhz(): number;
 }

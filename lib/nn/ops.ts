@@ -109,6 +109,198 @@ export function softmaxXent(logits: TensorView, labels: TensorView, rows: number
   );
 }
 
+function checkCount(op: string, name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0)
+    throw new InvalidArgumentError(`${op}: ${name} must be a non-negative integer, got ${describeValue(value)}`);
+  return value;
+}
+
+/**
+ * GELU, tanh form (GPT-2; PyTorch's `approximate='tanh'`): y = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))) over `count` values; y may be x. @category Models
+ */
+export function gelu(y: TensorView, x: TensorView, count: number): void {
+  const [hy, hx] = [handleOf(y, 'gelu: y'), handleOf(x, 'gelu: x')];
+  checkCount('gelu', 'count', count);
+  callNative(() => nativeAddon().nnGelu(hy, offsetOf(y), hx, offsetOf(x), count));
+}
+
+/** dx = dy * gelu'(x), with x the forward **input** (not its output); dx may be dy or x. @category Models */
+export function geluGrad(dx: TensorView, x: TensorView, dy: TensorView, count: number): void {
+  const [hdx, hx, hdy] = [handleOf(dx, 'geluGrad: dx'), handleOf(x, 'geluGrad: x'), handleOf(dy, 'geluGrad: dy')];
+  checkCount('geluGrad', 'count', count);
+  callNative(() => nativeAddon().nnGeluBackward(hdx, offsetOf(dx), hx, offsetOf(x), hdy, offsetOf(dy), count));
+}
+
+/**
+ * y = a + b over `count` values: a residual connection (its backward passes dy to both branches;
+ * `add(g, g, dy)` adds a branch's gradient into g). y may be a or b. @category Models
+ */
+export function add(y: TensorView, a: TensorView, b: TensorView, count: number): void {
+  const [hy, ha, hb] = [handleOf(y, 'add: y'), handleOf(a, 'add: a'), handleOf(b, 'add: b')];
+  checkCount('add', 'count', count);
+  callNative(() => nativeAddon().nnAdd(hy, offsetOf(y), ha, offsetOf(a), hb, offsetOf(b), count));
+}
+
+/** The outputs of {@link layerNorm}: y [rows, cols], and the per-row mean and rstd [rows] its backward reads. @category Models */
+export interface LayerNormOutputs {
+  y: TensorView;
+  mean: TensorView;
+  rstd: TensorView;
+}
+
+/**
+ * Layer norm over each of `rows` rows of `cols` values: y = (x - mean) / sqrt(var + eps) * gamma +
+ * beta, with the biased variance; saves each row's mean and rstd = 1 / sqrt(var + eps) for
+ * {@link layerNormGrad}. y may be x. @category Models
+ */
+export function layerNorm(out: LayerNormOutputs, x: TensorView, gamma: TensorView, beta: TensorView, rows: number, cols: number, eps = 1e-5): void {
+  if (out === null || typeof out !== 'object') throw new InvalidArgumentError('layerNorm: out must be { y, mean, rstd }');
+  const [hy, hm, hr] = [handleOf(out.y, 'layerNorm: out.y'), handleOf(out.mean, 'layerNorm: out.mean'), handleOf(out.rstd, 'layerNorm: out.rstd')];
+  const [hx, hg, hb] = [handleOf(x, 'layerNorm: x'), handleOf(gamma, 'layerNorm: gamma'), handleOf(beta, 'layerNorm: beta')];
+  checkCount('layerNorm', 'rows', rows);
+  if (checkCount('layerNorm', 'cols', cols) === 0 && rows > 0) throw new InvalidArgumentError('layerNorm: cols must be at least 1: a row of no values has no mean');
+  if (typeof eps !== 'number' || !Number.isFinite(eps) || eps <= 0)
+    throw new InvalidArgumentError(`layerNorm: eps must be a positive finite number (1e-5 is usual), got ${describeValue(eps)}`);
+  callNative(() =>
+    nativeAddon().nnLayerNorm(hy, offsetOf(out.y), hm, offsetOf(out.mean), hr, offsetOf(out.rstd), hx, offsetOf(x), hg, offsetOf(gamma), hb, offsetOf(beta), rows, cols, eps),
+  );
+}
+
+/** The gradients {@link layerNormGrad} writes: dx [rows, cols] (may be dy), dgamma and dbeta [cols]. @category Models */
+export interface LayerNormGrads {
+  dx: TensorView;
+  dgamma: TensorView;
+  dbeta: TensorView;
+}
+
+/**
+ * The layer norm's backward from its forward input x and the saved mean and rstd: dx, and dgamma,
+ * dbeta summed over the rows in order (added to them when `accumulate`). @category Models
+ */
+export function layerNormGrad(
+  grads: LayerNormGrads,
+  dy: TensorView,
+  x: TensorView,
+  saved: { mean: TensorView; rstd: TensorView },
+  gamma: TensorView,
+  rows: number,
+  cols: number,
+  accumulate = false,
+): void {
+  if (grads === null || typeof grads !== 'object') throw new InvalidArgumentError('layerNormGrad: grads must be { dx, dgamma, dbeta }');
+  if (saved === null || typeof saved !== 'object') throw new InvalidArgumentError('layerNormGrad: saved must be { mean, rstd } from layerNorm');
+  const hdx = handleOf(grads.dx, 'layerNormGrad: grads.dx');
+  const hdg = handleOf(grads.dgamma, 'layerNormGrad: grads.dgamma');
+  const hdb = handleOf(grads.dbeta, 'layerNormGrad: grads.dbeta');
+  const [hdy, hx, hg] = [handleOf(dy, 'layerNormGrad: dy'), handleOf(x, 'layerNormGrad: x'), handleOf(gamma, 'layerNormGrad: gamma')];
+  const [hm, hr] = [handleOf(saved.mean, 'layerNormGrad: saved.mean'), handleOf(saved.rstd, 'layerNormGrad: saved.rstd')];
+  checkCount('layerNormGrad', 'rows', rows);
+  checkCount('layerNormGrad', 'cols', cols);
+  callNative(() =>
+    nativeAddon().nnLayerNormBackward(
+      hdx,
+      offsetOf(grads.dx),
+      hdg,
+      offsetOf(grads.dgamma),
+      hdb,
+      offsetOf(grads.dbeta),
+      hdy,
+      offsetOf(dy),
+      hx,
+      offsetOf(x),
+      hm,
+      offsetOf(saved.mean),
+      hr,
+      offsetOf(saved.rstd),
+      hg,
+      offsetOf(gamma),
+      rows,
+      cols,
+      accumulate === true,
+    ),
+  );
+}
+
+/** The shape of a token and position embedding: `batch` sequences of `seq` tokens, `vocab` tokens, `dim` values each. @category Models */
+export interface EmbeddingShape {
+  batch: number;
+  seq: number;
+  vocab: number;
+  dim: number;
+}
+
+function checkEmbeddingShape(op: string, shape: EmbeddingShape): void {
+  if (shape === null || typeof shape !== 'object') throw new InvalidArgumentError(`${op}: shape must be { batch, seq, vocab, dim }`);
+  for (const key of ['batch', 'seq', 'vocab', 'dim'] as const) checkCount(op, `shape.${key}`, shape[key]);
+  if (shape.vocab === 0 && shape.batch * shape.seq > 0) throw new InvalidArgumentError(`${op}: shape.vocab must be at least 1 to embed any token`);
+}
+
+/**
+ * Token and position embedding: y[b, s, :] = tokenTable[tokens[b, s], :] + positionTable[s, :],
+ * tokens held as floats ([batch, seq]), tables [vocab, dim] and [seq (or more), dim]. A token
+ * that is not an integer below vocab gives a NaN row (a device cannot throw; check tokens before
+ * copying them in). @category Models
+ */
+export function embedding(y: TensorView, tokens: TensorView, tokenTable: TensorView, positionTable: TensorView, shape: EmbeddingShape): void {
+  const [hy, ht] = [handleOf(y, 'embedding: y'), handleOf(tokens, 'embedding: tokens')];
+  const [htt, hpt] = [handleOf(tokenTable, 'embedding: tokenTable'), handleOf(positionTable, 'embedding: positionTable')];
+  checkEmbeddingShape('embedding', shape);
+  const { batch, seq, vocab, dim } = shape;
+  callNative(() =>
+    nativeAddon().nnEmbedding(hy, offsetOf(y), ht, offsetOf(tokens), htt, offsetOf(tokenTable), hpt, offsetOf(positionTable), batch, seq, vocab, dim),
+  );
+}
+
+/** The gradients {@link embeddingGrad} writes: the token table's [vocab, dim] and, when given, the position table's [seq, dim]. @category Models */
+export interface EmbeddingGrads {
+  dtokenTable: TensorView;
+  dpositionTable?: TensorView;
+}
+
+/**
+ * The embedding's backward, a scatter-add: dtokenTable[tokens[b, s], :] += dy[b, s, :] and
+ * dpositionTable[s, :] += dy[b, s, :], in (b, s) order; both are zeroed first unless
+ * `accumulate`. Tokens that are not integers below vocab add nothing. @category Models
+ */
+export function embeddingGrad(grads: EmbeddingGrads, dy: TensorView, tokens: TensorView, shape: EmbeddingShape, accumulate = false): void {
+  if (grads === null || typeof grads !== 'object') throw new InvalidArgumentError('embeddingGrad: grads must be { dtokenTable, dpositionTable? }');
+  const hdt = handleOf(grads.dtokenTable, 'embeddingGrad: grads.dtokenTable');
+  const hdp = grads.dpositionTable === undefined ? null : handleOf(grads.dpositionTable, 'embeddingGrad: grads.dpositionTable');
+  const [hdy, ht] = [handleOf(dy, 'embeddingGrad: dy'), handleOf(tokens, 'embeddingGrad: tokens')];
+  checkEmbeddingShape('embeddingGrad', shape);
+  const { batch, seq, vocab, dim } = shape;
+  const dpOffset = grads.dpositionTable === undefined ? 0 : offsetOf(grads.dpositionTable);
+  callNative(() =>
+    nativeAddon().nnEmbeddingBackward(hdt, offsetOf(grads.dtokenTable), hdp, dpOffset, hdy, offsetOf(dy), ht, offsetOf(tokens), batch, seq, vocab, dim, accumulate === true),
+  );
+}
+
+/** The mask of {@link dropout}: drop probability `p` in [0, 1), and the counter stream (seed, offset) it is drawn from. @category Models */
+export interface DropoutOptions {
+  p: number;
+  /** A non-negative integer (below 2^53): the same seed and offset draw the same mask on the CPU and on a device. */
+  seed: number;
+  /** The counter of the first value (default 0): give each tensor drawn from one seed its own range. */
+  offset?: number;
+}
+
+/**
+ * Inverted dropout over `count` values: value i is kept when the uniform draw u(seed, offset + i)
+ * (SplitMix64 of the counter, docs/ALGORITHMS.md) is at least p, and scaled by 1 / (1 - p); else
+ * 0. The backward is the same call on dy with the same options. y may be x. @category Models
+ */
+export function dropout(y: TensorView, x: TensorView, count: number, options: DropoutOptions): void {
+  const [hy, hx] = [handleOf(y, 'dropout: y'), handleOf(x, 'dropout: x')];
+  checkCount('dropout', 'count', count);
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('dropout: options must be { p, seed, offset? }');
+  const { p, seed, offset = 0 } = options;
+  if (typeof p !== 'number' || !(p >= 0 && p < 1)) throw new InvalidArgumentError(`dropout: p must be in [0, 1), got ${describeValue(p)}`);
+  checkCount('dropout', 'seed', seed);
+  checkCount('dropout', 'offset', offset);
+  callNative(() => nativeAddon().nnDropout(hy, offsetOf(y), hx, offsetOf(x), count, p, seed, offset));
+}
+
 /**
  * What a model needs of the memory it runs in beyond the operations: tensors, and data moved in
  * and out. {@link modelDevice} returns the one for `cpu` or `cuda:N`.

@@ -1,0 +1,158 @@
+/**
+ * The layer operations (GELU, residual add, layer norm, token and position embedding, dropout;
+ * lib/nn/ops.ts) run once at odd sizes in one memory (`cpu` or `cuda:N`), from the same seeded
+ * inputs, each operand at an odd offset inside a larger buffer, with the outputs copied back: the
+ * CPU's are checked against test/reference/nn-layers.ts (test/nn/layers.test.ts), a device's
+ * against the CPU's (test/cuda/model-ops.test.ts).
+ */
+import { add, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
+import { random, reluInput } from './model-ops.js';
+import { rng } from './random.js';
+
+export const geluCount = 1001;
+export const addCount = 777;
+export const layerNormCase = { rows: 37, cols: 67, eps: 1e-5 };
+/** Token 2 of the first sequence is not a token number (a NaN row, no gradient). */
+export const embeddingCase = { batch: 3, seq: 13, vocab: 11, dim: 29 };
+export const dropoutCase = { count: 1001, p: 0.3, seed: 2024, offset: 17 };
+
+/** Inputs of the layer norm: rows with a common offset (mean far from 0) so the centring matters. */
+export const layerNormInputs = () => {
+  const { rows, cols } = layerNormCase;
+  const x = random(rows * cols, 70, 2);
+  for (let i = 0; i < x.length; i++) x[i]! += 3;
+  return { x, gamma: random(cols, 71), beta: random(cols, 72), dy: random(rows * cols, 73) };
+};
+
+export function embeddingTokens(): Float32Array {
+  const { batch, seq, vocab } = embeddingCase;
+  const next = rng(80);
+  const tokens = Float32Array.from({ length: batch * seq }, () => Math.floor(next() * vocab));
+  tokens[2] = vocab; // no token
+  tokens[5] = tokens[6]!; // a repeated token within a sequence
+  return tokens;
+}
+
+export const embeddingInputs = () => {
+  const { batch, seq, vocab, dim } = embeddingCase;
+  return {
+    tokens: embeddingTokens(),
+    tokenTable: random(vocab * dim, 81),
+    positionTable: random(seq * dim, 82),
+    dy: random(batch * seq * dim, 83),
+    dtokenStart: random(vocab * dim, 84),
+    dpositionStart: random(seq * dim, 85),
+  };
+};
+
+export interface LayerOutputs {
+  gelu: Float32Array;
+  geluInPlace: Float32Array;
+  geluGrad: Float32Array;
+  add: Float32Array;
+  addInPlace: Float32Array;
+  layerNorm: { y: Float32Array; mean: Float32Array; rstd: Float32Array; inPlace: Float32Array };
+  layerNormGrad: { dx: Float32Array; dgamma: Float32Array; dbeta: Float32Array; dgammaAccumulated: Float32Array; dbetaAccumulated: Float32Array; dxInPlace: Float32Array };
+  embedding: Float32Array;
+  embeddingGrad: { dtoken: Float32Array; dposition: Float32Array; dtokenAccumulated: Float32Array; dpositionAccumulated: Float32Array };
+  dropout: Float32Array;
+  dropoutInPlace: Float32Array;
+  dropoutShifted: Float32Array;
+}
+
+export function runLayerOps(device: Device): LayerOutputs {
+  const memory = modelDevice(device);
+  const made: Tensor[] = [];
+  const at = 3;
+  const put = (values: Float32Array): Tensor => {
+    const t = memory.allocate(values.length + at + 5);
+    made.push(t);
+    memory.write(t, values, at);
+    return t;
+  };
+  const zeros = (n: number): Tensor => put(new Float32Array(n));
+  const get = (t: Tensor, n: number): Float32Array => memory.read(t, n, at);
+  const v = (buffer: Tensor) => ({ buffer, offset: at });
+  try {
+    const n = geluCount;
+    const gx = put(reluInput(n, 90));
+    const gy = zeros(n);
+    gelu(v(gy), v(gx), n);
+    const gIn = put(reluInput(n, 90));
+    gelu(v(gIn), v(gIn), n);
+    const gdy = put(random(n, 91));
+    geluGrad(v(gdy), v(gx), v(gdy), n);
+
+    const a = put(random(addCount, 92));
+    const b = put(random(addCount, 93));
+    const ay = zeros(addCount);
+    add(v(ay), v(a), v(b), addCount);
+    add(v(a), v(a), v(b), addCount);
+
+    const { rows, cols, eps } = layerNormCase;
+    const li = layerNormInputs();
+    const lx = put(li.x);
+    const [gamma, beta] = [put(li.gamma), put(li.beta)];
+    const [ly, mean, rstd] = [zeros(rows * cols), zeros(rows), zeros(rows)];
+    layerNorm({ y: v(ly), mean: v(mean), rstd: v(rstd) }, v(lx), v(gamma), v(beta), rows, cols, eps);
+    const lIn = put(li.x);
+    layerNorm({ y: v(lIn), mean: v(zeros(rows)), rstd: v(zeros(rows)) }, v(lIn), v(gamma), v(beta), rows, cols, eps);
+    const ldy = put(li.dy);
+    const [ldx, dgamma, dbeta] = [zeros(rows * cols), put(random(cols, 74)), put(random(cols, 75))];
+    layerNormGrad({ dx: v(ldx), dgamma: v(dgamma), dbeta: v(dbeta) }, v(ldy), v(lx), { mean: v(mean), rstd: v(rstd) }, v(gamma), rows, cols);
+    const [dgammaAcc, dbetaAcc] = [put(random(cols, 74)), put(random(cols, 75))];
+    const ldyIn = put(li.dy);
+    layerNormGrad({ dx: v(ldyIn), dgamma: v(dgammaAcc), dbeta: v(dbetaAcc) }, v(ldyIn), v(lx), { mean: v(mean), rstd: v(rstd) }, v(gamma), rows, cols, true);
+
+    const e = embeddingCase;
+    const ei = embeddingInputs();
+    const tokens = put(ei.tokens);
+    const ey = zeros(e.batch * e.seq * e.dim);
+    embedding(v(ey), v(tokens), v(put(ei.tokenTable)), v(put(ei.positionTable)), e);
+    const edy = put(ei.dy);
+    const [dtoken, dposition] = [put(ei.dtokenStart), put(ei.dpositionStart)];
+    embeddingGrad({ dtokenTable: v(dtoken), dpositionTable: v(dposition) }, v(edy), v(tokens), e);
+    const [dtokenAcc, dpositionAcc] = [put(ei.dtokenStart), put(ei.dpositionStart)];
+    embeddingGrad({ dtokenTable: v(dtokenAcc), dpositionTable: v(dpositionAcc) }, v(edy), v(tokens), e, true);
+
+    const d = dropoutCase;
+    const dx = put(reluInput(d.count, 95));
+    const dy = zeros(d.count);
+    dropout(v(dy), v(dx), d.count, d);
+    const dIn = put(reluInput(d.count, 95));
+    dropout(v(dIn), v(dIn), d.count, d);
+    // The second half of the same values, drawn from offset + half: the same mask as the whole's second half.
+    const half = Math.floor(d.count / 2);
+    const shifted = zeros(d.count - half);
+    dropout(v(shifted), { buffer: dx, offset: at + half }, d.count - half, { ...d, offset: d.offset + half });
+
+    return {
+      gelu: get(gy, n),
+      geluInPlace: get(gIn, n),
+      geluGrad: get(gdy, n),
+      add: get(ay, addCount),
+      addInPlace: get(a, addCount),
+      layerNorm: { y: get(ly, rows * cols), mean: get(mean, rows), rstd: get(rstd, rows), inPlace: get(lIn, rows * cols) },
+      layerNormGrad: {
+        dx: get(ldx, rows * cols),
+        dgamma: get(dgamma, cols),
+        dbeta: get(dbeta, cols),
+        dgammaAccumulated: get(dgammaAcc, cols),
+        dbetaAccumulated: get(dbetaAcc, cols),
+        dxInPlace: get(ldyIn, rows * cols),
+      },
+      embedding: get(ey, e.batch * e.seq * e.dim),
+      embeddingGrad: {
+        dtoken: get(dtoken, e.vocab * e.dim),
+        dposition: get(dposition, e.seq * e.dim),
+        dtokenAccumulated: get(dtokenAcc, e.vocab * e.dim),
+        dpositionAccumulated: get(dpositionAcc, e.seq * e.dim),
+      },
+      dropout: get(dy, d.count),
+      dropoutInPlace: get(dIn, d.count),
+      dropoutShifted: get(shifted, d.count - half),
+    };
+  } finally {
+    for (const t of made) t.dispose();
+  }
+}

@@ -1,0 +1,165 @@
+/**
+ * The layer operations of the CPU table (GELU, residual add, layer norm, token and position
+ * embedding, dropout; native/cpu/nn_ops.cpp through lib/nn/ops.ts) against the plain
+ * double-precision reference (test/reference/nn-layers.ts) at odd sizes and offsets; the
+ * reference's backward formulas against central finite differences of its forward; and the typed
+ * errors at the public boundary.
+ */
+import t, { type Test } from 'tap';
+
+import { SapipeError } from '../../dist/errors.js';
+import { add, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
+import { FlatBuffer } from '../../dist/tensor.js';
+import { addCount, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
+import { random, reluInput } from '../helpers/model-ops.js';
+import { worstError } from '../helpers/random.js';
+import {
+  addReference,
+  dropoutReference,
+  dropoutUniformReference,
+  embeddingGradReference,
+  embeddingReference,
+  finiteDifferences,
+  geluGradReference,
+  geluReference,
+  layerNormGradReference,
+  layerNormReference,
+} from '../reference/nn-layers.js';
+
+const f32 = (x: ArrayLike<number>): Float32Array => Float32Array.from(x);
+const f64 = (x: ArrayLike<number>): Float64Array => Float64Array.from(x);
+const out = runLayerOps('cpu');
+
+/** Within `atol + rtol |want|` where the reference is finite; the same NaN or infinity where it is not. */
+function close(t: Test, got: Float32Array, want: ArrayLike<number>, atol: number, rtol: number, what: string): void {
+  const special = (a: ArrayLike<number>) => Array.from(a, (v, i) => (Number.isFinite(want[i]!) ? '' : String(v)));
+  t.same(special(got), special(want), `${what}: NaN and infinities where the reference has them`);
+  const keep = (a: ArrayLike<number>) => f32(Array.from(a).filter((_, i) => Number.isFinite(want[i]!)));
+  const e = worstError(keep(got), keep(want), atol, rtol);
+  t.ok(e.ratio <= 1, `${what}: worst ${e.ratio.toFixed(3)} of tolerance (${atol} + ${rtol} relative)`);
+}
+
+// The finite-difference checks: a random weighting w of the outputs makes the scalar loss
+// sum_i w_i y_i, whose gradient the reference's backward gives with dy = w.
+const fdTolerance = { atol: 1e-7, rtol: 1e-6 };
+function fdCheck(t: Test, analytic: ArrayLike<number>, numeric: ArrayLike<number>, what: string): void {
+  let worst = 0;
+  for (let i = 0; i < numeric.length; i++)
+    worst = Math.max(worst, Math.abs(analytic[i]! - numeric[i]!) / (fdTolerance.atol + fdTolerance.rtol * Math.abs(numeric[i]!)));
+  t.ok(worst <= 1, `${what}: the backward equals central differences (h = 1e-5), worst ${worst.toFixed(3)} of 1e-7 + 1e-6 relative`);
+}
+
+t.test('GELU (tanh form) and its gradient against the reference (1e-7 and 1e-6 absolute + 1e-6 relative), in place; the gradient against finite differences', async (t) => {
+  const x = reluInput(geluCount, 90);
+  close(t, out.gelu, geluReference(x), 1e-7, 1e-6, 'gelu');
+  t.same(Array.from(out.geluInPlace, String), Array.from(out.gelu, String), 'in place, the same values');
+  close(t, out.geluGrad, geluGradReference(x, random(geluCount, 91)), 1e-6, 1e-6, 'gelu gradient (written over dy)');
+  t.equal(out.gelu[2], Number.POSITIVE_INFINITY, 'gelu(inf) = inf');
+  const xs = f64(random(41, 96, 2));
+  const w = f64(random(41, 97));
+  fdCheck(t, geluGradReference(xs, w), finiteDifferences(xs, w, geluReference), 'gelu');
+});
+
+t.test('residual add: exactly the float sum, in place too; its gradient (dy to both branches) against finite differences', async (t) => {
+  const [a, b] = [random(addCount, 92), random(addCount, 93)];
+  const want = f32(addReference(a, b));
+  t.same(Array.from(out.add), Array.from(want), 'a + b rounded once');
+  t.same(Array.from(out.addInPlace), Array.from(want), 'y = a');
+  const [xa, xb, w] = [f64(random(23, 98)), f64(random(23, 99)), f64(random(23, 100))];
+  fdCheck(t, w, finiteDifferences(xa, w, (v) => addReference(v, xb)), 'add, first branch');
+  fdCheck(t, w, finiteDifferences(xb, w, (v) => addReference(xa, v)), 'add, second branch');
+});
+
+t.test('layer norm forward and backward against the reference (1e-5 + 1e-5 relative), accumulated and in place; the backward against finite differences', async (t) => {
+  const { rows, cols, eps } = layerNormCase;
+  const { x, gamma, beta, dy } = layerNormInputs();
+  const ref = layerNormReference(x, gamma, beta, rows, cols, eps);
+  close(t, out.layerNorm.y, ref.y, 1e-5, 1e-5, 'y');
+  close(t, out.layerNorm.mean, ref.mean, 1e-6, 1e-6, 'saved mean');
+  close(t, out.layerNorm.rstd, ref.rstd, 1e-6, 1e-6, 'saved rstd');
+  t.same(Array.from(out.layerNorm.inPlace), Array.from(out.layerNorm.y), 'y written over x: the same values');
+  const g = layerNormGradReference(dy, x, gamma, rows, cols, eps);
+  close(t, out.layerNormGrad.dx, g.dx, 1e-5, 1e-5, 'dx');
+  close(t, out.layerNormGrad.dgamma, g.dgamma, 1e-5, 1e-5, 'dgamma');
+  close(t, out.layerNormGrad.dbeta, g.dbeta, 1e-5, 1e-5, 'dbeta');
+  const startG = random(cols, 74);
+  const startB = random(cols, 75);
+  close(t, out.layerNormGrad.dgammaAccumulated, g.dgamma.map((v, j) => v + startG[j]!), 1e-5, 1e-5, 'dgamma accumulated');
+  close(t, out.layerNormGrad.dbetaAccumulated, g.dbeta.map((v, j) => v + startB[j]!), 1e-5, 1e-5, 'dbeta accumulated');
+  t.same(Array.from(out.layerNormGrad.dxInPlace), Array.from(out.layerNormGrad.dx), 'dx written over dy: the same values');
+
+  const [r, c] = [3, 7];
+  const xs = f64(random(r * c, 101, 2));
+  const [gs, bs, w] = [f64(random(c, 102)), f64(random(c, 103)), f64(random(r * c, 104))];
+  const an = layerNormGradReference(w, xs, gs, r, c, eps);
+  fdCheck(t, an.dx, finiteDifferences(xs, w, (v) => layerNormReference(v, gs, bs, r, c, eps).y), 'layer norm dx');
+  fdCheck(t, an.dgamma, finiteDifferences(gs, w, (v) => layerNormReference(xs, v, bs, r, c, eps).y), 'layer norm dgamma');
+  fdCheck(t, an.dbeta, finiteDifferences(bs, w, (v) => layerNormReference(xs, gs, v, r, c, eps).y), 'layer norm dbeta');
+});
+
+t.test('token and position embedding: the gather exactly, NaN rows for a bad token; the scatter-add (1e-6 + 1e-6 relative), accumulated; against finite differences', async (t) => {
+  const { batch, seq, vocab, dim } = embeddingCase;
+  const ei = embeddingInputs();
+  const want = f32(embeddingReference(ei.tokens, ei.tokenTable, ei.positionTable, batch, seq, vocab, dim));
+  t.same(Array.from(out.embedding, String), Array.from(want, String), 'table rows added, rounded once; NaN at the token that is none');
+  t.ok(out.embedding.subarray(2 * dim, 3 * dim).every(Number.isNaN), 'the bad token gives a NaN row');
+  const g = embeddingGradReference(ei.dy, ei.tokens, batch, seq, vocab, dim);
+  close(t, out.embeddingGrad.dtoken, g.dtoken, 1e-6, 1e-6, 'token table gradient (overwritten)');
+  close(t, out.embeddingGrad.dposition, g.dposition, 1e-6, 1e-6, 'position table gradient (overwritten)');
+  close(t, out.embeddingGrad.dtokenAccumulated, g.dtoken.map((v, i) => v + ei.dtokenStart[i]!), 1e-6, 1e-6, 'token table gradient, accumulated');
+  close(t, out.embeddingGrad.dpositionAccumulated, g.dposition.map((v, i) => v + ei.dpositionStart[i]!), 1e-6, 1e-6, 'position table gradient, accumulated');
+
+  const tokens = ei.tokens.map((v) => (v >= vocab ? 0 : v));
+  const w = f64(random(batch * seq * dim, 105));
+  const an = embeddingGradReference(w, tokens, batch, seq, vocab, dim);
+  const [tt, pt] = [f64(ei.tokenTable), f64(ei.positionTable)];
+  fdCheck(t, an.dtoken, finiteDifferences(tt, w, (v) => embeddingReference(tokens, v, pt, batch, seq, vocab, dim)), 'embedding, token table');
+  fdCheck(t, an.dposition, finiteDifferences(pt, w, (v) => embeddingReference(tokens, tt, v, batch, seq, vocab, dim)), 'embedding, position table');
+});
+
+t.test('dropout: the reference mask from (seed, offset), kept values scaled (2.5e-7 relative: x times the float 1 / (1 - p)), in place, from an offset; its backward against finite differences', async (t) => {
+  const { count, p, seed, offset } = dropoutCase;
+  const x = reluInput(count, 95);
+  const want = dropoutReference(x, p, seed, offset);
+  close(t, out.dropout, want, 1e-30, 2.5e-7, 'dropout');
+  t.same(Array.from(out.dropoutInPlace, String), Array.from(out.dropout, String), 'in place, the same values');
+  const half = Math.floor(count / 2);
+  t.same(Array.from(out.dropoutShifted, String), Array.from(out.dropout.subarray(half), String), 'a range drawn from offset + half: the same mask');
+  const kept = Array.from({ length: count }, (_, i) => (dropoutUniformReference(seed, offset + i) >= p ? 1 : 0)).reduce<number>((s, k) => s + k, 0);
+  t.ok(Math.abs(kept / count - (1 - p)) < 0.05, `about 1 - p kept (${kept} of ${count})`);
+  t.equal(dropoutUniformReference(0, 0), 0, 'u(0, 0) = 0: the finaliser of 0 is 0');
+  const xs = f64(random(31, 106));
+  const w = f64(random(31, 107));
+  fdCheck(t, dropoutReference(w, p, seed, 5), finiteDifferences(xs, w, (v) => dropoutReference(v, p, seed, 5)), 'dropout (backward = the same mask on dy)');
+  const y = FlatBuffer.allocate(9);
+  const src = FlatBuffer.from(random(9, 108));
+  dropout({ buffer: y }, { buffer: src }, 9, { p: 0, seed: 1 });
+  t.same(Array.from(y.array), Array.from(src.array), 'p = 0 copies');
+  y.dispose();
+  src.dispose();
+});
+
+t.test('bad arguments are typed errors that say what to pass, before anything runs', async (t) => {
+  const code = (fn: () => void): string => {
+    try {
+      fn();
+    } catch (error) {
+      return error instanceof SapipeError ? `${error.code}: ${error.message}` : `not a SapipeError: ${String(error)}`;
+    }
+    return 'ran';
+  };
+  const [a, b, c] = [FlatBuffer.allocate(12), FlatBuffer.allocate(4), FlatBuffer.allocate(4)];
+  t.match(code(() => gelu({ buffer: a }, { buffer: a }, 13)), /^ERR_SIZE_MISMATCH: nnGelu: y needs 13/, 'a view past its buffer');
+  t.match(code(() => gelu({ buffer: a }, { buffer: a }, 1.5)), /^ERR_INVALID_ARGUMENT: gelu: count must be a non-negative integer/, 'a fractional count');
+  t.match(code(() => add({ buffer: a }, { buffer: a }, { buffer: b }, 12)), /^ERR_SIZE_MISMATCH: nnAdd: b needs 12/, 'a short operand');
+  const ln = { y: { buffer: a }, mean: { buffer: b }, rstd: { buffer: c } };
+  t.match(code(() => layerNorm(ln, { buffer: a }, { buffer: b }, { buffer: c }, 3, 4, 0)), /^ERR_INVALID_ARGUMENT: layerNorm: eps must be a positive finite number/, 'eps 0');
+  t.match(code(() => layerNorm(ln, { buffer: a }, { buffer: b }, { buffer: c }, 3, 0)), /^ERR_INVALID_ARGUMENT: layerNorm: cols must be at least 1/, 'no columns');
+  t.match(code(() => layerNorm(null as never, { buffer: a }, { buffer: b }, { buffer: c }, 3, 4)), /^ERR_INVALID_ARGUMENT: layerNorm: out must be/, 'no outputs');
+  t.match(code(() => embedding({ buffer: a }, { buffer: b }, { buffer: a }, { buffer: a }, { batch: 1, seq: 4, vocab: 0, dim: 3 })), /^ERR_INVALID_ARGUMENT: embedding: shape.vocab must be at least 1/, 'no vocabulary');
+  t.match(code(() => embedding({ buffer: a }, { buffer: b }, { buffer: a }, { buffer: a }, { batch: 1, seq: 4, vocab: 2 } as never)), /^ERR_INVALID_ARGUMENT: embedding: shape.dim must be a non-negative integer/, 'a shape without dim');
+  t.match(code(() => dropout({ buffer: a }, { buffer: a }, 12, { p: 1, seed: 1 })), /^ERR_INVALID_ARGUMENT: dropout: p must be in \[0, 1\)/, 'p = 1');
+  t.match(code(() => dropout({ buffer: a }, { buffer: a }, 12, { p: 0.5, seed: -1 })), /^ERR_INVALID_ARGUMENT: dropout: seed must be a non-negative integer/, 'a negative seed');
+  t.match(code(() => dropout({ buffer: a }, { buffer: new Float32Array(3) as never }, 3, { p: 0.5, seed: 1 })), /^ERR_INVALID_ARGUMENT: dropout: x.buffer must be a FlatBuffer or a DeviceBuffer/, 'not a tensor');
+  for (const buffer of [a, b, c]) buffer.dispose();
+});

@@ -1,0 +1,158 @@
+/**
+ * The layer operations of native/include/sapipe/nn.h beyond the MLP's (GELU, residual add, layer
+ * norm, token and position embedding, dropout), written out plainly in double precision, forward
+ * and backward: what the CPU table is checked against, and what central finite differences check
+ * the backward formulas of. Nothing here calls the package.
+ */
+
+const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
+const GELU_A = 0.044715;
+
+/** GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+export function geluReference(x: ArrayLike<number>): Float64Array {
+  return Float64Array.from(x, (v) => 0.5 * v * (1 + Math.tanh(SQRT_2_OVER_PI * (v + GELU_A * v ** 3))));
+}
+
+/** dy * d gelu(x) / dx. */
+export function geluGradReference(x: ArrayLike<number>, dy: ArrayLike<number>): Float64Array {
+  return Float64Array.from(x, (v, i) => {
+    const th = Math.tanh(SQRT_2_OVER_PI * (v + GELU_A * v ** 3));
+    return dy[i]! * (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * SQRT_2_OVER_PI * (1 + 3 * GELU_A * v * v));
+  });
+}
+
+export function addReference(a: ArrayLike<number>, b: ArrayLike<number>): Float64Array {
+  return Float64Array.from(a, (v, i) => v + b[i]!);
+}
+
+/** Layer norm per row with the biased variance; the saved mean and rstd too. */
+export function layerNormReference(
+  x: ArrayLike<number>,
+  gamma: ArrayLike<number>,
+  beta: ArrayLike<number>,
+  rows: number,
+  cols: number,
+  eps: number,
+): { y: Float64Array; mean: Float64Array; rstd: Float64Array } {
+  const y = new Float64Array(rows * cols);
+  const mean = new Float64Array(rows);
+  const rstd = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let s = 0;
+    for (let j = 0; j < cols; j++) s += x[r * cols + j]!;
+    const mu = s / cols;
+    let q = 0;
+    for (let j = 0; j < cols; j++) q += (x[r * cols + j]! - mu) ** 2;
+    const rs = 1 / Math.sqrt(q / cols + eps);
+    mean[r] = mu;
+    rstd[r] = rs;
+    for (let j = 0; j < cols; j++) y[r * cols + j] = (x[r * cols + j]! - mu) * rs * gamma[j]! + beta[j]!;
+  }
+  return { y, mean, rstd };
+}
+
+/** The layer norm's gradients at x (mean and rstd recomputed here, in double). */
+export function layerNormGradReference(
+  dy: ArrayLike<number>,
+  x: ArrayLike<number>,
+  gamma: ArrayLike<number>,
+  rows: number,
+  cols: number,
+  eps: number,
+): { dx: Float64Array; dgamma: Float64Array; dbeta: Float64Array } {
+  const { mean, rstd } = layerNormReference(x, gamma, new Float64Array(cols), rows, cols, eps);
+  const dx = new Float64Array(rows * cols);
+  const dgamma = new Float64Array(cols);
+  const dbeta = new Float64Array(cols);
+  for (let r = 0; r < rows; r++) {
+    const xhat = (j: number): number => (x[r * cols + j]! - mean[r]!) * rstd[r]!;
+    let mg = 0;
+    let mgx = 0;
+    for (let j = 0; j < cols; j++) {
+      const g = dy[r * cols + j]! * gamma[j]!;
+      mg += g / cols;
+      mgx += (g * xhat(j)) / cols;
+      dgamma[j]! += dy[r * cols + j]! * xhat(j);
+      dbeta[j]! += dy[r * cols + j]!;
+    }
+    for (let j = 0; j < cols; j++) dx[r * cols + j] = rstd[r]! * (dy[r * cols + j]! * gamma[j]! - mg - xhat(j) * mgx);
+  }
+  return { dx, dgamma, dbeta };
+}
+
+const isToken = (t: number, vocab: number): boolean => Number.isInteger(t) && t >= 0 && t < vocab;
+
+/** y[b, s, :] = tokenTable[t, :] + positionTable[s, :]; NaN rows for tokens that are no token number. */
+export function embeddingReference(
+  tokens: ArrayLike<number>,
+  tokenTable: ArrayLike<number>,
+  positionTable: ArrayLike<number>,
+  batch: number,
+  seq: number,
+  vocab: number,
+  dim: number,
+): Float64Array {
+  const y = new Float64Array(batch * seq * dim);
+  for (let row = 0; row < batch * seq; row++) {
+    const t = tokens[row]!;
+    const s = row % seq;
+    for (let j = 0; j < dim; j++) y[row * dim + j] = isToken(t, vocab) ? tokenTable[t * dim + j]! + positionTable[s * dim + j]! : Number.NaN;
+  }
+  return y;
+}
+
+export function embeddingGradReference(
+  dy: ArrayLike<number>,
+  tokens: ArrayLike<number>,
+  batch: number,
+  seq: number,
+  vocab: number,
+  dim: number,
+): { dtoken: Float64Array; dposition: Float64Array } {
+  const dtoken = new Float64Array(vocab * dim);
+  const dposition = new Float64Array(seq * dim);
+  for (let row = 0; row < batch * seq; row++) {
+    const t = tokens[row]!;
+    for (let j = 0; j < dim; j++) {
+      if (isToken(t, vocab)) dtoken[t * dim + j]! += dy[row * dim + j]!;
+      dposition[(row % seq) * dim + j]! += dy[row * dim + j]!;
+    }
+  }
+  return { dtoken, dposition };
+}
+
+const MASK64 = (1n << 64n) - 1n;
+
+/** The dropout's uniform draw in [0, 1): SplitMix64's finaliser of seed * 0x9E3779B97F4A7C15 + index (mod 2^64), top 24 bits. */
+export function dropoutUniformReference(seed: number, index: number): number {
+  let z = (BigInt(seed) * 0x9e3779b97f4a7c15n + BigInt(index)) & MASK64;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK64;
+  z ^= z >> 31n;
+  return Number(z >> 40n) / 2 ** 24;
+}
+
+/** Inverted dropout: x / (1 - p) where the draw is at least p, else 0. */
+export function dropoutReference(x: ArrayLike<number>, p: number, seed: number, offset: number): Float64Array {
+  return Float64Array.from(x, (v, i) => (dropoutUniformReference(seed, offset + i) >= p ? v / (1 - p) : 0));
+}
+
+/**
+ * Central finite differences of the scalar loss(x) = sum_i w_i f(x)_i at every element of x:
+ * (loss(x + h e_i) - loss(x - h e_i)) / 2h, in double.
+ */
+export function finiteDifferences(x: Float64Array, w: ArrayLike<number>, f: (x: Float64Array) => ArrayLike<number>, h = 1e-5): Float64Array {
+  const loss = (v: Float64Array): number => {
+    const y = f(v);
+    let s = 0;
+    for (let i = 0; i < y.length; i++) s += w[i]! * y[i]!;
+    return s;
+  };
+  return Float64Array.from(x, (v, i) => {
+    const up = Float64Array.from(x);
+    const down = Float64Array.from(x);
+    up[i] = v + h;
+    down[i] = v - h;
+    return (loss(up) - loss(down)) / (2 * h);
+  });
+}
