@@ -24,6 +24,9 @@
 //   nnEmbeddingBackward(dtokenTable, dtokenTableOffset, dpositionTable | null, dpositionTableOffset,
 //                       dy, dyOffset, tokens, tokensOffset, batch, seq, vocab, dim, accumulate)
 //   nnDropout(y, yOffset, x, xOffset, count, p, seed, offset)
+//   nnAttention(o, oOffset, lse, lseOffset, q, qOffset, k, kOffset, v, vOffset, batch, seq, heads, headDim, scale)
+//   nnAttentionBackward(dq, dqOffset, dk, dkOffset, dv, dvOffset, dout, doutOffset, q, qOffset, k, kOffset,
+//                       v, vOffset, o, oOffset, lse, lseOffset, batch, seq, heads, headDim, scale)
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -335,6 +338,46 @@ Napi::Value Dropout(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+Napi::Value Attention(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[10], "nnAttention: batch"), seq = count_arg(env, info[11], "nnAttention: seq");
+  const size_t heads = count_arg(env, info[12], "nnAttention: heads"), dim = count_arg(env, info[13], "nnAttention: headDim");
+  const float scale = number_arg(env, info[14], "nnAttention: scale");
+  const size_t n = batch * seq * heads * dim;
+  Operands ops(env, "nnAttention");
+  float* o = ops.view(info[0], info[1], n, "o");
+  float* lse = ops.view(info[2], info[3], batch * heads * seq, "lse");
+  const float* q = ops.view(info[4], info[5], n, "q");
+  const float* k = ops.view(info[6], info[7], n, "k");
+  const float* v = ops.view(info[8], info[9], n, "v");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention)(o, lse, q, k, v, batch, seq, heads, dim, scale, nullptr),
+            "headDim must be in [1, 256] and scale finite");
+  return env.Undefined();
+}
+
+Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[18], "nnAttentionBackward: batch"), seq = count_arg(env, info[19], "nnAttentionBackward: seq");
+  const size_t heads = count_arg(env, info[20], "nnAttentionBackward: heads"), dim = count_arg(env, info[21], "nnAttentionBackward: headDim");
+  const float scale = number_arg(env, info[22], "nnAttentionBackward: scale");
+  const size_t n = batch * seq * heads * dim;
+  Operands ops(env, "nnAttentionBackward");
+  float* dq = ops.view(info[0], info[1], n, "dq");
+  float* dk = ops.view(info[2], info[3], n, "dk");
+  float* dv = ops.view(info[4], info[5], n, "dv");
+  const float* dout = ops.view(info[6], info[7], n, "dout");
+  const float* q = ops.view(info[8], info[9], n, "q");
+  const float* k = ops.view(info[10], info[11], n, "k");
+  const float* v = ops.view(info[12], info[13], n, "v");
+  const float* o = ops.view(info[14], info[15], n, "o");
+  const float* lse = ops.view(info[16], info[17], batch * heads * seq, "lse");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention_backward)(dq, dk, dv, dout, q, k, v, o, lse, batch, seq, heads, dim, scale, nullptr),
+            "headDim must be in [1, 256] and scale finite");
+  return env.Undefined();
+}
+
 // measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
 Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
@@ -355,6 +398,8 @@ void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("nnEmbedding", Napi::Function::New(env, Embedding, "nnEmbedding"));
   exports.Set("nnEmbeddingBackward", Napi::Function::New(env, EmbeddingBackward, "nnEmbeddingBackward"));
   exports.Set("nnDropout", Napi::Function::New(env, Dropout, "nnDropout"));
+  exports.Set("nnAttention", Napi::Function::New(env, Attention, "nnAttention"));
+  exports.Set("nnAttentionBackward", Napi::Function::New(env, AttentionBackward, "nnAttentionBackward"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

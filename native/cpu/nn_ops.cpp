@@ -263,10 +263,116 @@ sapipe_status nn_dropout(float* y, const float* x, size_t count, float p, uint64
   return SAPIPE_OK;
 }
 
+// ---- causal self-attention ------------------------------------------------------------------
+// A row (batch b, head h, query i) at a time over the thread pool, accumulating in double: the
+// forward is an online softmax over the keys j <= i, so no score is stored; the backward
+// recomputes each p_ij from the saved lse, dq by query rows, dk and dv by key rows (each output
+// row written by one thread).
+
+struct AttentionShape {
+  size_t batch, seq, heads, dim;
+  size_t width() const { return heads * dim; }
+  size_t rows() const { return batch * heads * seq; }
+  // The offset of row i of head h of batch b in a [batch, seq, heads * dim] tensor.
+  size_t at(size_t b, size_t h, size_t i) const { return (b * seq + i) * width() + h * dim; }
+};
+
+double dot(const float* a, const float* b, size_t n) {
+  double s = 0.0;
+  for (size_t d = 0; d < n; ++d) s += static_cast<double>(a[d]) * b[d];
+  return s;
+}
+
+bool attention_args_ok(size_t head_dim, float scale) { return head_dim >= 1 && head_dim <= SAPIPE_NN_MAX_HEAD_DIM && std::isfinite(scale); }
+
+// Runs body(b, h, i, acc) for every row, split over the pool (acc: per-thread scratch of 2 dim
+// doubles, on the stack: nothing is allocated, so nothing throws in a worker).
+template <class Body>
+void attention_rows(const AttentionShape& a, Body&& body) {
+  const size_t work = a.seq * a.dim;  // a row's work, so small problems stay on one thread
+  split(a.rows() * work, work, [&](size_t lo, size_t hi) {
+    double acc[2 * SAPIPE_NN_MAX_HEAD_DIM];
+    for (size_t u = lo / work; u < hi / work; ++u) body(u / (a.heads * a.seq), (u / a.seq) % a.heads, u % a.seq, acc);
+  });
+}
+
+sapipe_status nn_attention(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq, size_t heads,
+                           size_t head_dim, float scale, void*) {
+  const AttentionShape a{batch, seq, heads, head_dim};
+  if (a.rows() == 0) return SAPIPE_OK;
+  if (o == nullptr || lse == nullptr || q == nullptr || k == nullptr || v == nullptr || !attention_args_ok(head_dim, scale))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {
+    const float* qi = q + a.at(b, h, i);
+    double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
+    for (size_t j = 0; j <= i; ++j) {
+      const double sc = scale * dot(qi, k + a.at(b, h, j), head_dim);
+      const float* vj = v + a.at(b, h, j);
+      if (sc > m) {
+        const double c = std::exp(m - sc);  // 0 for the first key
+        l = l * c + 1.0;
+        for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * c + vj[d];
+        m = sc;
+      } else {
+        const double p = std::exp(sc - m);
+        l += p;
+        for (size_t d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+      }
+    }
+    float* oi = o + a.at(b, h, i);
+    for (size_t d = 0; d < head_dim; ++d) oi[d] = static_cast<float>(acc[d] / l);
+    lse[(b * heads + h) * seq + i] = static_cast<float>(m + std::log(l));
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                    const float* o, const float* lse, size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                    float scale, void*) {
+  const AttentionShape a{batch, seq, heads, head_dim};
+  if (a.rows() == 0) return SAPIPE_OK;
+  if (dq == nullptr || dk == nullptr || dv == nullptr || dout == nullptr || q == nullptr || k == nullptr || v == nullptr ||
+      o == nullptr || lse == nullptr || !attention_args_ok(head_dim, scale))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  const auto p_of = [&](size_t b, size_t h, size_t i, size_t j) {
+    return std::exp(scale * dot(q + a.at(b, h, i), k + a.at(b, h, j), head_dim) - static_cast<double>(lse[(b * heads + h) * seq + i]));
+  };
+  const auto ds_of = [&](size_t b, size_t h, size_t i, size_t j, double p) {
+    const float* doi = dout + a.at(b, h, i);
+    return p * (dot(doi, v + a.at(b, h, j), head_dim) - dot(doi, o + a.at(b, h, i), head_dim));
+  };
+  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {  // dq_i, query row i
+    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
+    for (size_t j = 0; j <= i; ++j) {
+      const double ds = ds_of(b, h, i, j, p_of(b, h, i, j));
+      const float* kj = k + a.at(b, h, j);
+      for (size_t d = 0; d < head_dim; ++d) acc[d] += ds * kj[d];
+    }
+    float* dqi = dq + a.at(b, h, i);
+    for (size_t d = 0; d < head_dim; ++d) dqi[d] = static_cast<float>(scale * acc[d]);
+  });
+  attention_rows(a, [&](size_t b, size_t h, size_t j, double* acc) {  // dk_j and dv_j, key row j
+    double* dk_acc = acc;
+    double* dv_acc = acc + head_dim;
+    for (size_t d = 0; d < 2 * head_dim; ++d) acc[d] = 0.0;
+    for (size_t i = j; i < seq; ++i) {
+      const double p = p_of(b, h, i, j);
+      const double ds = ds_of(b, h, i, j, p);
+      const float *qi = q + a.at(b, h, i), *doi = dout + a.at(b, h, i);
+      for (size_t d = 0; d < head_dim; ++d) dk_acc[d] += ds * qi[d], dv_acc[d] += p * doi[d];
+    }
+    float *dkj = dk + a.at(b, h, j), *dvj = dv + a.at(b, h, j);
+    for (size_t d = 0; d < head_dim; ++d) dkj[d] = static_cast<float>(scale * dk_acc[d]), dvj[d] = static_cast<float>(dv_acc[d]);
+  });
+  return SAPIPE_OK;
+}
+
 const sapipe_nn_ops kCpuNnOps = {
     sizeof(sapipe_nn_ops), nn_gemm,      nn_bias_add,           nn_bias_grad, nn_relu,
     nn_relu_backward,      nn_softmax_xent, nn_gelu,            nn_gelu_backward, nn_add,
     nn_layer_norm,         nn_layer_norm_backward, nn_embedding, nn_embedding_backward, nn_dropout,
+    nn_attention,          nn_attention_backward,
 };
 
 }  // namespace

@@ -82,4 +82,23 @@ SAPIPE_ELEMENT float dropout_element(float x, float p, float scale, uint64_t see
   return sapipe_dropout_uniform(seed, index) >= p ? x * scale : 0.0f;
 }
 
+// One key of an online softmax (attention): with the row's running max m and sum l so far and
+// the new score s, the factor c the partial output is rescaled by and the weight p of the new
+// value (acc = acc c + p v); the first key (m = -inf) gives c = 0, p = 1.
+SAPIPE_ELEMENT void online_softmax_step(float s, float* m, float* l, float* c, float* p) {
+  if (s > *m) {
+    *c = expf(*m - s);
+    *p = 1.0f;
+    *l = *l * *c + 1.0f;
+    *m = s;
+  } else {
+    *c = 1.0f;
+    *p = expf(s - *m);
+    *l += *p;
+  }
+}
+
+// The score gradient of attention: ds = p (dout_i . v_j - dout_i . o_i).
+SAPIPE_ELEMENT float attention_ds_element(float p, float dp, float d_row) { return p * (dp - d_row); }
+
 }  // namespace sapipe::cuda

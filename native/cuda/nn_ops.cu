@@ -273,6 +273,131 @@ __global__ void dropout_kernel(float* y, const float* x, size_t n, float p, floa
   SAPIPE_GRID_STRIDE(i, 0, n) y[i] = dropout_element(x[i], p, scale, seed, offset + i);
 }
 
+// ---- causal self-attention: a warp per row ---------------------------------------------------
+// A row's head_dim values are spread over the lanes (lane l holds d = l, l + 32, ...), kept in
+// registers; dot products are butterfly sums every lane receives. The forward runs an online
+// softmax over the keys j <= i; the backward recomputes p_ij from the saved lse, dq by query
+// rows, dk and dv by key rows, so no score matrix is stored and nothing is written twice.
+
+constexpr int kHeadSlots = SAPIPE_NN_MAX_HEAD_DIM / kWarp;
+
+__device__ __forceinline__ float warp_allsum(float x) {
+  for (int d = kWarp / 2; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+struct AttnShape {
+  size_t batch, seq, heads, dim;
+  __device__ size_t rows() const { return batch * heads * seq; }
+  __device__ size_t at(size_t b, size_t h, size_t i) const { return (b * seq + i) * heads * dim + h * dim; }
+};
+
+// Loads a row's values held by this lane (0 past head_dim).
+__device__ __forceinline__ void load_row(float (&r)[kHeadSlots], const float* p, size_t dim, int lane) {
+#pragma unroll
+  for (int c = 0; c < kHeadSlots; ++c) {
+    const size_t d = lane + static_cast<size_t>(c) * kWarp;
+    r[c] = d < dim ? p[d] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ float row_dot(const float (&r)[kHeadSlots], const float* p, size_t dim, int lane) {
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kHeadSlots; ++c) {
+    const size_t d = lane + static_cast<size_t>(c) * kWarp;
+    if (d < dim) s += r[c] * p[d];
+  }
+  return warp_allsum(s);
+}
+
+#define SAPIPE_WARP_ROWS(r, rows)                                                                                   \
+  for (size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < (rows); \
+       r += static_cast<size_t>(gridDim.x) * kRowsPerBlock)
+
+__global__ void attention_kernel(float* o, float* lse, const float* q, const float* k, const float* v, AttnShape a, float scale) {
+  const int lane = threadIdx.x % kWarp;
+  SAPIPE_WARP_ROWS(r, a.rows()) {
+    const size_t b = r / (a.heads * a.seq), h = (r / a.seq) % a.heads, i = r % a.seq;
+    float qr[kHeadSlots], acc[kHeadSlots] = {};
+    load_row(qr, q + a.at(b, h, i), a.dim, lane);
+    float m = -INFINITY, l = 0.0f;
+    for (size_t j = 0; j <= i; ++j) {
+      const size_t kj = a.at(b, h, j);
+      const float sc = scale * row_dot(qr, k + kj, a.dim, lane);
+      float c, p;
+      online_softmax_step(sc, &m, &l, &c, &p);
+#pragma unroll
+      for (int s = 0; s < kHeadSlots; ++s) {
+        const size_t d = lane + static_cast<size_t>(s) * kWarp;
+        if (d < a.dim) acc[s] = acc[s] * c + p * v[kj + d];
+      }
+    }
+    float* oi = o + a.at(b, h, i);
+#pragma unroll
+    for (int s = 0; s < kHeadSlots; ++s) {
+      const size_t d = lane + static_cast<size_t>(s) * kWarp;
+      if (d < a.dim) oi[d] = acc[s] / l;
+    }
+    if (lane == 0) lse[r] = m + logf(l);
+  }
+}
+
+__global__ void attention_dq_kernel(float* dq, const float* dout, const float* q, const float* k, const float* v, const float* o,
+                                    const float* lse, AttnShape a, float scale) {
+  const int lane = threadIdx.x % kWarp;
+  SAPIPE_WARP_ROWS(r, a.rows()) {
+    const size_t b = r / (a.heads * a.seq), h = (r / a.seq) % a.heads, i = r % a.seq, qi = a.at(b, h, i);
+    float qr[kHeadSlots], dor[kHeadSlots], acc[kHeadSlots] = {};
+    load_row(qr, q + qi, a.dim, lane);
+    load_row(dor, dout + qi, a.dim, lane);
+    const float d_row = row_dot(dor, o + qi, a.dim, lane), li = lse[r];
+    for (size_t j = 0; j <= i; ++j) {
+      const size_t kj = a.at(b, h, j);
+      const float p = expf(scale * row_dot(qr, k + kj, a.dim, lane) - li);
+      const float ds = attention_ds_element(p, row_dot(dor, v + kj, a.dim, lane), d_row);
+#pragma unroll
+      for (int s = 0; s < kHeadSlots; ++s) {
+        const size_t d = lane + static_cast<size_t>(s) * kWarp;
+        if (d < a.dim) acc[s] += ds * k[kj + d];
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kHeadSlots; ++s) {
+      const size_t d = lane + static_cast<size_t>(s) * kWarp;
+      if (d < a.dim) dq[qi + d] = scale * acc[s];
+    }
+  }
+}
+
+__global__ void attention_dkdv_kernel(float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                      const float* o, const float* lse, AttnShape a, float scale) {
+  const int lane = threadIdx.x % kWarp;
+  SAPIPE_WARP_ROWS(r, a.rows()) {
+    const size_t b = r / (a.heads * a.seq), h = (r / a.seq) % a.heads, j = r % a.seq, kj = a.at(b, h, j);
+    float kr[kHeadSlots], vr[kHeadSlots], dka[kHeadSlots] = {}, dva[kHeadSlots] = {};
+    load_row(kr, k + kj, a.dim, lane);
+    load_row(vr, v + kj, a.dim, lane);
+    for (size_t i = j; i < a.seq; ++i) {
+      const size_t qi = a.at(b, h, i);
+      const float p = expf(scale * row_dot(kr, q + qi, a.dim, lane) - lse[(b * a.heads + h) * a.seq + i]);
+      float dor[kHeadSlots];
+      load_row(dor, dout + qi, a.dim, lane);
+      const float ds = attention_ds_element(p, row_dot(vr, dout + qi, a.dim, lane), row_dot(dor, o + qi, a.dim, lane));
+#pragma unroll
+      for (int s = 0; s < kHeadSlots; ++s) {
+        const size_t d = lane + static_cast<size_t>(s) * kWarp;
+        if (d < a.dim) dka[s] += ds * q[qi + d], dva[s] += p * dor[s];
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kHeadSlots; ++s) {
+      const size_t d = lane + static_cast<size_t>(s) * kWarp;
+      if (d < a.dim) dk[kj + d] = scale * dka[s], dv[kj + d] = dva[s];
+    }
+  }
+}
+
 unsigned int row_grid(size_t rows) {
   const size_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t cap = grid_for(rows * kWarp);
@@ -430,10 +555,44 @@ sapipe_status c_dropout(float* y, const float* x, size_t count, float p, uint64_
   });
 }
 
+bool attention_args_ok(size_t head_dim, float scale) { return head_dim >= 1 && head_dim <= SAPIPE_NN_MAX_HEAD_DIM && isfinite(scale); }
+
+sapipe_status c_attention(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq, size_t heads,
+                          size_t head_dim, float scale, void* stream) {
+  return guarded("attention", [&] {
+    const size_t rows = batch * heads * seq;
+    if (rows == 0) return SAPIPE_OK;
+    if (o == nullptr || lse == nullptr || q == nullptr || k == nullptr || v == nullptr) return invalid("attention: null pointer");
+    if (!attention_args_ok(head_dim, scale))
+      return invalid("attention: head_dim must be in [1, " + std::to_string(SAPIPE_NN_MAX_HEAD_DIM) + "] and scale finite");
+    attention_kernel<<<row_grid(rows), kThreads, 0, as_stream(stream)>>>(o, lse, q, k, v, AttnShape{batch, seq, heads, head_dim}, scale);
+    return check_launch("attention kernel");
+  });
+}
+
+sapipe_status c_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                   const float* o, const float* lse, size_t batch, size_t seq, size_t heads, size_t head_dim, float scale,
+                                   void* stream) {
+  return guarded("attentionBackward", [&] {
+    const size_t rows = batch * heads * seq;
+    if (rows == 0) return SAPIPE_OK;
+    if (dq == nullptr || dk == nullptr || dv == nullptr || dout == nullptr || q == nullptr || k == nullptr || v == nullptr ||
+        o == nullptr || lse == nullptr)
+      return invalid("attentionBackward: null pointer");
+    if (!attention_args_ok(head_dim, scale))
+      return invalid("attentionBackward: head_dim must be in [1, " + std::to_string(SAPIPE_NN_MAX_HEAD_DIM) + "] and scale finite");
+    const AttnShape a{batch, seq, heads, head_dim};
+    attention_dq_kernel<<<row_grid(rows), kThreads, 0, as_stream(stream)>>>(dq, dout, q, k, v, o, lse, a, scale);
+    if (sapipe_status s = check_launch("attentionBackward dq kernel"); s != SAPIPE_OK) return s;
+    attention_dkdv_kernel<<<row_grid(rows), kThreads, 0, as_stream(stream)>>>(dk, dv, dout, q, k, v, o, lse, a, scale);
+    return check_launch("attentionBackward dk dv kernel");
+  });
+}
+
 const sapipe_nn_ops kCudaNnOps = {
     sizeof(sapipe_nn_ops), c_gemm,          c_bias_add, c_bias_grad,         c_relu,        c_relu_backward,
     c_softmax_xent,        c_gelu,          c_gelu_backward, c_add,          c_layer_norm,  c_layer_norm_backward,
-    c_embedding,           c_embedding_backward, c_dropout,
+    c_embedding,           c_embedding_backward, c_dropout, c_attention, c_attention_backward,
 };
 
 }  // namespace

@@ -184,6 +184,53 @@ void check_model_operations(Checks& t) {
     t.expect(same, "dropout_element equals the CPU dropout exactly");
     t.expect(kept > 600 && kept < 800, "dropout keeps about 1 - p of 1001 values (" + std::to_string(kept) + ")");
   }
+  // Attention: each row's online softmax in float with online_softmax_step, one key at a time
+  // as a warp runs it, against the CPU's (double accumulators); the backward's dq from
+  // attention_ds_element against the CPU's.
+  {
+    const size_t batch = 2, seq = 9, heads = 3, dim = 37, width = heads * dim, n = batch * seq * width;
+    std::vector<float> q(n), k(n), v(n), o(n), lse(batch * heads * seq), dout(n), dq(n), dk(n), dv(n);
+    for (auto* vec : {&q, &k, &v, &dout})
+      for (float& e : *vec) e = normal(gen) / 3.0f;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    cpu->attention(o.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq, heads, dim, scale, nullptr);
+    cpu->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), batch, seq,
+                            heads, dim, scale, nullptr);
+    const auto at = [&](size_t b, size_t h, size_t i) { return (b * seq + i) * width + h * dim; };
+    const auto fdot = [&](const float* a, const float* b) {
+      float s = 0.0f;
+      for (size_t d = 0; d < dim; ++d) s += a[d] * b[d];
+      return s;
+    };
+    double worst = 0.0;
+    for (size_t b = 0; b < batch; ++b)
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t i = 0; i < seq; ++i) {
+          float m = -INFINITY, l = 0.0f;
+          std::vector<float> acc(dim, 0.0f), gq(dim, 0.0f);
+          for (size_t j = 0; j <= i; ++j) {
+            float c, p;
+            cuda::online_softmax_step(scale * fdot(&q[at(b, h, i)], &k[at(b, h, j)]), &m, &l, &c, &p);
+            for (size_t d = 0; d < dim; ++d) acc[d] = acc[d] * c + p * v[at(b, h, j) + d];
+          }
+          const float li = m + logf(l), cpu_lse = lse[(b * heads + h) * seq + i];
+          worst = std::fmax(worst, std::fabs(li - cpu_lse) / (1e-5 + 1e-5 * std::fabs(cpu_lse)));
+          const float d_row = fdot(&dout[at(b, h, i)], &o[at(b, h, i)]);
+          for (size_t j = 0; j <= i; ++j) {
+            const float p = expf(scale * fdot(&q[at(b, h, i)], &k[at(b, h, j)]) - cpu_lse);
+            const float ds = cuda::attention_ds_element(p, fdot(&dout[at(b, h, i)], &v[at(b, h, j)]), d_row);
+            for (size_t d = 0; d < dim; ++d) gq[d] += ds * k[at(b, h, j) + d];
+          }
+          for (size_t d = 0; d < dim; ++d) {
+            const float want = o[at(b, h, i) + d], got = acc[d] / l;
+            worst = std::fmax(worst, std::fabs(got - want) / (1e-5 + 1e-5 * std::fabs(want)));
+            const float gwant = dq[at(b, h, i) + d], ggot = scale * gq[d];
+            worst = std::fmax(worst, std::fabs(ggot - gwant) / (1e-5 + 1e-4 * std::fabs(gwant)));
+          }
+        }
+    t.expect(worst <= 1.0, "attention: the online softmax and the score gradient in float agree with the CPU (worst " +
+                               std::to_string(worst) + " of 1e-5 + 1e-5 relative, dq 1e-4 relative)");
+  }
   t.expect(cuda::token_is_valid(3.0f, 4) && !cuda::token_is_valid(4.0f, 4) && !cuda::token_is_valid(1.5f, 4) &&
                !cuda::token_is_valid(-1.0f, 4) && !cuda::token_is_valid(std::numeric_limits<float>::quiet_NaN(), 4),
            "token_is_valid takes the integers below vocab only");

@@ -94,7 +94,25 @@ typedef struct sapipe_nn_ops {
    * sapipe_dropout_uniform(seed, offset + i) >= p (see below), y[i] = kept ? x[i] / (1 - p) : 0.
    * The same call on dy with the same (seed, offset, p) is the backward. 0 <= p < 1; y may be x. */
   sapipe_status (*dropout)(float* y, const float* x, size_t count, float p, uint64_t seed, uint64_t offset, void* stream);
+  /* Causal multi-head self-attention. q, k, v and o are [batch, seq, heads * head_dim], head h
+   * in columns [h head_dim, (h + 1) head_dim); lse is [batch, heads, seq]. For each batch, head and
+   * query i, over the keys j <= i: s_ij = scale (q_i . k_j), o_i = sum_j exp(s_ij - lse_i) v_j and
+   * lse_i = log sum_j exp(s_ij), saved for the backward. The score matrix is not stored: each row
+   * runs an online softmax (a running max and sum, the partial output rescaled when the max
+   * grows). 1 <= head_dim <= SAPIPE_NN_MAX_HEAD_DIM; o and lse must not overlap q, k or v. */
+  sapipe_status (*attention)(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq,
+                             size_t heads, size_t head_dim, float scale, void* stream);
+  /* Its backward from the forward's o and lse, recomputing each p_ij = exp(s_ij - lse_i): with
+   * D_i = dout_i . o_i and ds_ij = p_ij (dout_i . v_j - D_i), dq_i = scale sum_{j<=i} ds_ij k_j,
+   * dk_j = scale sum_{i>=j} ds_ij q_i, dv_j = sum_{i>=j} p_ij dout_i (each overwritten). The
+   * gradients must not overlap any input. */
+  sapipe_status (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                      const float* v, const float* o, const float* lse, size_t batch, size_t seq, size_t heads,
+                                      size_t head_dim, float scale, void* stream);
 } sapipe_nn_ops;
+
+/* The largest head_dim the attention entries take (a device keeps a row in a warp's registers). */
+#define SAPIPE_NN_MAX_HEAD_DIM 256
 
 #ifdef __CUDACC__
 #define SAPIPE_NN_INLINE static __host__ __device__ __forceinline__
