@@ -268,6 +268,48 @@ export interface NativeAddon {
     accumulate: boolean,
   ): void;
   nnDropout(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number, p: number, seed: number, offset: number): void;
+  nnAttention(
+    o: OperandHandle,
+    oOffset: number,
+    lse: OperandHandle,
+    lseOffset: number,
+    q: OperandHandle,
+    qOffset: number,
+    k: OperandHandle,
+    kOffset: number,
+    v: OperandHandle,
+    vOffset: number,
+    batch: number,
+    seq: number,
+    heads: number,
+    headDim: number,
+    scale: number,
+  ): void;
+  nnAttentionBackward(
+    dq: OperandHandle,
+    dqOffset: number,
+    dk: OperandHandle,
+    dkOffset: number,
+    dv: OperandHandle,
+    dvOffset: number,
+    dout: OperandHandle,
+    doutOffset: number,
+    q: OperandHandle,
+    qOffset: number,
+    k: OperandHandle,
+    kOffset: number,
+    v: OperandHandle,
+    vOffset: number,
+    o: OperandHandle,
+    oOffset: number,
+    lse: OperandHandle,
+    lseOffset: number,
+    batch: number,
+    seq: number,
+    heads: number,
+    headDim: number,
+    scale: number,
+  ): void;
   /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */
   measureClockGhz(): number;
 }

@@ -2,6 +2,8 @@
 export { sgemm, type GemmOptions } from './gemm.js';
 export {
   add,
+  attention,
+  attentionGrad,
   biasAdd,
   biasGrad,
   dropout,
@@ -15,6 +17,10 @@ export {
   relu,
   reluGrad,
   softmaxXent,
+  MAX_HEAD_DIM,
+  type AttentionGrads,
+  type AttentionOutputs,
+  type AttentionShape,
   type Device,
   type DropoutOptions,
   type EmbeddingGrads,

@@ -17,7 +17,7 @@
  */
 import { parseDevice } from '../backends/cuda.js';
 import { DeviceBuffer, type CudaDevice } from '../device.js';
-import { InvalidArgumentError } from '../errors.js';
+import { AliasingError, InvalidArgumentError } from '../errors.js';
 import { callNative, nativeAddon, type OperandHandle } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
 import { describeValue } from '../validate.js';
@@ -299,6 +299,125 @@ export function dropout(y: TensorView, x: TensorView, count: number, options: Dr
   checkCount('dropout', 'seed', seed);
   checkCount('dropout', 'offset', offset);
   callNative(() => nativeAddon().nnDropout(hy, offsetOf(y), hx, offsetOf(x), count, p, seed, offset));
+}
+
+/** The shape of {@link attention}: `batch` sequences of `seq` positions, `heads` heads of `headDim` values (1 to 256). @category Models */
+export interface AttentionShape {
+  batch: number;
+  seq: number;
+  heads: number;
+  headDim: number;
+}
+
+/** The largest head dimension the attention takes (a device keeps a row in one warp's registers). @category Models */
+export const MAX_HEAD_DIM = 256;
+
+function checkAttention(op: string, shape: AttentionShape, scale: number | undefined): number {
+  if (shape === null || typeof shape !== 'object') throw new InvalidArgumentError(`${op}: shape must be { batch, seq, heads, headDim }`);
+  for (const key of ['batch', 'seq', 'heads', 'headDim'] as const) checkCount(op, `shape.${key}`, shape[key]);
+  if (shape.headDim < 1 || shape.headDim > MAX_HEAD_DIM)
+    throw new InvalidArgumentError(`${op}: shape.headDim must be in [1, ${MAX_HEAD_DIM}], got ${shape.headDim}; split the model width over more heads`);
+  const s = scale ?? 1 / Math.sqrt(shape.headDim);
+  if (typeof s !== 'number' || !Number.isFinite(s)) throw new InvalidArgumentError(`${op}: scale must be a finite number (default 1 / sqrt(headDim)), got ${describeValue(scale)}`);
+  return s;
+}
+
+/** Refuses outputs that overlap inputs in the same buffer (the kernels read the inputs while writing). */
+function checkDisjoint(op: string, outputs: [string, TensorView, number][], inputs: [string, TensorView, number][]): void {
+  for (const [on, ov, olen] of outputs)
+    for (const [inName, iv, ilen] of [...inputs, ...outputs.filter(([n]) => n !== on)]) {
+      if (ov.buffer !== iv.buffer || olen === 0 || ilen === 0) continue;
+      const [a, b] = [offsetOf(ov), offsetOf(iv)];
+      if (a < b + ilen && b < a + olen) throw new AliasingError(`${op}: ${on} overlaps ${inName}; give it its own tensor (or a disjoint range of the buffer)`);
+    }
+}
+
+/** The outputs of {@link attention}: o [batch, seq, heads * headDim] and the per-row logsumexp lse [batch, heads, seq] its backward reads. @category Models */
+export interface AttentionOutputs {
+  o: TensorView;
+  lse: TensorView;
+}
+
+/**
+ * Causal multi-head self-attention over q, k, v laid out [batch, seq, heads * headDim] (head h in
+ * columns h headDim to (h + 1) headDim): for query i and keys j <= i, s_ij = scale q_i . k_j,
+ * o_i = softmax_j(s_i) v, and lse_i = log sum_j exp(s_ij) saved for {@link attentionGrad}. The
+ * softmax runs online (flash-attention style), so the score matrix is never stored. `scale`
+ * defaults to 1 / sqrt(headDim); o and lse must not overlap q, k or v. @category Models
+ */
+export function attention(out: AttentionOutputs, q: TensorView, k: TensorView, v: TensorView, shape: AttentionShape, scale?: number): void {
+  if (out === null || typeof out !== 'object') throw new InvalidArgumentError('attention: out must be { o, lse }');
+  const [ho, hl] = [handleOf(out.o, 'attention: out.o'), handleOf(out.lse, 'attention: out.lse')];
+  const [hq, hk, hv] = [handleOf(q, 'attention: q'), handleOf(k, 'attention: k'), handleOf(v, 'attention: v')];
+  const s = checkAttention('attention', shape, scale);
+  const { batch, seq, heads, headDim } = shape;
+  const [n, rows] = [batch * seq * heads * headDim, batch * heads * seq];
+  checkDisjoint('attention', [['out.o', out.o, n], ['out.lse', out.lse, rows]], [['q', q, n], ['k', k, n], ['v', v, n]]);
+  callNative(() => nativeAddon().nnAttention(ho, offsetOf(out.o), hl, offsetOf(out.lse), hq, offsetOf(q), hk, offsetOf(k), hv, offsetOf(v), batch, seq, heads, headDim, s));
+}
+
+/** The gradients {@link attentionGrad} writes (each overwritten), laid out like q, k and v. @category Models */
+export interface AttentionGrads {
+  dq: TensorView;
+  dk: TensorView;
+  dv: TensorView;
+}
+
+/**
+ * The attention's backward from dout and the forward's inputs, o and lse: recomputes each score
+ * from lse (nothing of size seq x seq is stored) and writes dq, dk and dv, which must not overlap
+ * any input or each other. `scale` must be the forward's. @category Models
+ */
+export function attentionGrad(
+  grads: AttentionGrads,
+  dout: TensorView,
+  q: TensorView,
+  k: TensorView,
+  v: TensorView,
+  saved: AttentionOutputs,
+  shape: AttentionShape,
+  scale?: number,
+): void {
+  if (grads === null || typeof grads !== 'object') throw new InvalidArgumentError('attentionGrad: grads must be { dq, dk, dv }');
+  if (saved === null || typeof saved !== 'object') throw new InvalidArgumentError('attentionGrad: saved must be { o, lse } from attention');
+  const [hdq, hdk, hdv] = [handleOf(grads.dq, 'attentionGrad: grads.dq'), handleOf(grads.dk, 'attentionGrad: grads.dk'), handleOf(grads.dv, 'attentionGrad: grads.dv')];
+  const [hdo, hq, hk, hv] = [handleOf(dout, 'attentionGrad: dout'), handleOf(q, 'attentionGrad: q'), handleOf(k, 'attentionGrad: k'), handleOf(v, 'attentionGrad: v')];
+  const [ho, hl] = [handleOf(saved.o, 'attentionGrad: saved.o'), handleOf(saved.lse, 'attentionGrad: saved.lse')];
+  const s = checkAttention('attentionGrad', shape, scale);
+  const { batch, seq, heads, headDim } = shape;
+  const [n, rows] = [batch * seq * heads * headDim, batch * heads * seq];
+  checkDisjoint(
+    'attentionGrad',
+    [['grads.dq', grads.dq, n], ['grads.dk', grads.dk, n], ['grads.dv', grads.dv, n]],
+    [['dout', dout, n], ['q', q, n], ['k', k, n], ['v', v, n], ['saved.o', saved.o, n], ['saved.lse', saved.lse, rows]],
+  );
+  callNative(() =>
+    nativeAddon().nnAttentionBackward(
+      hdq,
+      offsetOf(grads.dq),
+      hdk,
+      offsetOf(grads.dk),
+      hdv,
+      offsetOf(grads.dv),
+      hdo,
+      offsetOf(dout),
+      hq,
+      offsetOf(q),
+      hk,
+      offsetOf(k),
+      hv,
+      offsetOf(v),
+      ho,
+      offsetOf(saved.o),
+      hl,
+      offsetOf(saved.lse),
+      batch,
+      seq,
+      heads,
+      headDim,
+      s,
+    ),
+  );
 }
 
 /**

@@ -104,6 +104,11 @@ deviceTest('every layer operation on the device equals the CPU table (GELU, add,
   t.same(text(dev.dropout), text(cpu.dropout), 'dropout exactly (the same mask)');
   t.same(text(dev.dropoutInPlace), text(cpu.dropoutInPlace), 'dropout in place exactly');
   t.same(text(dev.dropoutShifted), text(cpu.dropoutShifted), 'dropout from an offset exactly');
+  // Attention: float dot products and an online softmax on a device, double accumulators on the CPU.
+  dev.attention.forEach((d, i) => {
+    const c = cpu.attention[i]!;
+    for (const key of ['o', 'lse', 'dq', 'dk', 'dv'] as const) near(d[key], c[key], 1e-5, 1e-4, `attention case ${i}: ${key}`);
+  });
 });
 
 deviceTest('host and device operands in one operation: ERR_INVALID_ARGUMENT naming both, nothing run', async (t) => {

@@ -5,7 +5,7 @@
  * CPU's are checked against test/reference/nn-layers.ts (test/nn/layers.test.ts), a device's
  * against the CPU's (test/cuda/model-ops.test.ts).
  */
-import { add, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
 import { random, reluInput } from './model-ops.js';
 import { rng } from './random.js';
 
@@ -15,6 +15,17 @@ export const layerNormCase = { rows: 37, cols: 67, eps: 1e-5 };
 /** Token 2 of the first sequence is not a token number (a NaN row, no gradient). */
 export const embeddingCase = { batch: 3, seq: 13, vocab: 11, dim: 29 };
 export const dropoutCase = { count: 1001, p: 0.3, seed: 2024, offset: 17 };
+/** Odd sizes; a head of fewer values than a warp's lanes, and one of more than two rounds of them. */
+export const attentionCases = [
+  { batch: 2, seq: 13, heads: 3, headDim: 19 },
+  { batch: 1, seq: 6, heads: 2, headDim: 67 },
+];
+
+export const attentionInputs = (i: number) => {
+  const { batch, seq, heads, headDim } = attentionCases[i]!;
+  const n = batch * seq * heads * headDim;
+  return { q: random(n, 110 + i), k: random(n, 120 + i), v: random(n, 130 + i), dout: random(n, 140 + i) };
+};
 
 /** Inputs of the layer norm: rows with a common offset (mean far from 0) so the centring matters. */
 export const layerNormInputs = () => {
@@ -58,6 +69,7 @@ export interface LayerOutputs {
   dropout: Float32Array;
   dropoutInPlace: Float32Array;
   dropoutShifted: Float32Array;
+  attention: { o: Float32Array; lse: Float32Array; dq: Float32Array; dk: Float32Array; dv: Float32Array }[];
 }
 
 export function runLayerOps(device: Device): LayerOutputs {
@@ -126,7 +138,20 @@ export function runLayerOps(device: Device): LayerOutputs {
     const shifted = zeros(d.count - half);
     dropout(v(shifted), { buffer: dx, offset: at + half }, d.count - half, { ...d, offset: d.offset + half });
 
+    const attn = attentionCases.map((shape, i) => {
+      const ai = attentionInputs(i);
+      const size = ai.q.length;
+      const rowsCount = shape.batch * shape.heads * shape.seq;
+      const [q, k, vv, dout] = [put(ai.q), put(ai.k), put(ai.v), put(ai.dout)];
+      const [o, lse] = [zeros(size), zeros(rowsCount)];
+      attention({ o: v(o), lse: v(lse) }, v(q), v(k), v(vv), shape);
+      const [dq, dk, dv] = [put(random(size, 150)), put(random(size, 151)), put(random(size, 152))];
+      attentionGrad({ dq: v(dq), dk: v(dk), dv: v(dv) }, v(dout), v(q), v(k), v(vv), { o: v(o), lse: v(lse) }, shape);
+      return { o: get(o, size), lse: get(lse, rowsCount), dq: get(dq, size), dk: get(dk, size), dv: get(dv, size) };
+    });
+
     return {
+      attention: attn,
       gelu: get(gy, n),
       geluInPlace: get(gIn, n),
       geluGrad: get(gdy, n),

@@ -8,13 +8,15 @@
 import t, { type Test } from 'tap';
 
 import { SapipeError } from '../../dist/errors.js';
-import { add, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
 import { FlatBuffer } from '../../dist/tensor.js';
-import { addCount, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
+import { addCount, attentionCases, attentionInputs, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
 import { random, reluInput } from '../helpers/model-ops.js';
 import { worstError } from '../helpers/random.js';
 import {
   addReference,
+  attentionGradReference,
+  attentionReference,
   dropoutReference,
   dropoutUniformReference,
   embeddingGradReference,
@@ -139,6 +141,33 @@ t.test('dropout: the reference mask from (seed, offset), kept values scaled (2.5
   src.dispose();
 });
 
+t.test('causal self-attention forward (o, lse) and backward (dq, dk, dv) against the reference (1e-6 + 1e-5 relative); the backward against finite differences', async (t) => {
+  attentionCases.forEach((shape, i) => {
+    const { q, k, v, dout } = attentionInputs(i);
+    const scale = 1 / Math.sqrt(shape.headDim);
+    const ref = attentionReference(q, k, v, shape, scale);
+    const got = out.attention[i]!;
+    const name = `${shape.batch}x${shape.seq}, ${shape.heads} heads of ${shape.headDim}`;
+    close(t, got.o, ref.o, 1e-6, 1e-5, `${name}: o`);
+    close(t, got.lse, ref.lse, 1e-6, 1e-5, `${name}: lse`);
+    const g = attentionGradReference(dout, q, k, v, shape, scale);
+    close(t, got.dq, g.dq, 1e-6, 1e-5, `${name}: dq`);
+    close(t, got.dk, g.dk, 1e-6, 1e-5, `${name}: dk`);
+    close(t, got.dv, g.dv, 1e-6, 1e-5, `${name}: dv`);
+  });
+  const shape = { batch: 2, seq: 4, heads: 2, headDim: 3 };
+  const n = shape.batch * shape.seq * shape.heads * shape.headDim;
+  const [q, k, v, w] = [f64(random(n, 160)), f64(random(n, 161)), f64(random(n, 162)), f64(random(n, 163))];
+  const scale = 0.7;
+  const an = attentionGradReference(w, q, k, v, shape, scale);
+  fdCheck(t, an.dq, finiteDifferences(q, w, (x) => attentionReference(x, k, v, shape, scale).o), 'attention dq');
+  fdCheck(t, an.dk, finiteDifferences(k, w, (x) => attentionReference(q, x, v, shape, scale).o), 'attention dk');
+  fdCheck(t, an.dv, finiteDifferences(v, w, (x) => attentionReference(q, k, x, shape, scale).o), 'attention dv');
+  // The first query attends to itself only: its output is v_0 exactly, whatever the scores.
+  const o = attentionReference(q, k, v, shape, scale).o;
+  t.same(Array.from(o.subarray(0, 3)), Array.from(v.subarray(0, 3)), 'causal: query 0 sees key 0 only');
+});
+
 t.test('bad arguments are typed errors that say what to pass, before anything runs', async (t) => {
   const code = (fn: () => void): string => {
     try {
@@ -161,5 +190,16 @@ t.test('bad arguments are typed errors that say what to pass, before anything ru
   t.match(code(() => dropout({ buffer: a }, { buffer: a }, 12, { p: 1, seed: 1 })), /^ERR_INVALID_ARGUMENT: dropout: p must be in \[0, 1\)/, 'p = 1');
   t.match(code(() => dropout({ buffer: a }, { buffer: a }, 12, { p: 0.5, seed: -1 })), /^ERR_INVALID_ARGUMENT: dropout: seed must be a non-negative integer/, 'a negative seed');
   t.match(code(() => dropout({ buffer: a }, { buffer: new Float32Array(3) as never }, 3, { p: 0.5, seed: 1 })), /^ERR_INVALID_ARGUMENT: dropout: x.buffer must be a FlatBuffer or a DeviceBuffer/, 'not a tensor');
+  const shape = { batch: 1, seq: 2, heads: 2, headDim: 3 };
+  const att = { o: { buffer: a }, lse: { buffer: b } };
+  t.match(code(() => attention(att, { buffer: c }, { buffer: c }, { buffer: c }, { ...shape, headDim: 257 })), /^ERR_INVALID_ARGUMENT: attention: shape.headDim must be in \[1, 256\]/, 'a head of 257');
+  t.match(code(() => attention(att, { buffer: c }, { buffer: c }, { buffer: c }, shape, Number.NaN)), /^ERR_INVALID_ARGUMENT: attention: scale must be a finite number/, 'a NaN scale');
+  t.match(code(() => attention(att, { buffer: a }, { buffer: a }, { buffer: a }, shape)), /^ERR_ALIASING: attention: out.o overlaps q/, 'o over q');
+  t.match(code(() => attention(att, { buffer: c }, { buffer: c }, { buffer: c }, shape)), /^ERR_SIZE_MISMATCH: nnAttention: q needs 12/, 'q too short');
+  t.match(
+    code(() => attentionGrad({ dq: { buffer: a }, dk: { buffer: a }, dv: { buffer: a } }, { buffer: c }, { buffer: c }, { buffer: c }, { buffer: c }, att, shape)),
+    /^ERR_ALIASING: attentionGrad: grads.dq overlaps/,
+    'gradients over each other',
+  );
   for (const buffer of [a, b, c]) buffer.dispose();
 });

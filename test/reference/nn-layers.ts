@@ -156,3 +156,90 @@ export function finiteDifferences(x: Float64Array, w: ArrayLike<number>, f: (x: 
     return (loss(up) - loss(down)) / (2 * h);
   });
 }
+
+/** The attention's shape: q, k, v, o are [batch, seq, heads * dim], lse [batch, heads, seq]. */
+export interface AttentionShapeRef {
+  batch: number;
+  seq: number;
+  heads: number;
+  headDim: number;
+}
+
+/** Causal multi-head self-attention, the score row materialised: o and the per-row logsumexp. */
+export function attentionReference(
+  q: ArrayLike<number>,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  shape: AttentionShapeRef,
+  scale: number,
+): { o: Float64Array; lse: Float64Array } {
+  const { batch, seq, heads, headDim: dim } = shape;
+  const width = heads * dim;
+  const at = (b: number, h: number, i: number): number => (b * seq + i) * width + h * dim;
+  const o = new Float64Array(batch * seq * width);
+  const lse = new Float64Array(batch * heads * seq);
+  for (let b = 0; b < batch; b++)
+    for (let h = 0; h < heads; h++)
+      for (let i = 0; i < seq; i++) {
+        const scores: number[] = [];
+        for (let j = 0; j <= i; j++) {
+          let s = 0;
+          for (let d = 0; d < dim; d++) s += q[at(b, h, i) + d]! * k[at(b, h, j) + d]!;
+          scores.push(scale * s);
+        }
+        const max = Math.max(...scores);
+        const total = scores.reduce((s, x) => s + Math.exp(x - max), 0);
+        lse[(b * heads + h) * seq + i] = max + Math.log(total);
+        for (let j = 0; j <= i; j++) {
+          const p = Math.exp(scores[j]! - max) / total;
+          for (let d = 0; d < dim; d++) o[at(b, h, i) + d]! += p * v[at(b, h, j) + d]!;
+        }
+      }
+  return { o, lse };
+}
+
+/**
+ * The attention's gradients by the chain rule through the materialised softmax: dP = dout V^T,
+ * dS = P * (dP - rowsum(dP * P)), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dout.
+ */
+export function attentionGradReference(
+  dout: ArrayLike<number>,
+  q: ArrayLike<number>,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  shape: AttentionShapeRef,
+  scale: number,
+): { dq: Float64Array; dk: Float64Array; dv: Float64Array } {
+  const { batch, seq, heads, headDim: dim } = shape;
+  const width = heads * dim;
+  const at = (b: number, h: number, i: number): number => (b * seq + i) * width + h * dim;
+  const n = batch * seq * width;
+  const [dq, dk, dv] = [new Float64Array(n), new Float64Array(n), new Float64Array(n)];
+  const { lse } = attentionReference(q, k, v, shape, scale);
+  for (let b = 0; b < batch; b++)
+    for (let h = 0; h < heads; h++)
+      for (let i = 0; i < seq; i++) {
+        const p: number[] = [];
+        const dp: number[] = [];
+        for (let j = 0; j <= i; j++) {
+          let s = 0;
+          let g = 0;
+          for (let d = 0; d < dim; d++) {
+            s += q[at(b, h, i) + d]! * k[at(b, h, j) + d]!;
+            g += dout[at(b, h, i) + d]! * v[at(b, h, j) + d]!;
+          }
+          p.push(Math.exp(scale * s - lse[(b * heads + h) * seq + i]!));
+          dp.push(g);
+        }
+        const rowsum = p.reduce((s, pj, j) => s + pj * dp[j]!, 0);
+        for (let j = 0; j <= i; j++) {
+          const ds = p[j]! * (dp[j]! - rowsum);
+          for (let d = 0; d < dim; d++) {
+            dq[at(b, h, i) + d]! += scale * ds * k[at(b, h, j) + d]!;
+            dk[at(b, h, j) + d]! += scale * ds * q[at(b, h, i) + d]!;
+            dv[at(b, h, j) + d]! += p[j]! * dout[at(b, h, i) + d]!;
+          }
+        }
+      }
+  return { dq, dk, dv };
+}
