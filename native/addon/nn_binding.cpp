@@ -27,6 +27,10 @@
 //   nnAttention(o, oOffset, lse, lseOffset, q, qOffset, k, kOffset, v, vOffset, batch, seq, heads, headDim, scale)
 //   nnAttentionBackward(dq, dqOffset, dk, dkOffset, dv, dvOffset, dout, doutOffset, q, qOffset, k, kOffset,
 //                       v, vOffset, o, oOffset, lse, lseOffset, batch, seq, heads, headDim, scale)
+//   nnConv2d(y, yOffset, x, xOffset, w, wOffset, bias | null, biasOffset, shape)
+//   nnConv2dBackward(dx | null, dxOffset, dw, dwOffset, db | null, dbOffset, dy, dyOffset, x, xOffset,
+//                    w, wOffset, shape, accumulate)
+//     shape: { batch, inChannels, height, width, outChannels, kernelH, kernelW, strideH, strideW, padH, padW }
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -378,6 +382,58 @@ Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// A convolution's shape from its JS object, with the output size; refused when no output fits.
+sapipe_nn_conv2d_shape conv_shape_arg(Napi::Env env, const Napi::Value& v, const char* op, size_t* out_h, size_t* out_w) {
+  Napi::Object o = expect_object(env, v, (std::string(op) + " shape").c_str());
+  sapipe_nn_conv2d_shape s{};
+  s.batch = get_index(o, "batch", 0), s.in_channels = get_index(o, "inChannels", 0);
+  s.height = get_index(o, "height", 0), s.width = get_index(o, "width", 0);
+  s.out_channels = get_index(o, "outChannels", 0), s.kernel_h = get_index(o, "kernelH", 0), s.kernel_w = get_index(o, "kernelW", 0);
+  s.stride_h = get_index(o, "strideH", 1), s.stride_w = get_index(o, "strideW", 1);
+  s.pad_h = get_index(o, "padH", 0), s.pad_w = get_index(o, "padW", 0);
+  constexpr size_t kMax = size_t{1} << 31;
+  for (size_t x : {s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w})
+    if (x > kMax) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": every shape field must be at most 2^31");
+  *out_h = sapipe_nn_conv_out(s.height, s.kernel_h, s.stride_h, s.pad_h);
+  *out_w = sapipe_nn_conv_out(s.width, s.kernel_w, s.stride_w, s.pad_w);
+  if (*out_h == 0 || *out_w == 0)
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": kernel and stride must be at least 1 and height + 2 padH, width + 2 padW at least the kernel");
+  return s;
+}
+
+Napi::Value Conv2d(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[8], "nnConv2d", &oh, &ow);
+  Operands ops(env, "nnConv2d");
+  float* y = ops.view(info[0], info[1], s.batch * s.out_channels * oh * ow, "y");
+  const float* x = ops.view(info[2], info[3], s.batch * s.in_channels * s.height * s.width, "x");
+  const float* w = ops.view(info[4], info[5], s.out_channels * s.in_channels * s.kernel_h * s.kernel_w, "w");
+  const float* bias = ops.optional_view(info[6], info[7], s.out_channels, "bias");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d)(y, x, w, bias, &s, nullptr), "invalid arguments or out of memory");
+  return env.Undefined();
+}
+
+Napi::Value Conv2dBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[12], "nnConv2dBackward", &oh, &ow);
+  const bool accumulate = info[13].ToBoolean().Value();
+  const size_t xlen = s.batch * s.in_channels * s.height * s.width, wlen = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
+  Operands ops(env, "nnConv2dBackward");
+  float* dx = ops.optional_view(info[0], info[1], xlen, "dx");
+  float* dw = ops.view(info[2], info[3], wlen, "dw");
+  float* db = ops.optional_view(info[4], info[5], s.out_channels, "db");
+  const float* dy = ops.view(info[6], info[7], s.batch * s.out_channels * oh * ow, "dy");
+  const float* x = ops.view(info[8], info[9], xlen, "x");
+  const float* w = ops.view(info[10], info[11], wlen, "w");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d_backward)(dx, dw, db, dy, x, w, &s, accumulate ? 1 : 0, nullptr),
+            "invalid arguments or out of memory");
+  return env.Undefined();
+}
+
 // measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
 Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
@@ -400,6 +456,8 @@ void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("nnDropout", Napi::Function::New(env, Dropout, "nnDropout"));
   exports.Set("nnAttention", Napi::Function::New(env, Attention, "nnAttention"));
   exports.Set("nnAttentionBackward", Napi::Function::New(env, AttentionBackward, "nnAttentionBackward"));
+  exports.Set("nnConv2d", Napi::Function::New(env, Conv2d, "nnConv2d"));
+  exports.Set("nnConv2dBackward", Napi::Function::New(env, Conv2dBackward, "nnConv2dBackward"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

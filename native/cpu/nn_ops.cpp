@@ -7,7 +7,10 @@
 // parameter gradients (layer norm's dgamma and dbeta, the embedding tables') are summed in row
 // order on one thread, the order the CUDA kernels sum in.
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <new>
+#include <vector>
 
 #include "../core/thread_pool.h"
 #include "gemm.h"
@@ -368,11 +371,131 @@ sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float
   return SAPIPE_OK;
 }
 
+// ---- 2-D convolution: im2col and the SGEMM ------------------------------------------------------
+// Per image: col [C R S, Ho Wo] holds the input patch of every output position, y_n = W col
+// (W as [K, C R S]); backward dW (+)= dy_n col^T, dcol = W^T dy_n scattered back (col2im) into
+// dx_n. The products run on the thread pool; col is one image's patches, allocated per call.
+
+struct ConvDims {
+  size_t n, c, h, w, k, r, s, sh, sw, ph, pw, oh, ow;
+  size_t patch() const { return c * r * s; }
+  size_t out_area() const { return oh * ow; }
+};
+
+bool conv_dims(const sapipe_nn_conv2d_shape* sh, ConvDims* d) {
+  if (sh == nullptr) return false;
+  *d = ConvDims{sh->batch, sh->in_channels, sh->height, sh->width, sh->out_channels, sh->kernel_h, sh->kernel_w, sh->stride_h,
+                sh->stride_w, sh->pad_h, sh->pad_w, 0, 0};
+  d->oh = sapipe_nn_conv_out(d->h, d->r, d->sh, d->ph);
+  d->ow = sapipe_nn_conv_out(d->w, d->s, d->sw, d->pw);
+  return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
+}
+
+// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside.
+void im2col(const ConvDims& d, const float* x, float* col) {
+  for (size_t c = 0; c < d.c; ++c)
+    for (size_t r = 0; r < d.r; ++r)
+      for (size_t s = 0; s < d.s; ++s) {
+        float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        for (size_t oy = 0; oy < d.oh; ++oy) {
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
+          for (size_t ox = 0; ox < d.ow; ++ox) {
+            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
+            const bool inside = iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w);
+            row[oy * d.ow + ox] = inside ? x[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] : 0.0f;
+          }
+        }
+      }
+}
+
+// dx_n[c, iy, ix] += col[...] over every patch entry, in col's order.
+void col2im(const ConvDims& d, const float* col, float* dx) {
+  for (size_t c = 0; c < d.c; ++c)
+    for (size_t r = 0; r < d.r; ++r)
+      for (size_t s = 0; s < d.s; ++s) {
+        const float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        for (size_t oy = 0; oy < d.oh; ++oy) {
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
+          if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) continue;
+          for (size_t ox = 0; ox < d.ow; ++ox) {
+            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
+            if (ix >= 0 && ix < static_cast<ptrdiff_t>(d.w)) dx[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] += row[oy * d.ow + ox];
+          }
+        }
+      }
+}
+
+sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c) {
+  GemmArgs g;
+  g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = beta;
+  g.a = a, g.lda = ta ? m : k, g.b = b, g.ldb = tb ? k : n, g.c = c, g.ldc = n;
+  return sgemm(g);
+}
+
+sapipe_status nn_conv2d(float* y, const float* x, const float* w, const float* bias, const sapipe_nn_conv2d_shape* shape, void*) {
+  ConvDims d;
+  if (!conv_dims(shape, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
+  if (y == nullptr || w == nullptr || (d.c > 0 && x == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  try {
+    std::vector<float> col(d.patch() * d.out_area());
+    for (size_t n = 0; n < d.n; ++n) {
+      float* yn = y + n * d.k * d.out_area();
+      im2col(d, x + n * d.c * d.h * d.w, col.data());
+      if (sapipe_status st = gemm_rows(false, false, d.k, d.out_area(), d.patch(), 0.0f, w, col.data(), yn); st != SAPIPE_OK) return st;
+      if (bias != nullptr)
+        for (size_t k = 0; k < d.k; ++k)
+          for (size_t p = 0; p < d.out_area(); ++p) yn[k * d.out_area() + p] += bias[k];
+    }
+  } catch (const std::bad_alloc&) {
+    return SAPIPE_ERR_OUT_OF_MEMORY;
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                 const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void*) {
+  ConvDims d;
+  if (!conv_dims(shape, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t wlen = d.k * d.patch();
+  if ((wlen > 0 && dw == nullptr) || (d.n > 0 && d.k > 0 && d.out_area() > 0 && dy == nullptr) ||
+      (d.n > 0 && d.c > 0 && (x == nullptr || (dx != nullptr && w == nullptr))))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (accumulate == 0) {
+    for (size_t i = 0; i < wlen; ++i) dw[i] = 0.0f;
+    if (db != nullptr)
+      for (size_t k = 0; k < d.k; ++k) db[k] = 0.0f;
+  }
+  if (dx != nullptr)
+    for (size_t i = 0; i < d.n * d.c * d.h * d.w; ++i) dx[i] = 0.0f;
+  if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
+  try {
+    std::vector<float> col(d.patch() * d.out_area());
+    for (size_t n = 0; n < d.n; ++n) {
+      const float* dyn = dy + n * d.k * d.out_area();
+      if (db != nullptr)
+        for (size_t k = 0; k < d.k; ++k)
+          for (size_t p = 0; p < d.out_area(); ++p) db[k] += dyn[k * d.out_area() + p];
+      if (d.patch() == 0) continue;
+      im2col(d, x + n * d.c * d.h * d.w, col.data());
+      // dW [K, CRS] += dy_n [K, HoWo] col^T
+      if (sapipe_status st = gemm_rows(false, true, d.k, d.patch(), d.out_area(), 1.0f, dyn, col.data(), dw); st != SAPIPE_OK) return st;
+      if (dx == nullptr) continue;
+      // dcol [CRS, HoWo] = W^T dy_n
+      if (sapipe_status st = gemm_rows(true, false, d.patch(), d.out_area(), d.k, 0.0f, w, dyn, col.data()); st != SAPIPE_OK) return st;
+      col2im(d, col.data(), dx + n * d.c * d.h * d.w);
+    }
+  } catch (const std::bad_alloc&) {
+    return SAPIPE_ERR_OUT_OF_MEMORY;
+  }
+  return SAPIPE_OK;
+}
+
 const sapipe_nn_ops kCpuNnOps = {
     sizeof(sapipe_nn_ops), nn_gemm,      nn_bias_add,           nn_bias_grad, nn_relu,
     nn_relu_backward,      nn_softmax_xent, nn_gelu,            nn_gelu_backward, nn_add,
     nn_layer_norm,         nn_layer_norm_backward, nn_embedding, nn_embedding_backward, nn_dropout,
-    nn_attention,          nn_attention_backward,
+    nn_attention,          nn_attention_backward, nn_conv2d, nn_conv2d_backward,
 };
 
 }  // namespace

@@ -398,6 +398,92 @@ __global__ void attention_dkdv_kernel(float* dk, float* dv, const float* dout, c
   }
 }
 
+// ---- 2-D convolution: direct, a thread per output value -------------------------------------------
+// No im2col buffer and no cuBLAS: the forward sums a patch per output, the input gradient gathers
+// the outputs each input feeds (a thread per input value, no atomics), the weight gradient sums
+// over the batch and the output positions (a thread per weight), the bias gradient per channel.
+
+struct ConvShape {
+  size_t n, c, h, w, k, r, s, sh, sw, ph, pw, oh, ow;
+};
+
+__global__ void conv2d_kernel(float* y, const float* x, const float* wt, const float* bias, ConvShape d) {
+  SAPIPE_GRID_STRIDE(i, 0, d.n * d.k * d.oh * d.ow) {
+    const size_t ox = i % d.ow, oy = (i / d.ow) % d.oh, k = (i / (d.ow * d.oh)) % d.k, n = i / (d.ow * d.oh * d.k);
+    float sum = bias != nullptr ? bias[k] : 0.0f;
+    for (size_t c = 0; c < d.c; ++c)
+      for (size_t r = 0; r < d.r; ++r) {
+        const long long iy = static_cast<long long>(oy * d.sh + r) - static_cast<long long>(d.ph);
+        if (iy < 0 || iy >= static_cast<long long>(d.h)) continue;
+        for (size_t s = 0; s < d.s; ++s) {
+          const long long ix = static_cast<long long>(ox * d.sw + s) - static_cast<long long>(d.pw);
+          if (ix < 0 || ix >= static_cast<long long>(d.w)) continue;
+          sum += wt[((k * d.c + c) * d.r + r) * d.s + s] * x[((n * d.c + c) * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)];
+        }
+      }
+    y[i] = sum;
+  }
+}
+
+// dx[n, c, iy, ix] = sum over k, r, s with oy sh = iy + ph - r and ox sw = ix + pw - s inside the output.
+__global__ void conv2d_dx_kernel(float* dx, const float* dy, const float* wt, ConvShape d) {
+  SAPIPE_GRID_STRIDE(i, 0, d.n * d.c * d.h * d.w) {
+    const size_t ix = i % d.w, iy = (i / d.w) % d.h, c = (i / (d.w * d.h)) % d.c, n = i / (d.w * d.h * d.c);
+    float sum = 0.0f;
+    for (size_t k = 0; k < d.k; ++k)
+      for (size_t r = 0; r < d.r; ++r) {
+        const long long ty = static_cast<long long>(iy + d.ph) - static_cast<long long>(r);
+        if (ty < 0 || ty % static_cast<long long>(d.sh) != 0) continue;
+        const size_t oy = static_cast<size_t>(ty) / d.sh;
+        if (oy >= d.oh) continue;
+        for (size_t s = 0; s < d.s; ++s) {
+          const long long tx = static_cast<long long>(ix + d.pw) - static_cast<long long>(s);
+          if (tx < 0 || tx % static_cast<long long>(d.sw) != 0) continue;
+          const size_t ox = static_cast<size_t>(tx) / d.sw;
+          if (ox >= d.ow) continue;
+          sum += wt[((k * d.c + c) * d.r + r) * d.s + s] * dy[((n * d.k + k) * d.oh + oy) * d.ow + ox];
+        }
+      }
+    dx[i] = sum;
+  }
+}
+
+__global__ void conv2d_dw_kernel(float* dw, const float* dy, const float* x, ConvShape d, int accumulate) {
+  SAPIPE_GRID_STRIDE(i, 0, d.k * d.c * d.r * d.s) {
+    const size_t s = i % d.s, r = (i / d.s) % d.r, c = (i / (d.s * d.r)) % d.c, k = i / (d.s * d.r * d.c);
+    float sum = 0.0f;
+    for (size_t n = 0; n < d.n; ++n)
+      for (size_t oy = 0; oy < d.oh; ++oy) {
+        const long long iy = static_cast<long long>(oy * d.sh + r) - static_cast<long long>(d.ph);
+        if (iy < 0 || iy >= static_cast<long long>(d.h)) continue;
+        for (size_t ox = 0; ox < d.ow; ++ox) {
+          const long long ix = static_cast<long long>(ox * d.sw + s) - static_cast<long long>(d.pw);
+          if (ix < 0 || ix >= static_cast<long long>(d.w)) continue;
+          sum += dy[((n * d.k + k) * d.oh + oy) * d.ow + ox] * x[((n * d.c + c) * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)];
+        }
+      }
+    dw[i] = accumulate ? dw[i] + sum : sum;
+  }
+}
+
+__global__ void conv2d_db_kernel(float* db, const float* dy, ConvShape d, int accumulate) {
+  SAPIPE_GRID_STRIDE(k, 0, d.k) {
+    float sum = accumulate ? db[k] : 0.0f;
+    for (size_t n = 0; n < d.n; ++n)
+      for (size_t p = 0; p < d.oh * d.ow; ++p) sum += dy[(n * d.k + k) * d.oh * d.ow + p];
+    db[k] = sum;
+  }
+}
+
+bool conv_shape(const sapipe_nn_conv2d_shape* sh, ConvShape* d) {
+  if (sh == nullptr) return false;
+  *d = ConvShape{sh->batch, sh->in_channels, sh->height, sh->width, sh->out_channels, sh->kernel_h, sh->kernel_w,
+                 sh->stride_h, sh->stride_w, sh->pad_h, sh->pad_w, 0, 0};
+  d->oh = sapipe_nn_conv_out(d->h, d->r, d->sh, d->ph);
+  d->ow = sapipe_nn_conv_out(d->w, d->s, d->sw, d->pw);
+  return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
+}
+
 unsigned int row_grid(size_t rows) {
   const size_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t cap = grid_for(rows * kWarp);
@@ -589,10 +675,47 @@ sapipe_status c_attention_backward(float* dq, float* dk, float* dv, const float*
   });
 }
 
+sapipe_status c_conv2d(float* y, const float* x, const float* w, const float* bias, const sapipe_nn_conv2d_shape* shape, void* stream) {
+  return guarded("conv2d", [&] {
+    ConvShape d;
+    if (!conv_shape(shape, &d)) return invalid("conv2d: kernel and stride must be at least 1 and the padded input at least the kernel");
+    const size_t n = d.n * d.k * d.oh * d.ow;
+    if (n == 0) return SAPIPE_OK;
+    if (y == nullptr || w == nullptr || (d.c > 0 && x == nullptr)) return invalid("conv2d: null pointer");
+    conv2d_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(y, x, w, bias, d);
+    return check_launch("conv2d kernel");
+  });
+}
+
+sapipe_status c_conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void* stream) {
+  return guarded("conv2dBackward", [&] {
+    ConvShape d;
+    if (!conv_shape(shape, &d))
+      return invalid("conv2dBackward: kernel and stride must be at least 1 and the padded input at least the kernel");
+    const size_t wlen = d.k * d.c * d.r * d.s, xlen = d.n * d.c * d.h * d.w;
+    if ((wlen > 0 && dw == nullptr) || (d.n > 0 && d.k > 0 && d.oh * d.ow > 0 && dy == nullptr) ||
+        (d.n > 0 && d.c > 0 && (x == nullptr || (dx != nullptr && w == nullptr))))
+      return invalid("conv2dBackward: null pointer");
+    if (wlen > 0) {
+      conv2d_dw_kernel<<<grid_for(wlen), kThreads, 0, as_stream(stream)>>>(dw, dy, x, d, accumulate);
+      if (sapipe_status s = check_launch("conv2dBackward weight kernel"); s != SAPIPE_OK) return s;
+    }
+    if (db != nullptr && d.k > 0) {
+      conv2d_db_kernel<<<grid_for(d.k), kThreads, 0, as_stream(stream)>>>(db, dy, d, accumulate);
+      if (sapipe_status s = check_launch("conv2dBackward bias kernel"); s != SAPIPE_OK) return s;
+    }
+    if (dx == nullptr || xlen == 0) return SAPIPE_OK;
+    conv2d_dx_kernel<<<grid_for(xlen), kThreads, 0, as_stream(stream)>>>(dx, dy, w, d);
+    return check_launch("conv2dBackward input kernel");
+  });
+}
+
 const sapipe_nn_ops kCudaNnOps = {
     sizeof(sapipe_nn_ops), c_gemm,          c_bias_add, c_bias_grad,         c_relu,        c_relu_backward,
     c_softmax_xent,        c_gelu,          c_gelu_backward, c_add,          c_layer_norm,  c_layer_norm_backward,
     c_embedding,           c_embedding_backward, c_dropout, c_attention, c_attention_backward,
+    c_conv2d,              c_conv2d_backward,
 };
 
 }  // namespace

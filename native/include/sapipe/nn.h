@@ -36,6 +36,17 @@ typedef struct sapipe_nn_gemm_args {
   size_t ldc;
 } sapipe_nn_gemm_args;
 
+/* A 2-D convolution's or pooling's shape, NCHW: input [batch, in_channels, height, width];
+ * convolution weights [out_channels, in_channels, kernel_h, kernel_w]; output [batch,
+ * out_channels, out_h, out_w] with out = (in + 2 pad - kernel) / stride + 1 (floor) per axis.
+ * Strides and kernel sizes are at least 1 and in + 2 pad at least the kernel. Pooling reads
+ * in_channels only (out_channels = in_channels). */
+typedef struct sapipe_nn_conv2d_shape {
+  size_t batch, in_channels, height, width;
+  size_t out_channels, kernel_h, kernel_w;
+  size_t stride_h, stride_w, pad_h, pad_w;
+} sapipe_nn_conv2d_shape;
+
 typedef struct sapipe_nn_ops {
   uint32_t table_size; /* sizeof(sapipe_nn_ops) as the backend was built: entries are appended */
   sapipe_status (*gemm)(const sapipe_nn_gemm_args* args, void* stream);
@@ -109,16 +120,31 @@ typedef struct sapipe_nn_ops {
   sapipe_status (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                       const float* v, const float* o, const float* lse, size_t batch, size_t seq, size_t heads,
                                       size_t head_dim, float scale, void* stream);
+  /* y[n, k, oy, ox] = bias[k] + sum over c, r, s of w[k, c, r, s] x[n, c, oy sh - ph + r,
+   * ox sw - pw + s] (x outside the image is 0); bias may be NULL. y must not overlap x or w. */
+  sapipe_status (*conv2d)(float* y, const float* x, const float* w, const float* bias, const sapipe_nn_conv2d_shape* shape,
+                          void* stream);
+  /* Its backward: dx = the transposed convolution of dy with w (overwritten; dx may be NULL),
+   * dw[k, c, r, s] = sum over n, oy, ox of dy[n, k, oy, ox] x[n, c, ...] and db[k] = sum of
+   * dy[n, k, ., .] (added to dw, db when accumulate; db may be NULL). No output overlaps an input. */
+  sapipe_status (*conv2d_backward)(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                   const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void* stream);
 } sapipe_nn_ops;
-
-/* The largest head_dim the attention entries take (a device keeps a row in a warp's registers). */
-#define SAPIPE_NN_MAX_HEAD_DIM 256
 
 #ifdef __CUDACC__
 #define SAPIPE_NN_INLINE static __host__ __device__ __forceinline__
 #else
 #define SAPIPE_NN_INLINE static inline
 #endif
+
+/* A convolution's or pooling's output length along one axis; 0 when the padded input is shorter
+ * than the kernel or the stride or kernel is 0. */
+SAPIPE_NN_INLINE size_t sapipe_nn_conv_out(size_t in, size_t kernel, size_t stride, size_t pad) {
+  return stride == 0 || kernel == 0 || in + 2 * pad < kernel ? 0 : (in + 2 * pad - kernel) / stride + 1;
+}
+
+/* The largest head_dim the attention entries take (a device keeps a row in a warp's registers). */
+#define SAPIPE_NN_MAX_HEAD_DIM 256
 
 /* The dropout's uniform draw in [0, 1) for element `index` of stream `seed`: the SplitMix64
  * finaliser of seed * 0x9E3779B97F4A7C15 + index, its top 24 bits times 2^-24. Integer maths
