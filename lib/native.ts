@@ -112,6 +112,21 @@ export interface DeviceMemoryHandle {
 /** An operand of a model operation: host memory, or device memory. @internal */
 export type OperandHandle = NativeBufferHandle | DeviceMemoryHandle;
 
+/** A convolution's shape as the addon reads it (native/include/sapipe/nn.h, sapipe_nn_conv2d_shape). @internal */
+export interface NativeConv2dShape {
+  batch: number;
+  inChannels: number;
+  height: number;
+  width: number;
+  outChannels: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+}
+
 /** @internal */
 export interface NativeGemmArgs {
   transA?: boolean;
@@ -284,6 +299,23 @@ export interface NativeAddon {
     heads: number,
     headDim: number,
     scale: number,
+  ): void;
+  nnConv2d(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, w: OperandHandle, wOffset: number, bias: OperandHandle | null, biasOffset: number, shape: NativeConv2dShape): void;
+  nnConv2dBackward(
+    dx: OperandHandle | null,
+    dxOffset: number,
+    dw: OperandHandle,
+    dwOffset: number,
+    db: OperandHandle | null,
+    dbOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    w: OperandHandle,
+    wOffset: number,
+    shape: NativeConv2dShape,
+    accumulate: boolean,
   ): void;
   nnAttentionBackward(
     dq: OperandHandle,

@@ -18,7 +18,7 @@
 import { parseDevice } from '../backends/cuda.js';
 import { DeviceBuffer, type CudaDevice } from '../device.js';
 import { AliasingError, InvalidArgumentError } from '../errors.js';
-import { callNative, nativeAddon, type OperandHandle } from '../native.js';
+import { callNative, nativeAddon, type NativeConv2dShape, type OperandHandle } from '../native.js';
 import { FlatBuffer } from '../tensor.js';
 import { describeValue } from '../validate.js';
 
@@ -416,6 +416,103 @@ export function attentionGrad(
       heads,
       headDim,
       s,
+    ),
+  );
+}
+
+/**
+ * A 2-D convolution's shape, NCHW: input [batch, inChannels, height, width], weights [outChannels,
+ * inChannels, kernelH, kernelW], output [batch, outChannels, outH, outW] with out = floor((in + 2
+ * pad - kernel) / stride) + 1 (see {@link conv2dOutputSize}). Strides default to 1, padding
+ * (zeros) to 0. @category Models
+ */
+export interface Conv2dShape {
+  batch: number;
+  inChannels: number;
+  height: number;
+  width: number;
+  outChannels: number;
+  kernelH: number;
+  kernelW: number;
+  strideH?: number;
+  strideW?: number;
+  padH?: number;
+  padW?: number;
+}
+
+function nativeConvShape(op: string, shape: Conv2dShape): NativeConv2dShape & { outH: number; outW: number } {
+  if (shape === null || typeof shape !== 'object') throw new InvalidArgumentError(`${op}: shape must be { batch, inChannels, height, width, outChannels, kernelH, kernelW, strideH?, strideW?, padH?, padW? }`);
+  const full = { strideH: 1, strideW: 1, padH: 0, padW: 0, ...shape };
+  for (const key of ['batch', 'inChannels', 'height', 'width', 'outChannels', 'kernelH', 'kernelW', 'strideH', 'strideW', 'padH', 'padW'] as const)
+    checkCount(op, `shape.${key}`, full[key]);
+  for (const key of ['kernelH', 'kernelW', 'strideH', 'strideW'] as const) if (full[key] < 1) throw new InvalidArgumentError(`${op}: shape.${key} must be at least 1`);
+  if (full.height + 2 * full.padH < full.kernelH || full.width + 2 * full.padW < full.kernelW)
+    throw new InvalidArgumentError(`${op}: the padded input (${full.height + 2 * full.padH} x ${full.width + 2 * full.padW}) is smaller than the kernel (${full.kernelH} x ${full.kernelW}); pad it or use a smaller kernel`);
+  return { ...full, outH: Math.floor((full.height + 2 * full.padH - full.kernelH) / full.strideH) + 1, outW: Math.floor((full.width + 2 * full.padW - full.kernelW) / full.strideW) + 1 };
+}
+
+/** The output's height and width of a convolution (or pooling) of `shape`. @category Models */
+export function conv2dOutputSize(shape: Conv2dShape): { height: number; width: number } {
+  const s = nativeConvShape('conv2dOutputSize', shape);
+  return { height: s.outH, width: s.outW };
+}
+
+/**
+ * 2-D convolution, NCHW (cross-correlation, as PyTorch's Conv2d): y[n, k, oy, ox] = bias[k] +
+ * sum over c, r, s of w[k, c, r, s] x[n, c, oy strideH - padH + r, ox strideW - padW + s], zeros
+ * outside the image. `bias` may be omitted. The CPU runs im2col and the SIMD SGEMM, a device a
+ * direct kernel. y must not overlap x or w. A flatten after it is no operation: [batch, C, H, W]
+ * row-major is [batch, C H W]. @category Models
+ */
+export function conv2d(y: TensorView, x: TensorView, w: TensorView, bias: TensorView | undefined, shape: Conv2dShape): void {
+  const [hy, hx, hw] = [handleOf(y, 'conv2d: y'), handleOf(x, 'conv2d: x'), handleOf(w, 'conv2d: w')];
+  const hb = bias === undefined ? null : handleOf(bias, 'conv2d: bias');
+  const s = nativeConvShape('conv2d', shape);
+  const ylen = s.batch * s.outChannels * s.outH * s.outW;
+  checkDisjoint('conv2d', [['y', y, ylen]], [['x', x, s.batch * s.inChannels * s.height * s.width], ['w', w, s.outChannels * s.inChannels * s.kernelH * s.kernelW]]);
+  callNative(() => nativeAddon().nnConv2d(hy, offsetOf(y), hx, offsetOf(x), hw, offsetOf(w), hb, bias === undefined ? 0 : offsetOf(bias), s));
+}
+
+/** The gradients {@link conv2dGrad} writes: dx (overwritten; omit it for a first layer), dw and db (omit for no bias). @category Models */
+export interface Conv2dGrads {
+  dx?: TensorView;
+  dw: TensorView;
+  db?: TensorView;
+}
+
+/**
+ * The convolution's backward: dx (the transposed convolution of dy with w), dw (sum over the
+ * batch and output positions of dy times the input patch) and db (the sum of dy per channel);
+ * dw and db are added to when `accumulate`. No gradient may overlap an input. @category Models
+ */
+export function conv2dGrad(grads: Conv2dGrads, dy: TensorView, x: TensorView, w: TensorView, shape: Conv2dShape, accumulate = false): void {
+  if (grads === null || typeof grads !== 'object') throw new InvalidArgumentError('conv2dGrad: grads must be { dx?, dw, db? }');
+  const hdx = grads.dx === undefined ? null : handleOf(grads.dx, 'conv2dGrad: grads.dx');
+  const hdw = handleOf(grads.dw, 'conv2dGrad: grads.dw');
+  const hdb = grads.db === undefined ? null : handleOf(grads.db, 'conv2dGrad: grads.db');
+  const [hdy, hx, hw] = [handleOf(dy, 'conv2dGrad: dy'), handleOf(x, 'conv2dGrad: x'), handleOf(w, 'conv2dGrad: w')];
+  const s = nativeConvShape('conv2dGrad', shape);
+  const [xlen, wlen, ylen] = [s.batch * s.inChannels * s.height * s.width, s.outChannels * s.inChannels * s.kernelH * s.kernelW, s.batch * s.outChannels * s.outH * s.outW];
+  const outputs: [string, TensorView, number][] = [['grads.dw', grads.dw, wlen]];
+  if (grads.dx !== undefined) outputs.push(['grads.dx', grads.dx, xlen]);
+  if (grads.db !== undefined) outputs.push(['grads.db', grads.db, s.outChannels]);
+  checkDisjoint('conv2dGrad', outputs, [['dy', dy, ylen], ['x', x, xlen], ['w', w, wlen]]);
+  callNative(() =>
+    nativeAddon().nnConv2dBackward(
+      hdx,
+      grads.dx === undefined ? 0 : offsetOf(grads.dx),
+      hdw,
+      offsetOf(grads.dw),
+      hdb,
+      grads.db === undefined ? 0 : offsetOf(grads.db),
+      hdy,
+      offsetOf(dy),
+      hx,
+      offsetOf(x),
+      hw,
+      offsetOf(w),
+      s,
+      accumulate === true,
     ),
   );
 }

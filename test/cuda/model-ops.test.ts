@@ -109,6 +109,11 @@ deviceTest('every layer operation on the device equals the CPU table (GELU, add,
     const c = cpu.attention[i]!;
     for (const key of ['o', 'lse', 'dq', 'dk', 'dv'] as const) near(d[key], c[key], 1e-5, 1e-4, `attention case ${i}: ${key}`);
   });
+  // Convolution: a direct kernel on a device against im2col and the SGEMM on the CPU.
+  dev.conv.forEach((d, i) => {
+    const c = cpu.conv[i]!;
+    for (const key of ['y', 'yNoBias', 'dx', 'dw', 'db', 'dwAccumulated', 'dbAccumulated'] as const) near(d[key], c[key], 1e-5, 1e-5, `conv2d case ${i}: ${key}`);
+  });
 });
 
 deviceTest('host and device operands in one operation: ERR_INVALID_ARGUMENT naming both, nothing run', async (t) => {

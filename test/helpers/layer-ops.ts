@@ -5,7 +5,7 @@
  * CPU's are checked against test/reference/nn-layers.ts (test/nn/layers.test.ts), a device's
  * against the CPU's (test/cuda/model-ops.test.ts).
  */
-import { add, attention, attentionGrad, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, conv2d, conv2dGrad, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
 import { random, reluInput } from './model-ops.js';
 import { rng } from './random.js';
 
@@ -20,6 +20,29 @@ export const attentionCases = [
   { batch: 2, seq: 13, heads: 3, headDim: 19 },
   { batch: 1, seq: 6, heads: 2, headDim: 67 },
 ];
+
+/** Padded 3x3 at stride 1; an oblong kernel at strides 2 and 3 with padding on one axis; a kernel the size of the image. */
+export const convCases = [
+  { batch: 2, inChannels: 3, height: 11, width: 9, outChannels: 5, kernelH: 3, kernelW: 3, strideH: 1, strideW: 1, padH: 1, padW: 1 },
+  { batch: 1, inChannels: 2, height: 13, width: 10, outChannels: 4, kernelH: 4, kernelW: 3, strideH: 2, strideW: 3, padH: 1, padW: 0 },
+  { batch: 3, inChannels: 1, height: 7, width: 7, outChannels: 2, kernelH: 7, kernelW: 7, strideH: 1, strideW: 1, padH: 0, padW: 0 },
+];
+
+export const convInputs = (i: number) => {
+  const s = convCases[i]!;
+  const oh = Math.floor((s.height + 2 * s.padH - s.kernelH) / s.strideH) + 1;
+  const ow = Math.floor((s.width + 2 * s.padW - s.kernelW) / s.strideW) + 1;
+  const wlen = s.outChannels * s.inChannels * s.kernelH * s.kernelW;
+  return {
+    x: random(s.batch * s.inChannels * s.height * s.width, 170 + i),
+    w: random(wlen, 180 + i, 0.5),
+    bias: random(s.outChannels, 190 + i),
+    dy: random(s.batch * s.outChannels * oh * ow, 200 + i),
+    dwStart: random(wlen, 210 + i),
+    dbStart: random(s.outChannels, 220 + i),
+    ylen: s.batch * s.outChannels * oh * ow,
+  };
+};
 
 export const attentionInputs = (i: number) => {
   const { batch, seq, heads, headDim } = attentionCases[i]!;
@@ -70,6 +93,7 @@ export interface LayerOutputs {
   dropoutInPlace: Float32Array;
   dropoutShifted: Float32Array;
   attention: { o: Float32Array; lse: Float32Array; dq: Float32Array; dk: Float32Array; dv: Float32Array }[];
+  conv: { y: Float32Array; yNoBias: Float32Array; dx: Float32Array; dw: Float32Array; db: Float32Array; dwAccumulated: Float32Array; dbAccumulated: Float32Array }[];
 }
 
 export function runLayerOps(device: Device): LayerOutputs {
@@ -150,7 +174,30 @@ export function runLayerOps(device: Device): LayerOutputs {
       return { o: get(o, size), lse: get(lse, rowsCount), dq: get(dq, size), dk: get(dk, size), dv: get(dv, size) };
     });
 
+    const conv = convCases.map((shape, i) => {
+      const ci = convInputs(i);
+      const [x, w] = [put(ci.x), put(ci.w)];
+      const [y, y2] = [put(random(ci.ylen, 230)), put(random(ci.ylen, 231))];
+      conv2d(v(y), v(x), v(w), v(put(ci.bias)), shape);
+      conv2d(v(y2), v(x), v(w), undefined, shape);
+      const dy = put(ci.dy);
+      const [dx, dw, db] = [put(random(ci.x.length, 232)), put(random(ci.w.length, 233)), put(random(shape.outChannels, 234))];
+      conv2dGrad({ dx: v(dx), dw: v(dw), db: v(db) }, v(dy), v(x), v(w), shape);
+      const [dwAcc, dbAcc] = [put(ci.dwStart), put(ci.dbStart)];
+      conv2dGrad({ dw: v(dwAcc), db: v(dbAcc) }, v(dy), v(x), v(w), shape, true);
+      return {
+        y: get(y, ci.ylen),
+        yNoBias: get(y2, ci.ylen),
+        dx: get(dx, ci.x.length),
+        dw: get(dw, ci.w.length),
+        db: get(db, shape.outChannels),
+        dwAccumulated: get(dwAcc, ci.w.length),
+        dbAccumulated: get(dbAcc, shape.outChannels),
+      };
+    });
+
     return {
+      conv,
       attention: attn,
       gelu: get(gy, n),
       geluInPlace: get(gIn, n),

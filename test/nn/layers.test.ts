@@ -8,15 +8,17 @@
 import t, { type Test } from 'tap';
 
 import { SapipeError } from '../../dist/errors.js';
-import { add, attention, attentionGrad, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, conv2d, conv2dOutputSize, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
 import { FlatBuffer } from '../../dist/tensor.js';
-import { addCount, attentionCases, attentionInputs, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
+import { addCount, attentionCases, attentionInputs, convCases, convInputs, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
 import { random, reluInput } from '../helpers/model-ops.js';
 import { worstError } from '../helpers/random.js';
 import {
   addReference,
   attentionGradReference,
   attentionReference,
+  conv2dGradReference,
+  conv2dReference,
   dropoutReference,
   dropoutUniformReference,
   embeddingGradReference,
@@ -168,6 +170,31 @@ t.test('causal self-attention forward (o, lse) and backward (dq, dk, dv) against
   t.same(Array.from(o.subarray(0, 3)), Array.from(v.subarray(0, 3)), 'causal: query 0 sees key 0 only');
 });
 
+t.test('conv2d forward (with and without bias) and backward (dx, dw, db, accumulated) against the reference (1e-5 + 1e-5 relative); the backward against finite differences', async (t) => {
+  convCases.forEach((shape, i) => {
+    const ci = convInputs(i);
+    const got = out.conv[i]!;
+    const name = `${shape.batch}x${shape.inChannels}x${shape.height}x${shape.width} -> ${shape.outChannels}, kernel ${shape.kernelH}x${shape.kernelW}, stride ${shape.strideH},${shape.strideW}, pad ${shape.padH},${shape.padW}`;
+    close(t, got.y, conv2dReference(ci.x, ci.w, ci.bias, shape), 1e-5, 1e-5, `${name}: y`);
+    close(t, got.yNoBias, conv2dReference(ci.x, ci.w, null, shape), 1e-5, 1e-5, `${name}: y without bias`);
+    const g = conv2dGradReference(ci.dy, ci.x, ci.w, shape);
+    close(t, got.dx, g.dx, 1e-5, 1e-5, `${name}: dx`);
+    close(t, got.dw, g.dw, 1e-5, 1e-5, `${name}: dw`);
+    close(t, got.db, g.db, 1e-5, 1e-5, `${name}: db`);
+    close(t, got.dwAccumulated, g.dw.map((v, j) => v + ci.dwStart[j]!), 1e-5, 1e-5, `${name}: dw accumulated`);
+    close(t, got.dbAccumulated, g.db.map((v, j) => v + ci.dbStart[j]!), 1e-5, 1e-5, `${name}: db accumulated`);
+  });
+  const s = { batch: 2, inChannels: 2, height: 5, width: 4, outChannels: 3, kernelH: 3, kernelW: 2, strideH: 2, strideW: 1, padH: 1, padW: 1 };
+  const { height: oh, width: ow } = conv2dOutputSize(s);
+  t.same([oh, ow], [3, 5], 'the output size: floor((in + 2 pad - kernel) / stride) + 1');
+  const [x, w, b] = [f64(random(2 * 2 * 5 * 4, 240)), f64(random(3 * 2 * 3 * 2, 241)), f64(random(3, 242))];
+  const dyw = f64(random(2 * 3 * oh * ow, 243));
+  const an = conv2dGradReference(dyw, x, w, s);
+  fdCheck(t, an.dx, finiteDifferences(x, dyw, (v) => conv2dReference(v, w, b, s)), 'conv2d dx');
+  fdCheck(t, an.dw, finiteDifferences(w, dyw, (v) => conv2dReference(x, v, b, s)), 'conv2d dw');
+  fdCheck(t, an.db, finiteDifferences(b, dyw, (v) => conv2dReference(x, w, v, s)), 'conv2d db');
+});
+
 t.test('bad arguments are typed errors that say what to pass, before anything runs', async (t) => {
   const code = (fn: () => void): string => {
     try {
@@ -201,5 +228,10 @@ t.test('bad arguments are typed errors that say what to pass, before anything ru
     /^ERR_ALIASING: attentionGrad: grads.dq overlaps/,
     'gradients over each other',
   );
+  const conv = { batch: 1, inChannels: 1, height: 3, width: 4, outChannels: 1, kernelH: 2, kernelW: 2 };
+  t.match(code(() => conv2d({ buffer: b }, { buffer: a }, { buffer: c }, undefined, { ...conv, kernelH: 5 })), /^ERR_INVALID_ARGUMENT: conv2d: the padded input \(3 x 4\) is smaller than the kernel \(5 x 2\)/, 'a kernel larger than the input');
+  t.match(code(() => conv2d({ buffer: b }, { buffer: a }, { buffer: c }, undefined, { ...conv, strideW: 0 })), /^ERR_INVALID_ARGUMENT: conv2d: shape.strideW must be at least 1/, 'stride 0');
+  t.match(code(() => conv2d({ buffer: a }, { buffer: a }, { buffer: c }, undefined, conv)), /^ERR_ALIASING: conv2d: y overlaps x/, 'y over x');
+  t.match(code(() => conv2d({ buffer: b }, { buffer: a }, { buffer: c }, undefined, conv)), /^ERR_SIZE_MISMATCH: nnConv2d: y needs 6/, 'y too short for the output');
   for (const buffer of [a, b, c]) buffer.dispose();
 });

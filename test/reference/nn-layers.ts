@@ -243,3 +243,65 @@ export function attentionGradReference(
       }
   return { dq, dk, dv };
 }
+
+/** A convolution's shape with every field given (strides and padding too). */
+export interface ConvShapeRef {
+  batch: number;
+  inChannels: number;
+  height: number;
+  width: number;
+  outChannels: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+}
+
+export const convOut = (s: ConvShapeRef): [number, number] => [
+  Math.floor((s.height + 2 * s.padH - s.kernelH) / s.strideH) + 1,
+  Math.floor((s.width + 2 * s.padW - s.kernelW) / s.strideW) + 1,
+];
+
+/** Calls visit(yIndex, wIndex, xIndex, k) for every product of the convolution whose input is inside the image. */
+function eachConvTerm(s: ConvShapeRef, visit: (yIndex: number, wIndex: number, xIndex: number, k: number) => void): void {
+  const [oh, ow] = convOut(s);
+  for (let n = 0; n < s.batch; n++)
+    for (let k = 0; k < s.outChannels; k++)
+      for (let oy = 0; oy < oh; oy++)
+        for (let ox = 0; ox < ow; ox++)
+          for (let c = 0; c < s.inChannels; c++)
+            for (let r = 0; r < s.kernelH; r++)
+              for (let q = 0; q < s.kernelW; q++) {
+                const iy = oy * s.strideH - s.padH + r;
+                const ix = ox * s.strideW - s.padW + q;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                visit(((n * s.outChannels + k) * oh + oy) * ow + ox, ((k * s.inChannels + c) * s.kernelH + r) * s.kernelW + q, ((n * s.inChannels + c) * s.height + iy) * s.width + ix, k);
+              }
+}
+
+/** The convolution (cross-correlation) with zero padding, directly: y = bias + sum of w x. */
+export function conv2dReference(x: ArrayLike<number>, w: ArrayLike<number>, bias: ArrayLike<number> | null, s: ConvShapeRef): Float64Array {
+  const [oh, ow] = convOut(s);
+  const y = new Float64Array(s.batch * s.outChannels * oh * ow);
+  if (bias !== null) for (let i = 0; i < y.length; i++) y[i] = bias[Math.floor(i / (oh * ow)) % s.outChannels]!;
+  eachConvTerm(s, (yi, wi, xi) => {
+    y[yi]! += w[wi]! * x[xi]!;
+  });
+  return y;
+}
+
+/** Each product w x contributes dy w to dx, dy x to dw; db sums dy per channel. */
+export function conv2dGradReference(dy: ArrayLike<number>, x: ArrayLike<number>, w: ArrayLike<number>, s: ConvShapeRef): { dx: Float64Array; dw: Float64Array; db: Float64Array } {
+  const [oh, ow] = convOut(s);
+  const dx = new Float64Array(s.batch * s.inChannels * s.height * s.width);
+  const dw = new Float64Array(s.outChannels * s.inChannels * s.kernelH * s.kernelW);
+  const db = new Float64Array(s.outChannels);
+  for (let i = 0; i < s.batch * s.outChannels * oh * ow; i++) db[Math.floor(i / (oh * ow)) % s.outChannels]! += dy[i]!;
+  eachConvTerm(s, (yi, wi, xi) => {
+    dx[xi]! += dy[yi]! * w[wi]!;
+    dw[wi]! += dy[yi]! * x[xi]!;
+  });
+  return { dx, dw, db };
+}
