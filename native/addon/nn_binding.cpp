@@ -31,6 +31,8 @@
 //   nnConv2dBackward(dx | null, dxOffset, dw, dwOffset, db | null, dbOffset, dy, dyOffset, x, xOffset,
 //                    w, wOffset, shape, accumulate)
 //     shape: { batch, inChannels, height, width, outChannels, kernelH, kernelW, strideH, strideW, padH, padW }
+//   nnPool2d(y, yOffset, x, xOffset, shape, mode)                 mode: 0 max, 1 average
+//   nnPool2dBackward(dx, dxOffset, dy, dyOffset, x, xOffset, shape, mode)
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -434,6 +436,41 @@ Napi::Value Conv2dBackward(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+int32_t pool_mode_arg(Napi::Env env, const Napi::Value& v, const char* op) {
+  if (!v.IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": mode must be 0 (max) or 1 (average)");
+  const double m = v.As<Napi::Number>().DoubleValue();
+  if (m != SAPIPE_NN_POOL_MAX && m != SAPIPE_NN_POOL_AVG) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": mode must be 0 (max) or 1 (average)");
+  return static_cast<int32_t>(m);
+}
+
+Napi::Value Pool2d(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[4], "nnPool2d", &oh, &ow);
+  const int32_t mode = pool_mode_arg(env, info[5], "nnPool2d");
+  Operands ops(env, "nnPool2d");
+  float* y = ops.view(info[0], info[1], s.batch * s.in_channels * oh * ow, "y");
+  const float* x = ops.view(info[2], info[3], s.batch * s.in_channels * s.height * s.width, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d)(y, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  return env.Undefined();
+}
+
+Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[6], "nnPool2dBackward", &oh, &ow);
+  const int32_t mode = pool_mode_arg(env, info[7], "nnPool2dBackward");
+  const size_t xlen = s.batch * s.in_channels * s.height * s.width;
+  Operands ops(env, "nnPool2dBackward");
+  float* dx = ops.view(info[0], info[1], xlen, "dx");
+  const float* dy = ops.view(info[2], info[3], s.batch * s.in_channels * oh * ow, "dy");
+  const float* x = ops.view(info[4], info[5], xlen, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d_backward)(dx, dy, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  return env.Undefined();
+}
+
 // measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
 Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
@@ -458,6 +495,8 @@ void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("nnAttentionBackward", Napi::Function::New(env, AttentionBackward, "nnAttentionBackward"));
   exports.Set("nnConv2d", Napi::Function::New(env, Conv2d, "nnConv2d"));
   exports.Set("nnConv2dBackward", Napi::Function::New(env, Conv2dBackward, "nnConv2dBackward"));
+  exports.Set("nnPool2d", Napi::Function::New(env, Pool2d, "nnPool2d"));
+  exports.Set("nnPool2dBackward", Napi::Function::New(env, Pool2dBackward, "nnPool2dBackward"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

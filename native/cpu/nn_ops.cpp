@@ -491,11 +491,92 @@ sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* d
   return SAPIPE_OK;
 }
 
+// ---- 2-D pooling ---------------------------------------------------------------------------------
+// A plane (image, channel) at a time over the thread pool; the backward scatters each output's
+// gradient in output order, per plane, so a value in several windows sums them in that order.
+
+bool pool_dims(const sapipe_nn_conv2d_shape* sh, int32_t mode, ConvDims* d) {
+  if (sh == nullptr || (mode != SAPIPE_NN_POOL_MAX && mode != SAPIPE_NN_POOL_AVG)) return false;
+  sapipe_nn_conv2d_shape s = *sh;
+  s.out_channels = s.in_channels;
+  return conv_dims(&s, d) && 2 * d->ph <= d->r && 2 * d->pw <= d->s;
+}
+
+sapipe_status nn_pool2d(float* y, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void*) {
+  ConvDims d;
+  if (!pool_dims(shape, mode, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t planes = d.n * d.c, in_area = d.h * d.w, out_area = d.out_area();
+  if (planes == 0 || out_area == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float area = static_cast<float>(d.r * d.s);
+  split(planes * out_area, out_area, [&](size_t lo, size_t hi) {
+    for (size_t p = lo / out_area; p < hi / out_area; ++p) {
+      const float* plane = x + p * in_area;
+      for (size_t oy = 0; oy < d.oh; ++oy)
+        for (size_t ox = 0; ox < d.ow; ++ox) {
+          const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * d.sh) - static_cast<ptrdiff_t>(d.ph);
+          const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * d.sw) - static_cast<ptrdiff_t>(d.pw);
+          float out = 0.0f;
+          if (mode == SAPIPE_NN_POOL_MAX) {
+            const size_t at = sapipe_nn_max_pool_at(plane, d.h, d.w, y0, x0, d.r, d.s);
+            out = at == static_cast<size_t>(-1) ? std::numeric_limits<float>::quiet_NaN() : plane[at];
+          } else {
+            float sum = 0.0f;
+            for (size_t r = 0; r < d.r; ++r)
+              for (size_t c = 0; c < d.s; ++c) {
+                const ptrdiff_t iy = y0 + static_cast<ptrdiff_t>(r), ix = x0 + static_cast<ptrdiff_t>(c);
+                if (iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w))
+                  sum += plane[static_cast<size_t>(iy) * d.w + static_cast<size_t>(ix)];
+              }
+            out = sum / area;
+          }
+          y[p * out_area + oy * d.ow + ox] = out;
+        }
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_pool2d_backward(float* dx, const float* dy, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void*) {
+  ConvDims d;
+  if (!pool_dims(shape, mode, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t planes = d.n * d.c, in_area = d.h * d.w, out_area = d.out_area();
+  if (planes == 0 || in_area == 0) return SAPIPE_OK;
+  if (dx == nullptr || dy == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float area = static_cast<float>(d.r * d.s);
+  split(planes * in_area, in_area, [&](size_t lo, size_t hi) {
+    for (size_t p = lo / in_area; p < hi / in_area; ++p) {
+      const float* plane = x + p * in_area;
+      float* dplane = dx + p * in_area;
+      for (size_t i = 0; i < in_area; ++i) dplane[i] = 0.0f;
+      for (size_t oy = 0; oy < d.oh; ++oy)
+        for (size_t ox = 0; ox < d.ow; ++ox) {
+          const float g = dy[p * out_area + oy * d.ow + ox];
+          const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * d.sh) - static_cast<ptrdiff_t>(d.ph);
+          const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * d.sw) - static_cast<ptrdiff_t>(d.pw);
+          if (mode == SAPIPE_NN_POOL_MAX) {
+            const size_t at = sapipe_nn_max_pool_at(plane, d.h, d.w, y0, x0, d.r, d.s);
+            if (at != static_cast<size_t>(-1)) dplane[at] += g;
+            continue;
+          }
+          for (size_t r = 0; r < d.r; ++r)
+            for (size_t c = 0; c < d.s; ++c) {
+              const ptrdiff_t iy = y0 + static_cast<ptrdiff_t>(r), ix = x0 + static_cast<ptrdiff_t>(c);
+              if (iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w))
+                dplane[static_cast<size_t>(iy) * d.w + static_cast<size_t>(ix)] += g / area;
+            }
+        }
+    }
+  });
+  return SAPIPE_OK;
+}
+
 const sapipe_nn_ops kCpuNnOps = {
     sizeof(sapipe_nn_ops), nn_gemm,      nn_bias_add,           nn_bias_grad, nn_relu,
     nn_relu_backward,      nn_softmax_xent, nn_gelu,            nn_gelu_backward, nn_add,
     nn_layer_norm,         nn_layer_norm_backward, nn_embedding, nn_embedding_backward, nn_dropout,
     nn_attention,          nn_attention_backward, nn_conv2d, nn_conv2d_backward,
+    nn_pool2d,             nn_pool2d_backward,
 };
 
 }  // namespace

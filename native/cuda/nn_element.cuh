@@ -101,4 +101,52 @@ SAPIPE_ELEMENT void online_softmax_step(float s, float* m, float* l, float* c, f
 // The score gradient of attention: ds = p (dout_i . v_j - dout_i . o_i).
 SAPIPE_ELEMENT float attention_ds_element(float p, float dp, float d_row) { return p * (dp - d_row); }
 
+// ---- 2-D pooling: a window, and the windows over one input value ---------------------------------
+
+// The average of a window with top-left (y0, x0): the values inside summed row by row, divided by
+// the whole window's area (the padding counts as zeros).
+SAPIPE_ELEMENT float avg_pool_element(const float* plane, size_t h, size_t w, ptrdiff_t y0, ptrdiff_t x0, size_t kh, size_t kw) {
+  float sum = 0.0f;
+  for (size_t r = 0; r < kh; ++r)
+    for (size_t c = 0; c < kw; ++c) {
+      const ptrdiff_t y = y0 + static_cast<ptrdiff_t>(r), x = x0 + static_cast<ptrdiff_t>(c);
+      if (y >= 0 && y < static_cast<ptrdiff_t>(h) && x >= 0 && x < static_cast<ptrdiff_t>(w)) sum += plane[static_cast<size_t>(y) * w + static_cast<size_t>(x)];
+    }
+  return sum / static_cast<float>(kh * kw);
+}
+
+// The outputs along one axis whose window covers input position i: [*first, *last).
+SAPIPE_ELEMENT void pool_windows_over(size_t i, size_t kernel, size_t stride, size_t pad, size_t out, size_t* first, size_t* last) {
+  const ptrdiff_t hi = static_cast<ptrdiff_t>(i + pad);  // o stride <= i + pad
+  const ptrdiff_t lo = hi - static_cast<ptrdiff_t>(kernel) + 1;  // o stride >= i + pad - kernel + 1
+  const size_t f = lo <= 0 ? 0 : (static_cast<size_t>(lo) + stride - 1) / stride;
+  const size_t l = static_cast<size_t>(hi) / stride + 1;
+  *first = f;
+  *last = l < out ? l : out;
+}
+
+// One input value's gradient of the pooling: the outputs whose windows cover it, in output order
+// (the CPU's scatter order), max adding those whose window's first largest value it is.
+SAPIPE_ELEMENT float pool_grad_element(const float* plane, const float* dplane_out, size_t h, size_t w, size_t iy, size_t ix, size_t kh,
+                                       size_t kw, size_t sh, size_t sw, size_t ph, size_t pw, size_t oh, size_t ow, bool max) {
+  size_t y_first, y_last, x_first, x_last;
+  pool_windows_over(iy, kh, sh, ph, oh, &y_first, &y_last);
+  pool_windows_over(ix, kw, sw, pw, ow, &x_first, &x_last);
+  const size_t self = iy * w + ix;
+  const float area = static_cast<float>(kh * kw);
+  float sum = 0.0f;
+  for (size_t oy = y_first; oy < y_last; ++oy)
+    for (size_t ox = x_first; ox < x_last; ++ox) {
+      const float g = dplane_out[oy * ow + ox];
+      if (!max) {
+        sum += g / area;
+        continue;
+      }
+      const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * sh) - static_cast<ptrdiff_t>(ph);
+      const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * sw) - static_cast<ptrdiff_t>(pw);
+      if (sapipe_nn_max_pool_at(plane, h, w, y0, x0, kh, kw) == self) sum += g;
+    }
+  return sum;
+}
+
 }  // namespace sapipe::cuda

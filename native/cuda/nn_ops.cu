@@ -484,6 +484,38 @@ bool conv_shape(const sapipe_nn_conv2d_shape* sh, ConvShape* d) {
   return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
 }
 
+// ---- 2-D pooling: a thread per output value, a thread per input value for the gradient ----------
+
+__global__ void pool2d_kernel(float* y, const float* x, ConvShape d, int32_t mode) {
+  SAPIPE_GRID_STRIDE(i, 0, d.n * d.c * d.oh * d.ow) {
+    const size_t ox = i % d.ow, oy = (i / d.ow) % d.oh, p = i / (d.ow * d.oh);
+    const float* plane = x + p * d.h * d.w;
+    const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * d.sh) - static_cast<ptrdiff_t>(d.ph);
+    const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * d.sw) - static_cast<ptrdiff_t>(d.pw);
+    if (mode == SAPIPE_NN_POOL_MAX) {
+      const size_t at = sapipe_nn_max_pool_at(plane, d.h, d.w, y0, x0, d.r, d.s);
+      y[i] = at == static_cast<size_t>(-1) ? NAN : plane[at];
+    } else {
+      y[i] = avg_pool_element(plane, d.h, d.w, y0, x0, d.r, d.s);
+    }
+  }
+}
+
+__global__ void pool2d_backward_kernel(float* dx, const float* dy, const float* x, ConvShape d, int32_t mode) {
+  SAPIPE_GRID_STRIDE(i, 0, d.n * d.c * d.h * d.w) {
+    const size_t ix = i % d.w, iy = (i / d.w) % d.h, p = i / (d.w * d.h);
+    dx[i] = pool_grad_element(x + p * d.h * d.w, dy + p * d.oh * d.ow, d.h, d.w, iy, ix, d.r, d.s, d.sh, d.sw, d.ph, d.pw, d.oh, d.ow,
+                              mode == SAPIPE_NN_POOL_MAX);
+  }
+}
+
+bool pool_shape(const sapipe_nn_conv2d_shape* sh, int32_t mode, ConvShape* d) {
+  if (sh == nullptr || (mode != SAPIPE_NN_POOL_MAX && mode != SAPIPE_NN_POOL_AVG)) return false;
+  sapipe_nn_conv2d_shape s = *sh;
+  s.out_channels = s.in_channels;
+  return conv_shape(&s, d) && 2 * d->ph <= d->r && 2 * d->pw <= d->s;
+}
+
 unsigned int row_grid(size_t rows) {
   const size_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t cap = grid_for(rows * kWarp);
@@ -711,11 +743,38 @@ sapipe_status c_conv2d_backward(float* dx, float* dw, float* db, const float* dy
   });
 }
 
+sapipe_status c_pool2d(float* y, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void* stream) {
+  return guarded("pool2d", [&] {
+    ConvShape d;
+    if (!pool_shape(shape, mode, &d))
+      return invalid("pool2d: a known mode, kernel and stride at least 1, padding at most half the kernel, the padded input at least the kernel");
+    const size_t n = d.n * d.c * d.oh * d.ow;
+    if (n == 0) return SAPIPE_OK;
+    if (y == nullptr || x == nullptr) return invalid("pool2d: null pointer");
+    pool2d_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(y, x, d, mode);
+    return check_launch("pool2d kernel");
+  });
+}
+
+sapipe_status c_pool2d_backward(float* dx, const float* dy, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode,
+                                void* stream) {
+  return guarded("pool2dBackward", [&] {
+    ConvShape d;
+    if (!pool_shape(shape, mode, &d))
+      return invalid("pool2dBackward: a known mode, kernel and stride at least 1, padding at most half the kernel, the padded input at least the kernel");
+    const size_t n = d.n * d.c * d.h * d.w;
+    if (n == 0) return SAPIPE_OK;
+    if (dx == nullptr || dy == nullptr || x == nullptr) return invalid("pool2dBackward: null pointer");
+    pool2d_backward_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(dx, dy, x, d, mode);
+    return check_launch("pool2dBackward kernel");
+  });
+}
+
 const sapipe_nn_ops kCudaNnOps = {
     sizeof(sapipe_nn_ops), c_gemm,          c_bias_add, c_bias_grad,         c_relu,        c_relu_backward,
     c_softmax_xent,        c_gelu,          c_gelu_backward, c_add,          c_layer_norm,  c_layer_norm_backward,
     c_embedding,           c_embedding_backward, c_dropout, c_attention, c_attention_backward,
-    c_conv2d,              c_conv2d_backward,
+    c_conv2d,              c_conv2d_backward, c_pool2d, c_pool2d_backward,
 };
 
 }  // namespace

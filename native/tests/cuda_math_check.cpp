@@ -231,6 +231,45 @@ void check_model_operations(Checks& t) {
     t.expect(worst <= 1.0, "attention: the online softmax and the score gradient in float agree with the CPU (worst " +
                                std::to_string(worst) + " of 1e-5 + 1e-5 relative, dq 1e-4 relative)");
   }
+  // Pooling: the window maths and each input's gathered gradient against the CPU's, exactly (the
+  // same sums in the same order), overlapping windows and padding included.
+  for (int32_t mode : {SAPIPE_NN_POOL_MAX, SAPIPE_NN_POOL_AVG}) {
+    sapipe_nn_conv2d_shape s{2, 3, 9, 8, 3, 3, 2, 2, 1, 1, 1};
+    const size_t oh = sapipe_nn_conv_out(s.height, s.kernel_h, s.stride_h, s.pad_h), ow = sapipe_nn_conv_out(s.width, s.kernel_w, s.stride_w, s.pad_w);
+    const size_t planes = s.batch * s.in_channels, area = s.height * s.width;
+    std::vector<float> in(planes * area), out(planes * oh * ow), g(out.size()), gin(in.size());
+    for (float& e : in) e = std::round(normal(gen));  // ties, so the first largest value matters
+    in[5] = std::numeric_limits<float>::quiet_NaN();
+    for (float& e : g) e = normal(gen);
+    cpu->pool2d(out.data(), in.data(), &s, mode, nullptr);
+    cpu->pool2d_backward(gin.data(), g.data(), in.data(), &s, mode, nullptr);
+    bool same = true;
+    for (size_t p = 0; p < planes; ++p) {
+      const float* plane = in.data() + p * area;
+      for (size_t oy = 0; oy < oh; ++oy)
+        for (size_t ox = 0; ox < ow; ++ox) {
+          const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * s.stride_h) - static_cast<ptrdiff_t>(s.pad_h);
+          const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * s.stride_w) - static_cast<ptrdiff_t>(s.pad_w);
+          float e = 0.0f;
+          if (mode == SAPIPE_NN_POOL_MAX) {
+            const size_t at = sapipe_nn_max_pool_at(plane, s.height, s.width, y0, x0, s.kernel_h, s.kernel_w);
+            e = at == static_cast<size_t>(-1) ? std::numeric_limits<float>::quiet_NaN() : plane[at];
+          } else {
+            e = cuda::avg_pool_element(plane, s.height, s.width, y0, x0, s.kernel_h, s.kernel_w);
+          }
+          const float want = out[(p * oh + oy) * ow + ox];
+          same = same && (std::isnan(want) ? std::isnan(e) : e == want);
+        }
+      for (size_t iy = 0; iy < s.height; ++iy)
+        for (size_t ix = 0; ix < s.width; ++ix) {
+          const float e = cuda::pool_grad_element(plane, g.data() + p * oh * ow, s.height, s.width, iy, ix, s.kernel_h, s.kernel_w, s.stride_h,
+                                                  s.stride_w, s.pad_h, s.pad_w, oh, ow, mode == SAPIPE_NN_POOL_MAX);
+          same = same && e == gin[p * area + iy * s.width + ix];
+        }
+    }
+    t.expect(same, std::string(mode == SAPIPE_NN_POOL_MAX ? "max" : "average") +
+                       " pooling: the window and the gathered gradient equal the CPU's exactly");
+  }
   t.expect(cuda::token_is_valid(3.0f, 4) && !cuda::token_is_valid(4.0f, 4) && !cuda::token_is_valid(1.5f, 4) &&
                !cuda::token_is_valid(-1.0f, 4) && !cuda::token_is_valid(std::numeric_limits<float>::quiet_NaN(), 4),
            "token_is_valid takes the integers below vocab only");

@@ -12,6 +12,7 @@
 #ifndef SAPIPE_NN_H
 #define SAPIPE_NN_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -129,7 +130,21 @@ typedef struct sapipe_nn_ops {
    * dy[n, k, ., .] (added to dw, db when accumulate; db may be NULL). No output overlaps an input. */
   sapipe_status (*conv2d_backward)(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                                    const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void* stream);
+  /* 2-D pooling, NCHW, over windows of kernel_h x kernel_w at the strides, padded by pad_h, pad_w
+   * (at most half the kernel): y [batch, in_channels, out_h, out_w]. SAPIPE_NN_POOL_MAX takes the
+   * window's first largest value inside the image (NaN never wins, a window of NaN only gives NaN;
+   * the padding is not a value);
+   * SAPIPE_NN_POOL_AVG the sum of the values inside divided by kernel_h kernel_w (the padding
+   * counts as zeros, PyTorch's count_include_pad). out_channels is not read. y must not overlap x. */
+  sapipe_status (*pool2d)(float* y, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void* stream);
+  /* Its backward (dx overwritten): max hands each dy to its window's first largest value (found
+   * again from x), avg dy / (kernel_h kernel_w) to every value inside the window; a value in
+   * several windows sums them in output order. dx must not overlap dy or x. */
+  sapipe_status (*pool2d_backward)(float* dx, const float* dy, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode,
+                                   void* stream);
 } sapipe_nn_ops;
+
+enum { SAPIPE_NN_POOL_MAX = 0, SAPIPE_NN_POOL_AVG = 1 };
 
 #ifdef __CUDACC__
 #define SAPIPE_NN_INLINE static __host__ __device__ __forceinline__
@@ -141,6 +156,25 @@ typedef struct sapipe_nn_ops {
  * than the kernel or the stride or kernel is 0. */
 SAPIPE_NN_INLINE size_t sapipe_nn_conv_out(size_t in, size_t kernel, size_t stride, size_t pad) {
   return stride == 0 || kernel == 0 || in + 2 * pad < kernel ? 0 : (in + 2 * pad - kernel) / stride + 1;
+}
+
+/* The first largest value's index in a pooling window of the plane [h, w] whose top-left corner
+ * is (y0, x0) (negative inside the padding), or SIZE_MAX when every value inside is NaN (NaN
+ * never wins). Shared by the CPU and the CUDA kernels. */
+SAPIPE_NN_INLINE size_t sapipe_nn_max_pool_at(const float* plane, size_t h, size_t w, ptrdiff_t y0, ptrdiff_t x0, size_t kh, size_t kw) {
+  size_t best_at = (size_t)-1;
+  float best = -INFINITY;
+  for (size_t r = 0; r < kh; ++r) {
+    const ptrdiff_t y = y0 + (ptrdiff_t)r;
+    if (y < 0 || y >= (ptrdiff_t)h) continue;
+    for (size_t c = 0; c < kw; ++c) {
+      const ptrdiff_t x = x0 + (ptrdiff_t)c;
+      if (x < 0 || x >= (ptrdiff_t)w) continue;
+      const float v = plane[(size_t)y * w + (size_t)x];
+      if (v > best || (best_at == (size_t)-1 && v == best)) best = v, best_at = (size_t)y * w + (size_t)x;
+    }
+  }
+  return best_at;
 }
 
 /* The largest head_dim the attention entries take (a device keeps a row in a warp's registers). */

@@ -105,6 +105,8 @@ sapipe_cuda_plugin_v1 make_table() {
         UnavailableEntry<decltype(sapipe_nn_ops::attention_backward)>::value,
         UnavailableEntry<decltype(sapipe_nn_ops::conv2d)>::value,
         UnavailableEntry<decltype(sapipe_nn_ops::conv2d_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::pool2d)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::pool2d_backward)>::value,
     };
     return &ops;
   };
