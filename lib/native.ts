@@ -317,6 +317,8 @@ export interface NativeAddon {
     shape: NativeConv2dShape,
     accumulate: boolean,
   ): void;
+  nnPool2d(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, shape: NativeConv2dShape, mode: number): void;
+  nnPool2dBackward(dx: OperandHandle, dxOffset: number, dy: OperandHandle, dyOffset: number, x: OperandHandle, xOffset: number, shape: NativeConv2dShape, mode: number): void;
   nnAttentionBackward(
     dq: OperandHandle,
     dqOffset: number,

@@ -518,6 +518,66 @@ export function conv2dGrad(grads: Conv2dGrads, dy: TensorView, x: TensorView, w:
 }
 
 /**
+ * A 2-D pooling's shape, NCHW: input [batch, channels, height, width], windows kernelH x kernelW
+ * at the strides (default: the kernel, windows side by side), padding (default 0) at most half the
+ * kernel; output [batch, channels, outH, outW] sized as a convolution's. @category Models
+ */
+export interface Pool2dShape {
+  batch: number;
+  channels: number;
+  height: number;
+  width: number;
+  kernelH: number;
+  kernelW: number;
+  strideH?: number;
+  strideW?: number;
+  padH?: number;
+  padW?: number;
+}
+
+/** `max` (the window's first largest value; NaN never wins) or `avg` (the window's sum over its full area, padding counting as zeros). @category Models */
+export type PoolMode = 'max' | 'avg';
+
+function nativePoolShape(op: string, shape: Pool2dShape, mode: unknown): { s: NativeConv2dShape & { outH: number; outW: number }; mode: number } {
+  if (mode !== 'max' && mode !== 'avg') throw new InvalidArgumentError(`${op}: mode must be "max" or "avg", got ${describeValue(mode)}`);
+  if (shape === null || typeof shape !== 'object') throw new InvalidArgumentError(`${op}: shape must be { batch, channels, height, width, kernelH, kernelW, strideH?, strideW?, padH?, padW? }`);
+  checkCount(op, 'shape.channels', shape.channels);
+  const s = nativeConvShape(op, {
+    ...shape,
+    inChannels: shape.channels,
+    outChannels: shape.channels,
+    strideH: shape.strideH ?? shape.kernelH,
+    strideW: shape.strideW ?? shape.kernelW,
+  });
+  if (2 * s.padH > s.kernelH || 2 * s.padW > s.kernelW) throw new InvalidArgumentError(`${op}: padding must be at most half the kernel (padH ${s.padH}, padW ${s.padW} for a ${s.kernelH} x ${s.kernelW} kernel)`);
+  return { s, mode: mode === 'max' ? 0 : 1 };
+}
+
+/**
+ * 2-D max or average pooling, NCHW (PyTorch's MaxPool2d, and AvgPool2d with count_include_pad).
+ * y must not overlap x. @category Models
+ */
+export function pool2d(y: TensorView, x: TensorView, shape: Pool2dShape, mode: PoolMode): void {
+  const [hy, hx] = [handleOf(y, 'pool2d: y'), handleOf(x, 'pool2d: x')];
+  const { s, mode: m } = nativePoolShape('pool2d', shape, mode);
+  checkDisjoint('pool2d', [['y', y, s.batch * s.inChannels * s.outH * s.outW]], [['x', x, s.batch * s.inChannels * s.height * s.width]]);
+  callNative(() => nativeAddon().nnPool2d(hy, offsetOf(y), hx, offsetOf(x), s, m));
+}
+
+/**
+ * The pooling's backward, dx overwritten: max hands each dy to its window's first largest value
+ * (found again from x), avg dy / (kernelH kernelW) to every value inside the window; overlapping
+ * windows add up. dx must not overlap dy or x. @category Models
+ */
+export function pool2dGrad(dx: TensorView, dy: TensorView, x: TensorView, shape: Pool2dShape, mode: PoolMode): void {
+  const [hdx, hdy, hx] = [handleOf(dx, 'pool2dGrad: dx'), handleOf(dy, 'pool2dGrad: dy'), handleOf(x, 'pool2dGrad: x')];
+  const { s, mode: m } = nativePoolShape('pool2dGrad', shape, mode);
+  const xlen = s.batch * s.inChannels * s.height * s.width;
+  checkDisjoint('pool2dGrad', [['dx', dx, xlen]], [['dy', dy, s.batch * s.inChannels * s.outH * s.outW], ['x', x, xlen]]);
+  callNative(() => nativeAddon().nnPool2dBackward(hdx, offsetOf(dx), hdy, offsetOf(dy), hx, offsetOf(x), s, m));
+}
+
+/**
  * What a model needs of the memory it runs in beyond the operations: tensors, and data moved in
  * and out. {@link modelDevice} returns the one for `cpu` or `cuda:N`.
  *

@@ -109,6 +109,11 @@ deviceTest('every layer operation on the device equals the CPU table (GELU, add,
     const c = cpu.attention[i]!;
     for (const key of ['o', 'lse', 'dq', 'dk', 'dv'] as const) near(d[key], c[key], 1e-5, 1e-4, `attention case ${i}: ${key}`);
   });
+  // Pooling: the same window maths and the same gradient sums in the same order on both sides.
+  dev.pool.forEach((d, i) => {
+    const c = cpu.pool[i]!;
+    for (const key of ['max', 'avg', 'maxGrad', 'avgGrad'] as const) t.same(text(d[key]), text(c[key]), `pool2d case ${i}: ${key} exactly`);
+  });
   // Convolution: a direct kernel on a device against im2col and the SGEMM on the CPU.
   dev.conv.forEach((d, i) => {
     const c = cpu.conv[i]!;

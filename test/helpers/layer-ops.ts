@@ -5,7 +5,7 @@
  * CPU's are checked against test/reference/nn-layers.ts (test/nn/layers.test.ts), a device's
  * against the CPU's (test/cuda/model-ops.test.ts).
  */
-import { add, attention, attentionGrad, conv2d, conv2dGrad, dropout, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, conv2d, conv2dGrad, dropout, pool2d, pool2dGrad, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, type Device, type Tensor } from '../../dist/nn/ops.js';
 import { random, reluInput } from './model-ops.js';
 import { rng } from './random.js';
 
@@ -42,6 +42,23 @@ export const convInputs = (i: number) => {
     dbStart: random(s.outChannels, 220 + i),
     ylen: s.batch * s.outChannels * oh * ow,
   };
+};
+
+/** Windows side by side (the default stride); overlapping windows with padding; a window of the whole plane. */
+export const poolCases = [
+  { batch: 2, channels: 3, height: 10, width: 8, kernelH: 2, kernelW: 2, strideH: 2, strideW: 2, padH: 0, padW: 0 },
+  { batch: 1, channels: 2, height: 9, width: 11, kernelH: 3, kernelW: 2, strideH: 2, strideW: 1, padH: 1, padW: 1 },
+  { batch: 3, channels: 1, height: 5, width: 7, kernelH: 5, kernelW: 7, strideH: 1, strideW: 1, padH: 0, padW: 0 },
+];
+
+/** Rounded values (ties, so the first largest counts) and one NaN. */
+export const poolInputs = (i: number) => {
+  const s = poolCases[i]!;
+  const x = random(s.batch * s.channels * s.height * s.width, 250 + i, 2).map(Math.round);
+  x[4] = Number.NaN;
+  const oh = Math.floor((s.height + 2 * s.padH - s.kernelH) / s.strideH) + 1;
+  const ow = Math.floor((s.width + 2 * s.padW - s.kernelW) / s.strideW) + 1;
+  return { x, dy: random(s.batch * s.channels * oh * ow, 260 + i) };
 };
 
 export const attentionInputs = (i: number) => {
@@ -93,6 +110,7 @@ export interface LayerOutputs {
   dropoutInPlace: Float32Array;
   dropoutShifted: Float32Array;
   attention: { o: Float32Array; lse: Float32Array; dq: Float32Array; dk: Float32Array; dv: Float32Array }[];
+  pool: { max: Float32Array; avg: Float32Array; maxGrad: Float32Array; avgGrad: Float32Array }[];
   conv: { y: Float32Array; yNoBias: Float32Array; dx: Float32Array; dw: Float32Array; db: Float32Array; dwAccumulated: Float32Array; dbAccumulated: Float32Array }[];
 }
 
@@ -196,7 +214,24 @@ export function runLayerOps(device: Device): LayerOutputs {
       };
     });
 
+    const pool = poolCases.map((shape, i) => {
+      const pi = poolInputs(i);
+      const x = put(pi.x);
+      const dy = put(pi.dy);
+      const run = (mode: 'max' | 'avg') => {
+        const y = put(random(pi.dy.length, 270));
+        pool2d(v(y), v(x), shape, mode);
+        const dx = put(random(pi.x.length, 271));
+        pool2dGrad(v(dx), v(dy), v(x), shape, mode);
+        return [get(y, pi.dy.length), get(dx, pi.x.length)] as const;
+      };
+      const [max, maxGrad] = run('max');
+      const [avg, avgGrad] = run('avg');
+      return { max, avg, maxGrad, avgGrad };
+    });
+
     return {
+      pool,
       conv,
       attention: attn,
       gelu: get(gy, n),

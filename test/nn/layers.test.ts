@@ -8,9 +8,9 @@
 import t, { type Test } from 'tap';
 
 import { SapipeError } from '../../dist/errors.js';
-import { add, attention, attentionGrad, conv2d, conv2dOutputSize, dropout, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
+import { add, attention, attentionGrad, conv2d, conv2dOutputSize, dropout, pool2d, embedding, gelu, layerNorm } from '../../dist/nn/ops.js';
 import { FlatBuffer } from '../../dist/tensor.js';
-import { addCount, attentionCases, attentionInputs, convCases, convInputs, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
+import { addCount, attentionCases, attentionInputs, convCases, convInputs, poolCases, poolInputs, dropoutCase, embeddingCase, embeddingInputs, geluCount, layerNormCase, layerNormInputs, runLayerOps } from '../helpers/layer-ops.js';
 import { random, reluInput } from '../helpers/model-ops.js';
 import { worstError } from '../helpers/random.js';
 import {
@@ -19,6 +19,8 @@ import {
   attentionReference,
   conv2dGradReference,
   conv2dReference,
+  pool2dGradReference,
+  pool2dReference,
   dropoutReference,
   dropoutUniformReference,
   embeddingGradReference,
@@ -195,6 +197,25 @@ t.test('conv2d forward (with and without bias) and backward (dx, dw, db, accumul
   fdCheck(t, an.db, finiteDifferences(b, dyw, (v) => conv2dReference(x, w, v, s)), 'conv2d db');
 });
 
+t.test('max and average pooling forward and backward against the reference (max exact, average 1e-6 + 1e-6 relative), ties and NaN included; the backward against finite differences', async (t) => {
+  poolCases.forEach((shape, i) => {
+    const { x, dy } = poolInputs(i);
+    const got = out.pool[i]!;
+    const name = `${shape.batch}x${shape.channels}x${shape.height}x${shape.width}, window ${shape.kernelH}x${shape.kernelW}, stride ${shape.strideH},${shape.strideW}, pad ${shape.padH},${shape.padW}`;
+    t.same(Array.from(got.max, String), Array.from(f32(pool2dReference(x, shape, 'max')), String), `${name}: max exactly`);
+    close(t, got.maxGrad, pool2dGradReference(dy, x, shape, 'max'), 1e-6, 1e-6, `${name}: max gradient (to the first largest)`);
+    close(t, got.avg, pool2dReference(x, shape, 'avg'), 1e-6, 1e-6, `${name}: average`);
+    close(t, got.avgGrad, pool2dGradReference(dy, x, shape, 'avg'), 1e-6, 1e-6, `${name}: average gradient`);
+  });
+  const s = { batch: 1, channels: 2, height: 5, width: 6, kernelH: 3, kernelW: 2, strideH: 2, strideW: 1, padH: 1, padW: 1 };
+  const x = f64(random(60, 280));
+  const oh = Math.floor((5 + 2 - 3) / 2) + 1;
+  const ow = Math.floor((6 + 2 - 2) / 1) + 1;
+  const w = f64(random(2 * oh * ow, 281));
+  for (const mode of ['max', 'avg'] as const)
+    fdCheck(t, pool2dGradReference(w, x, s, mode), finiteDifferences(x, w, (v) => pool2dReference(v, s, mode)), `${mode} pooling`);
+});
+
 t.test('bad arguments are typed errors that say what to pass, before anything runs', async (t) => {
   const code = (fn: () => void): string => {
     try {
@@ -233,5 +254,9 @@ t.test('bad arguments are typed errors that say what to pass, before anything ru
   t.match(code(() => conv2d({ buffer: b }, { buffer: a }, { buffer: c }, undefined, { ...conv, strideW: 0 })), /^ERR_INVALID_ARGUMENT: conv2d: shape.strideW must be at least 1/, 'stride 0');
   t.match(code(() => conv2d({ buffer: a }, { buffer: a }, { buffer: c }, undefined, conv)), /^ERR_ALIASING: conv2d: y overlaps x/, 'y over x');
   t.match(code(() => conv2d({ buffer: b }, { buffer: a }, { buffer: c }, undefined, conv)), /^ERR_SIZE_MISMATCH: nnConv2d: y needs 6/, 'y too short for the output');
+  const pool = { batch: 1, channels: 1, height: 3, width: 4, kernelH: 2, kernelW: 2 };
+  t.match(code(() => pool2d({ buffer: b }, { buffer: a }, pool, 'min' as never)), /^ERR_INVALID_ARGUMENT: pool2d: mode must be "max" or "avg"/, 'an unknown mode');
+  t.match(code(() => pool2d({ buffer: b }, { buffer: a }, { ...pool, padH: 2 }, 'max')), /^ERR_INVALID_ARGUMENT: pool2d: padding must be at most half the kernel/, 'padding over half the kernel');
+  t.match(code(() => pool2d({ buffer: a }, { buffer: a }, pool, 'avg')), /^ERR_ALIASING: pool2d: y overlaps x/, 'y over x');
   for (const buffer of [a, b, c]) buffer.dispose();
 });

@@ -305,3 +305,63 @@ export function conv2dGradReference(dy: ArrayLike<number>, x: ArrayLike<number>,
   });
   return { dx, dw, db };
 }
+
+/** A pooling's shape with every field given. */
+export interface PoolShapeRef {
+  batch: number;
+  channels: number;
+  height: number;
+  width: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+}
+
+/** Calls visit(outIndex, inputIndices) with the in-image input indices of every window, row by row. */
+function eachWindow(s: PoolShapeRef, visit: (o: number, inside: number[]) => void): void {
+  const oh = Math.floor((s.height + 2 * s.padH - s.kernelH) / s.strideH) + 1;
+  const ow = Math.floor((s.width + 2 * s.padW - s.kernelW) / s.strideW) + 1;
+  for (let p = 0; p < s.batch * s.channels; p++)
+    for (let oy = 0; oy < oh; oy++)
+      for (let ox = 0; ox < ow; ox++) {
+        const inside: number[] = [];
+        for (let r = 0; r < s.kernelH; r++)
+          for (let c = 0; c < s.kernelW; c++) {
+            const [iy, ix] = [oy * s.strideH - s.padH + r, ox * s.strideW - s.padW + c];
+            if (iy >= 0 && iy < s.height && ix >= 0 && ix < s.width) inside.push((p * s.height + iy) * s.width + ix);
+          }
+        visit((p * oh + oy) * ow + ox, inside);
+      }
+}
+
+/** The window's first largest value, NaN skipped (a window of NaN only: NaN). */
+const argmaxOf = (x: ArrayLike<number>, inside: number[]): number => {
+  let best = -1;
+  for (const i of inside) if (!Number.isNaN(x[i]!) && (best < 0 || x[i]! > x[best]!)) best = i;
+  return best;
+};
+
+export function pool2dReference(x: ArrayLike<number>, s: PoolShapeRef, mode: 'max' | 'avg'): Float64Array {
+  const out: number[] = [];
+  eachWindow(s, (o, inside) => {
+    if (mode === 'max') {
+      const at = argmaxOf(x, inside);
+      out[o] = at < 0 ? Number.NaN : x[at]!;
+    } else out[o] = inside.reduce((sum, i) => sum + x[i]!, 0) / (s.kernelH * s.kernelW);
+  });
+  return Float64Array.from(out);
+}
+
+export function pool2dGradReference(dy: ArrayLike<number>, x: ArrayLike<number>, s: PoolShapeRef, mode: 'max' | 'avg'): Float64Array {
+  const dx = new Float64Array(s.batch * s.channels * s.height * s.width);
+  eachWindow(s, (o, inside) => {
+    if (mode === 'max') {
+      const at = argmaxOf(x, inside);
+      if (at >= 0) dx[at]! += dy[o]!;
+    } else for (const i of inside) dx[i]! += dy[o]! / (s.kernelH * s.kernelW);
+  });
+  return dx;
+}
