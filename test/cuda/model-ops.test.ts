@@ -77,7 +77,7 @@ deviceTest('every model operation on the device equals the CPU table (1e-5 relat
 // The layer operations: element maths in float on both sides (tanhf, the same dropout mask from
 // integer maths), row sums in another order on a device (a warp per row), parameter gradients
 // summed in the CPU's row order.
-deviceTest('every layer operation on the device equals the CPU table (GELU, add, layer norm, embedding, dropout)', async (t) => {
+deviceTest('every layer operation on the device equals the CPU table (GELU, add, layer norm, embedding, dropout, attention, conv2d, pooling)', async (t) => {
   const cpu = runLayerOps('cpu');
   const dev = runLayerOps('cuda:0');
   const text = (a: Float32Array) => Array.from(a, String);
