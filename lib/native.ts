@@ -112,6 +112,21 @@ export interface DeviceMemoryHandle {
 /** An operand of a model operation: host memory, or device memory. @internal */
 export type OperandHandle = NativeBufferHandle | DeviceMemoryHandle;
 
+/** A convolution's shape as the addon reads it (native/include/sapipe/nn.h, sapipe_nn_conv2d_shape). @internal */
+export interface NativeConv2dShape {
+  batch: number;
+  inChannels: number;
+  height: number;
+  width: number;
+  outChannels: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+}
+
 /** @internal */
 export interface NativeGemmArgs {
   transA?: boolean;
@@ -196,6 +211,138 @@ export interface NativeAddon {
     dlogitsOffset: number,
     correct: OperandHandle | null,
     correctOffset: number,
+  ): void;
+  nnGelu(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number): void;
+  nnGeluBackward(dx: OperandHandle, dxOffset: number, x: OperandHandle, xOffset: number, dy: OperandHandle, dyOffset: number, count: number): void;
+  nnAdd(y: OperandHandle, yOffset: number, a: OperandHandle, aOffset: number, b: OperandHandle, bOffset: number, count: number): void;
+  nnLayerNorm(
+    y: OperandHandle,
+    yOffset: number,
+    mean: OperandHandle,
+    meanOffset: number,
+    rstd: OperandHandle,
+    rstdOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    gamma: OperandHandle,
+    gammaOffset: number,
+    beta: OperandHandle,
+    betaOffset: number,
+    rows: number,
+    cols: number,
+    eps: number,
+  ): void;
+  nnLayerNormBackward(
+    dx: OperandHandle,
+    dxOffset: number,
+    dgamma: OperandHandle,
+    dgammaOffset: number,
+    dbeta: OperandHandle,
+    dbetaOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    mean: OperandHandle,
+    meanOffset: number,
+    rstd: OperandHandle,
+    rstdOffset: number,
+    gamma: OperandHandle,
+    gammaOffset: number,
+    rows: number,
+    cols: number,
+    accumulate: boolean,
+  ): void;
+  nnEmbedding(
+    y: OperandHandle,
+    yOffset: number,
+    tokens: OperandHandle,
+    tokensOffset: number,
+    tokenTable: OperandHandle,
+    tokenTableOffset: number,
+    positionTable: OperandHandle,
+    positionTableOffset: number,
+    batch: number,
+    seq: number,
+    vocab: number,
+    dim: number,
+  ): void;
+  nnEmbeddingBackward(
+    dtokenTable: OperandHandle,
+    dtokenTableOffset: number,
+    dpositionTable: OperandHandle | null,
+    dpositionTableOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    tokens: OperandHandle,
+    tokensOffset: number,
+    batch: number,
+    seq: number,
+    vocab: number,
+    dim: number,
+    accumulate: boolean,
+  ): void;
+  nnDropout(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, count: number, p: number, seed: number, offset: number): void;
+  nnAttention(
+    o: OperandHandle,
+    oOffset: number,
+    lse: OperandHandle,
+    lseOffset: number,
+    q: OperandHandle,
+    qOffset: number,
+    k: OperandHandle,
+    kOffset: number,
+    v: OperandHandle,
+    vOffset: number,
+    batch: number,
+    seq: number,
+    heads: number,
+    headDim: number,
+    scale: number,
+  ): void;
+  nnConv2d(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, w: OperandHandle, wOffset: number, bias: OperandHandle | null, biasOffset: number, shape: NativeConv2dShape): void;
+  nnConv2dBackward(
+    dx: OperandHandle | null,
+    dxOffset: number,
+    dw: OperandHandle,
+    dwOffset: number,
+    db: OperandHandle | null,
+    dbOffset: number,
+    dy: OperandHandle,
+    dyOffset: number,
+    x: OperandHandle,
+    xOffset: number,
+    w: OperandHandle,
+    wOffset: number,
+    shape: NativeConv2dShape,
+    accumulate: boolean,
+  ): void;
+  nnPool2d(y: OperandHandle, yOffset: number, x: OperandHandle, xOffset: number, shape: NativeConv2dShape, mode: number): void;
+  nnPool2dBackward(dx: OperandHandle, dxOffset: number, dy: OperandHandle, dyOffset: number, x: OperandHandle, xOffset: number, shape: NativeConv2dShape, mode: number): void;
+  nnAttentionBackward(
+    dq: OperandHandle,
+    dqOffset: number,
+    dk: OperandHandle,
+    dkOffset: number,
+    dv: OperandHandle,
+    dvOffset: number,
+    dout: OperandHandle,
+    doutOffset: number,
+    q: OperandHandle,
+    qOffset: number,
+    k: OperandHandle,
+    kOffset: number,
+    v: OperandHandle,
+    vOffset: number,
+    o: OperandHandle,
+    oOffset: number,
+    lse: OperandHandle,
+    lseOffset: number,
+    batch: number,
+    seq: number,
+    heads: number,
+    headDim: number,
+    scale: number,
   ): void;
   /** Core clock in GHz measured with a dependent multiply chain; 0 where it cannot be measured. */
   measureClockGhz(): number;

@@ -12,6 +12,28 @@
 //   nnReluBackward(dx, dxOffset, y, yOffset, dy, dyOffset, count)
 //   nnSoftmaxXent(logits, logitsOffset, labels, labelsOffset, rows, classes, gradScale,
 //                 losses, lossesOffset, dlogits | null, dlogitsOffset, correct | null, correctOffset)
+//   nnGelu(y, yOffset, x, xOffset, count)
+//   nnGeluBackward(dx, dxOffset, x, xOffset, dy, dyOffset, count)
+//   nnAdd(y, yOffset, a, aOffset, b, bOffset, count)
+//   nnLayerNorm(y, yOffset, mean, meanOffset, rstd, rstdOffset, x, xOffset, gamma, gammaOffset,
+//               beta, betaOffset, rows, cols, eps)
+//   nnLayerNormBackward(dx, dxOffset, dgamma, dgammaOffset, dbeta, dbetaOffset, dy, dyOffset,
+//                       x, xOffset, mean, meanOffset, rstd, rstdOffset, gamma, gammaOffset, rows, cols, accumulate)
+//   nnEmbedding(y, yOffset, tokens, tokensOffset, tokenTable, tokenTableOffset, positionTable,
+//               positionTableOffset, batch, seq, vocab, dim)
+//   nnEmbeddingBackward(dtokenTable, dtokenTableOffset, dpositionTable | null, dpositionTableOffset,
+//                       dy, dyOffset, tokens, tokensOffset, batch, seq, vocab, dim, accumulate)
+//   nnDropout(y, yOffset, x, xOffset, count, p, seed, offset)
+//   nnAttention(o, oOffset, lse, lseOffset, q, qOffset, k, kOffset, v, vOffset, batch, seq, heads, headDim, scale)
+//   nnAttentionBackward(dq, dqOffset, dk, dkOffset, dv, dvOffset, dout, doutOffset, q, qOffset, k, kOffset,
+//                       v, vOffset, o, oOffset, lse, lseOffset, batch, seq, heads, headDim, scale)
+//   nnConv2d(y, yOffset, x, xOffset, w, wOffset, bias | null, biasOffset, shape)
+//   nnConv2dBackward(dx | null, dxOffset, dw, dwOffset, db | null, dbOffset, dy, dyOffset, x, xOffset,
+//                    w, wOffset, shape, accumulate)
+//     shape: { batch, inChannels, height, width, outChannels, kernelH, kernelW, strideH, strideW, padH, padW }
+//   nnPool2d(y, yOffset, x, xOffset, shape, mode)                 mode: 0 max, 1 average
+//   nnPool2dBackward(dx, dxOffset, dy, dyOffset, x, xOffset, shape, mode)
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -68,6 +90,14 @@ class Operands {
     if (place_ < 0) return sapipe_cpu_nn_ops();
     cuda_ = require_device_table(env_, place_);
     return cuda_->nn_ops();
+  }
+
+  // The table's entry `member`, refused when the table was built before the entry was appended.
+  template <class Fn>
+  Fn entry(const sapipe_nn_ops* table, Fn sapipe_nn_ops::*member, size_t end_offset) {
+    if (table->table_size < end_offset || table->*member == nullptr)
+      throw_error(env_, "ERR_BACKEND_UNAVAILABLE", std::string(op_) + ": the CUDA plugin predates this operation; rebuild it (npm run build:native)");
+    return table->*member;
   }
 
   void check(sapipe_status status, const char* cpu_details) {
@@ -188,6 +218,259 @@ Napi::Value SoftmaxXent(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The end of an entry in sapipe_nn_ops, for Operands::entry.
+#define SAPIPE_NN_ENTRY(ops, table, name) ops.entry(table, &sapipe_nn_ops::name, offsetof(sapipe_nn_ops, name) + sizeof(void*))
+
+float number_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(what) + " must be a number");
+  return static_cast<float>(v.As<Napi::Number>().DoubleValue());
+}
+
+Napi::Value Gelu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[4], "nnGelu: count");
+  Operands ops(env, "nnGelu");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu)(y, x, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[6], "nnGeluBackward: count");
+  Operands ops(env, "nnGeluBackward");
+  float* dx = ops.view(info[0], info[1], count, "dx");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const float* dy = ops.view(info[4], info[5], count, "dy");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu_backward)(dx, x, dy, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Add(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[6], "nnAdd: count");
+  Operands ops(env, "nnAdd");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* a = ops.view(info[2], info[3], count, "a");
+  const float* b = ops.view(info[4], info[5], count, "b");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, add)(y, a, b, count, nullptr), "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value LayerNorm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[12], "nnLayerNorm: rows"), cols = count_arg(env, info[13], "nnLayerNorm: cols");
+  const float eps = number_arg(env, info[14], "nnLayerNorm: eps");
+  Operands ops(env, "nnLayerNorm");
+  float* y = ops.view(info[0], info[1], rows * cols, "y");
+  float* mean = ops.view(info[2], info[3], rows, "mean");
+  float* rstd = ops.view(info[4], info[5], rows, "rstd");
+  const float* x = ops.view(info[6], info[7], rows * cols, "x");
+  const float* gamma = ops.view(info[8], info[9], cols, "gamma");
+  const float* beta = ops.view(info[10], info[11], cols, "beta");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm)(y, mean, rstd, x, gamma, beta, rows, cols, eps, nullptr),
+            "cols must be positive and eps positive and finite");
+  return env.Undefined();
+}
+
+Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t rows = count_arg(env, info[16], "nnLayerNormBackward: rows"), cols = count_arg(env, info[17], "nnLayerNormBackward: cols");
+  const bool accumulate = info[18].ToBoolean().Value();
+  Operands ops(env, "nnLayerNormBackward");
+  float* dx = ops.view(info[0], info[1], rows * cols, "dx");
+  float* dgamma = ops.view(info[2], info[3], cols, "dgamma");
+  float* dbeta = ops.view(info[4], info[5], cols, "dbeta");
+  const float* dy = ops.view(info[6], info[7], rows * cols, "dy");
+  const float* x = ops.view(info[8], info[9], rows * cols, "x");
+  const float* mean = ops.view(info[10], info[11], rows, "mean");
+  const float* rstd = ops.view(info[12], info[13], rows, "rstd");
+  const float* gamma = ops.view(info[14], info[15], cols, "gamma");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm_backward)(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, cols, accumulate ? 1 : 0,
+                                                             nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Embedding(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[8], "nnEmbedding: batch"), seq = count_arg(env, info[9], "nnEmbedding: seq");
+  const size_t vocab = count_arg(env, info[10], "nnEmbedding: vocab"), dim = count_arg(env, info[11], "nnEmbedding: dim");
+  Operands ops(env, "nnEmbedding");
+  float* y = ops.view(info[0], info[1], batch * seq * dim, "y");
+  const float* tokens = ops.view(info[2], info[3], batch * seq, "tokens");
+  const float* token_table = ops.view(info[4], info[5], vocab * dim, "tokenTable");
+  const float* position_table = ops.view(info[6], info[7], seq * dim, "positionTable");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding)(y, tokens, token_table, position_table, batch, seq, vocab, dim, nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value EmbeddingBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[8], "nnEmbeddingBackward: batch"), seq = count_arg(env, info[9], "nnEmbeddingBackward: seq");
+  const size_t vocab = count_arg(env, info[10], "nnEmbeddingBackward: vocab"), dim = count_arg(env, info[11], "nnEmbeddingBackward: dim");
+  const bool accumulate = info[12].ToBoolean().Value();
+  Operands ops(env, "nnEmbeddingBackward");
+  float* dtoken = ops.view(info[0], info[1], vocab * dim, "dtokenTable");
+  float* dposition = ops.optional_view(info[2], info[3], seq * dim, "dpositionTable");
+  const float* dy = ops.view(info[4], info[5], batch * seq * dim, "dy");
+  const float* tokens = ops.view(info[6], info[7], batch * seq, "tokens");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding_backward)(dtoken, dposition, dy, tokens, batch, seq, vocab, dim, accumulate ? 1 : 0,
+                                                            nullptr),
+            "invalid arguments");
+  return env.Undefined();
+}
+
+Napi::Value Dropout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t count = count_arg(env, info[4], "nnDropout: count");
+  const float p = number_arg(env, info[5], "nnDropout: p");
+  const uint64_t seed = index_arg(env, info[6], "nnDropout: seed");
+  const uint64_t offset = index_arg(env, info[7], "nnDropout: offset");
+  Operands ops(env, "nnDropout");
+  float* y = ops.view(info[0], info[1], count, "y");
+  const float* x = ops.view(info[2], info[3], count, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, dropout)(y, x, count, p, seed, offset, nullptr), "p must be in [0, 1)");
+  return env.Undefined();
+}
+
+Napi::Value Attention(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[10], "nnAttention: batch"), seq = count_arg(env, info[11], "nnAttention: seq");
+  const size_t heads = count_arg(env, info[12], "nnAttention: heads"), dim = count_arg(env, info[13], "nnAttention: headDim");
+  const float scale = number_arg(env, info[14], "nnAttention: scale");
+  const size_t n = batch * seq * heads * dim;
+  Operands ops(env, "nnAttention");
+  float* o = ops.view(info[0], info[1], n, "o");
+  float* lse = ops.view(info[2], info[3], batch * heads * seq, "lse");
+  const float* q = ops.view(info[4], info[5], n, "q");
+  const float* k = ops.view(info[6], info[7], n, "k");
+  const float* v = ops.view(info[8], info[9], n, "v");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention)(o, lse, q, k, v, batch, seq, heads, dim, scale, nullptr),
+            "headDim must be in [1, 256] and scale finite");
+  return env.Undefined();
+}
+
+Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t batch = count_arg(env, info[18], "nnAttentionBackward: batch"), seq = count_arg(env, info[19], "nnAttentionBackward: seq");
+  const size_t heads = count_arg(env, info[20], "nnAttentionBackward: heads"), dim = count_arg(env, info[21], "nnAttentionBackward: headDim");
+  const float scale = number_arg(env, info[22], "nnAttentionBackward: scale");
+  const size_t n = batch * seq * heads * dim;
+  Operands ops(env, "nnAttentionBackward");
+  float* dq = ops.view(info[0], info[1], n, "dq");
+  float* dk = ops.view(info[2], info[3], n, "dk");
+  float* dv = ops.view(info[4], info[5], n, "dv");
+  const float* dout = ops.view(info[6], info[7], n, "dout");
+  const float* q = ops.view(info[8], info[9], n, "q");
+  const float* k = ops.view(info[10], info[11], n, "k");
+  const float* v = ops.view(info[12], info[13], n, "v");
+  const float* o = ops.view(info[14], info[15], n, "o");
+  const float* lse = ops.view(info[16], info[17], batch * heads * seq, "lse");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention_backward)(dq, dk, dv, dout, q, k, v, o, lse, batch, seq, heads, dim, scale, nullptr),
+            "headDim must be in [1, 256] and scale finite");
+  return env.Undefined();
+}
+
+// A convolution's shape from its JS object, with the output size; refused when no output fits.
+sapipe_nn_conv2d_shape conv_shape_arg(Napi::Env env, const Napi::Value& v, const char* op, size_t* out_h, size_t* out_w) {
+  Napi::Object o = expect_object(env, v, (std::string(op) + " shape").c_str());
+  sapipe_nn_conv2d_shape s{};
+  s.batch = get_index(o, "batch", 0), s.in_channels = get_index(o, "inChannels", 0);
+  s.height = get_index(o, "height", 0), s.width = get_index(o, "width", 0);
+  s.out_channels = get_index(o, "outChannels", 0), s.kernel_h = get_index(o, "kernelH", 0), s.kernel_w = get_index(o, "kernelW", 0);
+  s.stride_h = get_index(o, "strideH", 1), s.stride_w = get_index(o, "strideW", 1);
+  s.pad_h = get_index(o, "padH", 0), s.pad_w = get_index(o, "padW", 0);
+  constexpr size_t kMax = size_t{1} << 31;
+  for (size_t x : {s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w})
+    if (x > kMax) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": every shape field must be at most 2^31");
+  *out_h = sapipe_nn_conv_out(s.height, s.kernel_h, s.stride_h, s.pad_h);
+  *out_w = sapipe_nn_conv_out(s.width, s.kernel_w, s.stride_w, s.pad_w);
+  if (*out_h == 0 || *out_w == 0)
+    throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": kernel and stride must be at least 1 and height + 2 padH, width + 2 padW at least the kernel");
+  return s;
+}
+
+Napi::Value Conv2d(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[8], "nnConv2d", &oh, &ow);
+  Operands ops(env, "nnConv2d");
+  float* y = ops.view(info[0], info[1], s.batch * s.out_channels * oh * ow, "y");
+  const float* x = ops.view(info[2], info[3], s.batch * s.in_channels * s.height * s.width, "x");
+  const float* w = ops.view(info[4], info[5], s.out_channels * s.in_channels * s.kernel_h * s.kernel_w, "w");
+  const float* bias = ops.optional_view(info[6], info[7], s.out_channels, "bias");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d)(y, x, w, bias, &s, nullptr), "invalid arguments or out of memory");
+  return env.Undefined();
+}
+
+Napi::Value Conv2dBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[12], "nnConv2dBackward", &oh, &ow);
+  const bool accumulate = info[13].ToBoolean().Value();
+  const size_t xlen = s.batch * s.in_channels * s.height * s.width, wlen = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
+  Operands ops(env, "nnConv2dBackward");
+  float* dx = ops.optional_view(info[0], info[1], xlen, "dx");
+  float* dw = ops.view(info[2], info[3], wlen, "dw");
+  float* db = ops.optional_view(info[4], info[5], s.out_channels, "db");
+  const float* dy = ops.view(info[6], info[7], s.batch * s.out_channels * oh * ow, "dy");
+  const float* x = ops.view(info[8], info[9], xlen, "x");
+  const float* w = ops.view(info[10], info[11], wlen, "w");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d_backward)(dx, dw, db, dy, x, w, &s, accumulate ? 1 : 0, nullptr),
+            "invalid arguments or out of memory");
+  return env.Undefined();
+}
+
+int32_t pool_mode_arg(Napi::Env env, const Napi::Value& v, const char* op) {
+  if (!v.IsNumber()) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": mode must be 0 (max) or 1 (average)");
+  const double m = v.As<Napi::Number>().DoubleValue();
+  if (m != SAPIPE_NN_POOL_MAX && m != SAPIPE_NN_POOL_AVG) throw_error(env, "ERR_INVALID_ARGUMENT", std::string(op) + ": mode must be 0 (max) or 1 (average)");
+  return static_cast<int32_t>(m);
+}
+
+Napi::Value Pool2d(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[4], "nnPool2d", &oh, &ow);
+  const int32_t mode = pool_mode_arg(env, info[5], "nnPool2d");
+  Operands ops(env, "nnPool2d");
+  float* y = ops.view(info[0], info[1], s.batch * s.in_channels * oh * ow, "y");
+  const float* x = ops.view(info[2], info[3], s.batch * s.in_channels * s.height * s.width, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d)(y, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  return env.Undefined();
+}
+
+Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t oh = 0, ow = 0;
+  const sapipe_nn_conv2d_shape s = conv_shape_arg(env, info[6], "nnPool2dBackward", &oh, &ow);
+  const int32_t mode = pool_mode_arg(env, info[7], "nnPool2dBackward");
+  const size_t xlen = s.batch * s.in_channels * s.height * s.width;
+  Operands ops(env, "nnPool2dBackward");
+  float* dx = ops.view(info[0], info[1], xlen, "dx");
+  const float* dy = ops.view(info[2], info[3], s.batch * s.in_channels * oh * ow, "dy");
+  const float* x = ops.view(info[4], info[5], xlen, "x");
+  const sapipe_nn_ops* table = ops.table();
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d_backward)(dx, dy, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  return env.Undefined();
+}
+
 // measureClockGhz(): the core clock the kernels run at (native/core/cpu_clock.h).
 Napi::Value MeasureClockGhz(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), measure_cpu_clock_ghz()); }
 
@@ -200,6 +483,20 @@ void InitNn(Napi::Env env, Napi::Object exports) {
   exports.Set("nnRelu", Napi::Function::New(env, Relu, "nnRelu"));
   exports.Set("nnReluBackward", Napi::Function::New(env, ReluBackward, "nnReluBackward"));
   exports.Set("nnSoftmaxXent", Napi::Function::New(env, SoftmaxXent, "nnSoftmaxXent"));
+  exports.Set("nnGelu", Napi::Function::New(env, Gelu, "nnGelu"));
+  exports.Set("nnGeluBackward", Napi::Function::New(env, GeluBackward, "nnGeluBackward"));
+  exports.Set("nnAdd", Napi::Function::New(env, Add, "nnAdd"));
+  exports.Set("nnLayerNorm", Napi::Function::New(env, LayerNorm, "nnLayerNorm"));
+  exports.Set("nnLayerNormBackward", Napi::Function::New(env, LayerNormBackward, "nnLayerNormBackward"));
+  exports.Set("nnEmbedding", Napi::Function::New(env, Embedding, "nnEmbedding"));
+  exports.Set("nnEmbeddingBackward", Napi::Function::New(env, EmbeddingBackward, "nnEmbeddingBackward"));
+  exports.Set("nnDropout", Napi::Function::New(env, Dropout, "nnDropout"));
+  exports.Set("nnAttention", Napi::Function::New(env, Attention, "nnAttention"));
+  exports.Set("nnAttentionBackward", Napi::Function::New(env, AttentionBackward, "nnAttentionBackward"));
+  exports.Set("nnConv2d", Napi::Function::New(env, Conv2d, "nnConv2d"));
+  exports.Set("nnConv2dBackward", Napi::Function::New(env, Conv2dBackward, "nnConv2dBackward"));
+  exports.Set("nnPool2d", Napi::Function::New(env, Pool2d, "nnPool2d"));
+  exports.Set("nnPool2dBackward", Napi::Function::New(env, Pool2dBackward, "nnPool2dBackward"));
   exports.Set("measureClockGhz", Napi::Function::New(env, MeasureClockGhz, "measureClockGhz"));
 }
 

@@ -1,10 +1,18 @@
 // The CPU side of the model operations (sapipe/nn.h): the matrix product is the blocked SIMD
 // SGEMM over the thread pool (gemm.cpp); the row and element operations are plain loops, in the
 // order the CUDA kernels' results are checked against (bias gradient summed row by row; softmax
-// cross-entropy in double, like the plain-TypeScript reference).
+// cross-entropy in double, like the plain-TypeScript reference). The element operations (GELU,
+// add, dropout) and the per-row ones (layer norm) split their elements or rows over the thread
+// pool: each output is written by one thread, so the result does not depend on the split; the
+// parameter gradients (layer norm's dgamma and dbeta, the embedding tables') are summed in row
+// order on one thread, the order the CUDA kernels sum in.
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <new>
+#include <vector>
 
+#include "../core/thread_pool.h"
 #include "gemm.h"
 #include "sapipe/nn.h"
 
@@ -90,8 +98,485 @@ sapipe_status nn_softmax_xent(const float* logits, const float* labels, size_t r
   return SAPIPE_OK;
 }
 
+// Runs body(begin, end) over [0, n) on the thread pool, ranges aligned to `align` elements.
+template <class Body>
+void split(size_t n, size_t align, Body&& body) {
+  ThreadPool::global().parallel_for(n, align, [&](int, size_t lo, size_t hi) { body(lo, hi); });
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+// GELU's 0.5 (1 + tanh(u)) as sigmoid(2u), and 1 minus it, from exp(-2|u|): no cancellation for
+// negative x, no overflow (sapipe/nn.h).
+struct GeluTerms {
+  float s, one_minus_s;
+};
+GeluTerms gelu_terms(float x) {
+  const float u = kGeluC * (x + kGeluA * x * x * x);
+  const float t = std::exp(-2.0f * std::fabs(u));
+  const float r = 1.0f / (1.0f + t);
+  return u >= 0.0f ? GeluTerms{r, t * r} : GeluTerms{t * r, r};
+}
+
+sapipe_status nn_gelu(float* y, const float* x, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = x[i] * gelu_terms(x[i]).s;
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_gelu_backward(float* dx, const float* x, const float* dy, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (dx == nullptr || x == nullptr || dy == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = x[i];
+      const GeluTerms g = gelu_terms(v);
+      const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+      dx[i] = dy[i] * (g.s + 2.0f * v * g.s * g.one_minus_s * du);
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_add(float* y, const float* a, const float* b, size_t count, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || a == nullptr || b == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+  });
+  return SAPIPE_OK;
+}
+
+// Each row's mean and variance in double (two passes), like the reference.
+sapipe_status nn_layer_norm(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta, size_t rows,
+                            size_t cols, float eps, void*) {
+  if (rows == 0) return SAPIPE_OK;
+  if (y == nullptr || mean == nullptr || rstd == nullptr || x == nullptr || gamma == nullptr || beta == nullptr || cols == 0 ||
+      !(eps > 0.0f) || !std::isfinite(eps))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(rows * cols, cols, [&](size_t lo, size_t hi) {
+    for (size_t r = lo / cols; r < hi / cols; ++r) {
+      const float* xr = x + r * cols;
+      double sum = 0.0;
+      for (size_t j = 0; j < cols; ++j) sum += xr[j];
+      const double mu = sum / static_cast<double>(cols);
+      double sq = 0.0;
+      for (size_t j = 0; j < cols; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+      const float m = static_cast<float>(mu);
+      const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + static_cast<double>(eps)));
+      mean[r] = m, rstd[r] = rs;
+      float* yr = y + r * cols;  // may be xr: each x is read before its y is written
+      for (size_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                                     const float* rstd, const float* gamma, size_t rows, size_t cols, int32_t accumulate, void*) {
+  if (cols == 0) return SAPIPE_OK;
+  if (dgamma == nullptr || dbeta == nullptr || gamma == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (rows > 0 && (dx == nullptr || dy == nullptr || x == nullptr || mean == nullptr || rstd == nullptr))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  // The parameter gradients first: dx may be dy.
+  if (accumulate == 0)
+    for (size_t j = 0; j < cols; ++j) dgamma[j] = 0.0f, dbeta[j] = 0.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    const float *dyr = dy + r * cols, *xr = x + r * cols;
+    for (size_t j = 0; j < cols; ++j) {
+      dgamma[j] += dyr[j] * ((xr[j] - mean[r]) * rstd[r]);
+      dbeta[j] += dyr[j];
+    }
+  }
+  split(rows * cols, cols, [&](size_t lo, size_t hi) {
+    for (size_t r = lo / cols; r < hi / cols; ++r) {
+      const float *dyr = dy + r * cols, *xr = x + r * cols;
+      double sg = 0.0, sgx = 0.0;
+      for (size_t j = 0; j < cols; ++j) {
+        const double g = static_cast<double>(dyr[j]) * gamma[j];
+        sg += g;
+        sgx += g * ((xr[j] - mean[r]) * rstd[r]);
+      }
+      const float mg = static_cast<float>(sg / static_cast<double>(cols)), mgx = static_cast<float>(sgx / static_cast<double>(cols));
+      float* dxr = dx + r * cols;
+      for (size_t j = 0; j < cols; ++j) dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mg - ((xr[j] - mean[r]) * rstd[r]) * mgx);
+    }
+  });
+  return SAPIPE_OK;
+}
+
+bool token_valid(float t, size_t vocab) { return t >= 0.0f && t < static_cast<float>(vocab) && t == std::floor(t); }
+
+sapipe_status nn_embedding(float* y, const float* tokens, const float* token_table, const float* position_table, size_t batch,
+                           size_t seq, size_t vocab, size_t dim, void*) {
+  if (batch == 0 || seq == 0 || dim == 0) return SAPIPE_OK;
+  if (y == nullptr || tokens == nullptr || token_table == nullptr || position_table == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  split(batch * seq * dim, dim, [&](size_t lo, size_t hi) {
+    for (size_t row = lo / dim; row < hi / dim; ++row) {
+      const float t = tokens[row];
+      const float* pos = position_table + (row % seq) * dim;
+      float* yr = y + row * dim;
+      if (!token_valid(t, vocab)) {
+        for (size_t j = 0; j < dim; ++j) yr[j] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float* tok = token_table + static_cast<size_t>(t) * dim;
+      for (size_t j = 0; j < dim; ++j) yr[j] = tok[j] + pos[j];
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_embedding_backward(float* dtoken_table, float* dposition_table, const float* dy, const float* tokens, size_t batch,
+                                    size_t seq, size_t vocab, size_t dim, int32_t accumulate, void*) {
+  if (dim == 0) return SAPIPE_OK;
+  if (dtoken_table == nullptr && vocab > 0) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (batch > 0 && seq > 0 && (dy == nullptr || tokens == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (accumulate == 0) {
+    for (size_t i = 0; i < vocab * dim; ++i) dtoken_table[i] = 0.0f;
+    if (dposition_table != nullptr)
+      for (size_t i = 0; i < seq * dim; ++i) dposition_table[i] = 0.0f;
+  }
+  for (size_t row = 0; row < batch * seq; ++row) {
+    const float* g = dy + row * dim;
+    const float t = tokens[row];
+    if (token_valid(t, vocab)) {
+      float* d = dtoken_table + static_cast<size_t>(t) * dim;
+      for (size_t j = 0; j < dim; ++j) d[j] += g[j];
+    }
+    if (dposition_table != nullptr) {
+      float* d = dposition_table + (row % seq) * dim;
+      for (size_t j = 0; j < dim; ++j) d[j] += g[j];
+    }
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_dropout(float* y, const float* x, size_t count, float p, uint64_t seed, uint64_t offset, void*) {
+  if (count == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr || !(p >= 0.0f && p < 1.0f)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float scale = 1.0f / (1.0f - p);
+  split(count, 16, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = sapipe_dropout_uniform(seed, offset + i) >= p ? x[i] * scale : 0.0f;
+  });
+  return SAPIPE_OK;
+}
+
+// ---- causal self-attention ------------------------------------------------------------------
+// A row (batch b, head h, query i) at a time over the thread pool, accumulating in double: the
+// forward is an online softmax over the keys j <= i, so no score is stored; the backward
+// recomputes each p_ij from the saved lse, dq by query rows, dk and dv by key rows (each output
+// row written by one thread).
+
+struct AttentionShape {
+  size_t batch, seq, heads, dim;
+  size_t width() const { return heads * dim; }
+  size_t rows() const { return batch * heads * seq; }
+  // The offset of row i of head h of batch b in a [batch, seq, heads * dim] tensor.
+  size_t at(size_t b, size_t h, size_t i) const { return (b * seq + i) * width() + h * dim; }
+};
+
+double dot(const float* a, const float* b, size_t n) {
+  double s = 0.0;
+  for (size_t d = 0; d < n; ++d) s += static_cast<double>(a[d]) * b[d];
+  return s;
+}
+
+bool attention_args_ok(size_t head_dim, float scale) { return head_dim >= 1 && head_dim <= SAPIPE_NN_MAX_HEAD_DIM && std::isfinite(scale); }
+
+// Runs body(b, h, i, acc) for every row, split over the pool (acc: per-thread scratch of 2 dim
+// doubles, on the stack: nothing is allocated, so nothing throws in a worker).
+template <class Body>
+void attention_rows(const AttentionShape& a, Body&& body) {
+  const size_t work = a.seq * a.dim;  // a row's work, so small problems stay on one thread
+  split(a.rows() * work, work, [&](size_t lo, size_t hi) {
+    double acc[2 * SAPIPE_NN_MAX_HEAD_DIM];
+    for (size_t u = lo / work; u < hi / work; ++u) body(u / (a.heads * a.seq), (u / a.seq) % a.heads, u % a.seq, acc);
+  });
+}
+
+sapipe_status nn_attention(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq, size_t heads,
+                           size_t head_dim, float scale, void*) {
+  const AttentionShape a{batch, seq, heads, head_dim};
+  if (a.rows() == 0) return SAPIPE_OK;
+  if (o == nullptr || lse == nullptr || q == nullptr || k == nullptr || v == nullptr || !attention_args_ok(head_dim, scale))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {
+    const float* qi = q + a.at(b, h, i);
+    double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
+    for (size_t j = 0; j <= i; ++j) {
+      const double sc = scale * dot(qi, k + a.at(b, h, j), head_dim);
+      const float* vj = v + a.at(b, h, j);
+      if (sc > m) {
+        const double c = std::exp(m - sc);  // 0 for the first key
+        l = l * c + 1.0;
+        for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * c + vj[d];
+        m = sc;
+      } else {
+        const double p = std::exp(sc - m);
+        l += p;
+        for (size_t d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+      }
+    }
+    float* oi = o + a.at(b, h, i);
+    for (size_t d = 0; d < head_dim; ++d) oi[d] = static_cast<float>(acc[d] / l);
+    lse[(b * heads + h) * seq + i] = static_cast<float>(m + std::log(l));
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                    const float* o, const float* lse, size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                    float scale, void*) {
+  const AttentionShape a{batch, seq, heads, head_dim};
+  if (a.rows() == 0) return SAPIPE_OK;
+  if (dq == nullptr || dk == nullptr || dv == nullptr || dout == nullptr || q == nullptr || k == nullptr || v == nullptr ||
+      o == nullptr || lse == nullptr || !attention_args_ok(head_dim, scale))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  const auto p_of = [&](size_t b, size_t h, size_t i, size_t j) {
+    return std::exp(scale * dot(q + a.at(b, h, i), k + a.at(b, h, j), head_dim) - static_cast<double>(lse[(b * heads + h) * seq + i]));
+  };
+  const auto ds_of = [&](size_t b, size_t h, size_t i, size_t j, double p) {
+    const float* doi = dout + a.at(b, h, i);
+    return p * (dot(doi, v + a.at(b, h, j), head_dim) - dot(doi, o + a.at(b, h, i), head_dim));
+  };
+  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {  // dq_i, query row i
+    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
+    for (size_t j = 0; j <= i; ++j) {
+      const double ds = ds_of(b, h, i, j, p_of(b, h, i, j));
+      const float* kj = k + a.at(b, h, j);
+      for (size_t d = 0; d < head_dim; ++d) acc[d] += ds * kj[d];
+    }
+    float* dqi = dq + a.at(b, h, i);
+    for (size_t d = 0; d < head_dim; ++d) dqi[d] = static_cast<float>(scale * acc[d]);
+  });
+  attention_rows(a, [&](size_t b, size_t h, size_t j, double* acc) {  // dk_j and dv_j, key row j
+    double* dk_acc = acc;
+    double* dv_acc = acc + head_dim;
+    for (size_t d = 0; d < 2 * head_dim; ++d) acc[d] = 0.0;
+    for (size_t i = j; i < seq; ++i) {
+      const double p = p_of(b, h, i, j);
+      const double ds = ds_of(b, h, i, j, p);
+      const float *qi = q + a.at(b, h, i), *doi = dout + a.at(b, h, i);
+      for (size_t d = 0; d < head_dim; ++d) dk_acc[d] += ds * qi[d], dv_acc[d] += p * doi[d];
+    }
+    float *dkj = dk + a.at(b, h, j), *dvj = dv + a.at(b, h, j);
+    for (size_t d = 0; d < head_dim; ++d) dkj[d] = static_cast<float>(scale * dk_acc[d]), dvj[d] = static_cast<float>(dv_acc[d]);
+  });
+  return SAPIPE_OK;
+}
+
+// ---- 2-D convolution: im2col and the SGEMM ------------------------------------------------------
+// Per image: col [C R S, Ho Wo] holds the input patch of every output position, y_n = W col
+// (W as [K, C R S]); backward dW (+)= dy_n col^T, dcol = W^T dy_n scattered back (col2im) into
+// dx_n. The products run on the thread pool; col is one image's patches, allocated per call.
+
+struct ConvDims {
+  size_t n, c, h, w, k, r, s, sh, sw, ph, pw, oh, ow;
+  size_t patch() const { return c * r * s; }
+  size_t out_area() const { return oh * ow; }
+};
+
+bool conv_dims(const sapipe_nn_conv2d_shape* sh, ConvDims* d) {
+  if (sh == nullptr) return false;
+  *d = ConvDims{sh->batch, sh->in_channels, sh->height, sh->width, sh->out_channels, sh->kernel_h, sh->kernel_w, sh->stride_h,
+                sh->stride_w, sh->pad_h, sh->pad_w, 0, 0};
+  d->oh = sapipe_nn_conv_out(d->h, d->r, d->sh, d->ph);
+  d->ow = sapipe_nn_conv_out(d->w, d->s, d->sw, d->pw);
+  return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
+}
+
+// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside.
+void im2col(const ConvDims& d, const float* x, float* col) {
+  for (size_t c = 0; c < d.c; ++c)
+    for (size_t r = 0; r < d.r; ++r)
+      for (size_t s = 0; s < d.s; ++s) {
+        float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        for (size_t oy = 0; oy < d.oh; ++oy) {
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
+          for (size_t ox = 0; ox < d.ow; ++ox) {
+            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
+            const bool inside = iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w);
+            row[oy * d.ow + ox] = inside ? x[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] : 0.0f;
+          }
+        }
+      }
+}
+
+// dx_n[c, iy, ix] += col[...] over every patch entry, in col's order.
+void col2im(const ConvDims& d, const float* col, float* dx) {
+  for (size_t c = 0; c < d.c; ++c)
+    for (size_t r = 0; r < d.r; ++r)
+      for (size_t s = 0; s < d.s; ++s) {
+        const float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        for (size_t oy = 0; oy < d.oh; ++oy) {
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
+          if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) continue;
+          for (size_t ox = 0; ox < d.ow; ++ox) {
+            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
+            if (ix >= 0 && ix < static_cast<ptrdiff_t>(d.w)) dx[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] += row[oy * d.ow + ox];
+          }
+        }
+      }
+}
+
+sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c) {
+  GemmArgs g;
+  g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = beta;
+  g.a = a, g.lda = ta ? m : k, g.b = b, g.ldb = tb ? k : n, g.c = c, g.ldc = n;
+  return sgemm(g);
+}
+
+sapipe_status nn_conv2d(float* y, const float* x, const float* w, const float* bias, const sapipe_nn_conv2d_shape* shape, void*) {
+  ConvDims d;
+  if (!conv_dims(shape, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
+  if (y == nullptr || w == nullptr || (d.c > 0 && x == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  try {
+    std::vector<float> col(d.patch() * d.out_area());
+    for (size_t n = 0; n < d.n; ++n) {
+      float* yn = y + n * d.k * d.out_area();
+      im2col(d, x + n * d.c * d.h * d.w, col.data());
+      if (sapipe_status st = gemm_rows(false, false, d.k, d.out_area(), d.patch(), 0.0f, w, col.data(), yn); st != SAPIPE_OK) return st;
+      if (bias != nullptr)
+        for (size_t k = 0; k < d.k; ++k)
+          for (size_t p = 0; p < d.out_area(); ++p) yn[k * d.out_area() + p] += bias[k];
+    }
+  } catch (const std::bad_alloc&) {
+    return SAPIPE_ERR_OUT_OF_MEMORY;
+  }
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                 const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void*) {
+  ConvDims d;
+  if (!conv_dims(shape, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t wlen = d.k * d.patch();
+  if ((wlen > 0 && dw == nullptr) || (d.n > 0 && d.k > 0 && d.out_area() > 0 && dy == nullptr) ||
+      (d.n > 0 && d.c > 0 && (x == nullptr || (dx != nullptr && w == nullptr))))
+    return SAPIPE_ERR_INVALID_ARGUMENT;
+  if (accumulate == 0) {
+    for (size_t i = 0; i < wlen; ++i) dw[i] = 0.0f;
+    if (db != nullptr)
+      for (size_t k = 0; k < d.k; ++k) db[k] = 0.0f;
+  }
+  if (dx != nullptr)
+    for (size_t i = 0; i < d.n * d.c * d.h * d.w; ++i) dx[i] = 0.0f;
+  if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
+  try {
+    std::vector<float> col(d.patch() * d.out_area());
+    for (size_t n = 0; n < d.n; ++n) {
+      const float* dyn = dy + n * d.k * d.out_area();
+      if (db != nullptr)
+        for (size_t k = 0; k < d.k; ++k)
+          for (size_t p = 0; p < d.out_area(); ++p) db[k] += dyn[k * d.out_area() + p];
+      if (d.patch() == 0) continue;
+      im2col(d, x + n * d.c * d.h * d.w, col.data());
+      // dW [K, CRS] += dy_n [K, HoWo] col^T
+      if (sapipe_status st = gemm_rows(false, true, d.k, d.patch(), d.out_area(), 1.0f, dyn, col.data(), dw); st != SAPIPE_OK) return st;
+      if (dx == nullptr) continue;
+      // dcol [CRS, HoWo] = W^T dy_n
+      if (sapipe_status st = gemm_rows(true, false, d.patch(), d.out_area(), d.k, 0.0f, w, dyn, col.data()); st != SAPIPE_OK) return st;
+      col2im(d, col.data(), dx + n * d.c * d.h * d.w);
+    }
+  } catch (const std::bad_alloc&) {
+    return SAPIPE_ERR_OUT_OF_MEMORY;
+  }
+  return SAPIPE_OK;
+}
+
+// ---- 2-D pooling ---------------------------------------------------------------------------------
+// A plane (image, channel) at a time over the thread pool; the backward scatters each output's
+// gradient in output order, per plane, so a value in several windows sums them in that order.
+
+bool pool_dims(const sapipe_nn_conv2d_shape* sh, int32_t mode, ConvDims* d) {
+  if (sh == nullptr || (mode != SAPIPE_NN_POOL_MAX && mode != SAPIPE_NN_POOL_AVG)) return false;
+  sapipe_nn_conv2d_shape s = *sh;
+  s.out_channels = s.in_channels;
+  return conv_dims(&s, d) && 2 * d->ph <= d->r && 2 * d->pw <= d->s;
+}
+
+sapipe_status nn_pool2d(float* y, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void*) {
+  ConvDims d;
+  if (!pool_dims(shape, mode, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t planes = d.n * d.c, in_area = d.h * d.w, out_area = d.out_area();
+  if (planes == 0 || out_area == 0) return SAPIPE_OK;
+  if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float area = static_cast<float>(d.r * d.s);
+  split(planes * out_area, out_area, [&](size_t lo, size_t hi) {
+    for (size_t p = lo / out_area; p < hi / out_area; ++p) {
+      const float* plane = x + p * in_area;
+      for (size_t oy = 0; oy < d.oh; ++oy)
+        for (size_t ox = 0; ox < d.ow; ++ox) {
+          const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * d.sh) - static_cast<ptrdiff_t>(d.ph);
+          const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * d.sw) - static_cast<ptrdiff_t>(d.pw);
+          float out = 0.0f;
+          if (mode == SAPIPE_NN_POOL_MAX) {
+            const size_t at = sapipe_nn_max_pool_at(plane, d.h, d.w, y0, x0, d.r, d.s);
+            out = at == static_cast<size_t>(-1) ? std::numeric_limits<float>::quiet_NaN() : plane[at];
+          } else {
+            float sum = 0.0f;
+            for (size_t r = 0; r < d.r; ++r)
+              for (size_t c = 0; c < d.s; ++c) {
+                const ptrdiff_t iy = y0 + static_cast<ptrdiff_t>(r), ix = x0 + static_cast<ptrdiff_t>(c);
+                if (iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w))
+                  sum += plane[static_cast<size_t>(iy) * d.w + static_cast<size_t>(ix)];
+              }
+            out = sum / area;
+          }
+          y[p * out_area + oy * d.ow + ox] = out;
+        }
+    }
+  });
+  return SAPIPE_OK;
+}
+
+sapipe_status nn_pool2d_backward(float* dx, const float* dy, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void*) {
+  ConvDims d;
+  if (!pool_dims(shape, mode, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const size_t planes = d.n * d.c, in_area = d.h * d.w, out_area = d.out_area();
+  if (planes == 0 || in_area == 0) return SAPIPE_OK;
+  if (dx == nullptr || dy == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+  const float area = static_cast<float>(d.r * d.s);
+  split(planes * in_area, in_area, [&](size_t lo, size_t hi) {
+    for (size_t p = lo / in_area; p < hi / in_area; ++p) {
+      const float* plane = x + p * in_area;
+      float* dplane = dx + p * in_area;
+      for (size_t i = 0; i < in_area; ++i) dplane[i] = 0.0f;
+      for (size_t oy = 0; oy < d.oh; ++oy)
+        for (size_t ox = 0; ox < d.ow; ++ox) {
+          const float g = dy[p * out_area + oy * d.ow + ox];
+          const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * d.sh) - static_cast<ptrdiff_t>(d.ph);
+          const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * d.sw) - static_cast<ptrdiff_t>(d.pw);
+          if (mode == SAPIPE_NN_POOL_MAX) {
+            const size_t at = sapipe_nn_max_pool_at(plane, d.h, d.w, y0, x0, d.r, d.s);
+            if (at != static_cast<size_t>(-1)) dplane[at] += g;
+            continue;
+          }
+          for (size_t r = 0; r < d.r; ++r)
+            for (size_t c = 0; c < d.s; ++c) {
+              const ptrdiff_t iy = y0 + static_cast<ptrdiff_t>(r), ix = x0 + static_cast<ptrdiff_t>(c);
+              if (iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w))
+                dplane[static_cast<size_t>(iy) * d.w + static_cast<size_t>(ix)] += g / area;
+            }
+        }
+    }
+  });
+  return SAPIPE_OK;
+}
+
 const sapipe_nn_ops kCpuNnOps = {
-    sizeof(sapipe_nn_ops), nn_gemm, nn_bias_add, nn_bias_grad, nn_relu, nn_relu_backward, nn_softmax_xent,
+    sizeof(sapipe_nn_ops), nn_gemm,      nn_bias_add,           nn_bias_grad, nn_relu,
+    nn_relu_backward,      nn_softmax_xent, nn_gelu,            nn_gelu_backward, nn_add,
+    nn_layer_norm,         nn_layer_norm_backward, nn_embedding, nn_embedding_backward, nn_dropout,
+    nn_attention,          nn_attention_backward, nn_conv2d, nn_conv2d_backward,
+    nn_pool2d,             nn_pool2d_backward,
 };
 
 }  // namespace

@@ -13,6 +13,7 @@ import { MLP } from '../../dist/nn/mlp.js';
 import { biasAdd } from '../../dist/nn/ops.js';
 import { Adam, SGD } from '../../dist/optim/index.js';
 import { FlatBuffer } from '../../dist/tensor.js';
+import { runLayerOps } from '../helpers/layer-ops.js';
 import { gemmCases, runOps, softmaxCases } from '../helpers/model-ops.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 
@@ -69,6 +70,53 @@ deviceTest('every model operation on the device equals the CPU table (1e-5 relat
     t.ok(worstError(d.dlogits, c.dlogits, 1e-7, 1e-5).ratio <= 1, `softmax ${rows}x${classes}: gradient`);
     t.ok(worstError(d.inPlace, c.inPlace, 1e-7, 1e-5).ratio <= 1, `softmax ${rows}x${classes}: gradient over the logits`);
     t.same(Array.from(d.correct), Array.from(c.correct), `softmax ${rows}x${classes}: hits`);
+  });
+});
+
+// The layer operations: element maths in float on both sides (tanhf, the same dropout mask from
+// integer maths), row sums in another order on a device (a warp per row), parameter gradients
+// summed in the CPU's row order.
+deviceTest('every layer operation on the device equals the CPU table (GELU, add, layer norm, embedding, dropout, attention, conv2d, pooling)', async (t) => {
+  const cpu = runLayerOps('cpu');
+  const dev = runLayerOps('cuda:0');
+  const text = (a: Float32Array) => Array.from(a, String);
+  const finite = (a: Float32Array, like: Float32Array) => a.filter((_, i) => Number.isFinite(like[i]!));
+  const near = (d: Float32Array, c: Float32Array, atol: number, rtol: number, what: string) => {
+    t.same(text(d).map((v, i) => (Number.isFinite(c[i]!) ? '' : v)), text(c).map((v, i) => (Number.isFinite(c[i]!) ? '' : v)), `${what}: NaN and infinities alike`);
+    const e = worstError(finite(d, c), finite(c, c), atol, rtol);
+    t.ok(e.ratio <= 1, `${what}: worst ${e.ratio.toFixed(3)} of ${atol} + ${rtol} relative`);
+  };
+  near(dev.gelu, cpu.gelu, 1e-7, 1e-6, 'gelu');
+  near(dev.geluInPlace, cpu.geluInPlace, 1e-7, 1e-6, 'gelu in place');
+  near(dev.geluGrad, cpu.geluGrad, 1e-6, 1e-6, 'gelu gradient');
+  t.same(text(dev.add), text(cpu.add), 'add exactly');
+  t.same(text(dev.addInPlace), text(cpu.addInPlace), 'add in place exactly');
+  near(dev.layerNorm.y, cpu.layerNorm.y, 1e-5, 1e-5, 'layer norm');
+  near(dev.layerNorm.mean, cpu.layerNorm.mean, 1e-6, 1e-6, 'layer norm mean');
+  near(dev.layerNorm.rstd, cpu.layerNorm.rstd, 1e-6, 1e-5, 'layer norm rstd');
+  near(dev.layerNorm.inPlace, cpu.layerNorm.inPlace, 1e-5, 1e-5, 'layer norm in place');
+  for (const key of ['dx', 'dgamma', 'dbeta', 'dgammaAccumulated', 'dbetaAccumulated', 'dxInPlace'] as const)
+    near(dev.layerNormGrad[key], cpu.layerNormGrad[key], 1e-5, 1e-5, `layer norm gradient ${key}`);
+  t.same(text(dev.embedding), text(cpu.embedding), 'embedding exactly (NaN rows alike)');
+  for (const key of ['dtoken', 'dposition', 'dtokenAccumulated', 'dpositionAccumulated'] as const)
+    t.same(text(dev.embeddingGrad[key]), text(cpu.embeddingGrad[key]), `embedding gradient ${key} exactly (summed in the same order)`);
+  t.same(text(dev.dropout), text(cpu.dropout), 'dropout exactly (the same mask)');
+  t.same(text(dev.dropoutInPlace), text(cpu.dropoutInPlace), 'dropout in place exactly');
+  t.same(text(dev.dropoutShifted), text(cpu.dropoutShifted), 'dropout from an offset exactly');
+  // Attention: float dot products and an online softmax on a device, double accumulators on the CPU.
+  dev.attention.forEach((d, i) => {
+    const c = cpu.attention[i]!;
+    for (const key of ['o', 'lse', 'dq', 'dk', 'dv'] as const) near(d[key], c[key], 1e-5, 1e-4, `attention case ${i}: ${key}`);
+  });
+  // Pooling: the same window maths and the same gradient sums in the same order on both sides.
+  dev.pool.forEach((d, i) => {
+    const c = cpu.pool[i]!;
+    for (const key of ['max', 'avg', 'maxGrad', 'avgGrad'] as const) t.same(text(d[key]), text(c[key]), `pool2d case ${i}: ${key} exactly`);
+  });
+  // Convolution: a direct kernel on a device against im2col and the SGEMM on the CPU.
+  dev.conv.forEach((d, i) => {
+    const c = cpu.conv[i]!;
+    for (const key of ['y', 'yNoBias', 'dx', 'dw', 'db', 'dwAccumulated', 'dbAccumulated'] as const) near(d[key], c[key], 1e-5, 1e-5, `conv2d case ${i}: ${key}`);
   });
 });
 

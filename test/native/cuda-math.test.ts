@@ -20,6 +20,9 @@ t.test('every variant of the CUDA element maths matches the scalar reference on 
   t.ok(summary, 'the harness ran to its summary');
   t.equal(Number(summary?.[2]), 0, `no failed check\n${stdout.split('\n').filter((l) => l.startsWith('not ok')).slice(0, 10).join('\n')}`);
   // 5 sizes x 4 steps x (1 applied + 6 outputs) per variant, then the model operations' element
-  // maths: ReLU and its gradient, and the softmax cross-entropy at 1, 10 and 1003 classes (2 each).
-  t.equal(Number(summary?.[1]), KERNEL_VARIANTS.length * 5 * 4 * 7 + 2 + 3 * 2, 'every variant, size, step and output checked, and every model operation');
+  // maths: ReLU and its gradient, and the softmax cross-entropy at 1, 10 and 1003 classes (2 each);
+  // the layers': GELU (2), layer norm (1), dropout (2), attention (1), max and average pooling
+  // (1 each), the token check (1).
+  const layers = 2 + 1 + 2 + 1 + 2 + 1;
+  t.equal(Number(summary?.[1]), KERNEL_VARIANTS.length * 5 * 4 * 7 + 2 + 3 * 2 + layers, 'every variant, size, step and output checked, and every model operation');
 });

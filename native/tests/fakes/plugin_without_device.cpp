@@ -93,6 +93,20 @@ sapipe_cuda_plugin_v1 make_table() {
         UnavailableEntry<decltype(sapipe_nn_ops::relu)>::value,
         UnavailableEntry<decltype(sapipe_nn_ops::relu_backward)>::value,
         UnavailableEntry<decltype(sapipe_nn_ops::softmax_xent)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::gelu)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::gelu_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::add)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::layer_norm)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::layer_norm_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::embedding)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::embedding_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::dropout)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::attention)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::attention_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::conv2d)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::conv2d_backward)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::pool2d)>::value,
+        UnavailableEntry<decltype(sapipe_nn_ops::pool2d_backward)>::value,
     };
     return &ops;
   };
