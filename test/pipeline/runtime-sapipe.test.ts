@@ -40,6 +40,8 @@ t.test('the measured timeline compares with the simulated one', async (t) => {
     );
     t.ok(report.timeline.every((row) => row.every((a) => a.end >= a.start && a.start >= 0)), 'times are ordered');
     t.ok(report.modelBytes.every((b) => b > 0));
+    await t.rejects(trainer.exportState(), { code: 'ERR_INVALID_ARGUMENT', message: /checkpoints of 'sapipe'.*planned/ }, 'checkpoints: planned, and said so');
+    t.ok(report.versions.every((row) => row.filter((v) => v.kind === 'forward').slice(2).every((v) => v.predicted)), 'sapipe-wp: forwards read predicted weights once an update is in flight');
   } finally {
     await trainer.dispose();
   }
@@ -60,6 +62,7 @@ t.test('bad options are typed errors', async (t) => {
   await t.rejects(PipelineTrainer.create({ ...base, dataParallel: { mode: 'sapipe-dc', estimate: 'local' } }), InvalidArgumentError, 'an estimate outside sapipe-wp');
   await t.rejects(PipelineTrainer.create({ ...base, dataParallel: { mode: 'sapipe-wp', bucket: 1 } as PipelineDataParallelOptions }), InvalidArgumentError, 'an unknown key');
   await t.rejects(PipelineTrainer.create({ ...base, pipelines: 3 }), InvalidArgumentError, 'pipelines other than the workers');
+  await t.rejects(PipelineTrainer.create({ ...base, dataParallel: { mode: 'sapipe-wp', estimate: 'local', overlapUpdate: true } }), InvalidArgumentError, 'an overlapped update that cannot apply');
   await t.rejects(PipelineTrainer.create({ ...base, advance: 1 }), InvalidArgumentError, "AvgPipe's option");
   await t.rejects(PipelineTrainer.create({ ...base, optimizer: { kind: 'sgd', lr: 0.1, momentum: 0.9, compensation: {} } as PipelineOptimizerSpec }), InvalidArgumentError, 'optimizer.compensation');
   await t.rejects(PipelineTrainer.create({ ...base, microBatches: 1000 }), InvalidArgumentError, 'more samples per round than the data set');

@@ -5,7 +5,7 @@
  */
 import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../optim/registry.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
-import { resolveMode } from '../../dataparallel/mode.js';
+import { resolveMode, type ResolvedMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
@@ -249,6 +249,16 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers };
 }
 
+/** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */
+function checkOverlap(options: PipelineDataParallelOptions, mode: ResolvedMode, what: string): void {
+  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
+    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  if (options.overlapUpdate !== true) return;
+  if (mode.staleness !== 1) throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate cannot apply: mode '${mode.mode}' applies each gradient at once; leave overlapUpdate unset`);
+  if (mode.needsLocalGrad)
+    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate cannot apply: the '${options.estimate}' estimate reads the gradient the caller computes next; leave overlapUpdate unset`);
+}
+
 /**
  * The data-parallel mode of a schedule whose rows are workers (SAPipe), checked: one of the
  * staleness-1 modes (default `sapipe-wp`), since its all-reduce of step t is laid out to overlap
@@ -262,9 +272,7 @@ function checkWorkersMode(given: PipelineDataParallelOptions | undefined, worker
     throw new InvalidArgumentError(
       `${what}: '${schedule}' applies each all-reduce one step late (staleness 1); give dataParallel.mode 'sapipe-wp' (default), 'sapipe-dc' or 'pipe-sgd', or run mode 'sync' as data-parallel pipelines of a synchronous schedule (e.g. gpipe with pipelines)`,
     );
-  resolveMode(options, workers);
-  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
-    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  checkOverlap(options, resolveMode(options, workers), what);
   if (Object.hasOwn(optimizer, 'compensation'))
     throw new InvalidArgumentError(`${what}: with '${schedule}', delay compensation comes from its mode (dataParallel.compensation); remove optimizer.compensation`);
   return { ...options };
@@ -313,9 +321,7 @@ function checkDataParallel(
     throw new InvalidArgumentError(
       `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (asynchronous pipelines coupled by elastic averaging: schedule ${AVERAGED_SCHEDULES.map((n) => `'${n}'`).join(', ')})`,
     );
-  resolveMode(options, pipelines);
-  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
-    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  checkOverlap(options, resolveMode(options, pipelines), what);
   if (Object.hasOwn(optimizer, 'compensation'))
     throw new InvalidArgumentError(`${what}: with dataParallel, delay compensation comes from its mode (dataParallel.compensation); remove optimizer.compensation`);
   return { ...options };

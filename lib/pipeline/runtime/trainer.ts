@@ -493,6 +493,8 @@ export class PipelineTrainer {
 
   /** Checkpoints cover one pipeline whose parts each live on one stage. */
   private checkCheckpointable(what: string): void {
+    if (this.options.rowsAreWorkers)
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose data-parallel workers each hold a DataParallelTrainer, are planned`);
     if (this.options.pipelines > 1) throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
     if (this.partHolders.some((stages) => stages.length > 1))
       throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);
