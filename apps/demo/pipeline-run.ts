@@ -94,6 +94,7 @@ export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
  */
 export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefined {
   const runtime = runtimeOf(c.schedule);
+  if (runtime.coupling === 'workers') return `measured and simulated: every one of the ${c.stages} data-parallel workers (a row each, the whole model on each)`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
   return runtime.coupling === 'elastic-averaging'
@@ -107,6 +108,7 @@ export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefine
  */
 export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
   const runtime = runtimeOf(c.schedule);
+  if (runtime.coupling === 'workers') return `${c.stages} data-parallel workers, each holding the whole model, in data-parallel mode ${c.dataParallel ?? 'sapipe-wp'}`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
   return runtime.coupling === 'elastic-averaging' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;

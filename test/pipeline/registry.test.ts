@@ -130,6 +130,17 @@ t.test('the runtime runs the schedules whose entry has a runtime, as the entry s
       continue;
     }
     const p = await plan(name);
+    if (runtime.coupling === 'workers') {
+      t.equal(p.pipelines, S, `${name}: a data-parallel worker per row`);
+      t.equal(p.schedule.pipelines, S, `${name}: each row its worker's pipeline`);
+      t.ok(p.rowsAreWorkers && p.schedule.parts === 1, `${name}: every worker holds the whole model`);
+      t.equal(p.dataParallel?.mode, 'sapipe-wp', `${name}: its workers in mode sapipe-wp by default`);
+      t.ok(validateSchedule(p.schedule).maxStaleness.every((s) => s === 1), `${name}: staleness 1`);
+      await t.rejects(plan(name, { dataParallel: { mode: 'sync' } }), InvalidArgumentError, `${name}: no staleness-0 mode`);
+      await t.rejects(plan(name, { pipelines: S + 1 }), InvalidArgumentError, `${name}: its workers are its rows`);
+      continue;
+    }
+    t.ok(!p.rowsAreWorkers, `${name}: rows are stages`);
     t.equal(p.pipelines, runtime.defaultPipelines, `${name}: ${runtime.defaultPipelines} pipeline(s) by default`);
     t.equal(p.schedule.pipelines, runtime.coupling === 'elastic-averaging' ? runtime.defaultPipelines : 1, `${name}: pipelines in its action lists only when averaged`);
     const analysis = validateSchedule(p.schedule);
@@ -186,7 +197,9 @@ t.test("each runtime schedule's prediction and spike compensation match its stal
   t.teardown(() => params.dispose());
   for (const name of RUNTIME_SCHEDULES) {
     const runtime = runtimeOf(name)!;
-    t.equal(runtime.prediction !== undefined, SCHEDULES[name].weights === 'predicted', `${name}: a prediction iff its passes read predicted weights`);
+    // A schedule of data-parallel workers reads the prediction of its data-parallel mode (sapipe-wp).
+    if (runtime.coupling === 'workers') t.equal(runtime.prediction, undefined, `${name}: the prediction is its data-parallel mode's`);
+    else t.equal(runtime.prediction !== undefined, SCHEDULES[name].weights === 'predicted', `${name}: a prediction iff its passes read predicted weights`);
     const staleness = validateSchedule(generateSchedule(name, { stages, microBatches: 8 })).maxStaleness;
     for (let k = 0; k < stages; k++) {
       t.same(predictionFor(name, k, stages), runtime.prediction?.(k, stages), `${name}: the stages read the entry's prediction`);
@@ -204,7 +217,7 @@ t.test("each runtime schedule's prediction and spike compensation match its stal
       if (runtime.spikeDelay !== undefined) t.equal(runtime.spikeDelay(k, stages), staleness[k], `${name} stage ${k}: spike compensation for the staleness`);
     }
   }
-  t.equal(runtimeSchedule('sapipe'), undefined, 'no runtime policy for a planned schedule');
+  for (const name of scheduleNames) if ('planned' in SCHEDULES[name].runtime) t.equal(runtimeSchedule(name), undefined, `${name}: no runtime policy for a planned schedule`);
   t.equal(predictionFor('custom', 0, 2), undefined, 'nor for a custom schedule');
 });
 

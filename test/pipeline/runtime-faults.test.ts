@@ -37,7 +37,7 @@ t.test('configurations that cannot run are typed errors before any worker starts
     ['more stages than layers', { stages: 12 }, InvalidArgumentError, /9 layers for 12 parts/],
     ['M < 1', { microBatches: 0 }, InvalidArgumentError, /microBatches/],
     ['an unknown schedule', { schedule: 'pipe-dreams' as never }, InvalidArgumentError, /did you mean|one of/],
-    ['a schedule the runtime does not run yet', { schedule: 'sapipe' as never }, InvalidArgumentError, /planned/],
+    ['sapipe in a staleness-0 mode', { schedule: 'sapipe', dataParallel: { mode: 'sync' } }, InvalidArgumentError, /staleness 1/],
     ['interleaving that does not fit', { schedule: 'interleaved-1f1b', microBatches: 4 }, InvalidArgumentError, /multiple of stages/],
     ['boundaries of the wrong count', { model: { layers: LAYERS, boundaries: [3] } }, InvalidArgumentError, /2 layer indices/],
     ['boundaries out of order', { model: { layers: LAYERS, boundaries: [5, 3] } }, InvalidArgumentError, /greater than the previous/],

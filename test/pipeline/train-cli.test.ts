@@ -59,9 +59,20 @@ t.test('a profile the run measured is accepted by tune, and tune\'s choice is a 
   t.ok((JSON.parse(trained.stdout) as { epochs: unknown[] }).epochs.length === 1, 'the tuned command trains');
 });
 
+t.test('--schedule sapipe trains its data-parallel workers and compares the measured round with the simulated one', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const { stdout } = await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', 'sapipe', '--stages', '2', '--microbatches', '4', '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 's.html'), '--json'], { timeout: 120_000 });
+  const result = JSON.parse(stdout) as { epochs: { loss: number }[]; measured: { makespanMs: number }; simulated: { makespanMs: number } };
+  t.ok(Number.isFinite(result.epochs[0]!.loss));
+  t.ok(result.measured.makespanMs > 0 && result.simulated.makespanMs > 0, 'measured and simulated rounds');
+  t.match(readFileSync(join(dir, 's.html'), 'utf8'), /data-parallel workers, each holding the whole model, in data-parallel mode sapipe-wp/);
+});
+
 t.test('bad options are refused with what to change', async (t) => {
   for (const [args, message] of [
-    [['--schedule', 'sapipe'], /--schedule must be one of/],
+    [['--schedule', 'pipe-dreams'], /--schedule must be one of/],
+    [['--schedule', 'sapipe', '--dp-mode', 'sync'], /staleness 1/],
+    [['--schedule', 'sapipe', '--stages', '2', '--pipelines', '3'], /one data-parallel worker per row/],
     [['--stages', 'four'], /--stages must be a number/],
     [['--layers', '10,10'], /--layers must start with 784/],
     [['--stages', '12'], /9 layers for 12 parts/],

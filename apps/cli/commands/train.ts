@@ -59,6 +59,7 @@ function defaultRates(): string {
   const others = OPTIMIZER_KINDS.filter((k) => k !== 'sgd').map((k) => `${OPTIMIZERS[k].className} ${OPTIMIZERS[k].defaultLr}`).join(', ');
   return `SGD ${sgd}; ${smallBatchRule()} the small-batch rule; ${others}`;
 }
+const workerSchedules = (): string => RUNTIME_SCHEDULES.filter((n) => runtimeOf(n).coupling === 'workers').join(', ');
 function averaged(): string {
   const averaging = RUNTIME_SCHEDULES.filter((n) => runtimeOf(n).coupling === 'elastic-averaging');
   return averaging.map((n) => `for ${n} by elastic averaging (default ${runtimeOf(n).defaultPipelines})`).join(', ');
@@ -109,7 +110,7 @@ export function registerTrainCommand(program: Command): void {
         'report loss and test accuracy per epoch and the measured timeline against the simulated one',
     )
     .option('--schedule <name>', `one of ${RUNTIME_SCHEDULES.join(', ')}`, d.schedule)
-    .option('--stages <S>', 'pipeline stages (worker threads)', String(d.stages))
+    .option('--stages <S>', `pipeline stages (worker threads); for ${workerSchedules()} its data-parallel workers`, String(d.stages))
     .option('--microbatches <M>', `micro-batches per round (one batch; for ${takes('iterations')} per batch)`, String(d.microBatches))
     .option('--microbatch-size <b>', 'samples per micro-batch', String(d.microBatchSize))
     .option('--epochs <n>', 'epochs', String(d.epochs))
@@ -121,7 +122,7 @@ export function registerTrainCommand(program: Command): void {
     .option('--iterations <n>', `${takes('iterations')}: batches per round`)
     .option('--pipelines <N>', `parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or ${averaged()}`)
     .option('--advance <A>', `${owning('advance')}: advance forward propagation depth (default S-1)`)
-    .option('--dp-mode <mode>', `how stage replicas combine gradients: ${DATA_PARALLEL_MODES.join(', ')} (sync by default; ${DATA_PARALLEL_SCHEDULES.join(', ')})`)
+    .option('--dp-mode <mode>', `how stage replicas combine gradients: ${DATA_PARALLEL_MODES.join(', ')} (sync by default; ${DATA_PARALLEL_SCHEDULES.join(', ')}); for ${workerSchedules()} its workers' staleness-1 mode (default sapipe-wp)`)
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')

@@ -64,6 +64,8 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
   checkObject(options, 'trainPipelineStage(options)');
   const { epochs: epochsOption, test, comm: given, roundsPerEpoch: roundsOption, ...trainerOptions } = options;
   const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS);
+  if (plan.rowsAreWorkers)
+    throw new InvalidArgumentError(`trainPipelineStage: '${plan.schedule.name}' runs its data-parallel workers as PipelineTrainer threads; launched processes of it are planned`);
   const epochs = checkInteger(epochsOption, 'trainPipelineStage: epochs', 1, 1 << 20);
   if (test !== undefined) {
     checkObject(test, 'trainPipelineStage: test');

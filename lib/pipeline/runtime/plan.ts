@@ -5,7 +5,7 @@
  */
 import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../optim/registry.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
-import { resolveMode } from '../../dataparallel/mode.js';
+import { resolveMode, type ResolvedMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
@@ -47,7 +47,7 @@ const OPTION_OWNERS: ReadonlyMap<ScheduleTrainerOption, RuntimeScheduleName> = n
 export interface PipelineTrainerOptions {
   /** A schedule the runtime executes (see {@link RUNTIME_SCHEDULES}). */
   schedule: RuntimeScheduleName;
-  /** S: stages (one worker each). */
+  /** S: stages (one worker each); for `sapipe`, its data-parallel workers (one row each, the whole model on each). */
   stages: number;
   /** M: micro-batches per round (a round is one pass over the schedule; for 2BW, per batch). */
   microBatches: number;
@@ -76,7 +76,7 @@ export interface PipelineTrainerOptions {
    * N: parallel pipelines (N x S workers), each on its own micro-batches of every round (pipeline p
    * takes the p-th M x microBatchSize samples), their stage replicas combined by `dataParallel`, or
    * for `avgpipe` by elastic averaging (`averaging`). Default: the schedule's registry entry's
-   * `runtime.defaultPipelines` (1; avgpipe 2).
+   * `runtime.defaultPipelines` (1; avgpipe 2). `sapipe` takes none: its workers are its `stages`.
    */
   pipelines?: number;
   /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
@@ -87,7 +87,9 @@ export interface PipelineTrainerOptions {
    * How each stage's replicas combine gradients (default, with pipelines > 1: `{ mode: 'sync' }`,
    * which equals one pipeline on the concatenated batch). Synchronous schedules only
    * ({@link DATA_PARALLEL_SCHEDULES}); in the staleness-1 modes every part's update applies the
-   * previous round's averaged gradient, with SAPipe's compensation and prediction.
+   * previous round's averaged gradient, with SAPipe's compensation and prediction. For `sapipe`,
+   * the workers' mode: a staleness-1 one, default `{ mode: 'sapipe-wp' }`; each round is M
+   * iterations whose all-reduce overlaps the next one, the last applied at the round's end.
    */
   dataParallel?: PipelineDataParallelOptions;
   /**
@@ -142,8 +144,15 @@ export interface PipelinePlan {
   timeoutMs: number;
   /** N parallel pipelines. */
   pipelines: number;
-  /** How stage replicas combine gradients (when pipelines > 1 or asked for). */
+  /** How stage replicas combine gradients (when pipelines > 1 or asked for; with `workers`, always). */
   dataParallel: PipelineDataParallelOptions | undefined;
+  /**
+   * The schedule's rows are data-parallel workers (the `workers` coupling, SAPipe): one worker per
+   * row, worker x runs row x as pipeline x (its share of each round's samples), and every worker's
+   * part joins one DataParallelTrainer over all of them. Else N x S workers, worker p x S + s running
+   * stage s of pipeline p.
+   */
+  rowsAreWorkers: boolean;
   /** AvgPipe: how stage replicas average with their center. */
   averaging: Required<PipelineAveragingOptions> | undefined;
 }
@@ -157,7 +166,10 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     throw new InvalidArgumentError(`${what}: the runtime does not run '${name}' yet (${entry.runtime.planned}); use one of ${RUNTIME_SCHEDULES.join(', ')}`);
   const runtime: RuntimeSchedule = entry.runtime;
   const stages = checkInteger(options.stages, `${what}: stages`, 1, limits.stages);
-  const pipelines = checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, limits.pipelines);
+  const rowsAreWorkers = runtime.coupling === 'workers';
+  if (rowsAreWorkers && options.pipelines !== undefined && options.pipelines !== stages)
+    throw new InvalidArgumentError(`${what}: '${name}' runs one data-parallel worker per row, its stages (${stages}); leave out pipelines (got ${describeValue(options.pipelines)})`);
+  const pipelines = rowsAreWorkers ? stages : checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, limits.pipelines);
   for (const [key, owner] of OPTION_OWNERS)
     if (options[key] !== undefined && !runtime.trainerOptions.includes(key))
       throw new InvalidArgumentError(`${what}: ${key} is an option of the ${owner} schedule, not of '${name}'`);
@@ -181,7 +193,11 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   });
   validateSchedule(schedule);
   checkOptimizer(options.optimizer, name, runtime, what);
-  const dataParallel = averaged ? undefined : checkDataParallel(options.dataParallel, pipelines, name, runtime, options.optimizer, what);
+  const dataParallel = averaged
+    ? undefined
+    : rowsAreWorkers
+      ? checkWorkersMode(options.dataParallel, pipelines, name, options.optimizer, what)
+      : checkDataParallel(options.dataParallel, pipelines, name, runtime, options.optimizer, what);
   if (averaged && options.dataParallel !== undefined)
     throw new InvalidArgumentError(`${what}: ${name} couples its pipelines by elastic averaging (averaging), not dataParallel`);
   const averaging = averaged ? checkAveraging(options.averaging, pipelines, what) : undefined;
@@ -230,7 +246,36 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     ...(averaging ? { averaging } : {}),
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
   }));
-  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging };
+  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers };
+}
+
+/** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */
+function checkOverlap(options: PipelineDataParallelOptions, mode: ResolvedMode, what: string): void {
+  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
+    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  if (options.overlapUpdate !== true) return;
+  if (mode.staleness !== 1) throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate cannot apply: mode '${mode.mode}' applies each gradient at once; leave overlapUpdate unset`);
+  if (mode.needsLocalGrad)
+    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate cannot apply: the '${options.estimate}' estimate reads the gradient the caller computes next; leave overlapUpdate unset`);
+}
+
+/**
+ * The data-parallel mode of a schedule whose rows are workers (SAPipe), checked: one of the
+ * staleness-1 modes (default `sapipe-wp`), since its all-reduce of step t is laid out to overlap
+ * step t+1 and be applied after it.
+ */
+function checkWorkersMode(given: PipelineDataParallelOptions | undefined, workers: number, schedule: ScheduleName, optimizer: PipelineOptimizerSpec, what: string): PipelineDataParallelOptions {
+  const options: PipelineDataParallelOptions = given ?? { mode: 'sapipe-wp' };
+  checkObject(options, `${what}: dataParallel`);
+  checkKnownKeys(options, DATA_PARALLEL_KEYS, `${what}: dataParallel`);
+  if (options.mode === 'sync')
+    throw new InvalidArgumentError(
+      `${what}: '${schedule}' applies each all-reduce one step late (staleness 1); give dataParallel.mode 'sapipe-wp' (default), 'sapipe-dc' or 'pipe-sgd', or run mode 'sync' as data-parallel pipelines of a synchronous schedule (e.g. gpipe with pipelines)`,
+    );
+  checkOverlap(options, resolveMode(options, workers), what);
+  if (Object.hasOwn(optimizer, 'compensation'))
+    throw new InvalidArgumentError(`${what}: with '${schedule}', delay compensation comes from its mode (dataParallel.compensation); remove optimizer.compensation`);
+  return { ...options };
 }
 
 /** Pipelined Backpropagation's switches, checked, with their defaults. */
@@ -276,9 +321,7 @@ function checkDataParallel(
     throw new InvalidArgumentError(
       `${what}: parallel pipelines coupled by data parallelism run the synchronous schedules (${DATA_PARALLEL_SCHEDULES.join(', ')}), not '${schedule}' (asynchronous pipelines coupled by elastic averaging: schedule ${AVERAGED_SCHEDULES.map((n) => `'${n}'`).join(', ')})`,
     );
-  resolveMode(options, pipelines);
-  if (options.overlapUpdate !== undefined && typeof options.overlapUpdate !== 'boolean')
-    throw new InvalidArgumentError(`${what}: dataParallel.overlapUpdate must be a boolean, got ${describeValue(options.overlapUpdate)}`);
+  checkOverlap(options, resolveMode(options, pipelines), what);
   if (Object.hasOwn(optimizer, 'compensation'))
     throw new InvalidArgumentError(`${what}: with dataParallel, delay compensation comes from its mode (dataParallel.compensation); remove optimizer.compensation`);
   return { ...options };

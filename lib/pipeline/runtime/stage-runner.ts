@@ -23,11 +23,20 @@
  * `allReduce` action, started without waiting; the part's next `optimizerStep` waits for it and
  * applies the mean over every micro-batch any stage accumulated (a count the schedule fixes, so
  * no count is exchanged). Every stage must name the same reductions in the same order.
+ *
+ * Data-parallel workers. Where the schedule's rows are workers (SAPipe: row x holds pipeline x's
+ * passes and the reductions every row joins, named pipeline 0), a runner runs its whole row, and
+ * its part's replicas are a DataParallelTrainer over the workers in a staleness-1 mode: an
+ * `allReduce` action calls its step() (which starts the all-reduce of this iteration's gradient and
+ * applies the previous one, compensated, when it lands), the next `optimizerStep` waits for that
+ * step, and an `optimizerStep` with no step before it (the round's last) flushes the one in flight.
+ * Passes read the trainer's forward weights (predicted in `sapipe-wp`), so `predictWeights` is the
+ * trainer's work.
  */
 import { performance } from 'node:perf_hooks';
 
 import { Communicator } from '../../comm/communicator.js';
-import { DataParallelTrainer } from '../../dataparallel/trainer.js';
+import { DataParallelTrainer, type DataParallelStepResult } from '../../dataparallel/trainer.js';
 import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
 import type { StageModel } from '../../nn/stage-model.js';
@@ -136,6 +145,8 @@ export class StageRunner {
   private running = false;
   /** The i-th allReduce action's count of micro-batch gradients summed over every stage. */
   private readonly reductionCounts: readonly number[] = [];
+  /** Parts whose replicas' exchange the row's allReduce actions drive (data-parallel workers). */
+  private readonly workerExchange = new Set<number>();
 
   /**
    * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
@@ -168,7 +179,8 @@ export class StageRunner {
       if (p.replicas !== undefined && (!(p.replicas instanceof DataParallelTrainer) || p.replicas.optimizer !== p.optimizer))
         throw new InvalidArgumentError(`StageRunner: parts[${i}].replicas must be the DataParallelTrainer whose optimizer is parts[${i}].optimizer`);
     }
-    this.actions = (schedule.actions[stage] ?? []).filter((a) => a.pipeline === pipeline);
+    const row = schedule.actions[stage] ?? [];
+    this.actions = rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     for (const spec of parts) {
       this.parts.set(spec.part, {
         spec,
@@ -185,8 +197,14 @@ export class StageRunner {
     this.lastPart = schedule.parts - 1;
     this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
     for (const a of this.actions) {
-      if (a.kind === 'allReduce' && (!this.parts.has(a.part) || this.parts.get(a.part)!.spec.replicas))
-        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part, without data-parallel replicas of its own`);
+      if (a.kind === 'allReduce' && !this.parts.has(a.part)) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
+      if (a.kind === 'allReduce' && this.parts.get(a.part)!.spec.replicas) {
+        if (!rowsAreWorkers(schedule))
+          throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part without data-parallel replicas of its own (a row of data-parallel workers excepted)`);
+        if (this.parts.get(a.part)!.spec.replicas!.staleness !== 1)
+          throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} is applied after the next iteration; its part's data-parallel mode must be a staleness-1 one`);
+        this.workerExchange.add(a.part);
+      }
       if (a.kind === 'elasticAverage' && this.parts.get(a.part)?.spec.average === undefined)
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part's replicas (parts[].average; PipelineTrainer gives it for avgpipe)`);
       if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && !this.parts.has(a.part))
@@ -194,7 +212,7 @@ export class StageRunner {
     }
     if (comm === undefined && this.actions.some((a) => messageOf(a) !== undefined))
       throw new InvalidScheduleError(`stage ${stage} sends or receives but has no communicator`);
-    if (this.actions.some((a) => a.kind === 'allReduce')) this.reductionCounts = reductionCounts(schedule, stage, pipeline, comm);
+    if (this.actions.some((a) => a.kind === 'allReduce' && !this.workerExchange.has(a.part))) this.reductionCounts = reductionCounts(schedule, stage, pipeline, comm);
   }
 
   /**
@@ -247,6 +265,15 @@ export class StageRunner {
     /** Part -> its all-reduce in flight (and the count it sums), awaited by the part's next step. */
     const reductions = new Map<number, { done: Promise<unknown>; count: number }>();
     let reductionIndex = 0;
+    /** Part -> the data-parallel step an allReduce started (data-parallel workers), awaited by the part's next step. */
+    const replicaSteps = new Map<number, Promise<DataParallelStepResult>>();
+    const settleReplicaStep = async (part: PartState): Promise<void> => {
+      const stepping = replicaSteps.get(part.spec.part);
+      if (!stepping) return;
+      replicaSteps.delete(part.spec.part);
+      const result = await stepping;
+      if (result.updated && !result.applied) part.skipped++;
+    };
     const versionOf = (p: PartState): number => p.updates - p.base;
 
     const weightsFor = (a: Action, index: number): { buffer: FlatBuffer; version: number; predicted: boolean } => {
@@ -259,7 +286,11 @@ export class StageRunner {
         return { buffer: this.backwardPrediction(p), version: p.base + current, predicted: true };
       }
       const version = a.version >= 0 ? a.version : current;
-      if (version === current) return { buffer: p.spec.replicas?.forwardWeights ?? p.spec.model.params.weights, version: p.base + version, predicted: false };
+      if (version === current) {
+        // A data-parallel trainer's forward weights are predicted in sapipe-wp while an update is in flight.
+        const buffer = p.spec.replicas?.forwardWeights ?? p.spec.model.params.weights;
+        return { buffer, version: p.base + version, predicted: buffer !== p.spec.model.params.weights };
+      }
       const stashed = p.stash.get(version);
       if (!stashed) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}) reads version ${version}, which was never stashed (current: ${current})`);
       return { buffer: stashed, version: p.base + version, predicted: false };
@@ -359,6 +390,17 @@ export class StageRunner {
           }
           case 'allReduce': {
             const part = p!;
+            if (this.workerExchange.has(a.part)) {
+              // One iteration's gradient per all-reduce: the trainer averages it over the workers.
+              if (part.accumulated !== 1)
+                throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): a data-parallel worker's all-reduce follows exactly one backward of its part, not ${part.accumulated}`);
+              await settleReplicaStep(part); // the previous step() (the first one, which only started its all-reduce)
+              const stepping = part.spec.replicas!.step();
+              stepping.catch(() => undefined); // awaited by the part's step, or at the end of the round
+              replicaSteps.set(a.part, stepping);
+              part.accumulated = 0;
+              break;
+            }
             const grads = part.spec.model.params.grads;
             // A stage that ran no backward of the part since its last step adds zeros, not old gradients.
             if (part.accumulated === 0) grads.array.fill(0);
@@ -369,6 +411,16 @@ export class StageRunner {
           }
           case 'optimizerStep': {
             const part = p!;
+            if (this.workerExchange.has(a.part)) {
+              if (replicaSteps.has(a.part)) await settleReplicaStep(part);
+              else {
+                // The round's last step: apply the all-reduce still in flight, leaving the pipeline empty.
+                const result = await part.spec.replicas!.flush();
+                if (result && !result.applied) part.skipped++;
+              }
+              part.updates++;
+              break;
+            }
             const reduction = reductions.get(a.part);
             if (reduction) {
               reductions.delete(a.part);
@@ -403,7 +455,7 @@ export class StageRunner {
             break;
           }
           case 'predictWeights':
-            predicted.add(`${a.part}:${a.microBatch}`);
+            if (!this.workerExchange.has(a.part)) predicted.add(`${a.part}:${a.microBatch}`);
             break;
           case 'elasticAverage':
             await p!.spec.average!();
@@ -451,8 +503,12 @@ export class StageRunner {
     } catch (error) {
       // Sends and reductions still in flight read buffers the caller frees next: let them settle
       // first (every wait is bounded by the communicator's timeout, and a lost peer fails them at once).
-      await Promise.allSettled([...sends, ...[...reductions.values()].map((r) => r.done)]);
+      await Promise.allSettled([...sends, ...[...reductions.values()].map((r) => r.done), ...replicaSteps.values()]);
       throw error;
+    }
+    if (replicaSteps.size > 0) {
+      await Promise.allSettled(replicaSteps.values());
+      throw new InvalidScheduleError(`stage ${this.stage}: the all-reduce of part(s) ${[...replicaSteps.keys()].join(', ')} has no optimizerStep after it in the round`);
     }
     if (reductions.size > 0) {
       await Promise.allSettled([...reductions.values()].map((r) => r.done));
@@ -553,6 +609,14 @@ export class StageRunner {
   private outputSizeOf(part: number): number {
     return this.parts.get(part)!.spec.model.outputSize;
   }
+}
+
+/**
+ * Whether the schedule's rows are data-parallel workers (SAPipe): as many pipelines as rows, and
+ * every action of row x but its all-reduces (which every row joins) of pipeline x.
+ */
+function rowsAreWorkers(schedule: Schedule): boolean {
+  return schedule.pipelines === schedule.stages && schedule.actions.every((row, x) => row.every((a) => a.kind === 'allReduce' || a.pipeline === x));
 }
 
 /**

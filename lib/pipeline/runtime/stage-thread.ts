@@ -16,12 +16,15 @@ interface StageThreadData extends LocalRankData {
   timeoutMs: number;
   /** N parallel pipelines. */
   pipelines: number;
+  /** The schedule's rows are data-parallel workers (SAPipe): thread x runs row x as pipeline x. */
+  rowsAreWorkers: boolean;
 }
 
-const { sapipeLocal, descriptions, data, timeoutMs, pipelines } = workerData as StageThreadData;
-const stages = descriptions.length;
+const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers } = workerData as StageThreadData;
+// Threads of one pipeline exchange activations; a worker row exchanges nothing but its all-reduces.
+const stages = rowsAreWorkers ? 1 : descriptions.length;
 const pipeline = Math.floor(sapipeLocal.rank / stages);
-const description = descriptions[sapipeLocal.rank % stages]!;
+const description = descriptions[rowsAreWorkers ? sapipeLocal.rank : sapipeLocal.rank % stages]!;
 const post = (message: FromStage): void => parentPort!.postMessage(message);
 
 async function main(): Promise<void> {
@@ -33,7 +36,8 @@ async function main(): Promise<void> {
   let replicas: LocalCommunicator | undefined;
   let host: StageHost;
   try {
-    if (description.dataParallel || description.averaging) replicas = await LocalCommunicator.create({ group: group(`stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
+    if (description.dataParallel || description.averaging)
+      replicas = await LocalCommunicator.create({ group: group(rowsAreWorkers ? 'workers' : `stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
     host = await StageHost.create(description, comm, data, replicas, pipeline);
   } catch (error) {
     comm?.destroy();

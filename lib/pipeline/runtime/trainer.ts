@@ -31,7 +31,7 @@ export interface RoundReport {
   readonly losses: readonly number[];
   /** Wall time of the round on the trainer's clock, ms. */
   readonly wallMs: number;
-  /** The measured timeline, per stage (of pipeline 0), ms from the round's start, in the simulator's format. */
+  /** The measured timeline, per stage (of pipeline 0; per worker where the schedule's rows are data-parallel workers, SAPipe), ms from the round's start, in the simulator's format. */
   readonly timeline: readonly (readonly TimedAction[])[];
   /** Weight versions read, per stage of pipeline 0 (absolute optimizer-step counts). */
   readonly versions: readonly (readonly VersionRead[])[];
@@ -139,7 +139,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: Worker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>>,
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>> & { rowsAreWorkers: boolean },
     lr: number,
   ) {
     this.learningRate = lr;
@@ -160,10 +160,11 @@ export class PipelineTrainer {
    */
   static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
     const plan = await planPipeline(options, 'PipelineTrainer');
-    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines } = plan;
-    // Worker p x S + s runs stage s of pipeline p.
-    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), pipelines * schedule.stages, { workerData: { descriptions, data, timeoutMs, pipelines } });
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines }, options.optimizer.lr);
+    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers } = plan;
+    // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe), worker x runs row x.
+    const threads = rowsAreWorkers ? schedule.stages : pipelines * schedule.stages;
+    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers }, options.optimizer.lr);
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -243,7 +244,7 @@ export class PipelineTrainer {
     this.busy = true;
     try {
       // Every pipeline holds the same weights (their replicas step alike): pipeline 0's.
-      const replies = (await this.request('weights', { type: 'weights' })).slice(0, this.schedule.stages);
+      const replies = (await this.request('weights', { type: 'weights' })).slice(0, this.stagesPerPipeline);
       const out: Float32Array[] = [];
       for (const r of replies) if (r.type === 'weights') for (const p of r.parts) out[p.part] = p.weights;
       return out;
@@ -403,11 +404,13 @@ export class PipelineTrainer {
     const wallMs = performance.now() - start;
     // In worker order: pipeline 0's stages first.
     const all = replies.map((r) => (r as Extract<FromStage, { type: 'round' }>).result);
+    // The timeline's rows: pipeline 0's stages, or every worker where the rows are workers.
     const results = all.slice(0, this.schedule.stages);
+    const per = this.stagesPerPipeline;
     const dense: number[] = [];
     for (let p = 0; p < this.options.pipelines; p++) {
       const losses: number[] = [];
-      for (const r of all.slice(p * this.schedule.stages, (p + 1) * this.schedule.stages)) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
+      for (const r of all.slice(p * per, (p + 1) * per)) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
       dense.push(...losses.filter((l) => l !== undefined));
     }
     return {
@@ -496,13 +499,21 @@ export class PipelineTrainer {
 
   /** Checkpoints cover one pipeline whose parts each live on one stage. */
   private checkCheckpointable(what: string): void {
+    if (this.options.rowsAreWorkers)
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose data-parallel workers each hold a DataParallelTrainer, are planned`);
     if (this.options.pipelines > 1) throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
     if (this.partHolders.some((stages) => stages.length > 1))
       throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);
   }
 
+  /** Workers per pipeline: its stages, or 1 where the schedule's rows are data-parallel workers. */
+  private get stagesPerPipeline(): number {
+    return this.options.rowsAreWorkers ? 1 : this.schedule.stages;
+  }
+
   /** Worker `index` in messages: its stage, and its pipeline when there are several. */
   private workerName(index: number): string {
+    if (this.options.rowsAreWorkers) return `data-parallel worker ${index}`;
     const stages = this.schedule.stages;
     return this.options.pipelines > 1 ? `pipeline ${Math.floor(index / stages)} stage ${index % stages}` : `pipeline stage ${index}`;
   }

@@ -14,8 +14,8 @@ export type RuntimeScheduleName = { [K in ScheduleName]: (typeof SCHEDULES)[K]['
 
 /**
  * The schedules the pipeline runtime executes: those whose registry entry has a runtime (Wavelet
- * in its model-parallel form; SAPipe's data-parallel schedule and Wavelet's data-parallel form,
- * which hold two replicas of the model per worker, are planned). @category Pipeline runtime
+ * in its model-parallel form, its data-parallel form, which holds two replicas of the model per
+ * worker, being planned; SAPipe with its rows as data-parallel workers). @category Pipeline runtime
  */
 export const RUNTIME_SCHEDULES: readonly RuntimeScheduleName[] = scheduleNames.filter((name): name is RuntimeScheduleName => !('planned' in SCHEDULES[name].runtime));
 

@@ -69,11 +69,15 @@ export interface OptimizerNeed {
  *   through a DataParallelTrainer (`dataParallel`); the synchronous schedules;
  * - `elastic-averaging`: its generator lays out the N pipelines, and each part's replicas average
  *   with a center copy (`averaging`; AvgPipe);
+ * - `workers`: its generator lays out one row per data-parallel worker (the trainer's `stages`),
+ *   each holding the whole model as one part; the workers' replicas combine gradients through a
+ *   DataParallelTrainer in a staleness-1 mode (`dataParallel`, default `sapipe-wp`), whose step the
+ *   rows' `allReduce` actions start and their `optimizerStep` actions wait for (SAPipe);
  * - `none`: one pipeline only.
  *
  * @category Pipeline schedules
  */
-export type PipelineCoupling = 'data-parallel' | 'elastic-averaging' | 'none';
+export type PipelineCoupling = 'data-parallel' | 'elastic-averaging' | 'workers' | 'none';
 
 /**
  * How the pipeline runtime (PipelineTrainer, `sapipe launch`) runs a schedule.
@@ -87,7 +91,7 @@ export interface RuntimeSchedule {
   readonly trainerOptions: readonly ScheduleTrainerOption[];
   /** How its parallel pipelines are coupled. */
   readonly coupling: PipelineCoupling;
-  /** N, parallel pipelines, when `pipelines` is not given. */
+  /** N, parallel pipelines, when `pipelines` is not given (the `workers` coupling: 1, its workers are its rows). */
   readonly defaultPipelines: number;
   /** The weight prediction the optimizer of part `part` of `parts` is built with (ALGORITHMS.md section 3); none where absent. */
   prediction?(part: number, parts: number): PredictionOptions;
@@ -302,7 +306,10 @@ export const SCHEDULES = {
     costs: ['allReduce'],
     rowName: () => 'worker',
     weights: 'predicted',
-    runtime: { planned: "SAPipe's data-parallel schedule is planned; data-parallel pipelines run with the options pipelines and dataParallel" },
+    // Its rows are the data-parallel workers, each with a DataParallelTrainer over the others in a
+    // staleness-1 mode (default sapipe-wp): the mode's update (delay compensation, weight
+    // prediction) is the trainer's, the schedule says when each all-reduce starts and is waited for.
+    runtime: { ...synchronous, coupling: 'workers' },
   },
   'zb-h1': {
     title: 'ZB-H1',
