@@ -22,6 +22,12 @@ export interface CudaStatus {
   available: boolean;
   reason?: string;
   pluginPath?: string;
+  /**
+   * Why this plugin file was taken: which of the candidates (`sapipe_cuda.so` for CUDA 13,
+   * `sapipe_cuda11.so` for CUDA 11.8, or the files in `SAPIPE_CUDA_PLUGIN`) could run here, and
+   * why the others were passed over.
+   */
+  pluginChoice?: string;
   /** What the plugin was compiled for, e.g. `sm_75 sm_80 ... compute_120`. */
   architectures?: string;
   runtimeVersion?: number;

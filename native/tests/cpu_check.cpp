@@ -19,6 +19,7 @@
 #include "../core/host_kernels.h"
 #include "../core/plugin_loader.h"
 #include "../core/device/cublas_loader.h"
+#include "../core/device/cuda_plugin.h"
 #include "../core/device/nccl_loader.h"
 #include "check.h"
 #include "comm_check.h"
@@ -166,6 +167,49 @@ void check_helpers(Checks& t) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Choosing among the CUDA plugins (sapipe_cuda.so for CUDA 13, sapipe_cuda11.so for CUDA 11.8):
+// the first whose devices can run its code is taken, in order. Fakes stand in for both: the
+// host-memory plugin has a device that can run it, device_without_code is the CUDA 13 plugin on a
+// V100, without_device finds no device.
+void check_cuda_plugin_choice(Checks& t, const std::string& fakes) {
+  const std::string usable = fakes + "/sapipe_test_plugin_host_memory.so";
+  const std::string no_code = fakes + "/sapipe_test_plugin_device_without_code.so";
+  const std::string no_device = fakes + "/sapipe_test_plugin_without_device.so";
+  const std::string other_abi = fakes + "/sapipe_test_plugin_other_abi.so";
+  const std::string missing = fakes + "/no-such-plugin.so";
+
+  PluginLoad first = choose_cuda_plugin({usable, no_code}, "test", "");
+  t.expect(first.table && first.path == usable && contains(first.choice, "a visible device can run its code") &&
+               !contains(first.choice, "passed over") && first.candidates_reason.empty(),
+           "the first plugin whose device can run it is taken: " + first.choice);
+
+  PluginLoad fallback = choose_cuda_plugin({no_code, usable}, "test", "");
+  t.expect(fallback.table && fallback.path == usable && contains(fallback.choice, "passed over " + no_code) &&
+               contains(fallback.choice, "no visible device can run this plugin's code") && contains(fallback.choice, "CUDA 13.0") &&
+               fallback.candidates_reason.empty(),
+           "a plugin without code for the device (a V100 under CUDA 13) is passed over for the next: " + fallback.choice);
+
+  PluginLoad neither = choose_cuda_plugin({no_code, no_device}, "test", "");
+  t.expect(neither.table && neither.path == no_code && contains(neither.candidates_reason, no_code) &&
+               contains(neither.candidates_reason, no_device) && contains(neither.candidates_reason, "no visible device can run") &&
+               contains(neither.candidates_reason, "no CUDA device is visible") && contains(neither.choice, "none can run here"),
+           "when no plugin can run, the first that loaded is kept and every reason is given: " + neither.candidates_reason);
+
+  PluginLoad broken_first = choose_cuda_plugin({other_abi, no_code}, "test", "");
+  t.expect(broken_first.table && broken_first.path == no_code && contains(broken_first.candidates_reason, "ABI version") &&
+               contains(broken_first.candidates_reason, "no visible device can run"),
+           "a candidate that does not load is passed over with its reason: " + broken_first.candidates_reason);
+
+  PluginLoad only = choose_cuda_plugin({missing, usable}, "test", "");
+  t.expect(only.table && only.path == usable && contains(only.choice, "the only CUDA plugin present"),
+           "a single plugin present is taken without asking for devices: " + only.choice);
+
+  PluginLoad none = choose_cuda_plugin({missing, fakes + "/no-such-plugin-11.so"}, "test", " (hint)");
+  t.expect(!none.table && contains(none.reason, "not found") && contains(none.reason, missing) &&
+               contains(none.reason, "no-such-plugin-11.so") && contains(none.reason, "(hint)"),
+           "no plugin present names every file looked for: " + none.reason);
+}
+
 void check_loaders(Checks& t, const std::string& fakes) {
   const size_t size = sizeof(sapipe_cuda_plugin_v1);
   PluginLoad missing = load_plugin(fakes + "/no-such-plugin.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
@@ -303,6 +347,7 @@ int main(int argc, char** argv) {
   check_cpu_clock(t);
   check_simd_names(t);
   check_loaders(t, fakes);
+  check_cuda_plugin_choice(t, fakes);
   check_execution_queue(t);
   check_latches(t);
   check_queued_update(t);
