@@ -1,6 +1,7 @@
 /**
- * The addon's CUDA entries, typed: the plugin `sapipe_cuda.so` beside the addon (or
- * SAPIPE_CUDA_PLUGIN), opened by the addon on first use, and the libraries the plugin opens at run
+ * The addon's CUDA entries, typed: the plugin `sapipe_cuda.so` (CUDA 13) or `sapipe_cuda11.so`
+ * (CUDA 11.8) beside the addon, whichever can run here (or SAPIPE_CUDA_PLUGIN), opened by the
+ * addon on first use, and the libraries the plugin opens at run
  * time (NCCL: libnccl.so.2, SAPIPE_NCCL_PATH first; cuBLAS). Every device facility of lib/device
  * (and the nccl communicator in lib/comm) reaches the plugin through `cudaAddon()`; see
  * native/addon/device/cuda_buffer.h and native/addon/device/comm_nccl_binding.cpp for the other side.
