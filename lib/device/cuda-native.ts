@@ -1,6 +1,7 @@
 /**
- * The addon's CUDA entries, typed: the plugin `sapipe_cuda.so` beside the addon (or
- * SAPIPE_CUDA_PLUGIN), opened by the addon on first use, and the libraries the plugin opens at run
+ * The addon's CUDA entries, typed: the plugin `sapipe_cuda.so` (CUDA 13) or `sapipe_cuda11.so`
+ * (CUDA 11.8) beside the addon, whichever can run here (or SAPIPE_CUDA_PLUGIN), opened by the
+ * addon on first use, and the libraries the plugin opens at run
  * time (NCCL: libnccl.so.2, SAPIPE_NCCL_PATH first; cuBLAS). Every device facility of lib/device
  * (and the nccl communicator in lib/comm) reaches the plugin through `cudaAddon()`; see
  * native/addon/device/cuda_buffer.h and native/addon/device/comm_nccl_binding.cpp for the other side.
@@ -22,6 +23,12 @@ export interface CudaStatus {
   available: boolean;
   reason?: string;
   pluginPath?: string;
+  /**
+   * Why this plugin file was taken: which of the candidates (`sapipe_cuda.so` for CUDA 13,
+   * `sapipe_cuda11.so` for CUDA 11.8, or the files in `SAPIPE_CUDA_PLUGIN`) could run here, and
+   * why the others were passed over.
+   */
+  pluginChoice?: string;
   /** What the plugin was compiled for, e.g. `sm_75 sm_80 ... compute_120`. */
   architectures?: string;
   runtimeVersion?: number;

@@ -27,6 +27,7 @@ export function probeCuda(): BackendStatus {
   const s = cudaStatus();
   const details: Record<string, string | number | boolean> = {};
   if (s.pluginPath) details.plugin = s.pluginPath;
+  if (s.pluginChoice) details.pluginChoice = s.pluginChoice;
   if (s.architectures) details.architectures = s.architectures;
   if (s.runtimeVersion) details.runtime = s.runtimeVersion;
   s.devices?.forEach((d, i) => {

@@ -15,11 +15,6 @@ std::string dl_error() {
   return e ? e : "unknown dlopen error";
 }
 
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
-
 // The function pointers of a table follow its header; each must be set.
 bool all_slots_set(const sapipe_plugin_header* table, size_t table_size) {
   const char* base = reinterpret_cast<const char*>(table);
@@ -33,6 +28,11 @@ bool all_slots_set(const sapipe_plugin_header* table, size_t table_size) {
 
 }  // namespace
 
+bool plugin_file_exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
 std::string module_directory() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&module_directory), &info) == 0 || info.dli_fname == nullptr) return "";
@@ -44,7 +44,7 @@ std::string module_directory() {
 PluginLoad load_plugin(const std::string& path, const char* name, uint32_t abi_version, size_t min_table_size) {
   PluginLoad out;
   out.path = path;
-  if (!file_exists(path)) {
+  if (!plugin_file_exists(path)) {
     out.reason = std::string("the ") + name + " plugin was not found: looked for " + path;
     return out;
   }
@@ -85,7 +85,7 @@ PluginLoad load_plugin_from_env(const char* override_var, const char* file, cons
     path = (dir.empty() ? std::string(".") : dir) + "/" + file;
   }
   PluginLoad load = load_plugin(path, name, abi_version, min_table_size);
-  if (load.table == nullptr && !file_exists(path) && override_path == nullptr) load.reason += missing_hint;
+  if (load.table == nullptr && !plugin_file_exists(path) && override_path == nullptr) load.reason += missing_hint;
   return load;
 }
 

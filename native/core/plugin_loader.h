@@ -17,7 +17,13 @@ struct PluginLoad {
   const sapipe_plugin_header* table = nullptr;  // null when loading failed
   std::string path;                             // the file tried
   std::string reason;                           // why it failed ("" on success)
+  // Where several files could serve (the CUDA plugins, device/cuda_plugin.h): why this one was
+  // taken, and, when none of them can run here, each one's reason ("" otherwise).
+  std::string choice;
+  std::string candidates_reason;
 };
+
+bool plugin_file_exists(const std::string& path);
 
 // The folder holding the shared object this code is part of (the addon, or a harness binary),
 // found with dladdr; "" when unknown.

@@ -69,6 +69,17 @@ sapipe_status device_count(int32_t* count) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
     return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "no CUDA device is visible (libcuda.so.1 loaded; check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+  if (e == cudaErrorInsufficientDriver) {
+    // The driver is older than this plugin's runtime (CUDA 13 needs driver 580 or newer, 11.8
+    // needs 520): name both, so that the report says which plugin or driver would serve.
+    int driver = 0;
+    const std::string supports = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0
+                                     ? "supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10)
+                                     : "is too old";
+    return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "the NVIDIA driver (libcuda.so.1) " + supports + ", older than this plugin's runtime, CUDA " +
+                                                    std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+                                                    " (cudaErrorInsufficientDriver): update the driver, or use a plugin built with an older toolkit");
+  }
   if (sapipe_status s = from_cuda(e, "cudaGetDeviceCount"); s != SAPIPE_OK) return s;
   *count = n;
   return SAPIPE_OK;

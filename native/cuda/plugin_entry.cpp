@@ -59,9 +59,11 @@ sapipe_status guard_word(int64_t** out) {
 }
 
 const char* c_build_architectures() { return build_architectures(); }
+// The runtime linked in (static): its headers' version when the call fails (CUDA 11.8's does
+// where the driver sees no device).
 int32_t c_runtime_version() {
   int v = 0;
-  return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
+  return cudaRuntimeGetVersion(&v) == cudaSuccess && v > 0 ? v : CUDART_VERSION;
 }
 const char* c_last_error() { return last_error_message(); }
 

@@ -5,6 +5,7 @@
 // (comm_check.cpp), and the CUDA plugin's reports and device memory over fake plugins
 // (device_check.cpp).
 // test/native/cpu-harness.test.ts runs it; usage: sapipe_cpu_check [--fakes DIR]
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "../core/host_kernels.h"
 #include "../core/plugin_loader.h"
 #include "../core/device/cublas_loader.h"
+#include "../core/device/cuda_plugin.h"
 #include "../core/device/nccl_loader.h"
 #include "check.h"
 #include "comm_check.h"
@@ -166,6 +168,91 @@ void check_helpers(Checks& t) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Choosing among the CUDA plugins (sapipe_cuda.so for CUDA 13, sapipe_cuda11.so for CUDA 11.8):
+// the first whose devices can run its code is taken, in order. Fakes stand in for both: the
+// host-memory plugin has a device that can run it, device_without_code is the CUDA 13 plugin on a
+// V100, without_device finds no device.
+void check_cuda_plugin_choice(Checks& t, const std::string& fakes) {
+  const std::string usable = fakes + "/sapipe_test_plugin_host_memory.so";
+  const std::string no_code = fakes + "/sapipe_test_plugin_device_without_code.so";
+  const std::string no_device = fakes + "/sapipe_test_plugin_without_device.so";
+  const std::string other_abi = fakes + "/sapipe_test_plugin_other_abi.so";
+  const std::string missing = fakes + "/no-such-plugin.so";
+
+  PluginLoad first = choose_cuda_plugin({usable, no_code}, "test", "");
+  t.expect(first.table && first.path == usable && contains(first.choice, "a visible device can run its code") &&
+               !contains(first.choice, "passed over") && first.candidates_reason.empty(),
+           "the first plugin whose device can run it is taken: " + first.choice);
+
+  PluginLoad fallback = choose_cuda_plugin({no_code, usable}, "test", "");
+  t.expect(fallback.table && fallback.path == usable && contains(fallback.choice, "passed over " + no_code) &&
+               contains(fallback.choice, "no visible device can run this plugin's code") && contains(fallback.choice, "CUDA 13.0") &&
+               fallback.candidates_reason.empty(),
+           "a plugin without code for the device (a V100 under CUDA 13) is passed over for the next: " + fallback.choice);
+
+  PluginLoad neither = choose_cuda_plugin({no_code, no_device}, "test", "");
+  t.expect(neither.table && neither.path == no_code && contains(neither.candidates_reason, no_code) &&
+               contains(neither.candidates_reason, no_device) && contains(neither.candidates_reason, "no visible device can run") &&
+               contains(neither.candidates_reason, "no CUDA device is visible") && contains(neither.choice, "none can run here"),
+           "when no plugin can run, the first that loaded is kept and every reason is given: " + neither.candidates_reason);
+
+  PluginLoad broken_first = choose_cuda_plugin({other_abi, no_code}, "test", "");
+  t.expect(broken_first.table && broken_first.path == no_code && contains(broken_first.candidates_reason, "ABI version") &&
+               contains(broken_first.candidates_reason, "no visible device can run"),
+           "a candidate that does not load is passed over with its reason: " + broken_first.candidates_reason);
+
+  PluginLoad only = choose_cuda_plugin({missing, usable}, "test", "");
+  t.expect(only.table && only.path == usable && contains(only.choice, "the only CUDA plugin present"),
+           "a single plugin present is taken without asking for devices: " + only.choice);
+
+  PluginLoad none = choose_cuda_plugin({missing, fakes + "/no-such-plugin-11.so"}, "test", " (hint)");
+  t.expect(!none.table && contains(none.reason, "not found") && contains(none.reason, missing) &&
+               contains(none.reason, "no-such-plugin-11.so") && contains(none.reason, "(hint)"),
+           "no plugin present names every file looked for: " + none.reason);
+}
+
+// fn(&reason) run in a forked child, its status and reason sent back through a pipe; the child
+// leaves with _exit, so whatever it loaded stays out of this process and its exit checks.
+template <class F>
+sapipe_status in_child(F fn, std::string* reason) {
+  int fds[2];
+  if (pipe(fds) != 0) return fn(reason);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return fn(reason);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    std::string why;
+    const int32_t status = fn(&why);
+    std::string out(reinterpret_cast<const char*>(&status), sizeof status);
+    out += why;
+    for (size_t at = 0; at < out.size();) {
+      const ssize_t n = write(fds[1], out.data() + at, out.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) in.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  if (in.size() < sizeof(int32_t)) {
+    *reason = "the child process that tried the library failed";
+    return SAPIPE_ERR_INTERNAL;
+  }
+  int32_t status = 0;
+  std::memcpy(&status, in.data(), sizeof status);
+  *reason = in.substr(sizeof status);
+  return static_cast<sapipe_status>(status);
+}
+
 void check_loaders(Checks& t, const std::string& fakes) {
   const size_t size = sizeof(sapipe_cuda_plugin_v1);
   PluginLoad missing = load_plugin(fakes + "/no-such-plugin.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, size);
@@ -209,7 +296,10 @@ void check_loaders(Checks& t, const std::string& fakes) {
   reason.clear();
   const std::string no_blas = fakes + "/no-cublas-here";
   // Only meaningful where the system has no cuBLAS of its own (as on a machine without CUDA).
-  s = cublas::load_uncached(no_blas.c_str(), 13, &blas, &reason);
+  // Tried in a child process: a system cuBLAS, where there is one, opens and closes the driver
+  // library (libcuda.so.1) as it loads, which leaves allocations of an unloaded module that
+  // LeakSanitizer reports against this process in the sanitizer build.
+  s = in_child([&](std::string* why) { return cublas::load_uncached(no_blas.c_str(), 13, &blas, why); }, &reason);
   if (s != SAPIPE_OK) {
     t.expect(s == SAPIPE_ERR_BACKEND_UNAVAILABLE && contains(reason, no_blas + "/libcublas.so.13") && contains(reason, "libcublas.so.11") &&
                  contains(reason, "SAPIPE_CUBLAS_PATH") && contains(reason, "Install cuBLAS"),
@@ -303,6 +393,7 @@ int main(int argc, char** argv) {
   check_cpu_clock(t);
   check_simd_names(t);
   check_loaders(t, fakes);
+  check_cuda_plugin_choice(t, fakes);
   check_execution_queue(t);
   check_latches(t);
   check_queued_update(t);

@@ -16,10 +16,11 @@ inline const sapipe_cuda_plugin_v1* open_cuda(int device) {
     std::printf("CUDA plugin unavailable: %s\n", load.reason.c_str());
     return nullptr;
   }
+  std::printf("CUDA plugin %s: %s\n", load.path.c_str(), load.choice.c_str());
   auto cuda = reinterpret_cast<const sapipe_cuda_plugin_v1*>(load.table);
   int32_t n = 0;
   if (cuda->device_count(&n) != SAPIPE_OK || cuda->set_device(device) != SAPIPE_OK) {
-    std::printf("no usable CUDA device: %s\n", cuda->last_error());
+    std::printf("no usable CUDA device: %s\n", load.candidates_reason.empty() ? cuda->last_error() : load.candidates_reason.c_str());
     return nullptr;
   }
   sapipe_cuda_device_info info{};

@@ -116,6 +116,45 @@ t.test('a plugin that sees no device', async (t) => {
   await benchFails(t, env, /no CUDA device is visible/);
 });
 
+t.test('choosing between plugins: the first whose device can run it', async (t) => {
+  // SAPIPE_CUDA_PLUGIN lists candidates in order, as sapipe_cuda.so (CUDA 13) and sapipe_cuda11.so
+  // (CUDA 11.8) are tried beside the addon. device_without_code is the CUDA 13 plugin on a V100;
+  // the host-memory plugin stands in for one whose device can run it.
+  const noCode = `${fakes}/sapipe_test_plugin_device_without_code.so`;
+  const usable = `${fakes}/sapipe_test_plugin_host_memory.so`;
+  const noDevice = `${fakes}/sapipe_test_plugin_without_device.so`;
+
+  const first = await backends({ SAPIPE_CUDA_PLUGIN: `${usable}:${noCode}` });
+  t.equal(first.cuda?.available, true);
+  t.equal(first.cuda?.details?.plugin, usable);
+  t.match(first.cuda?.details?.pluginChoice, /a visible device can run its code$/);
+
+  const fallback = await backends({ SAPIPE_CUDA_PLUGIN: `${noCode}:${usable}` });
+  t.equal(fallback.cuda?.available, true, 'the second candidate serves');
+  t.equal(fallback.cuda?.details?.plugin, usable);
+  t.match(fallback.cuda?.details?.pluginChoice, `passed over ${noCode} (CUDA 13.0, built for sm_75`);
+  t.match(fallback.cuda?.details?.pluginChoice, /no visible device can run this plugin's code/);
+
+  const neither = await backends({ SAPIPE_CUDA_PLUGIN: `${noCode}:${noDevice}` });
+  t.equal(neither.cuda?.available, false);
+  t.match(neither.cuda?.reason, /^no CUDA plugin can run here \(SAPIPE_CUDA_PLUGIN\): /);
+  t.match(neither.cuda?.reason, `${noCode} (CUDA 13.0, built for sm_75`);
+  t.match(neither.cuda?.reason, `${noDevice} (CUDA 13.0, built for sm_80 compute_80): the CUDA plugin loaded, but no CUDA device is visible`);
+  t.equal(neither.cuda?.details?.['cuda:0'], 'Tesla V100-SXM2-32GB (fake) (sm 7.0, no code for it)', 'the kept plugin still lists its devices');
+  await benchFails(t, { SAPIPE_CUDA_PLUGIN: `${noCode}:${noDevice}` }, /no CUDA plugin can run here/);
+});
+
+t.test('the built plugins beside the addon: each one\'s reason where none can run', { skip: !(pluginBuilt && existsSync(`${release}/sapipe_cuda11.so`)) && 'sapipe_cuda.so and sapipe_cuda11.so are not both built' }, async (t) => {
+  const b = await backends({ SAPIPE_CUDA_PLUGIN: '' });
+  if (b.cuda?.available) {
+    t.match(b.cuda.details?.pluginChoice, /a visible device can run its code/, `picked: ${String(b.cuda.details?.pluginChoice)}`);
+    return;
+  }
+  t.match(b.cuda?.reason, /^no CUDA plugin can run here \(beside the addon\): /);
+  t.match(b.cuda?.reason, /build\/Release\/sapipe_cuda\.so \(CUDA 13\.\d, built for /);
+  t.match(b.cuda?.reason, 'build/Release/sapipe_cuda11.so (CUDA 11.8, built for sm_70 sm_80 sm_90 compute_90)');
+});
+
 t.test('the real plugin: unavailable here with the driver or device named', { skip: !pluginBuilt && 'the CUDA plugin is not built (no CUDA toolkit)' }, async (t) => {
   const b = await backends({ SAPIPE_CUDA_PLUGIN: realPlugin });
   if (b.cuda?.available) {

@@ -16,13 +16,14 @@ namespace {
 
 const sapipe_cuda_plugin_v1* plugin_or_null(std::string* reason) { return cuda_table(cuda_plugin(), reason); }
 
-// {available, reason?, pluginPath, architectures?, runtimeVersion?, devices?}; never throws.
+// {available, reason?, pluginPath, pluginChoice?, architectures?, runtimeVersion?, devices?}; never throws.
 Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object out = Napi::Object::New(env);
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
   out.Set("pluginPath", cuda_plugin().path);
+  if (!cuda_plugin().choice.empty()) out.Set("pluginChoice", cuda_plugin().choice);
   if (cuda == nullptr) {
     out.Set("available", false);
     out.Set("reason", reason);
@@ -51,7 +52,8 @@ Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
     out.Set("devices", devices);
   }
   out.Set("available", report.available);
-  if (!report.available) out.Set("reason", report.reason);
+  // Several plugins and none can run here: each one's reason, not only the kept one's.
+  if (!report.available) out.Set("reason", cuda_plugin().candidates_reason.empty() ? report.reason : cuda_plugin().candidates_reason);
   return out;
 }
 
@@ -88,8 +90,7 @@ const sapipe_cuda_plugin_v1* require_device(Napi::Env env, int32_t device) {
   std::string reason;
   const sapipe_cuda_plugin_v1* cuda = plugin_or_null(&reason);
   if (cuda == nullptr) throw_error(env, "ERR_BACKEND_UNAVAILABLE", reason);
-  if (cuda->set_device(device) != SAPIPE_OK)
-    throw_error(env, "ERR_BACKEND_UNAVAILABLE", "cuda:" + std::to_string(device) + " is unavailable: " + cuda->last_error());
+  if (cuda->set_device(device) != SAPIPE_OK) throw_error(env, "ERR_BACKEND_UNAVAILABLE", device_unavailable(device, cuda));
   return cuda;
 }
 
@@ -119,6 +120,11 @@ Napi::Value CudaBenchUpdate(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+std::string device_unavailable(int32_t device, const sapipe_cuda_plugin_v1* cuda) {
+  const std::string& candidates = cuda_plugin().candidates_reason;
+  return "cuda:" + std::to_string(device) + " is unavailable: " + (candidates.empty() ? std::string(cuda->last_error()) : candidates);
+}
 
 const sapipe_cuda_plugin_v1* require_device_table(Napi::Env env, int32_t device) {
   require_appended(env);

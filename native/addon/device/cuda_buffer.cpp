@@ -66,7 +66,7 @@ DeviceAllocation& CudaBuffer::live(Napi::Env env, const char* what) {
   if (memory_->users.load() != 0)
     throw_error(env, "ERR_BUSY", std::string("CudaBuffer.") + what + ": a queued operation still uses the buffer; await it first");
   if (memory_->cuda->set_device(device_) != SAPIPE_OK)
-    throw_error(env, "ERR_BACKEND_UNAVAILABLE", "cuda:" + std::to_string(device_) + " is unavailable: " + memory_->cuda->last_error());
+    throw_error(env, "ERR_BACKEND_UNAVAILABLE", device_unavailable(device_, memory_->cuda));
   return *memory_;
 }
 

@@ -1,16 +1,97 @@
 #include "cuda_plugin.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <mutex>
 
 namespace sapipe {
 
-PluginLoad load_cuda_plugin_uncached() {
+namespace {
+
+constexpr const char* kMissingHint =
+    " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)";
+
+// "CUDA 13.0" from the runtime's 13000.
+std::string runtime_name(const sapipe_cuda_plugin_v1* cuda) {
+  const int32_t v = cuda->runtime_version();
+  return "CUDA " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string describe(const PluginLoad& load) {
+  const auto* cuda = reinterpret_cast<const sapipe_cuda_plugin_v1*>(load.table);
+  return load.path + " (" + runtime_name(cuda) + ", built for " + cuda->build_architectures() + ")";
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
+}  // namespace
+
+PluginLoad choose_cuda_plugin(const std::vector<std::string>& candidates, const std::string& source, const char* missing_hint) {
+  std::vector<std::string> existing;
+  for (const std::string& c : candidates)
+    if (plugin_file_exists(c)) existing.push_back(c);
   // A plugin built before the entries appended to v1 still serves the base table; its users check
   // table_size before using the appended entries.
-  return load_plugin_from_env("SAPIPE_CUDA_PLUGIN", "sapipe_cuda.so", "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION,
-                              SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE,
-                              " (this build has no CUDA plugin: it is built by `npm run build:native` when a CUDA toolkit is found)");
+  const auto load = [](const std::string& path) {
+    return load_plugin(path, "cuda", SAPIPE_CUDA_PLUGIN_ABI_VERSION, SAPIPE_CUDA_PLUGIN_V1_BASE_SIZE);
+  };
+  if (existing.empty()) {
+    PluginLoad out = load(candidates.empty() ? std::string() : candidates.front());
+    if (candidates.size() > 1) out.reason = "the cuda plugin was not found: looked for " + join(candidates, " and ");
+    out.reason += missing_hint;
+    return out;
+  }
+  if (existing.size() == 1) {
+    PluginLoad out = load(existing.front());
+    out.choice = candidates.size() == 1 ? source + " names it" : "the only CUDA plugin present (" + source + ")";
+    return out;
+  }
+  std::vector<std::string> passed;  // "path: why not", in order
+  PluginLoad first_loaded;
+  for (const std::string& path : existing) {
+    PluginLoad candidate = load(path);
+    if (candidate.table == nullptr) {
+      passed.push_back(candidate.reason);
+      continue;
+    }
+    const CudaReport report = report_cuda_devices(reinterpret_cast<const sapipe_cuda_plugin_v1*>(candidate.table));
+    if (report.available) {
+      candidate.choice = describe(candidate) + ": a visible device can run its code";
+      if (!passed.empty()) candidate.choice += "; passed over " + join(passed, "; ");
+      return candidate;
+    }
+    passed.push_back(describe(candidate) + ": " + report.reason);
+    if (first_loaded.table == nullptr) first_loaded = candidate;
+  }
+  PluginLoad out = first_loaded.table != nullptr ? first_loaded : load(existing.front());
+  out.candidates_reason = "no CUDA plugin can run here (" + source + "): " + join(passed, "; ");
+  if (out.table == nullptr)
+    out.reason = out.candidates_reason;
+  else
+    out.choice = "none can run here; kept the first that loaded, " + out.path;
+  return out;
+}
+
+PluginLoad load_cuda_plugin_uncached() {
+  const char* override_paths = std::getenv("SAPIPE_CUDA_PLUGIN");
+  std::vector<std::string> candidates;
+  if (override_paths != nullptr && *override_paths != '\0') {
+    std::string list = override_paths;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t colon = std::min(list.find(':', start), list.size());
+      if (colon > start) candidates.push_back(list.substr(start, colon - start));
+      start = colon + 1;
+    }
+    return choose_cuda_plugin(candidates, "SAPIPE_CUDA_PLUGIN", "");
+  }
+  const std::string dir = module_directory();
+  const std::string folder = dir.empty() ? std::string(".") : dir;
+  return choose_cuda_plugin({folder + "/sapipe_cuda.so", folder + "/sapipe_cuda11.so"}, "beside the addon", kMissingHint);
 }
 
 const PluginLoad& cuda_plugin() {

@@ -15,11 +15,22 @@
 
 namespace sapipe {
 
-// The CUDA plugin: SAPIPE_CUDA_PLUGIN when set (a file), else sapipe_cuda.so beside the addon.
+// The CUDA plugin. Candidates: the files in SAPIPE_CUDA_PLUGIN when set (one path, or several
+// separated by ':'), else sapipe_cuda.so (the newest toolkit, CUDA 13) and sapipe_cuda11.so
+// (CUDA 11.8: Volta and drivers older than CUDA 13's) beside the addon. See choose_cuda_plugin.
 // Loaded once per process; later calls return the first result.
 const PluginLoad& cuda_plugin();
 // The same search, not cached: for tests that point SAPIPE_CUDA_PLUGIN at different files.
 PluginLoad load_cuda_plugin_uncached();
+
+// Picks one of candidates (in order of preference): where only one exists, that one, loaded
+// without touching a device (as a single plugin always was). Otherwise each that exists is loaded
+// and asked for its devices, and the first that loads and has a visible device able to run its
+// code is taken: a driver too old for a plugin's runtime, or a GPU it has no code for (a V100
+// under CUDA 13), passes it over. When none can run here, the first that loaded is kept (its
+// devices are still reported) and candidates_reason lists every candidate's reason. `choice`
+// says why the file was taken; `source` names where the candidates came from.
+PluginLoad choose_cuda_plugin(const std::vector<std::string>& candidates, const std::string& source, const char* missing_hint);
 
 // The table of a loaded CUDA plugin, or null with *reason saying why it did not load.
 const sapipe_cuda_plugin_v1* cuda_table(const PluginLoad& load, std::string* reason);

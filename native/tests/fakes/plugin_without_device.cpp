@@ -1,6 +1,9 @@
 // A complete CUDA plugin table for a machine with a driver but no device: every device function
 // answers SAPIPE_ERR_BACKEND_UNAVAILABLE, as the real plugin does when cudaGetDeviceCount finds
 // none. Lets the addon's "no device" path be tested without a GPU.
+// Built again with SAPIPE_FAKE_DEVICE_WITHOUT_CODE: one visible device (a V100, sm 7.0) that this
+// "CUDA 13" plugin has no code for, as the real CUDA 13 plugin sees a V100; the loader must pass it
+// over for another candidate (sapipe_cuda11.so).
 #include <cstring>
 
 #include "sapipe/plugin.h"
@@ -33,11 +36,28 @@ sapipe_cuda_plugin_v1 make_table() {
   t.build_architectures = [] { return "sm_80 compute_80"; };
   t.runtime_version = []() -> int32_t { return 13000; };
   t.last_error = [] { return kReason; };
+#ifdef SAPIPE_FAKE_DEVICE_WITHOUT_CODE
+  t.build_architectures = [] { return "sm_75 sm_80 sm_86 sm_89 sm_90 sm_100 sm_110 sm_120 compute_120"; };
+  t.device_count = [](int32_t* n) {
+    if (n == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+    *n = 1;
+    return SAPIPE_OK;
+  };
+  t.device_info = [](int32_t device, sapipe_cuda_device_info* out) {
+    if (device != 0 || out == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
+    std::memset(out, 0, sizeof *out);
+    std::strcpy(out->name, "Tesla V100-SXM2-32GB (fake)");
+    out->major = 7, out->minor = 0, out->multiprocessors = 80, out->total_memory = uint64_t{32} << 30;
+    out->kernels_available = 0;
+    return SAPIPE_OK;
+  };
+#else
   t.device_count = [](int32_t* n) {
     if (n) *n = 0;
     return SAPIPE_ERR_BACKEND_UNAVAILABLE;
   };
   t.device_info = UNAVAILABLE(device_info);
+#endif
   t.set_device = UNAVAILABLE(set_device);
   t.malloc_device = UNAVAILABLE(malloc_device);
   t.free_device = UNAVAILABLE(free_device);
