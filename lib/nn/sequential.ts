@@ -13,14 +13,151 @@
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { seededRandom } from '../data/seeded-random.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
-import { checkInteger, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkKnownKeys, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
-import { relu, reluGrad } from './ops.js';
+import { conv2d, conv2dGrad, gelu, geluGrad, layerNorm, layerNormGrad, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Pool2dShape, type TensorView } from './ops.js';
 import type { StageBackwardOptions, StageModel } from './stage-model.js';
 
-/** One layer of a {@link Sequential} model. @category Models */
-export type LayerSpec = { readonly kind: 'linear'; readonly in: number; readonly out: number } | { readonly kind: 'relu' };
+/**
+ * One layer of a {@link Sequential} model. Samples are rows of features; an image is its C*H*W
+ * values in NCHW order, so a convolution or pooling reads the row as [channels, height, width] and
+ * a linear layer after them reads it flattened.
+ *
+ * - `linear`: weight [out, in] and bias [out];
+ * - `conv2d`: weight [outChannels, inChannels, kernel, kernel] and bias [outChannels]; stride
+ *   (default 1) and zero padding (default 0) on both axes; outChannels * outH * outW features out;
+ * - `maxPool` / `avgPool`: kernel x kernel windows at `stride` (default: the kernel), no parameters;
+ * - `relu`, `gelu` (tanh form): no parameters, as many features out as in;
+ * - `layerNorm`: normalises each sample's `features` values; gamma [features] (1) and beta (0).
+ *
+ * @category Models
+ */
+export type LayerSpec =
+  | { readonly kind: 'linear'; readonly in: number; readonly out: number }
+  | { readonly kind: 'relu' }
+  | { readonly kind: 'gelu' }
+  | {
+      readonly kind: 'conv2d';
+      readonly inChannels: number;
+      readonly height: number;
+      readonly width: number;
+      readonly outChannels: number;
+      readonly kernel: number;
+      readonly stride?: number;
+      readonly padding?: number;
+    }
+  | PoolLayerSpec<'maxPool'>
+  | PoolLayerSpec<'avgPool'>
+  | { readonly kind: 'layerNorm'; readonly features: number };
+
+/** A max- or average-pooling layer of {@link LayerSpec}. @category Models */
+export interface PoolLayerSpec<K extends 'maxPool' | 'avgPool' = 'maxPool' | 'avgPool'> {
+  readonly kind: K;
+  readonly channels: number;
+  readonly height: number;
+  readonly width: number;
+  readonly kernel: number;
+  readonly stride?: number;
+}
+
+type Spec<K extends LayerSpec['kind']> = Extract<LayerSpec, { kind: K }>;
+const MAX_SIZE = 1 << 24;
+
+/** What a layer kind is: its fields, sizes, parameters and initial values (the one list of kinds). */
+interface LayerKind<K extends LayerSpec['kind']> {
+  /** The spec's keys besides `kind`. */
+  readonly keys: readonly string[];
+  /** Checks the fields; returns the features in (undefined: as many as the layer before gives) and out. */
+  check(layer: Spec<K>, what: string, before: number | undefined): { in: number | undefined; out: number };
+  /** Parameter tensors: name suffix and shape, in ParamSet order. */
+  params(layer: Spec<K>): Array<[string, number[]]>;
+  /** Initial values of the parameters, drawn from `next` in order (none drawn for fixed values). */
+  init(layer: Spec<K>, next: () => number): Float32Array[];
+  /** Floats per sample the forward keeps besides the layer's output (layer norm's mean and rstd). */
+  saved: number;
+}
+
+const size = (value: unknown, what: string, lo = 1): number => checkInteger(value, what, lo, MAX_SIZE);
+
+function checkConv(l: Spec<'conv2d'>, what: string): { outH: number; outW: number } {
+  for (const key of ['inChannels', 'height', 'width', 'outChannels', 'kernel'] as const) size(l[key], `${what}.${key}`);
+  const stride = size(l.stride ?? 1, `${what}.stride`);
+  const pad = size(l.padding ?? 0, `${what}.padding`, 0);
+  if (l.height + 2 * pad < l.kernel || l.width + 2 * pad < l.kernel)
+    throw new InvalidArgumentError(`${what}: the padded image (${l.height + 2 * pad} x ${l.width + 2 * pad}) is smaller than the ${l.kernel} x ${l.kernel} kernel; pad it or use a smaller kernel`);
+  return { outH: Math.floor((l.height + 2 * pad - l.kernel) / stride) + 1, outW: Math.floor((l.width + 2 * pad - l.kernel) / stride) + 1 };
+}
+
+function checkPool(l: PoolLayerSpec, what: string): { outH: number; outW: number } {
+  for (const key of ['channels', 'height', 'width', 'kernel'] as const) size(l[key], `${what}.${key}`);
+  const stride = size(l.stride ?? l.kernel, `${what}.stride`);
+  if (l.height < l.kernel || l.width < l.kernel)
+    throw new InvalidArgumentError(`${what}: the image (${l.height} x ${l.width}) is smaller than the ${l.kernel} x ${l.kernel} window; use a smaller kernel`);
+  return { outH: Math.floor((l.height - l.kernel) / stride) + 1, outW: Math.floor((l.width - l.kernel) / stride) + 1 };
+}
+
+const noParams = { params: () => [], init: () => [], saved: 0 };
+const elementwise = { ...noParams, keys: [], check: (_: LayerSpec, what: string, before: number | undefined) => {
+  if (before === undefined) throw new InvalidArgumentError(`${what}: an activation cannot be the first layer; start with a layer that fixes the input size (${FIRST_KINDS})`);
+  return { in: before, out: before };
+} };
+const pool = <K extends 'maxPool' | 'avgPool'>(): LayerKind<K> => ({
+  ...noParams,
+  keys: ['channels', 'height', 'width', 'kernel', 'stride'],
+  check: (l: PoolLayerSpec, what: string) => {
+    const { outH, outW } = checkPool(l, what);
+    return { in: l.channels * l.height * l.width, out: l.channels * outH * outW };
+  },
+});
+
+const LAYER_KINDS: { readonly [K in LayerSpec['kind']]: LayerKind<K> } = {
+  linear: {
+    keys: ['in', 'out'],
+    check: (l, what) => ({ in: size(l.in, `${what}.in`), out: size(l.out, `${what}.out`) }),
+    params: (l) => [['weight', [l.out, l.in]], ['bias', [l.out]]],
+    init: (l, next) => {
+      const [weight, bias] = [new Float32Array(l.out * l.in), new Float32Array(l.out)];
+      kaimingUniform(weight, l.in, next);
+      biasUniform(bias, l.in, next);
+      return [weight, bias];
+    },
+    saved: 0,
+  },
+  conv2d: {
+    keys: ['inChannels', 'height', 'width', 'outChannels', 'kernel', 'stride', 'padding'],
+    check: (l, what) => {
+      const { outH, outW } = checkConv(l, what);
+      return { in: l.inChannels * l.height * l.width, out: l.outChannels * outH * outW };
+    },
+    params: (l) => [['weight', [l.outChannels, l.inChannels, l.kernel, l.kernel]], ['bias', [l.outChannels]]],
+    init: (l, next) => {
+      const fanIn = l.inChannels * l.kernel * l.kernel;
+      const [weight, bias] = [new Float32Array(l.outChannels * fanIn), new Float32Array(l.outChannels)];
+      kaimingUniform(weight, fanIn, next);
+      biasUniform(bias, fanIn, next);
+      return [weight, bias];
+    },
+    saved: 0,
+  },
+  maxPool: pool(),
+  avgPool: pool(),
+  relu: elementwise,
+  gelu: elementwise,
+  layerNorm: {
+    keys: ['features'],
+    check: (l, what) => {
+      const f = size(l.features, `${what}.features`);
+      return { in: f, out: f };
+    },
+    params: (l) => [['gamma', [l.features]], ['beta', [l.features]]],
+    init: (l) => [new Float32Array(l.features).fill(1), new Float32Array(l.features)],
+    saved: 2,
+  },
+};
+const KIND_NAMES = Object.keys(LAYER_KINDS) as Array<LayerSpec['kind']>;
+const FIRST_KINDS = KIND_NAMES.filter((k) => LAYER_KINDS[k] !== elementwise).join(', ');
+const kindOf = <K extends LayerSpec['kind']>(layer: Spec<K>): LayerKind<K> => LAYER_KINDS[layer.kind] as unknown as LayerKind<K>;
 
 /** The layers of an MLP: Linear, ReLU, ..., Linear (sizes [784, 256, 10] gives 3 layers). @category Models */
 export function mlpLayers(sizes: readonly number[]): LayerSpec[] {
@@ -35,50 +172,93 @@ export function mlpLayers(sizes: readonly number[]): LayerSpec[] {
   return layers;
 }
 
-/** @category Models Checks a layer list: known kinds, positive sizes, each layer's input the previous output. Returns the feature counts between layers. */
+/** @category Models */
+export interface CnnLayersOptions {
+  /** Square kernel of every convolution (default 3; padded by kernel >> 1 to keep the size). */
+  kernel?: number;
+  /** Max-pooling window after each convolution's ReLU (default 2; 1 for none). */
+  pool?: number;
+}
+
+/**
+ * The layers of a small CNN over `channels` x `height` x `width` images: per entry of
+ * `convChannels` a same-size convolution, ReLU and max-pooling, then a linear layer to `classes`.
+ * `cnnLayers({ channels: 1, height: 28, width: 28 }, [8, 16], 10)` is conv(1->8, k3, p1), ReLU,
+ * max-pool 2, conv(8->16, k3, p1), ReLU, max-pool 2, linear(16*7*7 -> 10): a Fashion-MNIST CNN.
+ *
+ * @category Models
+ */
+export function cnnLayers(image: { channels: number; height: number; width: number }, convChannels: readonly number[], classes: number, options: CnnLayersOptions = {}): LayerSpec[] {
+  checkObject(image, 'cnnLayers(image, convChannels, classes): image');
+  checkOptions(options, ['kernel', 'pool'], 'cnnLayers(image, convChannels, classes, options)');
+  if (!Array.isArray(convChannels)) throw new InvalidArgumentError(`cnnLayers: convChannels must be an array of channel counts, e.g. [8, 16], got ${describeValue(convChannels)}`);
+  const kernel = size(options.kernel ?? 3, 'cnnLayers: options.kernel');
+  const window = size(options.pool ?? 2, 'cnnLayers: options.pool');
+  let [c, h, w] = [size(image.channels, 'cnnLayers: image.channels'), size(image.height, 'cnnLayers: image.height'), size(image.width, 'cnnLayers: image.width')];
+  const layers: LayerSpec[] = [];
+  convChannels.forEach((out, i) => {
+    size(out, `cnnLayers: convChannels[${i}]`);
+    layers.push({ kind: 'conv2d', inChannels: c, height: h, width: w, outChannels: out, kernel, padding: kernel >> 1 }, { kind: 'relu' });
+    h = h + 2 * (kernel >> 1) - kernel + 1;
+    w = w + 2 * (kernel >> 1) - kernel + 1;
+    c = out;
+    if (window > 1) {
+      if (h < window || w < window) throw new InvalidArgumentError(`cnnLayers: after convolution ${i} the image is ${h} x ${w}, smaller than the pooling window ${window}; use fewer convolutions or a smaller pool`);
+      layers.push({ kind: 'maxPool', channels: c, height: h, width: w, kernel: window });
+      h = Math.floor(h / window);
+      w = Math.floor(w / window);
+    }
+  });
+  layers.push({ kind: 'linear', in: c * h * w, out: size(classes, 'cnnLayers: classes') });
+  checkLayers(layers, 'cnnLayers');
+  return layers;
+}
+
+/**
+ * @category Models Checks a layer list: known kinds and their fields, each layer's input the
+ * previous output, no activation first. Returns the feature counts between layers.
+ */
 export function checkLayers(layers: readonly LayerSpec[], label: string = 'layers'): number[] {
   const what = typeof label === 'string' ? label : 'layers';
   if (!Array.isArray(layers) || layers.length === 0) throw new InvalidArgumentError(`${what} must be a non-empty array of layers, e.g. mlpLayers([784, 256, 10])`);
   const widths: number[] = [];
   layers.forEach((layer: LayerSpec, i) => {
-    checkObject(layer, `${what}[${i}]`);
-    if (layer.kind === 'linear') {
-      const inF = checkInteger(layer.in, `${what}[${i}].in`, 1, 1 << 24);
-      const outF = checkInteger(layer.out, `${what}[${i}].out`, 1, 1 << 24);
-      if (widths.length > 0 && widths[widths.length - 1] !== inF)
-        throw new SizeMismatchError(`${what}[${i}] is linear ${inF} -> ${outF}, but the layer before outputs ${widths[widths.length - 1]} features; make them agree`);
-      if (widths.length === 0) widths.push(inF);
-      widths.push(outF);
-    } else if (layer.kind === 'relu') {
-      if (widths.length === 0) throw new InvalidArgumentError(`${what}[${i}]: the first layer must be linear (it fixes the input size)`);
-      widths.push(widths[widths.length - 1]!);
-    } else throw new InvalidArgumentError(`${what}[${i}].kind must be 'linear' or 'relu', got ${describeValue((layer as { kind?: unknown }).kind)}`);
+    const at = `${what}[${i}]`;
+    checkObject(layer, at);
+    const kind = (layer as { kind?: unknown }).kind;
+    if (typeof kind !== 'string' || !Object.hasOwn(LAYER_KINDS, kind)) throw new InvalidArgumentError(`${at}.kind must be one of ${KIND_NAMES.map((k) => `'${k}'`).join(', ')}, got ${describeValue(kind)}`);
+    const entry = kindOf(layer);
+    checkKnownKeys(layer, ['kind', ...entry.keys], at);
+    const before = widths.length > 0 ? widths[widths.length - 1]! : undefined;
+    const { in: inF, out } = entry.check(layer, at, before);
+    if (before !== undefined && inF !== undefined && inF !== before)
+      throw new SizeMismatchError(`${at} is ${layer.kind} with ${inF} input features, but the layer before outputs ${before}; make them agree (a convolution or pooling takes channels * height * width)`);
+    if (widths.length === 0) widths.push(inF!);
+    widths.push(out);
   });
   return widths;
 }
 
-/** The parameter count of each layer (0 for ReLU). @category Models */
+/** The parameter count of each layer (0 for those without parameters). @category Models */
 export function layerParams(layers: readonly LayerSpec[]): number[] {
   checkLayers(layers);
-  return layers.map((l) => (l.kind === 'linear' ? l.out * l.in + l.out : 0));
+  return layers.map((l) => kindOf(l).params(l).reduce((sum, [, shape]) => sum + shape.reduce((a, b) => a * b, 1), 0));
+}
+
+/** The names and shapes of a layer's parameter tensors: `layer{i}.weight`/`.bias`, `layer{i}.gamma`/`.beta`. */
+function paramSpec(layer: LayerSpec, i: number): Array<[string, number[]]> {
+  return kindOf(layer).params(layer).map(([name, shape]) => [`layer${i}.${name}`, shape]);
 }
 
 /**
- * The initial weights of every linear layer of the whole model, drawn from one seeded stream in
- * layer order (weights then bias, as {@link MLP} draws them), so a part's weights do not depend on
- * how the model is cut.
+ * The initial parameters of every layer of the whole model, drawn from one seeded stream in layer
+ * order (a linear layer's weights then bias, as {@link MLP} draws them), so a part's weights do not
+ * depend on how the model is cut.
  */
-function initialWeights(layers: readonly LayerSpec[], seed: number): Map<number, { weight: Float32Array; bias: Float32Array }> {
+function initialWeights(layers: readonly LayerSpec[], seed: number): Map<number, Float32Array[]> {
   const next = seededRandom(seed);
-  const out = new Map<number, { weight: Float32Array; bias: Float32Array }>();
-  layers.forEach((l, i) => {
-    if (l.kind !== 'linear') return;
-    const weight = new Float32Array(l.out * l.in);
-    const bias = new Float32Array(l.out);
-    kaimingUniform(weight, l.in, next);
-    biasUniform(bias, l.in, next);
-    out.set(i, { weight, bias });
-  });
+  const out = new Map<number, Float32Array[]>();
+  layers.forEach((l, i) => out.set(i, kindOf(l).init(l, next)));
   return out;
 }
 
@@ -89,8 +269,16 @@ interface SlotContext {
   weights: FlatBuffer;
   /** Output of each layer of the part. */
   outputs: FlatBuffer[];
+  /** What a layer keeps besides its output (layer norm: mean then rstd, batch values each). */
+  saved: Map<number, FlatBuffer>;
   /** Gradient at each linear layer's output, kept by backward(weightGrad: false) for weightGrad(). */
   layerGrads: Map<number, FlatBuffer> | undefined;
+  /**
+   * The parameter gradients of the layers whose native backward gives them with the input
+   * gradient in one call (conv2d, layer norm): computed by backward(weightGrad: false), laid out as
+   * the layer's tensors one after another, and written into the gradients by weightGrad().
+   */
+  paramGrads: Map<number, FlatBuffer> | undefined;
 }
 
 /** @category Models */
@@ -103,7 +291,8 @@ export interface SequentialOptions {
 const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range: true });
 
 /**
- * A sequential model (or one contiguous part of it) of Linear and ReLU layers on one ParamSet,
+ * A sequential model (or one contiguous part of it) of the {@link LayerSpec} layers (linear,
+ * conv2d, max and average pooling, ReLU, GELU, layer norm) on one ParamSet,
  * usable alone (forward, loss, backward like {@link MLP}) and as a pipeline stage
  * ({@link StageModel}). Build the parts of a pipeline with {@link Sequential.part}.
  *
@@ -140,20 +329,15 @@ export class Sequential implements StageModel {
     this.inputSize = this.widths[0]!;
     this.outputSize = this.widths[this.widths.length - 1]!;
     const spec: Array<[string, number[]]> = [];
-    for (let i = start; i < end; i++) {
-      const l = this.layers[i]!;
-      if (l.kind === 'linear') spec.push([`layer${i}.weight`, [l.out, l.in]], [`layer${i}.bias`, [l.out]]);
-    }
-    // A part without parameters (only ReLUs) still gets a ParamSet of one element, so that every
-    // stage has weights and an optimizer and the runtime needs no special case.
+    for (let i = start; i < end; i++) spec.push(...paramSpec(this.layers[i]!, i));
+    // A part without parameters (only activations and pooling) still gets a ParamSet of one
+    // element, so that every stage has weights and an optimizer and the runtime needs no special case.
     this.params = new ParamSet(spec.length > 0 ? spec : [['unused', [1]]]);
     const init = initialWeights(this.layers, seed);
     for (let i = start; i < end; i++) {
-      if (this.layers[i]!.kind !== 'linear') continue;
-      const linear = new Linear(this.params, `layer${i}.weight`, `layer${i}.bias`);
-      this.linears.set(i, linear);
-      this.params.view(this.params.weights, `layer${i}.weight`).set(init.get(i)!.weight);
-      this.params.view(this.params.weights, `layer${i}.bias`).set(init.get(i)!.bias);
+      const l = this.layers[i]!;
+      paramSpec(l, i).forEach(([name], k) => this.params.view(this.params.weights, name).set(init.get(i)![k]!));
+      if (l.kind === 'linear') this.linears.set(i, new Linear(this.params, `layer${i}.weight`, `layer${i}.bias`));
     }
   }
 
@@ -177,10 +361,12 @@ export class Sequential implements StageModel {
     return this.slots.size;
   }
 
-  /** The input and every layer's output of `batch` samples: what a forward keeps for its backward. */
+  /** The input, every layer's output and what layers keep besides (layer norm's mean and rstd) of `batch` samples: what a forward keeps for its backward. */
   activationFloats(batch: number): number {
     checkInteger(batch, 'Sequential.activationFloats: batch', 1, 1 << 24);
-    return batch * this.widths.reduce((a, b) => a + b, 0);
+    let saved = 0;
+    for (let i = this.start; i < this.end; i++) saved += kindOf(this.layers[i]!).saved;
+    return batch * (this.widths.reduce((a, b) => a + b, 0) + saved);
   }
 
   forward(slot: number, input: FlatBuffer, batch: number, weights: FlatBuffer = this.params.weights): FlatBuffer {
@@ -193,17 +379,41 @@ export class Sequential implements StageModel {
     if (input.length < batch * this.inputSize)
       throw new SizeMismatchError(`Sequential.forward: input holds ${input.length} values, batch x ${this.inputSize} needs ${batch * this.inputSize}`);
     const outputs: FlatBuffer[] = [];
+    const saved = new Map<number, FlatBuffer>();
     let current = input;
     for (let i = this.start; i < this.end; i++) {
       const l = this.layers[i]!;
       const width = this.widths[i - this.start + 1]!;
       const out = this.take(batch * width);
-      if (l.kind === 'linear') this.linears.get(i)!.forward({ buffer: current }, batch, { buffer: out }, weights);
-      else relu({ buffer: out }, { buffer: current }, batch * width);
+      const [x, y] = [{ buffer: current }, { buffer: out }];
+      switch (l.kind) {
+        case 'linear':
+          this.linears.get(i)!.forward(x, batch, y, weights);
+          break;
+        case 'relu':
+          relu(y, x, batch * width);
+          break;
+        case 'gelu':
+          gelu(y, x, batch * width);
+          break;
+        case 'conv2d':
+          conv2d(y, x, this.paramView(weights, i, 'weight'), this.paramView(weights, i, 'bias'), convShape(l, batch));
+          break;
+        case 'maxPool':
+        case 'avgPool':
+          pool2d(y, x, poolShape(l, batch), l.kind === 'maxPool' ? 'max' : 'avg');
+          break;
+        case 'layerNorm': {
+          const stats = this.take(2 * batch);
+          saved.set(i, stats);
+          layerNorm({ y, mean: { buffer: stats }, rstd: { buffer: stats, offset: batch } }, x, this.paramView(weights, i, 'gamma'), this.paramView(weights, i, 'beta'), batch, l.features);
+          break;
+        }
+      }
       outputs.push(out);
       current = out;
     }
-    this.slots.set(slot, { input, batch, weights, outputs, layerGrads: undefined });
+    this.slots.set(slot, { input, batch, weights, outputs, saved, layerGrads: undefined, paramGrads: undefined });
     return current;
   }
 
@@ -222,6 +432,7 @@ export class Sequential implements StageModel {
     const doWeights = options.weightGrad ?? true;
     const accumulate = options.accumulate ?? false;
     const layerGrads = doWeights ? undefined : new Map<number, FlatBuffer>();
+    const paramGrads = doWeights ? undefined : new Map<number, FlatBuffer>();
     // dy: the gradient at the current layer's output. Buffers this part took go back to the pool
     // as soon as they are consumed, except those kept for a later weightGrad().
     let dy = gradOutput;
@@ -245,9 +456,41 @@ export class Sequential implements StageModel {
           dx = this.take(batch * width);
           linear.inputGrad({ buffer: dy }, batch, { buffer: dx }, weights);
         }
+      } else if (l.kind === 'conv2d' || l.kind === 'layerNorm') {
+        // The native backward gives the input and the parameter gradients in one call: a split
+        // backward computes them now into a buffer of its own, which weightGrad() writes in.
+        const [w, b] = l.kind === 'conv2d' ? ['weight', 'bias'] : ['gamma', 'beta'];
+        const wLen = this.params.layout(`layer${i}.${w}`).size;
+        let into: FlatBuffer;
+        let dw: TensorView;
+        let db: TensorView;
+        let acc = accumulate;
+        if (doWeights) [into, dw, db] = [options.grads, this.paramView(options.grads, i, w), this.paramView(options.grads, i, b)];
+        else {
+          into = this.take(wLen + this.params.layout(`layer${i}.${b}`).size);
+          [dw, db, acc] = [{ buffer: into }, { buffer: into, offset: wLen }, false];
+          paramGrads!.set(i, into);
+        }
+        if (l.kind === 'conv2d') {
+          if (needDx) dx = this.take(batch * width);
+          conv2dGrad({ dx: dx && { buffer: dx }, dw, db }, { buffer: dy }, { buffer: input }, this.paramView(weights, i, 'weight'), convShape(l, batch), acc);
+        } else {
+          // Layer norm always writes dx; a first layer's goes back to the pool.
+          dx = this.take(batch * width);
+          const stats = ctx.saved.get(i)!;
+          const saved = { mean: { buffer: stats }, rstd: { buffer: stats, offset: batch } };
+          layerNormGrad({ dx: { buffer: dx }, dgamma: dw, dbeta: db }, { buffer: dy }, { buffer: input }, saved, this.paramView(weights, i, 'gamma'), batch, l.features, acc);
+          if (!needDx) {
+            this.give(dx);
+            dx = undefined;
+          }
+        }
       } else if (needDx) {
         dx = this.take(batch * width);
-        reluGrad({ buffer: dx }, { buffer: ctx.outputs[j]! }, { buffer: dy }, batch * width);
+        const [gx, gy] = [{ buffer: dx }, { buffer: dy }];
+        if (l.kind === 'relu') reluGrad(gx, { buffer: ctx.outputs[j]! }, gy, batch * width);
+        else if (l.kind === 'gelu') geluGrad(gx, { buffer: input }, gy, batch * width);
+        else pool2dGrad(gx, gy, { buffer: input }, poolShape(l, batch), l.kind === 'maxPool' ? 'max' : 'avg');
       }
       if (dyOwned && !kept) this.give(dy);
       if (!dx) {
@@ -258,7 +501,7 @@ export class Sequential implements StageModel {
       dyOwned = true;
     }
     if (doWeights) this.release(slot);
-    else ctx.layerGrads = layerGrads;
+    else [ctx.layerGrads, ctx.paramGrads] = [layerGrads, paramGrads];
     return wantInput && dyOwned ? dy : undefined;
   }
 
@@ -273,6 +516,16 @@ export class Sequential implements StageModel {
       const input = j === 0 ? ctx.input : ctx.outputs[j - 1]!;
       this.linears.get(i)!.weightGrad({ buffer: input }, { buffer: dy }, ctx.batch, options.grads, options.accumulate ?? false);
     }
+    for (const [i, computed] of ctx.paramGrads ?? []) {
+      let at = 0;
+      for (const [name] of paramSpec(this.layers[i]!, i)) {
+        const view = this.params.view(options.grads, name);
+        const values = computed.array.subarray(at, at + view.length);
+        if (options.accumulate ?? false) for (let k = 0; k < view.length; k++) view[k]! += values[k]!;
+        else view.set(values);
+        at += view.length;
+      }
+    }
     this.release(slot);
   }
 
@@ -282,7 +535,9 @@ export class Sequential implements StageModel {
     if (!ctx) return;
     this.slots.delete(slot);
     for (const b of ctx.outputs) this.give(b);
+    for (const b of ctx.saved.values()) this.give(b);
     for (const b of ctx.layerGrads?.values() ?? []) this.give(b);
+    for (const b of ctx.paramGrads?.values() ?? []) this.give(b);
   }
 
   /** Gives back a buffer returned by backward() (the input gradient) once the caller is done with it. */
@@ -309,6 +564,10 @@ export class Sequential implements StageModel {
     list.push(buffer);
     this.pool.set(buffer.length, list);
   }
+  /** The view of layer `i`'s tensor `name` (weight, bias, gamma, beta) in a buffer of the ParamSet's layout. */
+  private paramView(buffer: FlatBuffer, i: number, name: string): TensorView {
+    return { buffer, offset: this.params.layout(`layer${i}.${name}`).offset };
+  }
   private copyOf(buffer: FlatBuffer, length: number): FlatBuffer {
     const copy = this.take(length);
     copy.array.set(buffer.array.subarray(0, length));
@@ -322,6 +581,15 @@ export class Sequential implements StageModel {
   private checkLive(what: string): void {
     if (this.isDisposed) throw new DisposedError(`Sequential.${what}: the model was disposed; build a new one`);
   }
+}
+
+function convShape(l: Spec<'conv2d'>, batch: number): Conv2dShape {
+  const [stride, pad] = [l.stride ?? 1, l.padding ?? 0];
+  return { batch, inChannels: l.inChannels, height: l.height, width: l.width, outChannels: l.outChannels, kernelH: l.kernel, kernelW: l.kernel, strideH: stride, strideW: stride, padH: pad, padW: pad };
+}
+function poolShape(l: PoolLayerSpec, batch: number): Pool2dShape {
+  const stride = l.stride ?? l.kernel;
+  return { batch, channels: l.channels, height: l.height, width: l.width, kernelH: l.kernel, kernelW: l.kernel, strideH: stride, strideW: stride };
 }
 
 /** The [start, end) layer ranges of a cut; throws a typed error for boundaries that do not cut `count` layers into non-empty parts. @category Models */

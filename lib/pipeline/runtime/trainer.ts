@@ -10,7 +10,7 @@ import type { Worker } from 'node:worker_threads';
 
 import { spawnLocalRanks } from '../../comm/local.js';
 import { BusyError, DisposedError, InvalidArgumentError, RankFailedError, SapipeError, SizeMismatchError, TimeoutError } from '../../errors.js';
-import { Sequential, partRanges } from '../../nn/sequential.js';
+import { Sequential, checkLayers, partRanges } from '../../nn/sequential.js';
 import { FlatBuffer } from '../../tensor.js';
 import { describeValue } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
@@ -352,7 +352,7 @@ export class PipelineTrainer {
     if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluate: inputs must be a Float32Array');
     if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
       throw new InvalidArgumentError('PipelineTrainer.evaluate: labels must be a non-empty array of class indices');
-    const features = this.model.layers[0]!.kind === 'linear' ? this.model.layers[0]!.in : 0;
+    const features = checkLayers(this.model.layers)[0]!;
     if (inputs.length !== labels.length * features)
       throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
     const parts = await this.weights();
