@@ -57,6 +57,7 @@ export function refForward(layers: readonly LayerSpec[], weights: RefPartWeights
       x = y;
       return;
     }
+    if (l.kind !== 'linear') throw new Error(`refForward: the reference runs MLP layers (linear, relu), not ${l.kind}`);
     const { w, b } = weights[i]!;
     const y = new Float64Array(batch * l.out);
     for (let r = 0; r < batch; r++)
@@ -92,6 +93,7 @@ export function refBackward(
       g = g.map((v, k) => (y[k]! > 0 ? v : 0));
       continue;
     }
+    if (l.kind !== 'linear') throw new Error(`refBackward: the reference runs MLP layers (linear, relu), not ${l.kind}`);
     const { w } = weights[i]!;
     const gw = new Float64Array(l.out * l.in);
     const gb = new Float64Array(l.out);
