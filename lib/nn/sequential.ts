@@ -29,7 +29,8 @@ import type { StageBackwardOptions, StageModel } from './stage-model.js';
  *   (default 1) and zero padding (default 0) on both axes; outChannels * outH * outW features out;
  * - `maxPool` / `avgPool`: kernel x kernel windows at `stride` (default: the kernel), no parameters;
  * - `relu`, `gelu` (tanh form): no parameters, as many features out as in;
- * - `layerNorm`: normalises each sample's `features` values; gamma [features] (1) and beta (0).
+ * - `layerNorm`: normalises each sample's `features` values (biased variance, eps 1e-5), then
+ *   scales by gamma [features] (initially 1) and shifts by beta (initially 0).
  *
  * @category Models
  */

@@ -3,7 +3,8 @@
  * norm): the gradient of a tiny CNN's loss at every parameter and at the input against central
  * finite differences of a plain double-precision forward built from test/reference/nn-layers.ts;
  * cuts into 2 and 3 parts against the whole (split backward included); typed errors for bad
- * specs; and a CNN trained by the pipeline runtime (1F1B, 2 stages) whose loss falls.
+ * specs; a CNN trained by the pipeline runtime (1F1B, 2 stages) whose loss falls, and the same
+ * weights from ZB-H1 (split backward) as from 1F1B.
  *
  * Tolerance of the finite-difference check: |got - fd| <= 1e-5 (1 + |fd|). The model runs in
  * fp32 (relative rounding ~1e-6 on O(1) values); the differences are taken in double with
@@ -228,13 +229,12 @@ t.test('bad layer specs are typed errors', async (t) => {
   t.throws(() => cnnLayers({ channels: 1, height: 8, width: 8 }, [2], 3, { kernal: 3 } as never), InvalidArgumentError, 'an unknown option');
 });
 
-t.test('a CNN trains in PipelineTrainer (1F1B, 2 stages) on synthetic 8x8 images: its loss falls', async (t) => {
-  // Two classes: a bright 3x3 square in the top-left or the bottom-right quarter, on noise.
-  const n = 256;
+/** Two classes of 8x8 images: a bright 3x3 square in the top-left or the bottom-right quarter, on noise. */
+function squares(n: number): { inputs: Float32Array; labels: Int32Array } {
   const inputs = new Float32Array(n * 64);
   const labels = new Int32Array(n);
   let seed = 7;
-  const rand = (): number => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+  const rand = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
   for (let s = 0; s < n; s++) {
     const label = s % 2;
     labels[s] = label;
@@ -242,6 +242,11 @@ t.test('a CNN trains in PipelineTrainer (1F1B, 2 stages) on synthetic 8x8 images
     for (let i = 0; i < 64; i++) inputs[s * 64 + i] = 0.3 * (rand() - 0.5);
     for (let y = 0; y < 3; y++) for (let x = 0; x < 3; x++) inputs[s * 64 + (oy + y) * 8 + ox + x]! += 1;
   }
+  return { inputs, labels };
+}
+
+t.test('a CNN trains in PipelineTrainer (1F1B, 2 stages) on synthetic 8x8 images: its loss falls', async (t) => {
+  const { inputs, labels } = squares(256);
   const layers = cnnLayers({ channels: 1, height: 8, width: 8 }, [4], 2);
   const trainer = await PipelineTrainer.create({
     schedule: '1f1b',
@@ -264,4 +269,39 @@ t.test('a CNN trains in PipelineTrainer (1F1B, 2 stages) on synthetic 8x8 images
   } finally {
     await trainer.dispose();
   }
+});
+
+t.test('a split backward in the runtime (ZB-H1) ends with the weights of 1F1B on a CNN with conv2d and layer norm in both parts', async (t) => {
+  const { inputs, labels } = squares(64);
+  const layers: LayerSpec[] = [
+    { kind: 'conv2d', inChannels: 1, height: 8, width: 8, outChannels: 2, kernel: 3, padding: 1 },
+    { kind: 'layerNorm', features: 128 },
+    { kind: 'gelu' },
+    { kind: 'conv2d', inChannels: 2, height: 8, width: 8, outChannels: 2, kernel: 3, stride: 2 },
+    { kind: 'layerNorm', features: 18 },
+    { kind: 'linear', in: 18, out: 2 },
+  ];
+  const weights: Float32Array[][] = [];
+  for (const schedule of ['1f1b', 'zb-h1'] as const) {
+    const trainer = await PipelineTrainer.create({
+      schedule,
+      stages: 2,
+      microBatches: 4,
+      microBatchSize: 4,
+      model: { layers, seed: 3, boundaries: [3] },
+      optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 },
+      data: { inputs, labels, features: 64 },
+      shuffle: false,
+    });
+    try {
+      for (let r = 0; r < 4; r++) await trainer.trainRound();
+      weights.push(await trainer.weights());
+    } finally {
+      await trainer.dispose();
+    }
+  }
+  const start = new Sequential(layers, { seed: 3, range: [0, 3] });
+  t.ok(worst(weights[0]![0]!, start.params.weights.array) > 1e-3, 'the weights moved');
+  start.dispose();
+  weights[0]!.forEach((part, k) => t.ok(worst(part, weights[1]![k]!) < 1e-6, `part ${k}: ZB-H1's weights are 1F1B's (${worst(part, weights[1]![k]!).toExponential(1)})`));
 });
