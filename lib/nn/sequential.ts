@@ -4,8 +4,9 @@
  * its own part from the same description: part k of a cut holds exactly the layers, and the
  * initial weights, that the unpartitioned model holds for them.
  *
- * Each part owns one ParamSet (tensors `layer{i}.weight` / `layer{i}.bias`, with `i` the layer's
- * index in the whole model) and implements {@link StageModel}: the forward pass of a micro-batch
+ * Each part owns one ParamSet (tensors `layer{i}.weight` / `layer{i}.bias`, layer norm's
+ * `layer{i}.gamma` / `layer{i}.beta`, with `i` the layer's index in the whole model) and implements
+ * {@link StageModel}: the forward pass of a micro-batch
  * keeps what its backward needs under the micro-batch's slot until the backward releases it, so a
  * stage can hold several micro-batches in flight (1F1B, PipeDream) and read a different weight
  * buffer in each pass (stashed or predicted versions).
@@ -418,6 +419,12 @@ export class Sequential implements StageModel {
     return current;
   }
 
+  /**
+   * The backward of the micro-batch in `slot` (see {@link StageModel.backward}). With `weightGrad:
+   * false` the linear layers' parameter gradients wait for {@link Sequential.weightGrad}; a
+   * convolution's and a layer norm's are computed here (their native backward gives them with the
+   * input gradient in one call), kept, and written into the gradients by weightGrad.
+   */
   backward(slot: number, gradOutput: FlatBuffer, options: StageBackwardOptions): FlatBuffer | undefined {
     this.checkLive('backward');
     const ctx = this.slots.get(slot);
