@@ -425,19 +425,10 @@ export function attentionGrad(
  * pad - kernel) / stride) + 1 (see {@link conv2dOutputSize}). Strides default to 1, padding
  * (zeros) to 0. @category Models
  */
-export interface Conv2dShape {
-  batch: number;
-  inChannels: number;
-  height: number;
-  width: number;
-  outChannels: number;
-  kernelH: number;
-  kernelW: number;
-  strideH?: number;
-  strideW?: number;
-  padH?: number;
-  padW?: number;
-}
+export interface Conv2dShape extends Omit<NativeConv2dShape, ConvDefaults>, Partial<Pick<NativeConv2dShape, ConvDefaults>> {}
+
+/** The fields of a convolution's or a pooling's shape that have defaults. */
+type ConvDefaults = 'strideH' | 'strideW' | 'padH' | 'padW';
 
 function nativeConvShape(op: string, shape: Conv2dShape): NativeConv2dShape & { outH: number; outW: number } {
   if (shape === null || typeof shape !== 'object') throw new InvalidArgumentError(`${op}: shape must be { batch, inChannels, height, width, outChannels, kernelH, kernelW, strideH?, strideW?, padH?, padW? }`);
@@ -521,17 +512,8 @@ export function conv2dGrad(grads: Conv2dGrads, dy: TensorView, x: TensorView, w:
  * at the strides (default: the kernel, windows side by side), padding (default 0) at most half the
  * kernel; output [batch, channels, outH, outW] sized as a convolution's. @category Models
  */
-export interface Pool2dShape {
-  batch: number;
+export interface Pool2dShape extends Omit<Conv2dShape, 'inChannels' | 'outChannels'> {
   channels: number;
-  height: number;
-  width: number;
-  kernelH: number;
-  kernelW: number;
-  strideH?: number;
-  strideW?: number;
-  padH?: number;
-  padW?: number;
 }
 
 /** `max` (the window's first largest value; NaN never wins) or `avg` (the window's sum over its full area, padding counting as zeros). @category Models */
