@@ -5,7 +5,7 @@
 export * from './errors.js';
 export { FlatBuffer, ParamSet, Tensor, ALIGN_ELEMENTS, MAX_VIEW_LENGTH, type Shape, type ParamSpec, type TensorLayout, type MemorySource, type ParamSetOptions } from './tensor.js';
 export { ExecutionQueue, defaultExecutionQueue } from './queue.js';
-export { DeviceBuffer, DeviceParamSet, cudaDeviceIndex, type CudaDevice, type DeviceOptions, type DeviceParamSetOptions } from './device/index.js';
+export { DeviceBuffer, DeviceParamSet, chooseDevice, cudaDeviceIndex, type CudaDevice, type DeviceChoice, type DeviceOptions, type DeviceParamSetOptions } from './device/index.js';
 export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';

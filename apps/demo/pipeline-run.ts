@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { checkLayers, DATA_PARALLEL_MODES, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkLayers, DATA_PARALLEL_MODES, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
@@ -38,6 +38,8 @@ export interface MnistPipelineConfig {
   /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
   spikeCompensation?: boolean;
   weightPrediction?: boolean;
+  /** Where the stages run: `cpu` (default), `cuda:N`, or `auto` (see PipelineTrainerOptions.device). */
+  device?: PipelineTrainerOptions['device'];
 }
 
 /** How the runtime runs a schedule: its registry entry's runtime part. */
@@ -135,6 +137,7 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
   }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
+  if (c.device !== undefined && typeof c.device !== 'string') throw new InvalidArgumentError(`--device must be cpu, cuda:N or auto, got ${typeof c.device}`);
   return c;
 }
 
@@ -149,6 +152,8 @@ export interface MnistPipelineEpoch {
 /** @internal */
 export interface MnistPipelineResult {
   config: MnistPipelineConfig;
+  /** Where the stages ran, and why there. */
+  device: { readonly device: string; readonly reason: string };
   boundaries: readonly number[];
   epochs: MnistPipelineEpoch[];
   trainSamples: number;
@@ -245,6 +250,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
     seed: c.seed,
     timeoutMs: 60_000,
+    ...(c.device !== undefined ? { device: c.device } : {}),
   });
   try {
     const epochs: MnistPipelineEpoch[] = [];
@@ -268,6 +274,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
     return {
       config: c,
+      device: trainer.device,
       boundaries,
       epochs,
       trainSamples: n,

@@ -10,6 +10,7 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { nativeUnavailableReason } from '../native.js';
 import { cudaAddon, type CudaStatus, type NcclStatus } from './cuda-native.js';
 import { describeValue } from '../validate.js';
+import { parseDevice } from './device-spec.js';
 
 /** The CUDA plugin's state; never throws. @category Backends */
 export function cudaStatus(): CudaStatus {
@@ -88,4 +89,38 @@ export function requireCudaDevice(index: number): void {
   if (!device) throw new BackendUnavailableError(`cuda:${index} does not exist: ${s.devices?.length ?? 0} CUDA device(s) visible`);
   if (!device.kernelsAvailable)
     throw new BackendUnavailableError(`cuda:${index} (${device.name ?? '?'}, sm ${device.computeCapability ?? '?'}) cannot run this build's kernels (built for ${s.architectures ?? '?'})`);
+}
+
+/** What {@link chooseDevice} picked, and why. @category Backends */
+export interface DeviceChoice {
+  readonly device: 'cpu' | `cuda:${number}`;
+  readonly reason: string;
+}
+
+/**
+ * Resolves a device option: `cpu` and `cuda:N` as given (`cuda:N` checked usable, else
+ * BackendUnavailableError with why), and `auto` to `cuda:0` where the CUDA plugin loads, a device
+ * is visible whose kernels this build carries and cuBLAS opens (the model operations' products),
+ * else to `cpu`; the reason says which. Never throws for `auto`.
+ *
+ * @category Backends
+ */
+export function chooseDevice(spec: unknown = 'auto'): DeviceChoice {
+  if (spec !== 'auto') {
+    if (typeof spec !== 'string') throw new InvalidArgumentError(`device must be "cpu", "cuda:N" or "auto", got ${describeValue(spec)}`);
+    const parsed = parseDevice(spec);
+    if (parsed.kind === 'cpu') return { device: 'cpu', reason: 'asked for' };
+    requireCudaDevice(parsed.index);
+    const cublas = probeCublas();
+    if (!cublas.available) throw new BackendUnavailableError(`cuda:${parsed.index} cannot run models: ${cublas.reason ?? 'cuBLAS is unavailable'}`);
+    return { device: `cuda:${parsed.index}`, reason: 'asked for' };
+  }
+  const s = cudaStatus();
+  if (!s.available) return { device: 'cpu', reason: `no usable CUDA: ${s.reason ?? 'unknown reason'}` };
+  const device = s.devices?.[0];
+  if (!device) return { device: 'cpu', reason: 'no CUDA device is visible' };
+  if (!device.kernelsAvailable) return { device: 'cpu', reason: `cuda:0 (${device.name ?? '?'}, sm ${device.computeCapability ?? '?'}) cannot run this build's kernels (built for ${s.architectures ?? '?'})` };
+  const cublas = probeCublas();
+  if (!cublas.available) return { device: 'cpu', reason: `cuda:0 is usable but cuBLAS is not: ${cublas.reason ?? 'unknown reason'}` };
+  return { device: 'cuda:0', reason: `cuda:0 (${device.name ?? '?'}) is usable` };
 }

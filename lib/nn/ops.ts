@@ -572,6 +572,8 @@ export interface ModelDevice {
   write(tensor: Tensor, values: Float32Array, offset?: number): void;
   /** The values tensor[offset, offset + count), copied to the host (waits for the device's pending work). */
   read(tensor: Tensor, count: number, offset?: number): Float32Array;
+  /** dst[dstOffset, +count) = src[srcOffset, +count), both in this memory (in order with its operations). */
+  copy(dst: Tensor, src: Tensor, count: number, dstOffset?: number, srcOffset?: number): void;
   /** Whether `tensor` lives in this memory. */
   holds(tensor: unknown): tensor is Tensor;
 }
@@ -581,6 +583,7 @@ const hostDevice: ModelDevice = {
   allocate: (length) => FlatBuffer.allocate(length),
   write: (tensor, values, offset = 0) => (tensor as FlatBuffer).array.set(values, offset),
   read: (tensor, count, offset = 0) => (tensor as FlatBuffer).array.slice(offset, offset + count),
+  copy: (dst, src, count, dstOffset = 0, srcOffset = 0) => (dst as FlatBuffer).array.set((src as FlatBuffer).array.subarray(srcOffset, srcOffset + count), dstOffset),
   holds: (tensor): tensor is Tensor => tensor instanceof FlatBuffer,
 };
 
@@ -590,6 +593,7 @@ function cudaModelDevice(device: CudaDevice, index: number): ModelDevice {
     allocate: (length) => DeviceBuffer.allocate(length, { device }),
     write: (tensor, values, offset = 0) => (tensor as DeviceBuffer).copyFromHost(values, offset),
     read: (tensor, count, offset = 0) => (tensor as DeviceBuffer).copyToHost(new Float32Array(count), offset),
+    copy: (dst, src, count, dstOffset = 0, srcOffset = 0) => callNative(() => (dst as DeviceBuffer).handle.copyFromDevice((src as DeviceBuffer).handle, srcOffset, dstOffset, count)),
     holds: (tensor): tensor is Tensor => tensor instanceof DeviceBuffer && tensor.deviceIndex === index,
   };
 }

@@ -17,7 +17,7 @@ import { FlatBuffer, ParamSet } from '../tensor.js';
 import { checkInteger, checkKnownKeys, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
-import { conv2d, conv2dGrad, gelu, geluGrad, layerNorm, layerNormGrad, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Pool2dShape, type TensorView } from './ops.js';
+import { add, conv2d, conv2dGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Device, type ModelDevice, type Pool2dShape, type Tensor, type TensorView } from './ops.js';
 import type { StageBackwardOptions, StageModel } from './stage-model.js';
 
 /**
@@ -266,21 +266,21 @@ function initialWeights(layers: readonly LayerSpec[], seed: number): Map<number,
 
 /** What the forward pass of one micro-batch keeps for its backward. */
 interface SlotContext {
-  input: FlatBuffer;
+  input: Tensor;
   batch: number;
-  weights: FlatBuffer;
+  weights: Tensor;
   /** Output of each layer of the part. */
-  outputs: FlatBuffer[];
+  outputs: Tensor[];
   /** What a layer keeps besides its output (layer norm: mean then rstd, batch values each). */
-  saved: Map<number, FlatBuffer>;
+  saved: Map<number, Tensor>;
   /** Gradient at each linear layer's output, kept by backward(weightGrad: false) for weightGrad(). */
-  layerGrads: Map<number, FlatBuffer> | undefined;
+  layerGrads: Map<number, Tensor> | undefined;
   /**
    * The parameter gradients of the layers whose native backward gives them with the input
    * gradient in one call (conv2d, layer norm): computed by backward(weightGrad: false), laid out as
    * the layer's tensors one after another, and written into the gradients by weightGrad().
    */
-  paramGrads: Map<number, FlatBuffer> | undefined;
+  paramGrads: Map<number, Tensor> | undefined;
 }
 
 /** @category Models */
@@ -289,8 +289,15 @@ export interface SequentialOptions {
   seed?: number;
   /** The part of the model this object holds: layers [start, end) (default: all of them). */
   range?: readonly [number, number];
+  /**
+   * Where forward and backward run: `cpu` (default) or `cuda:N`. On a device, the input, weights
+   * and gradients passed in are DeviceBuffers there (a DeviceParamSet's weights and grads), and so
+   * are the activations and the input gradient returned; `params` stays the host copy (layout,
+   * initial values, checkpoints).
+   */
+  device?: Device;
 }
-const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range: true });
+const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range: true, device: true });
 
 /**
  * A sequential model (or one contiguous part of it) of the {@link LayerSpec} layers (linear,
@@ -300,7 +307,7 @@ const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range
  *
  * @category Models
  */
-export class Sequential implements StageModel {
+export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> {
   readonly layers: readonly LayerSpec[];
   /** Index in the whole model of this part's first layer, and one past its last. */
   readonly start: number;
@@ -308,10 +315,12 @@ export class Sequential implements StageModel {
   readonly params: ParamSet;
   readonly inputSize: number;
   readonly outputSize: number;
+  readonly device: Device;
+  private readonly memory: ModelDevice;
   private readonly linears = new Map<number, Linear>();
   private readonly widths: number[];
   private readonly slots = new Map<number, SlotContext>();
-  private readonly pool = new Map<number, FlatBuffer[]>();
+  private readonly pool = new Map<number, Tensor[]>();
   private isDisposed = false;
 
   constructor(layers: readonly LayerSpec[], options: SequentialOptions = {}) {
@@ -324,6 +333,8 @@ export class Sequential implements StageModel {
     const [start, end] = options.range ?? [0, layers.length];
     checkInteger(start, 'Sequential: range[0]', 0, layers.length - 1);
     checkInteger(end, 'Sequential: range[1]', start + 1, layers.length);
+    this.memory = modelDevice(options.device ?? 'cpu');
+    this.device = this.memory.device;
     this.layers = Object.freeze(layers.map((l) => Object.freeze({ ...l })));
     this.start = start;
     this.end = end;
@@ -347,12 +358,12 @@ export class Sequential implements StageModel {
    * Part `index` of the model cut at `boundaries` (the first layer of every part but the first, in
    * increasing order: [2, 4] cuts 6 layers into [0, 2), [2, 4), [4, 6)).
    */
-  static part(layers: readonly LayerSpec[], boundaries: readonly number[], index: number, options: { seed?: number } = {}): Sequential {
-    checkOptions(options, ['seed'], 'Sequential.part(layers, boundaries, index, options)');
+  static part<T extends Tensor = FlatBuffer>(layers: readonly LayerSpec[], boundaries: readonly number[], index: number, options: Pick<SequentialOptions, 'seed' | 'device'> = {}): Sequential<T> {
+    checkOptions(options, ['seed', 'device'], 'Sequential.part(layers, boundaries, index, options)');
     checkLayers(layers, 'Sequential.part: layers');
     const ranges = partRanges(layers.length, boundaries);
     checkInteger(index, 'Sequential.part: index', 0, ranges.length - 1);
-    return new Sequential(layers, { ...options, range: ranges[index]! });
+    return new Sequential<T>(layers, { ...options, range: ranges[index]! });
   }
 
   get disposed(): boolean {
@@ -371,18 +382,18 @@ export class Sequential implements StageModel {
     return batch * (this.widths.reduce((a, b) => a + b, 0) + saved);
   }
 
-  forward(slot: number, input: FlatBuffer, batch: number, weights: FlatBuffer = this.params.weights): FlatBuffer {
+  forward(slot: number, input: T, batch: number, weights: T = this.params.weights as T): T {
     this.checkLive('forward');
     checkInteger(slot, 'Sequential.forward: slot', 0, Number.MAX_SAFE_INTEGER);
     checkInteger(batch, 'Sequential.forward: batch', 1, 1 << 24);
     if (this.slots.has(slot)) throw new InvalidArgumentError(`Sequential.forward: slot ${slot} already holds a micro-batch; release it first`);
     this.checkLayout(weights, 'forward: weights');
-    if (!(input instanceof FlatBuffer) || input.disposed) throw new InvalidArgumentError('Sequential.forward: input must be a live FlatBuffer');
+    if (!this.memory.holds(input) || input.disposed) throw new InvalidArgumentError(`Sequential.forward: input must be a live ${this.tensorKind}`);
     if (input.length < batch * this.inputSize)
       throw new SizeMismatchError(`Sequential.forward: input holds ${input.length} values, batch x ${this.inputSize} needs ${batch * this.inputSize}`);
-    const outputs: FlatBuffer[] = [];
-    const saved = new Map<number, FlatBuffer>();
-    let current = input;
+    const outputs: Tensor[] = [];
+    const saved = new Map<number, Tensor>();
+    let current: Tensor = input;
     for (let i = this.start; i < this.end; i++) {
       const l = this.layers[i]!;
       const width = this.widths[i - this.start + 1]!;
@@ -416,7 +427,7 @@ export class Sequential implements StageModel {
       current = out;
     }
     this.slots.set(slot, { input, batch, weights, outputs, saved, layerGrads: undefined, paramGrads: undefined });
-    return current;
+    return current as T;
   }
 
   /**
@@ -425,7 +436,7 @@ export class Sequential implements StageModel {
    * convolution's and a layer norm's are computed here (their native backward gives them with the
    * input gradient in one call), kept, and written into the gradients by weightGrad.
    */
-  backward(slot: number, gradOutput: FlatBuffer, options: StageBackwardOptions): FlatBuffer | undefined {
+  backward(slot: number, gradOutput: T, options: StageBackwardOptions): T | undefined {
     this.checkLive('backward');
     const ctx = this.slots.get(slot);
     if (!ctx) throw new InvalidArgumentError(`Sequential.backward: slot ${describeValue(slot)} holds no forward pass; run forward first`);
@@ -434,16 +445,16 @@ export class Sequential implements StageModel {
     this.checkLayout(weights, 'backward: weights');
     this.checkLayout(options.grads, 'backward: grads');
     const { batch } = ctx;
-    if (!(gradOutput instanceof FlatBuffer) || gradOutput.length < batch * this.outputSize)
-      throw new SizeMismatchError(`Sequential.backward: gradOutput must be a FlatBuffer of at least batch x ${this.outputSize} values`);
+    if (!this.memory.holds(gradOutput) || gradOutput.length < batch * this.outputSize)
+      throw new SizeMismatchError(`Sequential.backward: gradOutput must be a ${this.tensorKind} of at least batch x ${this.outputSize} values`);
     const wantInput = options.inputGrad ?? true;
     const doWeights = options.weightGrad ?? true;
     const accumulate = options.accumulate ?? false;
-    const layerGrads = doWeights ? undefined : new Map<number, FlatBuffer>();
-    const paramGrads = doWeights ? undefined : new Map<number, FlatBuffer>();
+    const layerGrads = doWeights ? undefined : new Map<number, Tensor>();
+    const paramGrads = doWeights ? undefined : new Map<number, Tensor>();
     // dy: the gradient at the current layer's output. Buffers this part took go back to the pool
     // as soon as they are consumed, except those kept for a later weightGrad().
-    let dy = gradOutput;
+    let dy: Tensor = gradOutput;
     let dyOwned = false;
     for (let i = this.end - 1; i >= this.start; i--) {
       const l = this.layers[i]!;
@@ -452,7 +463,7 @@ export class Sequential implements StageModel {
       const needDx = i > this.start || wantInput;
       const width = this.widths[j]!;
       let kept = false;
-      let dx: FlatBuffer | undefined;
+      let dx: Tensor | undefined;
       if (l.kind === 'linear') {
         const linear = this.linears.get(i)!;
         if (doWeights) linear.weightGrad({ buffer: input }, { buffer: dy }, batch, options.grads, accumulate);
@@ -469,7 +480,7 @@ export class Sequential implements StageModel {
         // backward computes them now into a buffer of its own, which weightGrad() writes in.
         const [w, b] = l.kind === 'conv2d' ? ['weight', 'bias'] : ['gamma', 'beta'];
         const wLen = this.params.layout(`layer${i}.${w}`).size;
-        let into: FlatBuffer;
+        let into: Tensor;
         let dw: TensorView;
         let db: TensorView;
         let acc = accumulate;
@@ -510,10 +521,10 @@ export class Sequential implements StageModel {
     }
     if (doWeights) this.release(slot);
     else [ctx.layerGrads, ctx.paramGrads] = [layerGrads, paramGrads];
-    return wantInput && dyOwned ? dy : undefined;
+    return wantInput && dyOwned ? (dy as T) : undefined;
   }
 
-  weightGrad(slot: number, options: { grads: FlatBuffer; accumulate?: boolean }): void {
+  weightGrad(slot: number, options: { grads: Tensor; accumulate?: boolean }): void {
     this.checkLive('weightGrad');
     const ctx = this.slots.get(slot);
     if (!ctx || !ctx.layerGrads) throw new InvalidArgumentError(`Sequential.weightGrad: slot ${describeValue(slot)} has no backward(weightGrad: false) pending`);
@@ -527,11 +538,11 @@ export class Sequential implements StageModel {
     for (const [i, computed] of ctx.paramGrads ?? []) {
       let at = 0;
       for (const [name] of paramSpec(this.layers[i]!, i)) {
-        const view = this.params.view(options.grads, name);
-        const values = computed.array.subarray(at, at + view.length);
-        if (options.accumulate ?? false) for (let k = 0; k < view.length; k++) view[k]! += values[k]!;
-        else view.set(values);
-        at += view.length;
+        const { offset, size: count } = this.params.layout(name);
+        const into = { buffer: options.grads, offset };
+        if (options.accumulate ?? false) add(into, into, { buffer: computed, offset: at }, count);
+        else this.memory.copy(options.grads, computed, count, offset, at);
+        at += count;
       }
     }
     this.release(slot);
@@ -549,8 +560,8 @@ export class Sequential implements StageModel {
   }
 
   /** Gives back a buffer returned by backward() (the input gradient) once the caller is done with it. */
-  recycle(buffer: FlatBuffer): void {
-    if (buffer instanceof FlatBuffer && !buffer.disposed) this.give(buffer);
+  recycle(buffer: T): void {
+    if (this.memory.holds(buffer) && !buffer.disposed) this.give(buffer);
   }
 
   dispose(): void {
@@ -563,28 +574,34 @@ export class Sequential implements StageModel {
   }
 
   /** A buffer of `length` elements from the pool. */
-  private take(length: number): FlatBuffer {
+  private take(length: number): Tensor {
     const list = this.pool.get(length);
-    return list?.pop() ?? FlatBuffer.allocate(length);
+    return list?.pop() ?? this.memory.allocate(length);
   }
-  private give(buffer: FlatBuffer): void {
+  private give(buffer: Tensor): void {
     const list = this.pool.get(buffer.length) ?? [];
     list.push(buffer);
     this.pool.set(buffer.length, list);
   }
   /** The view of layer `i`'s tensor `name` (weight, bias, gamma, beta) in a buffer of the ParamSet's layout. */
-  private paramView(buffer: FlatBuffer, i: number, name: string): TensorView {
+  private paramView(buffer: Tensor, i: number, name: string): TensorView {
     return { buffer, offset: this.params.layout(`layer${i}.${name}`).offset };
   }
-  private copyOf(buffer: FlatBuffer, length: number): FlatBuffer {
+  private copyOf(buffer: Tensor, length: number): Tensor {
     const copy = this.take(length);
-    copy.array.set(buffer.array.subarray(0, length));
+    this.memory.copy(copy, buffer, length);
     return copy;
   }
 
-  private checkLayout(buffer: FlatBuffer, what: string): void {
-    if (!(buffer instanceof FlatBuffer) || buffer.disposed || buffer.length !== this.params.length)
-      throw new SizeMismatchError(`Sequential.${what} must be a live FlatBuffer with the part's ParamSet layout (${this.params.length} elements)`);
+  /** What the model's tensors are, for messages. */
+  private get tensorKind(): string {
+    return this.device === 'cpu' ? 'FlatBuffer' : `DeviceBuffer on ${this.device}`;
+  }
+  private checkLayout(buffer: Tensor, what: string): void {
+    // A DeviceParamSet's buffers may be padded past the ParamSet (for sharding): at least its length there.
+    const fits = this.memory.holds(buffer) && !buffer.disposed && (buffer instanceof FlatBuffer ? buffer.length === this.params.length : buffer.length >= this.params.length);
+    if (!fits)
+      throw new SizeMismatchError(`Sequential.${what} must be a live ${this.tensorKind} with the part's ParamSet layout (${this.params.length} elements${this.device === 'cpu' ? '' : ': a DeviceParamSet\'s weights or grads'})`);
   }
   private checkLive(what: string): void {
     if (this.isDisposed) throw new DisposedError(`Sequential.${what}: the model was disposed; build a new one`);

@@ -4,14 +4,15 @@
  * versions, the optimizer and the transfers; the model owns its maths and the per-micro-batch
  * state (activations) between a forward and its backward.
  */
-import type { FlatBuffer, ParamSet } from '../tensor.js';
+import type { ParamSet } from '../tensor.js';
+import type { Device, Tensor } from './ops.js';
 
 /** Options of {@link StageModel.backward}. @category Models */
 export interface StageBackwardOptions {
   /** Where the parameter gradients go; a buffer with the ParamSet's layout. */
-  grads: FlatBuffer;
+  grads: Tensor;
   /** The weights the backward reads (default: those its forward read). */
-  weights?: FlatBuffer;
+  weights?: Tensor;
   /** Add the parameter gradients to `grads` instead of overwriting them (accumulation over micro-batches). */
   accumulate?: boolean;
   /** Compute and return the gradient of the input (default true; the first stage passes false). */
@@ -30,9 +31,15 @@ export interface StageBackwardOptions {
  *
  * @category Models
  */
-export interface StageModel {
+export interface StageModel<T extends Tensor = Tensor> {
   /** The stage's parameters: one flat buffer the optimizer updates in one native call. */
   readonly params: ParamSet;
+  /**
+   * Where the model runs (default `cpu`). On `cuda:N` every buffer it is given and returns is a
+   * DeviceBuffer there, and the runtime keeps the part's weights, gradients, optimizer state,
+   * stashed and predicted versions in a DeviceParamSet on it; `params` stays the host copy.
+   */
+  readonly device?: Device;
   /** Features per sample of the input, and of the output (the next stage's input). */
   readonly inputSize: number;
   readonly outputSize: number;
@@ -42,15 +49,15 @@ export interface StageModel {
    * Returns the output (batch x outputSize), valid until the slot's backward; keeps what the
    * backward needs. `input` stays valid until then too.
    */
-  forward(slot: number, input: FlatBuffer, batch: number, weights: FlatBuffer): FlatBuffer;
+  forward(slot: number, input: T, batch: number, weights: T): T;
   /**
    * Backward of the micro-batch in `slot` from the gradient of its output. Returns the input
    * gradient (batch x inputSize) when asked for; the runtime gives it back with `recycle` once
    * sent. Releases the slot unless `weightGrad` is false.
    */
-  backward(slot: number, gradOutput: FlatBuffer, options: StageBackwardOptions): FlatBuffer | undefined;
+  backward(slot: number, gradOutput: T, options: StageBackwardOptions): T | undefined;
   /** The parameter gradients of a backward run with `weightGrad: false`; releases the slot. Optional: a model without it gets whole backwards. */
-  weightGrad?(slot: number, options: { grads: FlatBuffer; accumulate?: boolean }): void;
+  weightGrad?(slot: number, options: { grads: Tensor; accumulate?: boolean }): void;
   /**
    * Floats a forward of `batch` samples keeps until its backward releases the slot, its input
    * included: what the runtime reports as a micro-batch's stored activations. Optional: without
@@ -58,7 +65,7 @@ export interface StageModel {
    */
   activationFloats?(batch: number): number;
   /** Takes back a buffer that backward returned. Optional. */
-  recycle?(buffer: FlatBuffer): void;
+  recycle?(buffer: T): void;
   /** Frees everything, the ParamSet included. */
   dispose(): void;
 }

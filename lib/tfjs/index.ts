@@ -329,7 +329,8 @@ export class TfjsStage implements StageModel {
     if (options.weightGrad === false) throw new InvalidArgumentError('TfjsStage: a split backward (weightGrad: false) is not offered; use a schedule without zero-bubble splits');
     this.slots.delete(slot);
     const { input, batch } = saved;
-    this.adapter.writeWeights(options.weights ?? saved.weights);
+    // A tfjs stage runs on the host: writeWeights and writeGradients refuse device buffers, typed.
+    this.adapter.writeWeights((options.weights ?? saved.weights) as FlatBuffer);
     const tf = this.tf;
     const xTensor = tf.tensor(input, [batch, ...this.inputShape], 'float32');
     const dy = tf.tensor(gradOutput.array.slice(0, batch * this.outputSize), [batch * this.outputSize], 'float32');
@@ -342,7 +343,7 @@ export class TfjsStage implements StageModel {
         return tf.sum(tf.mul(tf.reshape(y, [batch * this.outputSize]), dy));
       }, [...this.adapter.weights.map((w) => variableOf(w)), ...(x ? [x] : [])]);
       try {
-        this.adapter.writeGradients(grads, { into: options.grads, accumulate: options.accumulate ?? false });
+        this.adapter.writeGradients(grads, { into: options.grads as FlatBuffer, accumulate: options.accumulate ?? false });
         if (!x) return undefined;
         const gx = grads[x.name]!;
         const out = FlatBuffer.allocate(batch * this.inputSize);

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 
 import { type BackendStatus, backendStatuses, COMM_BACKENDS, COMPUTE_BACKENDS, installHint, selectBackend, selectCommBackend } from 'sapipe/backends';
-import { packageVersion } from 'sapipe';
+import { chooseDevice, packageVersion } from 'sapipe';
 import { nativeAddon, nativeUnavailableReason } from 'sapipe/kernels';
 
 export interface SapipeInfo {
@@ -14,6 +14,28 @@ export interface SapipeInfo {
   backends: BackendStatus[];
   /** What `auto` selects here and why, or why nothing can be selected. */
   selected: { compute: SelectedBackend; comm: SelectedBackend };
+  /** Where each command that trains or times a model runs here, by default and with `--device auto`. */
+  devices: CommandDevice[];
+}
+
+/** Where a command runs its model: by default, and what its `--device auto` picks (absent: the command takes no device). */
+export interface CommandDevice {
+  command: string;
+  device: string;
+  why: string;
+  auto?: string;
+}
+
+/** The commands' devices: one probe (chooseDevice never throws for auto). */
+function commandDevices(): CommandDevice[] {
+  const auto = chooseDevice('auto');
+  // Why no GPU is usable is on the cuda and cublas lines above.
+  const pick = auto.device === 'cpu' ? 'cpu (no usable GPU: see cuda and cublas above)' : `${auto.device} (${auto.reason})`;
+  return [
+    { command: 'train pipeline', device: 'cpu', why: 'the default --device; --device cuda:N or auto runs every stage on one GPU', auto: pick },
+    { command: 'bench kernels', device: 'cpu', why: 'the default --device; --device cuda:N times the plugin\'s update kernels' },
+    { command: 'demo', device: 'cpu', why: 'its data-parallel workers are threads over the local backend, each computing on the CPU' },
+  ];
 }
 
 export type SelectedBackend = { name: string; why: string } | { name: null; error: string };
@@ -38,6 +60,7 @@ export function collectInfo(): SapipeInfo {
       compute: selected(() => selectBackend('auto', statuses)),
       comm: selected(() => selectCommBackend('auto', statuses)),
     },
+    devices: commandDevices(),
   };
   if (nativeUnavailableReason() === undefined) {
     const native = nativeAddon().info();
@@ -88,6 +111,9 @@ export function registerInfoCommand(program: Command): void {
         const why = choice.name === null ? `none: ${choice.error}` : `${choice.name} (${choice.why.replace(/ is unavailable \(.*\)$/s, ' is unavailable')})`;
         console.log(wrap(`  ${kind.padEnd(7)} ${why}`, width, ' '.repeat(10)));
       }
+      console.log('commands run on:');
+      for (const c of info.devices)
+        console.log(wrap(`  ${c.command.padEnd(15)} ${c.device} (${c.why})${c.auto ? `; --device auto: ${c.auto}` : ''}`, width, ' '.repeat(18)));
     });
 }
 

@@ -39,6 +39,7 @@ interface TrainCliOptions {
   svg?: string;
   profileOut?: string;
   json?: boolean;
+  device: string;
 }
 
 const num = numberOption;
@@ -87,6 +88,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
     sizes,
+    device: o.device as MnistPipelineConfig['device'],
   };
 }
 
@@ -130,6 +132,7 @@ export function registerTrainCommand(program: Command): void {
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
     .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
+    .option('--device <where>', 'where the stages run: cpu (a worker thread each), cuda:N (every stage on that GPU, in this process), or auto (cuda:0 where it is usable, else cpu)', 'cpu')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
       const { defaultsNote, ...config } = pipelineConfigFromCli(o);
@@ -151,6 +154,7 @@ export function registerTrainCommand(program: Command): void {
           JSON.stringify(
             {
               config: result.config,
+              device: result.device,
               ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
               boundaries: result.boundaries,
               epochs: result.epochs,
@@ -175,6 +179,7 @@ export function registerTrainCommand(program: Command): void {
         `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
+      console.log(`device: ${result.device.device} (${result.device.reason})`);
       const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);
       for (const e of result.epochs) epochs.push([e.epoch, e.loss.toFixed(4), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
       console.log(epochs.toString());

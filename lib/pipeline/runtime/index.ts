@@ -1,7 +1,7 @@
 /** The pipeline runtime: stage workers that execute schedules on real model parts with the native kernels. */
 export { PipelineTrainer, type EpochReport, type PipelineTrainerState, type RoundReport } from './trainer.js';
 export { DATA_PARALLEL_SCHEDULES, type PipelineModelOptions, type PipelinedBackpropOptions, type PipelineTrainerOptions } from './plan.js';
-export { StageRunner, type MicroBatchSource, type StagePart, type StageRoundResult, type VersionRead } from './stage-runner.js';
+export { StageRunner, type MicroBatchSource, type StagePart, type StageRoundResult, type StageTransport, type VersionRead } from './stage-runner.js';
 export type { PipelineAveragingOptions, PipelineDataParallelOptions, PipelineModelSpec, PipelineOptimizerSpec } from './stage-host.js';
 export { measuredCosts, measuredResult, profileLayers } from './measure.js';
 export { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';

@@ -7,7 +7,9 @@ import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../opti
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
 import { resolveMode, type ResolvedMode } from '../../dataparallel/mode.js';
 import { shuffledIndices } from '../../data/seeded-random.js';
+import { chooseDevice } from '../../device/probe.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
+import type { Device } from '../../nn/ops.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
@@ -98,6 +100,14 @@ export interface PipelineTrainerOptions {
    * to measure what each buys.
    */
   pipelinedBackprop?: PipelinedBackpropOptions;
+  /**
+   * Where the stages run: `cpu` (default; a worker thread per stage), `cuda:N` (every stage on that
+   * GPU, in this process: weights, gradients, optimizer state, activations, stashed and predicted
+   * versions in device memory, transfers between stages device-to-device copies), or `auto`
+   * (`cuda:0` where it is usable, see chooseDevice, else `cpu`). On a device: sapipe's layers,
+   * one pipeline, schedules without all-reduces between stages; the rest is planned.
+   */
+  device?: Device | 'auto';
 }
 
 /** Pipelined Backpropagation's delay compensations, each on (true) by default. @category Pipeline runtime */
@@ -126,6 +136,7 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   advance: true,
   averaging: true,
   pipelinedBackprop: true,
+  device: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -155,6 +166,9 @@ export interface PipelinePlan {
   rowsAreWorkers: boolean;
   /** AvgPipe: how stage replicas average with their center. */
   averaging: Required<PipelineAveragingOptions> | undefined;
+  /** Where the stages run (`auto` resolved), and why. */
+  device: Device;
+  deviceReason: string;
 }
 
 /** @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what` names the caller in messages. */
@@ -233,6 +247,15 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
       throw new InvalidArgumentError(`${what}: data.labels[${i}] = ${describeValue(l)} is not a class index in [0, ${classes}) (the last part outputs ${classes} values)`);
   }
 
+  const { device, reason: deviceReason } = chooseDevice(options.device ?? 'cpu');
+  if (device !== 'cpu') {
+    const refuse = (why: string): never => {
+      throw new InvalidArgumentError(`${what}: on ${device}, ${why} is planned; run it with device 'cpu'`);
+    };
+    if (model.kind !== 'sequential') refuse('a model module of your own (createStage)');
+    if (pipelines > 1 || rowsAreWorkers || dataParallel || averaging) refuse(`'${name}' with parallel pipelines or data-parallel workers`);
+    if (schedule.actions.some((row) => row.some((a) => a.kind === 'allReduce'))) refuse(`'${name}', whose stages all-reduce a part between them,`);
+  }
   const data: PipelineData = { inputs: shared(inputs, Float32Array), labels: shared(labels, Int32Array), features };
   const descriptions: StageDescription[] = schedule.actions.map((row, stage) => ({
     stage,
@@ -245,8 +268,9 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     ...(dataParallel ? { dataParallel } : {}),
     ...(averaging ? { averaging } : {}),
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
+    ...(device !== 'cpu' ? { device } : {}),
   }));
-  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers };
+  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers, device, deviceReason };
 }
 
 /** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */

@@ -8,17 +8,20 @@
 import { pathToFileURL } from 'node:url';
 
 import type { Communicator } from '../../comm/communicator.js';
+import { DeviceParamSet } from '../../device/param-set.js';
+import type { CudaDevice } from '../../device/device-spec.js';
 import { InvalidArgumentError, SizeMismatchError } from '../../errors.js';
+import type { Device, Tensor } from '../../nn/ops.js';
 import { Sequential, type LayerSpec } from '../../nn/sequential.js';
 import type { StageModel } from '../../nn/stage-model.js';
-import type { Optimizer, OptimizerState } from '../../optim/optimizer.js';
+import { STATE_BUFFER_NAMES, type Optimizer, type OptimizerState } from '../../optim/optimizer.js';
 import { createOptimizer, type OptimizerSpecWithout } from '../../optim/registry.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
 import { ElasticCenter } from './averaging.js';
-import { type MicroBatchSource, type StagePart, type StageRoundResult, StageRunner } from './stage-runner.js';
+import { type MicroBatchSource, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
 import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
 
 /** The optimizer each part gets; the schedule adds its weight prediction. @category Pipeline runtime */
@@ -80,6 +83,8 @@ export interface StageDescription {
   averaging?: Required<PipelineAveragingOptions>;
   /** Pipelined Backpropagation: which of its delay compensations are on. */
   pipelinedBackprop?: { spikeCompensation: boolean; weightPrediction: boolean };
+  /** The device the stage runs on (absent: the CPU). */
+  device?: CudaDevice;
 }
 
 /** @internal Trainer -> stage. */
@@ -101,8 +106,8 @@ export type FromStage =
   | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
 
 /** @internal Builds part `part` of the model described by `spec`. */
-export async function buildStageModel(spec: PipelineModelSpec, part: number): Promise<StageModel> {
-  if (spec.kind === 'sequential') return Sequential.part(spec.layers, spec.boundaries, part, spec.seed === undefined ? {} : { seed: spec.seed });
+export async function buildStageModel(spec: PipelineModelSpec, part: number, device?: Device): Promise<StageModel> {
+  if (spec.kind === 'sequential') return Sequential.part<Tensor>(spec.layers, spec.boundaries, part, { ...(spec.seed === undefined ? {} : { seed: spec.seed }), ...(device ? { device } : {}) });
   const url = spec.module.startsWith('file:') ? spec.module : pathToFileURL(spec.module).href;
   const mod = (await import(url)) as { createStage?: unknown };
   if (typeof mod.createStage !== 'function')
@@ -193,7 +198,7 @@ export class StageHost {
    */
   static async create(
     description: StageDescription,
-    comm: Communicator<FlatBuffer> | undefined,
+    comm: Communicator<FlatBuffer> | StageTransport | undefined,
     data: PipelineData,
     replicas?: Communicator<FlatBuffer>,
     pipeline = 0,
@@ -204,7 +209,7 @@ export class StageHost {
       if ((description.dataParallel || description.averaging) && !replicas)
         throw new InvalidArgumentError('StageHost: parallel pipelines need the communicator of the stage\'s replicas');
       for (const part of description.parts) {
-        const model = await buildStageModel(description.model, part);
+        const model = await buildStageModel(description.model, part, description.device);
         const ratio = backwardPredictionRatio(description.schedule.name, part, description.schedule.parts);
         try {
           if (description.dataParallel) {
@@ -220,7 +225,9 @@ export class StageHost {
               centers.set(part, center);
               average = () => center.average();
             }
-            parts.push({ part, model, optimizer, backwardPredictionRatio: ratio, ...(average ? { average } : {}) });
+            // On a device the part's weights, gradients and optimizer state live there from now on.
+            const device = description.device ? DeviceParamSet.create(model.params, { device: description.device, optimizer }) : undefined;
+            parts.push({ part, model, optimizer, backwardPredictionRatio: ratio, ...(average ? { average } : {}), ...(device ? { device } : {}) });
           }
         } catch (error) {
           model.dispose();
@@ -244,6 +251,7 @@ export class StageHost {
 
   /** Each part's weights; for AvgPipe, the center the pipelines average with (the model they agree on). */
   weights(): { part: number; weights: Float32Array }[] {
+    for (const p of this.parts) p.device?.copyToHost();
     return this.parts.map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
   }
 
@@ -254,6 +262,7 @@ export class StageHost {
   /** Each part's weights, optimizer state and counters, between rounds. */
   exportState(): PartCheckpointState[] {
     this.checkCheckpointable('exportState');
+    for (const p of this.parts) p.device?.copyToHost();
     return this.parts.map((p) => ({ part: p.part, weights: p.model.params.weights.array.slice(), optimizer: p.optimizer.exportState(), ...this.runner.counters(p.part) }));
   }
 
@@ -275,6 +284,7 @@ export class StageHost {
       const s = byPart.get(p.part)!;
       p.optimizer.importState(s.optimizer);
       p.model.params.weights.array.set(s.weights);
+      p.device?.copyFromHost();
       this.runner.setCounters(p.part, s);
     }
   }
@@ -297,12 +307,50 @@ async function disposeParts(parts: readonly StagePart[]): Promise<void> {
   for (const p of parts) {
     if (p.replicas) await p.replicas.dispose();
     else p.optimizer.dispose();
+    p.device?.dispose();
     p.model.dispose();
   }
 }
 
 function describeKind(kind: unknown): string {
   return typeof kind === 'string' ? `'${kind}'` : String(kind);
+}
+
+/** @internal The stage's `ready` reply: what each part it built is. */
+export function readyMessage(host: StageHost, pipeline: number): FromStage {
+  return {
+    type: 'ready',
+    stage: host.description.stage,
+    pipeline,
+    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
+  };
+}
+
+/**
+ * @internal Runs one trainer request on a stage (all but `stop`, which its worker handles) and
+ * returns the reply, if the request has one. `pipelines`: N, of which this stage is in `pipeline`.
+ */
+export async function answerStage(host: StageHost, message: ToStage, pipelines: number, pipeline: number): Promise<FromStage | undefined> {
+  const stage = host.description.stage;
+  switch (message.type) {
+    case 'round': {
+      // Pipeline p trains on the p-th share of the round's samples.
+      const share = message.samples.length / pipelines;
+      return { type: 'round', pipeline, result: await host.runRound(message.samples.subarray(pipeline * share, (pipeline + 1) * share), message.startAt) };
+    }
+    case 'weights':
+      return { type: 'weights', stage, parts: host.weights() };
+    case 'lr':
+      host.setLr(message.lr);
+      return undefined;
+    case 'exportState':
+      return { type: 'state', stage, parts: host.exportState() };
+    case 'importState':
+      host.importState(message.parts);
+      return { type: 'imported', stage };
+    case 'stop':
+      return undefined;
+  }
 }
 
 /** @internal Serialises an error for the trainer. */

@@ -35,10 +35,13 @@
  */
 import { performance } from 'node:perf_hooks';
 
-import { Communicator } from '../../comm/communicator.js';
+import type { Communicator } from '../../comm/communicator.js';
 import { DataParallelTrainer, type DataParallelStepResult } from '../../dataparallel/trainer.js';
+import { DeviceParamSet } from '../../device/param-set.js';
 import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
+import { sgemm } from '../../nn/gemm.js';
+import { modelDevice, softmaxXent, type ModelDevice, type Tensor } from '../../nn/ops.js';
 import type { StageModel } from '../../nn/stage-model.js';
 import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
 import { Optimizer, STATE_BUFFER_NAMES } from '../../optim/optimizer.js';
@@ -52,7 +55,10 @@ import { messageOf, type TimedAction } from '../timeline.js';
 export interface MicroBatchSource {
   /** Samples per micro-batch. */
   readonly batch: number;
-  /** The input of a micro-batch (batch x the first part's inputSize); asked of the stage holding part 0. */
+  /**
+   * The input of a micro-batch (batch x the first part's inputSize); asked of the stage holding
+   * part 0. A host buffer; on a device stage the runner copies it in.
+   */
   input(microBatch: number): FlatBuffer;
   /** Its labels (class indices); asked of the stage holding the last part. */
   labels(microBatch: number): ArrayLike<number>;
@@ -61,7 +67,8 @@ export interface MicroBatchSource {
 /** One part of the model on this stage, with its optimizer. @category Pipeline runtime */
 export interface StagePart {
   readonly part: number;
-  readonly model: StageModel;
+  /** A host model (`StageModel<FlatBuffer>`, e.g. a CPU `Sequential`), or one on `device`'s memory. */
+  readonly model: StageModel | StageModel<FlatBuffer>;
   readonly optimizer: Optimizer;
   /** SpecTrain: the backward prediction's share of the forward one (0: the backward reads no prediction). */
   readonly backwardPredictionRatio: number;
@@ -72,6 +79,27 @@ export interface StagePart {
   readonly replicas?: DataParallelTrainer;
   /** AvgPipe: the `elasticAverage` action, averaging this part's weights with its replicas' center. */
   readonly average?: () => Promise<void>;
+  /**
+   * A part whose model runs on a device (`model.device` is `cuda:N`): its weights, gradients and
+   * optimizer state there (made from `model.params` and `optimizer`). Every pass reads and writes
+   * them, the optimizer step and the prediction run there, and the stashed versions live there.
+   */
+  readonly device?: DeviceParamSet;
+}
+
+/**
+ * How a stage reaches its pipeline's other stages: a {@link Communicator} (threads, processes), or
+ * the in-process device links of stages sharing one device. Only send/recv are asked of a
+ * transport that is not a Communicator.
+ *
+ * @category Pipeline runtime
+ */
+export interface StageTransport<B extends Tensor = Tensor> {
+  /** Stages joined. */
+  readonly size: number;
+  send(buffer: B, peer: number): Promise<void>;
+  recv(buffer: B, peer: number): Promise<void>;
+  allreduce?(buffer: B, options: { op: 'sum' }): Promise<unknown>;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -119,13 +147,20 @@ interface PartState {
   /** Backwards accumulated since the last step. */
   accumulated: number;
   /** Round version -> stashed copy. */
-  readonly stash: Map<number, FlatBuffer>;
+  readonly stash: Map<number, Tensor>;
   /** Round version -> index of the last action on this stage that reads it. */
   lastRead: Map<number, number>;
   /** SpecTrain's backward prediction, and the step count it was computed at. */
-  backwardPrediction: FlatBuffer | undefined;
+  backwardPrediction: Tensor | undefined;
   backwardPredictionAt: number;
 }
+
+/** A part's weights, gradients and forward (predicted) weights where it runs: its DeviceParamSet's on a device. */
+const weightsOf = (p: StagePart): Tensor => p.device?.weights ?? p.model.params.weights;
+const gradsOf = (p: StagePart): Tensor => p.device?.grads ?? p.model.params.grads;
+const forwardWeightsOf = (p: StagePart): Tensor => p.device?.forwardWeights ?? p.optimizer.forwardWeights;
+/** The part's model, taking the tensors of its memory (the runner hands each model only those: see `memory`). */
+const modelOf = (p: StagePart): StageModel => p.model as StageModel;
 
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -140,7 +175,11 @@ export class StageRunner {
   private readonly parts = new Map<number, PartState>();
   private readonly lastPart: number;
   private readonly classes: number;
-  private readonly free: FlatBuffer[] = [];
+  private readonly free: Tensor[] = [];
+  /** Where this stage's parts run (one memory per stage): buffers, copies and the loss go there. */
+  private readonly memory: ModelDevice;
+  /** A device stage's scratch: the labels of one micro-batch, and a 1 for scaled adds. */
+  private deviceScratch: { labels: Tensor; one: Tensor } | undefined;
   private disposed = false;
   private running = false;
   /** The i-th allReduce action's count of micro-batch gradients summed over every stage. */
@@ -155,7 +194,7 @@ export class StageRunner {
   constructor(
     readonly stage: number,
     schedule: Schedule,
-    private readonly comm: Communicator<FlatBuffer> | undefined,
+    private readonly comm: Communicator<FlatBuffer> | StageTransport | undefined,
     parts: readonly StagePart[],
     readonly pipeline = 0,
   ) {
@@ -165,7 +204,9 @@ export class StageRunner {
     validateSchedule(schedule);
     checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
     checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
-    if (comm !== undefined && !(comm instanceof Communicator)) throw new InvalidArgumentError(`StageRunner: comm must be a Communicator or undefined, got ${describeValue(comm)}`);
+    const link = comm as Partial<StageTransport> | null | undefined;
+    if (link !== undefined && (link === null || typeof link !== 'object' || typeof link.send !== 'function' || typeof link.recv !== 'function' || !Number.isInteger(link.size)))
+      throw new InvalidArgumentError(`StageRunner: comm must be a Communicator (or a stage transport with size, send and recv) or undefined, got ${describeValue(comm)}`);
     if (!Array.isArray(parts)) throw new InvalidArgumentError('StageRunner: parts must be an array of { part, model, optimizer, backwardPredictionRatio }');
     for (const [i, p] of parts.entries()) {
       checkObject(p, `StageRunner: parts[${i}]`);
@@ -178,7 +219,19 @@ export class StageRunner {
       if (p.average !== undefined && typeof p.average !== 'function') throw new InvalidArgumentError(`StageRunner: parts[${i}].average must be a function`);
       if (p.replicas !== undefined && (!(p.replicas instanceof DataParallelTrainer) || p.replicas.optimizer !== p.optimizer))
         throw new InvalidArgumentError(`StageRunner: parts[${i}].replicas must be the DataParallelTrainer whose optimizer is parts[${i}].optimizer`);
+      const device = (m.device as unknown) ?? 'cpu';
+      if (p.device !== undefined) {
+        if (!(p.device instanceof DeviceParamSet) || p.device.params !== m.params || p.device.optimizer !== p.optimizer || p.device.device !== device)
+          throw new InvalidArgumentError(`StageRunner: parts[${i}].device must be the DeviceParamSet of the part's params and optimizer on the model's device (${String(device)})`);
+        if (p.replicas !== undefined || p.average !== undefined)
+          throw new InvalidArgumentError(`StageRunner: parts[${i}] runs on ${device}: parallel pipelines (replicas, averaging) on devices are planned`);
+        if (p.optimizer.readsLocalGrad)
+          throw new InvalidArgumentError(`StageRunner: parts[${i}]'s optimizer reads a local gradient, which a pipeline part on a device does not keep`);
+      } else if (device !== 'cpu') throw new InvalidArgumentError(`StageRunner: parts[${i}].model runs on ${String(device)}; give its DeviceParamSet as parts[${i}].device`);
     }
+    const devices = new Set(parts.map((p) => p.model.device ?? 'cpu'));
+    if (devices.size > 1) throw new InvalidArgumentError(`StageRunner: a stage's parts run in one memory, got ${[...devices].join(' and ')}`);
+    this.memory = modelDevice([...devices][0] ?? 'cpu');
     const row = schedule.actions[stage] ?? [];
     this.actions = rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     for (const spec of parts) {
@@ -198,6 +251,8 @@ export class StageRunner {
     this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
     for (const a of this.actions) {
       if (a.kind === 'allReduce' && !this.parts.has(a.part)) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
+      if (a.kind === 'allReduce' && this.memory.device !== 'cpu')
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)}: all-reduces between stages on a device (Wavelet's model-parallel form) are planned; run the schedule on the CPU`);
       if (a.kind === 'allReduce' && this.parts.get(a.part)!.spec.replicas) {
         if (!rowsAreWorkers(schedule))
           throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part without data-parallel replicas of its own (a row of data-parallel workers excepted)`);
@@ -246,7 +301,10 @@ export class StageRunner {
       p.lastRead = this.lastReads(p.spec.part);
     }
     // Message id -> buffer: received inputs, local outputs, gradients to send or consume.
-    const messages = new Map<string, { buffer: FlatBuffer; owner: 'runtime' | 'model'; part: number }>();
+    const messages = new Map<string, { buffer: Tensor; owner: 'runtime' | 'model'; part: number }>();
+    const onDevice = this.memory.device !== 'cpu';
+    // A device stage keeps each micro-batch's loss on the device and reads them once, at the round's end.
+    const deviceLosses = new Map<number, Tensor>();
     const predicted = new Set<string>();
     const sends: Promise<void>[] = [];
     // Activation sends still in flight, by message id: the model may reuse an output buffer only
@@ -276,20 +334,20 @@ export class StageRunner {
     };
     const versionOf = (p: PartState): number => p.updates - p.base;
 
-    const weightsFor = (a: Action, index: number): { buffer: FlatBuffer; version: number; predicted: boolean } => {
+    const weightsFor = (a: Action, index: number): { buffer: Tensor; version: number; predicted: boolean } => {
       const p = this.parts.get(a.part)!;
       const current = versionOf(p);
       const key = `${a.part}:${a.microBatch}`;
       if (predicted.has(key)) {
         predicted.delete(key);
-        if (a.kind === 'forward') return { buffer: p.spec.optimizer.forwardWeights, version: p.base + current, predicted: true };
+        if (a.kind === 'forward') return { buffer: forwardWeightsOf(p.spec), version: p.base + current, predicted: true };
         return { buffer: this.backwardPrediction(p), version: p.base + current, predicted: true };
       }
       const version = a.version >= 0 ? a.version : current;
       if (version === current) {
         // A data-parallel trainer's forward weights are predicted in sapipe-wp while an update is in flight.
-        const buffer = p.spec.replicas?.forwardWeights ?? p.spec.model.params.weights;
-        return { buffer, version: p.base + version, predicted: buffer !== p.spec.model.params.weights };
+        const buffer = p.spec.replicas?.forwardWeights ?? weightsOf(p.spec);
+        return { buffer, version: p.base + version, predicted: buffer !== weightsOf(p.spec) };
       }
       const stashed = p.stash.get(version);
       if (!stashed) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}) reads version ${version}, which was never stashed (current: ${current})`);
@@ -303,16 +361,19 @@ export class StageRunner {
         }
       }
     };
-    const take = (length: number): FlatBuffer => {
+    const take = (length: number): Tensor => {
       const i = this.free.findIndex((b) => b.length === length);
-      return i >= 0 ? this.free.splice(i, 1)[0]! : FlatBuffer.allocate(length);
+      return i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(length);
     };
     const dropMessage = (id: string): void => {
       const m = messages.get(id);
       if (!m) return;
       messages.delete(id);
       if (m.owner === 'runtime') this.free.push(m.buffer);
-      else this.parts.get(m.part)?.spec.model.recycle?.(m.buffer);
+      else {
+        const part = this.parts.get(m.part);
+        if (part) modelOf(part.spec).recycle?.(m.buffer);
+      }
     };
 
     try {
@@ -325,9 +386,18 @@ export class StageRunner {
             const part = p!;
             const w = weightsFor(a, index);
             versions.push({ kind: 'forward', part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
-            const input = a.part === 0 ? source.input(a.microBatch) : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
+            let input = a.part === 0 ? undefined : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
+            if (a.part === 0) {
+              const host = source.input(a.microBatch);
+              if (onDevice) {
+                // The data set is on the host: its micro-batch is copied in, the one copy of a step's input.
+                input = take(source.batch * this.inputSizeOf(0));
+                this.memory.write(input, host.array.subarray(0, input.length));
+                messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: 0 });
+              } else input = host;
+            }
             if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
-            const output = part.spec.model.forward(a.microBatch, input, source.batch, w.buffer);
+            const output = modelOf(part.spec).forward(a.microBatch, input, source.batch, w.buffer);
             messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
             peakActivations = Math.max(peakActivations, ++live);
             const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
@@ -344,16 +414,18 @@ export class StageRunner {
             versions.push({ kind: a.kind, part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             const accumulate = part.accumulated > 0;
             if (a.kind === 'weightGrad') {
-              part.spec.model.weightGrad!(a.microBatch, { grads: part.spec.model.params.grads, accumulate });
+              modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate });
               dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
             } else {
-              let gradOutput: FlatBuffer;
+              let gradOutput: Tensor;
               const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
               if (a.part === this.lastPart) {
                 const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
                 gradOutput = take(logits.length);
-                const n = source.batch * this.classes;
-                losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
+                if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) {
+                  const n = source.batch * this.classes;
+                  losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
+                } else deviceLosses.set(a.microBatch, this.deviceLoss(logits, gradOutput, source, a.microBatch));
                 messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
               } else {
                 const m = messages.get(gradId);
@@ -366,8 +438,8 @@ export class StageRunner {
                 await sending;
                 activationSends.delete(outputId);
               }
-              const inputGrad = part.spec.model.backward(a.microBatch, gradOutput, {
-                grads: part.spec.model.params.grads,
+              const inputGrad = modelOf(part.spec).backward(a.microBatch, gradOutput, {
+                grads: gradsOf(part.spec),
                 weights: w.buffer,
                 accumulate,
                 inputGrad: a.part > 0,
@@ -401,10 +473,10 @@ export class StageRunner {
               part.accumulated = 0;
               break;
             }
-            const grads = part.spec.model.params.grads;
+            const grads = part.spec.model.params.grads; // host only: the constructor refuses all-reduces on a device
             // A stage that ran no backward of the part since its last step adds zeros, not old gradients.
             if (part.accumulated === 0) grads.array.fill(0);
-            const done = this.comm!.allreduce(grads, { op: 'sum' });
+            const done = (this.comm as Communicator<FlatBuffer>).allreduce(grads, { op: 'sum' });
             done.catch(() => undefined); // awaited by the part's step, or at the end of the round
             reductions.set(a.part, { done, count: this.reductionCounts[reductionIndex++]! });
             break;
@@ -430,7 +502,7 @@ export class StageRunner {
             const version = versionOf(part);
             if ((part.lastRead.get(version) ?? -1) > index) {
               const copy = take(part.spec.model.params.length);
-              callNative(() => nativeAddon().copy(copy.handle, part.spec.model.params.weights.handle));
+              this.memory.copy(copy, weightsOf(part.spec), copy.length);
               part.stash.set(version, copy);
               peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
               peakStashedBytes = Math.max(peakStashedBytes, [...this.parts.values()].reduce((n, q) => n + [...q.stash.values()].reduce((b, x) => b + 4 * x.length, 0), 0));
@@ -445,7 +517,7 @@ export class StageRunner {
                   // A staleness-1 mode's first step only starts the all-reduce: nothing skipped.
                   const result = await replicas.step();
                   if (result.updated && !result.applied) part.skipped++;
-                } else if (!(await opt.step()).applied) part.skipped++;
+                } else if (!(part.spec.device ? part.spec.device.step() : await opt.step()).applied) part.skipped++;
               } finally {
                 opt.gradScale = scale;
               }
@@ -469,7 +541,7 @@ export class StageRunner {
             const m = messages.get(id);
             if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
             const isGradient = a.kind === 'sendGradient';
-            const sent = this.comm!.send(m.buffer, a.peer).then(
+            const sent = (this.comm as StageTransport).send(m.buffer, a.peer).then(
                 () => {
                   // A sent gradient is not read again here; a sent activation stays with the model until its backward.
                   if (isGradient) dropMessage(id);
@@ -491,7 +563,7 @@ export class StageRunner {
             const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
             const buffer = take(source.batch * width);
             messages.set(id, { buffer, owner: 'runtime', part: a.part });
-            await this.comm!.recv(buffer, a.peer);
+            await (this.comm as StageTransport).recv(buffer, a.peer);
             break;
           }
           default:
@@ -518,6 +590,12 @@ export class StageRunner {
     if (sendError !== undefined) throw sendError;
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
+    // One read of the round's losses (waits for the device once).
+    for (const [microBatch, buffer] of deviceLosses) {
+      const rows = this.memory.read(buffer, source.batch);
+      losses[microBatch] = rows.reduce((a, b) => a + b, 0) / source.batch;
+      this.free.push(buffer);
+    }
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
     const predictedCopies = [...this.parts.values()].filter((p) => p.spec.optimizer.stateBuffer('predicted') !== undefined).length;
     return { stage: this.stage, timeline, losses, versions, peakStashed, predictedCopies, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
@@ -558,6 +636,8 @@ export class StageRunner {
     this.disposed = true;
     for (const b of this.free) b.dispose();
     this.free.length = 0;
+    for (const b of Object.values(this.deviceScratch ?? {})) b.dispose();
+    this.deviceScratch = undefined;
     for (const p of this.parts.values()) {
       for (const b of p.stash.values()) b.dispose();
       p.stash.clear();
@@ -587,20 +667,60 @@ export class StageRunner {
   }
 
   /** SpecTrain's backward weights: w + r * (w_f - w), recomputed once per optimizer step. */
-  private backwardPrediction(p: PartState): FlatBuffer {
-    const { model, optimizer, backwardPredictionRatio: r } = p.spec;
-    if (r === 0) return model.params.weights;
+  private backwardPrediction(p: PartState): Tensor {
+    const { model, backwardPredictionRatio: r } = p.spec;
+    const weights = weightsOf(p.spec);
+    if (r === 0) return weights;
     if (p.backwardPrediction && p.backwardPredictionAt === p.updates) return p.backwardPrediction;
-    const out = (p.backwardPrediction ??= FlatBuffer.allocate(model.params.length));
-    const addon = nativeAddon();
-    const forward = optimizer.forwardWeights;
-    callNative(() => {
-      addon.copy(out.handle, forward.handle);
-      addon.scale(out.handle, r);
-      addon.axpy(out.handle, model.params.weights.handle, 1 - r);
-    });
+    const out = (p.backwardPrediction ??= this.memory.allocate(model.params.length));
+    const forward = forwardWeightsOf(p.spec);
+    if (out instanceof FlatBuffer && forward instanceof FlatBuffer && weights instanceof FlatBuffer) {
+      const addon = nativeAddon();
+      callNative(() => {
+        addon.copy(out.handle, forward.handle);
+        addon.scale(out.handle, r);
+        addon.axpy(out.handle, weights.handle, 1 - r);
+      });
+    } else {
+      // On a device: out = r w_f + (1 - r) w as the rank-1 product 1 x w scaled by 1 - r, added to r w_f (cuBLAS has no scaled add in the op table).
+      const n = model.params.length;
+      this.memory.copy(out, forward, n);
+      sgemm({ m: 1, n, k: 1, a: this.scratch().one, b: weights, c: out, alpha: 1 - r, beta: r });
+    }
     p.backwardPredictionAt = p.updates;
     return out;
+  }
+
+  /**
+   * A device stage's loss of one micro-batch: the softmax cross-entropy's gradient into
+   * `gradOutput` and the per-row losses into a buffer of their own, read at the round's end.
+   */
+  private deviceLoss(logits: Tensor, gradOutput: Tensor, source: MicroBatchSource, microBatch: number): Tensor {
+    const batch = source.batch;
+    const labels = source.labels(microBatch);
+    const values = new Float32Array(batch);
+    for (let i = 0; i < batch; i++) {
+      const label = labels[i]!;
+      if (!Number.isInteger(label) || label < 0 || label >= this.classes)
+        throw new InvalidArgumentError(`label ${describeValue(label)} of micro-batch ${microBatch}, row ${i}, is not an integer class in [0, ${this.classes})`);
+      values[i] = label;
+    }
+    const scratch = this.scratch(batch);
+    this.memory.write(scratch.labels, values);
+    const i = this.free.findIndex((b) => b.length === batch);
+    const rowLosses = i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(batch);
+    softmaxXent({ buffer: logits }, { buffer: scratch.labels }, batch, this.classes, 1 / batch, { losses: { buffer: rowLosses }, dlogits: { buffer: gradOutput } });
+    return rowLosses;
+  }
+
+  private scratch(batch = 1): { labels: Tensor; one: Tensor } {
+    if (!this.deviceScratch || this.deviceScratch.labels.length < batch) {
+      for (const b of Object.values(this.deviceScratch ?? {})) b.dispose();
+      const one = this.memory.allocate(1);
+      this.memory.write(one, new Float32Array([1]));
+      this.deviceScratch = { labels: this.memory.allocate(batch), one };
+    }
+    return this.deviceScratch;
   }
 
   private inputSizeOf(part: number): number {
@@ -626,7 +746,7 @@ function rowsAreWorkers(schedule: Schedule): boolean {
  * order (they are collectives over the pipeline's communicator, whose ranks are the stages), and
  * no backward of a part runs between its all-reduce and its step.
  */
-function reductionCounts(schedule: Schedule, stage: number, pipeline: number, comm: Communicator<FlatBuffer> | undefined): number[] {
+function reductionCounts(schedule: Schedule, stage: number, pipeline: number, comm: Communicator<FlatBuffer> | StageTransport | undefined): number[] {
   if (comm === undefined || comm.size !== schedule.stages)
     throw new InvalidScheduleError(`stage ${stage}: allReduce actions reduce over every stage: give the runner the pipeline's communicator (${schedule.stages} ranks, one per stage)`);
   const name = (a: Action): string => `${a.part}:${a.microBatch}`;

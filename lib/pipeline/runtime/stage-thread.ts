@@ -6,8 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { LocalCommunicator, type LocalRankData } from '../../comm/local.js';
-import { STATE_BUFFER_NAMES } from '../../optim/optimizer.js';
-import { type FromStage, type PipelineData, type StageDescription, type ToStage, StageHost, describeError } from './stage-host.js';
+import { type FromStage, type PipelineData, type StageDescription, type ToStage, StageHost, answerStage, describeError, readyMessage } from './stage-host.js';
 
 interface StageThreadData extends LocalRankData {
   /** One per stage; this thread runs the one of its rank (rank = pipeline x stages + stage). */
@@ -44,44 +43,21 @@ async function main(): Promise<void> {
     replicas?.destroy();
     throw error;
   }
-  post({
-    type: 'ready',
-    stage: description.stage,
-    pipeline,
-    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
-  });
+  post(readyMessage(host, pipeline));
   // Messages are handled in order: a round must end before the weights are read.
   let chain = Promise.resolve();
   parentPort!.on('message', (message: ToStage) => {
     chain = chain.then(async () => {
       try {
-        switch (message.type) {
-          case 'round': {
-            // Pipeline p trains on the p-th share of the round's samples.
-            const share = message.samples.length / pipelines;
-            post({ type: 'round', pipeline, result: await host.runRound(message.samples.subarray(pipeline * share, (pipeline + 1) * share), message.startAt) });
-            break;
-          }
-          case 'weights':
-            post({ type: 'weights', stage: description.stage, parts: host.weights() });
-            break;
-          case 'lr':
-            host.setLr(message.lr);
-            break;
-          case 'exportState':
-            post({ type: 'state', stage: description.stage, parts: host.exportState() });
-            break;
-          case 'importState':
-            host.importState(message.parts);
-            post({ type: 'imported', stage: description.stage });
-            break;
-          case 'stop':
-            await host.dispose();
-            comm?.destroy();
-            replicas?.destroy();
-            parentPort!.close();
-            break;
+        if (message.type === 'stop') {
+          await host.dispose();
+          comm?.destroy();
+          replicas?.destroy();
+          parentPort!.close();
+          return;
         }
+        const reply = await answerStage(host, message, pipelines, pipeline);
+        if (reply) post(reply);
       } catch (error) {
         post(describeError(description.stage, error));
         // Peers blocked on this stage fail at once instead of waiting for their timeout.

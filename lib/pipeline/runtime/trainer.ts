@@ -6,16 +6,17 @@
  * fails the whole job with the first stage's error.
  */
 import { performance } from 'node:perf_hooks';
-import type { Worker } from 'node:worker_threads';
 
 import { spawnLocalRanks } from '../../comm/local.js';
 import { BusyError, DisposedError, InvalidArgumentError, RankFailedError, SapipeError, SizeMismatchError, TimeoutError } from '../../errors.js';
+import type { Device } from '../../nn/ops.js';
 import { Sequential, checkLayers, partRanges } from '../../nn/sequential.js';
 import { FlatBuffer } from '../../tensor.js';
 import { describeValue } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
 import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
+import { startDeviceStages, type StageWorker } from './in-process.js';
 import { epochOrder, planPipeline, type PipelineTrainerOptions } from './plan.js';
 import type { FromStage, PartCheckpointState, PipelineModelSpec, ToStage } from './stage-host.js';
 import type { OptimizerState } from '../../optim/optimizer.js';
@@ -137,18 +138,20 @@ export class PipelineTrainer {
     readonly schedule: Schedule,
     /** The model as the stages build it (layer boundaries resolved). */
     readonly model: PipelineModelSpec,
-    private readonly workers: Worker[],
+    private readonly workers: StageWorker[],
     private readonly samples: number,
     private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>> & { rowsAreWorkers: boolean },
     lr: number,
+    /** Where the stages run (`auto` resolved), and why there. */
+    readonly device: { readonly device: Device; readonly reason: string },
   ) {
     this.learningRate = lr;
     this.analysis = validateSchedule(schedule);
     this.order = this.epochOrder(0);
     workers.forEach((worker, index) => {
       worker.on('message', (message: FromStage) => this.onMessage(index, message));
-      worker.on('error', (error) => this.fail(new RankFailedError(`${this.workerName(index)} threw: ${error.message}`, { cause: error, rank: index })));
-      worker.on('exit', (code) => {
+      worker.on('error', (error: Error) => this.fail(new RankFailedError(`${this.workerName(index)} threw: ${error.message}`, { cause: error, rank: index })));
+      worker.on('exit', (code: number) => {
         if (!this.isDisposed) this.fail(new RankFailedError(`${this.workerName(index)} exited${code ? ` with code ${code}` : ''} while the trainer was running`, { rank: index }));
       });
     });
@@ -160,11 +163,13 @@ export class PipelineTrainer {
    */
   static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
     const plan = await planPipeline(options, 'PipelineTrainer');
-    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers } = plan;
+    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, device } = plan;
     // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe), worker x runs row x.
+    // On a device every stage runs in this process, on that device.
     const threads = rowsAreWorkers ? schedule.stages : pipelines * schedule.stages;
-    const workers = spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } });
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers }, options.optimizer.lr);
+    const workers: StageWorker[] =
+      device === 'cpu' ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } }) : startDeviceStages(descriptions, data, timeoutMs);
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers }, options.optimizer.lr, { device, reason: plan.deviceReason });
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -547,7 +552,7 @@ export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'se
     for (let start = 0; start < labels.length; start += batch) {
       const n = Math.min(batch, labels.length - start);
       x.array.set(inputs.subarray(start * features, (start + n) * features));
-      const logits = whole.forward(0, x, n, whole.params.weights).array;
+      const logits = (whole.forward(0, x, n, whole.params.weights) as FlatBuffer).array;
       for (let r = 0; r < n; r++) {
         let best = 0;
         for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
