@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { checkLayers, DATA_PARALLEL_MODES, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkLayers, cnnLayers, type Dataset, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
@@ -29,7 +29,15 @@ export interface MnistPipelineConfig {
   /** Batches per round (2BW). */
   iterations?: number;
   boundaries: 'measured' | 'params' | number[];
+  /**
+   * The model and its data: `mlp` (default), an MLP of `sizes` on the MNIST digits (80/20 split);
+   * `cnn`, sapipe's small CNN (cnnLayers with `channels`, default 8,16) on Fashion-MNIST's
+   * 60 000 training and 10 000 test images (Debian's dataset-fashion-mnist).
+   */
+  model?: 'mlp' | 'cnn';
   sizes: readonly number[];
+  /** `cnn`: the convolutions' output channels. */
+  channels?: readonly number[];
   /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
   pipelines?: number;
   dataParallel?: DataParallelMode;
@@ -72,6 +80,28 @@ export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: Mnist
     };
   }
   return { lr: sgd.lr, momentum: 0.9, note: `lr ${sgd.lr}, the default SGD rate for ${schedule}` };
+}
+
+/** @internal The models `train pipeline --model` takes. */
+export const PIPELINE_MODELS = ['mlp', 'cnn'] as const;
+/** @internal The CNN's default convolution channels. */
+export const PIPELINE_CNN_CHANNELS = [8, 16] as const;
+
+/** @internal The layers of the run's model. */
+export function modelLayers(c: MnistPipelineConfig): LayerSpec[] {
+  if ((c.model ?? 'mlp') === 'mlp') return mlpLayers(c.sizes);
+  return cnnLayers({ channels: 1, height: 28, width: 28 }, c.channels ?? PIPELINE_CNN_CHANNELS, 10);
+}
+
+/** @internal The run's model and data in words: `MLP 784-256-10 on MNIST`, `CNN conv 8,16 on Fashion-MNIST`. */
+export function describeModel(c: MnistPipelineConfig): string {
+  return (c.model ?? 'mlp') === 'mlp' ? `MLP ${c.sizes.join('-')} on MNIST` : `CNN (conv ${(c.channels ?? PIPELINE_CNN_CHANNELS).join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
+}
+
+/** The training and test sets of the run's model. */
+function modelData(c: MnistPipelineConfig): { train: Dataset; test: Dataset } {
+  if ((c.model ?? 'mlp') === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
 }
 
 /** @internal */
@@ -137,6 +167,11 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
   }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
+  if (c.model !== undefined) checkOneOf(c.model, '--model', PIPELINE_MODELS);
+  if (c.channels !== undefined) {
+    if (!Array.isArray(c.channels) || c.channels.length === 0) throw new InvalidArgumentError('--channels must list the convolutions\' output channels, e.g. 8,16');
+    c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));
+  }
   if (c.device !== undefined && typeof c.device !== 'string') throw new InvalidArgumentError(`--device must be cpu, cuda:N or auto, got ${typeof c.device}`);
   return c;
 }
@@ -184,7 +219,7 @@ export interface MnistPipelineResult {
  * micro-batch, is the runtime's measured time between actions (bounded by the smallest pass).
  */
 function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts, perActionMs: number): PipelineProfile {
-  const layers = mlpLayers(c.sizes);
+  const layers = modelLayers(c);
   const params = layerParams(layers);
   const widths = checkLayers(layers);
   const ranges = partRanges(layers.length, boundaries);
@@ -232,7 +267,7 @@ export function roundOverhead(report: RoundReport): { perActionMs: number; share
 /** @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. */
 export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void): Promise<MnistPipelineResult> {
   const c = checkMnistPipelineConfig(config);
-  const { train, test } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  const { train, test } = modelData(c);
   const n = Math.min(train.count, c.trainSamples ?? train.count);
   const optimizer: PipelineOptimizerSpec = c.optimizer === 'sgd' ? { kind: 'sgd', lr: c.lr, momentum: c.momentum } : { kind: c.optimizer, lr: c.lr };
   const trainer = await PipelineTrainer.create({
@@ -245,7 +280,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
     ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
-    model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
+    model: { layers: modelLayers(c), seed: c.seed, boundaries: c.boundaries },
     optimizer,
     data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
     seed: c.seed,

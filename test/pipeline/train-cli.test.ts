@@ -31,6 +31,25 @@ t.test('trains on MNIST, prints measured against simulated, writes the report', 
   t.equal((html.match(/<svg/g) ?? []).length, 2, 'two timelines, drawn by the same renderer');
 });
 
+t.test('--model cnn trains the CNN on Fashion-MNIST through the pipeline, and --device auto says where it ran', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const { stdout } = await run(
+    process.execPath,
+    [bin, 'train', 'pipeline', '--model', 'cnn', '--channels', '4,8', '--schedule', 'gpipe', '--stages', '2', '--boundaries', '3', '--epochs', '1', '--train-samples', '2048', '--device', 'auto', '--report', join(dir, 'r.html'), '--json'],
+    { timeout: 120_000 },
+  );
+  const result = JSON.parse(stdout) as { epochs: { accuracy: number }[]; device: { device: string; reason: string }; config: { model: string; channels: number[] } };
+  t.same([result.config.model, result.config.channels], ['cnn', [4, 8]]);
+  // 2048 images, one epoch: 0.6-0.7 here (10 classes: 0.1 by chance).
+  t.ok(result.epochs[0]!.accuracy > 0.45, `Fashion-MNIST test accuracy ${result.epochs[0]!.accuracy} after one short epoch`);
+  t.ok(['cpu', 'cuda:0'].includes(result.device.device) && result.device.reason.length > 5, `ran on ${result.device.device}: ${result.device.reason}`);
+  const refused = await run(process.execPath, [bin, 'train', 'pipeline', '--model', 'mlp', '--channels', '4'], { timeout: 60_000 }).then(
+    () => undefined,
+    (error: { stderr: string }) => error.stderr,
+  );
+  t.match(refused, /--channels sets the CNN's convolutions; use it with --model cnn/);
+});
+
 t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas combine gradients', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
   const report = join(dir, 'report.html');

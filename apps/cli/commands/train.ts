@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
@@ -35,6 +35,8 @@ interface TrainCliOptions {
   weightPrediction: boolean;
   boundaries: string;
   layers: string;
+  model: string;
+  channels?: string;
   report: string;
   svg?: string;
   profileOut?: string;
@@ -70,6 +72,8 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
   const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
   const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
+  const model = checkOneOf(o.model, '--model', PIPELINE_MODELS);
+  if (o.channels !== undefined && model !== 'cnn') throw new InvalidArgumentError('--channels sets the CNN\'s convolutions; use it with --model cnn');
   return {
     schedule: o.schedule as MnistPipelineConfig['schedule'],
     stages: num(o.stages, '--stages'),
@@ -87,7 +91,9 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
     ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
+    model,
     sizes,
+    ...(o.channels === undefined ? {} : { channels: o.channels.split(',').map((x) => num(x, '--channels')) }),
     device: o.device as MnistPipelineConfig['device'],
   };
 }
@@ -128,7 +134,9 @@ export function registerTrainCommand(program: Command): void {
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
-    .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
+    .option('--model <kind>', `${PIPELINE_MODELS.join(' or ')}: an MLP on the MNIST digits, or a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist)`, 'mlp')
+    .option('--layers <sizes>', '--model mlp: its widths, 784 first and 10 last', d.sizes.join(','))
+    .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`)
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
     .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
@@ -176,7 +184,7 @@ export function registerTrainCommand(program: Command): void {
       }
       const c = result.config;
       console.log(
-        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
+        `${describeModel(c)} (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
       console.log(`device: ${result.device.device} (${result.device.reason})`);

@@ -140,7 +140,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: StageWorker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>> & { rowsAreWorkers: boolean },
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean },
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
@@ -169,7 +169,7 @@ export class PipelineTrainer {
     const threads = rowsAreWorkers ? schedule.stages : pipelines * schedule.stages;
     const workers: StageWorker[] =
       device === 'cpu' ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } }) : startDeviceStages(descriptions, data, timeoutMs);
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers }, options.optimizer.lr, { device, reason: plan.deviceReason });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -348,18 +348,23 @@ export class PipelineTrainer {
 
   /**
    * Accuracy of the whole model (sapipe's layers) on `inputs`/`labels`: the parts' weights are
-   * gathered and the unpartitioned model is evaluated on this thread.
+   * gathered and the unpartitioned model is evaluated on this thread. With P class indices per
+   * sample (a language model's next tokens), the share of the P rows predicted right.
    */
   async evaluate(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
     this.checkUsable('evaluate');
     if (this.model.kind !== 'sequential')
       throw new InvalidArgumentError('PipelineTrainer.evaluate works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
+    if (this.options.loss !== 'cross-entropy') throw new InvalidArgumentError(`PipelineTrainer.evaluate measures classification accuracy; with the ${this.options.loss} loss, read the rounds' losses`);
     if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluate: inputs must be a Float32Array');
     if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
       throw new InvalidArgumentError('PipelineTrainer.evaluate: labels must be a non-empty array of class indices');
-    const features = checkLayers(this.model.layers)[0]!;
-    if (inputs.length !== labels.length * features)
-      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+    const widths = checkLayers(this.model.layers);
+    const features = widths[0]!;
+    const samples = inputs.length / features;
+    const per = labels.length / samples;
+    if (!Number.isInteger(samples) || samples < 1 || !Number.isInteger(per) || per < 1 || widths[widths.length - 1]! % per !== 0)
+      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}: give 1 or P class indices per sample, P dividing the model's ${widths[widths.length - 1]} outputs`);
     const parts = await this.weights();
     return evaluateSequential(this.model, parts, inputs, labels);
   }
@@ -530,7 +535,7 @@ export class PipelineTrainer {
   }
 }
 
-/** @internal Accuracy of a sequential model from its parts' weights, on this thread. */
+/** @internal Accuracy of a sequential model from its parts' weights, on this thread: per sample, or per row with P class indices per sample. */
 export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'sequential' }>, parts: readonly Float32Array[], inputs: Float32Array, labels: ArrayLike<number>): number {
   const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
   const ranges = partRanges(model.layers.length, model.boundaries);
@@ -547,16 +552,18 @@ export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'se
       }
     });
     const features = whole.inputSize;
-    const classes = whole.outputSize;
+    const samples = inputs.length / features;
+    const per = labels.length / samples;
+    const classes = whole.outputSize / per;
     let correct = 0;
-    for (let start = 0; start < labels.length; start += batch) {
-      const n = Math.min(batch, labels.length - start);
+    for (let start = 0; start < samples; start += batch) {
+      const n = Math.min(batch, samples - start);
       x.array.set(inputs.subarray(start * features, (start + n) * features));
-      const logits = (whole.forward(0, x, n, whole.params.weights) as FlatBuffer).array;
-      for (let r = 0; r < n; r++) {
+      const logits = whole.forward(0, x, n, whole.params.weights).array;
+      for (let r = 0; r < n * per; r++) {
         let best = 0;
         for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
-        if (best === labels[start + r]) correct++;
+        if (best === labels[start * per + r]) correct++;
       }
       whole.release(0);
     }

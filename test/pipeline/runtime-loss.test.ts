@@ -1,0 +1,129 @@
+/**
+ * The runtime's losses besides one class per sample: mean squared error against real targets, and
+ * the cross-entropy over P rows of classes per sample (a language model's per-token loss, each
+ * sample's P next tokens). GPipe and 1F1B on 2 and 3 stages end, after 8 batches, with the weights
+ * of single-process mini-batch training of the whole model on the same batches
+ * (test/reference/pipeline.ts, double), to 1e-6 absolute as test/pipeline/runtime-sync.test.ts.
+ * Shapes that do not fit the loss are refused, typed, before any stage starts.
+ */
+import t from 'tap';
+
+import { InvalidArgumentError, PipelineTrainer, Sequential, SizeMismatchError, mlpLayers, type LayerSpec, type PipelineOptimizerSpec } from '../../dist/index.js';
+import { referenceMiniBatch, type RefPartWeights } from '../reference/pipeline.js';
+import { FEATURES, evenBoundaries, refConfig } from './runtime-helpers.js';
+
+const TOLERANCE = 1e-6;
+const BATCHES = 8;
+const M = 6;
+const B = 3;
+const SEED = 11;
+const optimizer: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.1, momentum: 0.9 };
+
+/** The whole model's initial weights per layer, as the library draws them. */
+function initial(layers: LayerSpec[]): RefPartWeights {
+  const model = new Sequential(layers, { seed: SEED });
+  try {
+    return layers.map((l, i) => (l.kind === 'linear' ? { w: model.params.view(model.params.weights, `layer${i}.weight`).slice(), b: model.params.view(model.params.weights, `layer${i}.bias`).slice() } : null));
+  } finally {
+    model.dispose();
+  }
+}
+
+function random(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+}
+
+const samples = BATCHES * M * B;
+const next = random(5);
+const inputs = Float32Array.from({ length: samples * FEATURES }, () => next() * 2 - 1);
+
+interface LossCase {
+  name: string;
+  layers: LayerSpec[];
+  loss: 'cross-entropy' | 'mse';
+  labels: Float32Array | Int32Array;
+  per: number;
+}
+// Regression: 4 real targets per sample, a smooth function of the inputs.
+const mse: LossCase = {
+  name: 'mse',
+  layers: mlpLayers([FEATURES, 16, 16, 4]),
+  loss: 'mse',
+  labels: Float32Array.from({ length: samples * 4 }, (_, i) => Math.sin(inputs[Math.floor(i / 4) * FEATURES + (i % 4)]! * 2)),
+  per: 4,
+};
+// A language model's loss: 3 rows of 5 classes per sample (15 outputs), 3 class indices per sample.
+const tokens: LossCase = {
+  name: 'cross-entropy over 3 rows per sample',
+  layers: mlpLayers([FEATURES, 16, 16, 15]),
+  loss: 'cross-entropy',
+  labels: Int32Array.from({ length: samples * 3 }, (_, i) => (inputs[Math.floor(i / 3) * FEATURES + (i % 3)]! > 0 ? 2 : 0) + (i % 3 === 1 ? 1 : 0)),
+  per: 3,
+};
+
+for (const c of [mse, tokens])
+  for (const schedule of ['gpipe', '1f1b'] as const)
+    for (const stages of [2, 3]) {
+      t.test(`${c.name}: ${schedule} on ${stages} stages equals mini-batch training`, async (t) => {
+        const batches = Array.from({ length: BATCHES }, (_, r) => Array.from({ length: M * B }, (_, i) => r * M * B + i));
+        const ref = referenceMiniBatch(c.layers, initial(c.layers), refConfig(optimizer), { inputs, labels: c.labels, features: FEATURES, batch: M * B, loss: c.loss, targetsPerSample: c.per }, batches);
+        const boundaries = evenBoundaries(c.layers.length, stages);
+        const trainer = await PipelineTrainer.create({
+          schedule,
+          stages,
+          microBatches: M,
+          microBatchSize: B,
+          model: { layers: c.layers, seed: SEED, boundaries },
+          optimizer,
+          data: { inputs, labels: c.labels, features: FEATURES },
+          loss: c.loss,
+          shuffle: false,
+        });
+        try {
+          const losses: number[] = [];
+          for (let r = 0; r < BATCHES; r++) losses.push((await trainer.trainRound()).loss);
+          t.ok(losses[BATCHES - 1]! < losses[0]!, `the loss falls: ${losses[0]!.toFixed(4)} -> ${losses[BATCHES - 1]!.toFixed(4)}`);
+          const parts = await trainer.weights();
+          // Flatten the trainer's parts into per-layer weights, as the reference holds them.
+          const edges = [0, ...boundaries, c.layers.length];
+          let worst = 0;
+          parts.forEach((flat, j) => {
+            const part = new Sequential(c.layers, { seed: SEED, range: [edges[j]!, edges[j + 1]!] });
+            try {
+              part.params.weights.array.set(flat);
+              for (let i = edges[j]!; i < edges[j + 1]!; i++) {
+                const r = ref[i];
+                if (!r) continue;
+                const w = part.params.view(part.params.weights, `layer${i}.weight`);
+                const b = part.params.view(part.params.weights, `layer${i}.bias`);
+                w.forEach((v, k) => (worst = Math.max(worst, Math.abs(v - r.w[k]!))));
+                b.forEach((v, k) => (worst = Math.max(worst, Math.abs(v - r.b[k]!))));
+              }
+            } finally {
+              part.dispose();
+            }
+          });
+          t.ok(worst <= TOLERANCE, `largest weight difference ${worst.toExponential(2)} <= ${TOLERANCE}`);
+          if (c.loss === 'cross-entropy') {
+            const accuracy = await trainer.evaluate(inputs, c.labels);
+            t.ok(accuracy > 0.4 && accuracy <= 1, `evaluate scores every row: ${accuracy.toFixed(3)}`);
+          } else await t.rejects(trainer.evaluate(inputs, c.labels), InvalidArgumentError, 'no accuracy for a regression');
+        } finally {
+          await trainer.dispose();
+        }
+      });
+    }
+
+t.test('targets that do not fit the loss are refused before any stage starts, typed', async (t) => {
+  const base = { schedule: 'gpipe' as const, stages: 2, microBatches: 2, microBatchSize: 2, optimizer, model: { layers: mse.layers, boundaries: [2] } };
+  // mse: 4 outputs, 3 targets per sample.
+  await t.rejects(PipelineTrainer.create({ ...base, loss: 'mse', data: { inputs, labels: new Float32Array(samples * 3), features: FEATURES } }), SizeMismatchError);
+  await t.rejects(PipelineTrainer.create({ ...base, loss: 'mse', data: { inputs, labels: Float32Array.from({ length: samples * 4 }, (_, i) => (i === 7 ? NaN : 0)), features: FEATURES } }), InvalidArgumentError);
+  // Cross-entropy: 3 rows do not divide 4 outputs; a label past its row's classes.
+  await t.rejects(PipelineTrainer.create({ ...base, data: { inputs, labels: new Int32Array(samples * 3), features: FEATURES } }), SizeMismatchError);
+  await t.rejects(PipelineTrainer.create({ ...base, data: { inputs, labels: Int32Array.from({ length: samples * 2 }, (_, i) => (i === 5 ? 2 : 0)), features: FEATURES } }), InvalidArgumentError);
+  // Targets that are not a whole number per sample, and an unknown loss.
+  await t.rejects(PipelineTrainer.create({ ...base, data: { inputs, labels: new Int32Array(samples + 1), features: FEATURES } }), SizeMismatchError);
+  await t.rejects(PipelineTrainer.create({ ...base, loss: 'hinge' as never, data: { inputs, labels: new Int32Array(samples), features: FEATURES } }), InvalidArgumentError);
+});
