@@ -38,7 +38,10 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * `accumulationSteps` above 1 is refused there.
    */
   device?: 'cpu' | CudaDevice;
-  /** The model's parameters; the trainer updates its weights. */
+  /**
+   * The model's parameters; the trainer updates its weights (with `device: 'cuda:N'` the device
+   * copy, and these host weights only on copyToHost() and exportState()).
+   */
   params: ParamSet;
   optimizer: DataParallelOptimizerSpec;
   /**

@@ -13,10 +13,11 @@ import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
 import { LocalCommunicator } from '../../dist/comm/local.js';
 import { NcclCommunicator } from '../../dist/comm/nccl.js';
 import { DataParallelTrainer } from '../../dist/dataparallel/trainer.js';
-import { cudaStatus, DeviceBuffer, probeNccl } from '../../dist/device/index.js';
-import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
+import { cudaStatus, probeNccl } from '../../dist/device/index.js';
+import type { SapipeError } from '../../dist/errors.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { ParamSet } from '../../dist/tensor.js';
+import { assertNoUsableDevice, ncclTrainerCases } from '../helpers/nccl-trainer.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 import { refBackward, refForward, refLoss, type RefPartWeights } from '../reference/pipeline.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
@@ -39,12 +40,7 @@ async function failure(fn: () => unknown): Promise<string> {
 function gpuTest(name: string, fn: (t: Test) => Promise<void>): void {
   t.test(`GPU: ${name}`, async (t) => {
     if (!gpu) {
-      try {
-        DeviceBuffer.allocate(1, { device: 'cuda:0' });
-        t.fail('a device buffer was allocated although cudaStatus() says no device is usable');
-      } catch (error) {
-        t.ok(error instanceof BackendUnavailableError, `no usable device, and the reason says why: ${String(error)}`);
-      }
+      assertNoUsableDevice(t);
       return;
     }
     if (!nccl.available) {
@@ -106,13 +102,7 @@ const sgd = { kind: 'sgd', lr: 0.05, momentum: 0.9 } as const;
 const adam = { kind: 'adam', lr: 0.003 } as const;
 // Several buckets (the MLP has 464 floats with padding): each bucket's update behind its reduction.
 const buckets = { bucketBytes: 512, firstBucketBytes: 128 };
-const cases: [string, Omit<Options, 'comm' | 'params'>][] = [
-  ['sync', { mode: 'sync', optimizer: sgd, ...buckets }],
-  ['pipe-sgd', { mode: 'pipe-sgd', optimizer: sgd, ...buckets }],
-  ['sapipe-dc', { mode: 'sapipe-dc', optimizer: sgd, ...buckets }],
-  ['sapipe-wp prev-sync', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync', ...buckets }],
-  ['sapipe-wp prev-sync + DC, Adam', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, ...buckets }],
-];
+const cases = ncclTrainerCases<Options['optimizer']>(sgd, adam, buckets);
 const STEPS = 50;
 const NAN_AT = 20;
 // cuBLAS and the device kernels contract multiply-adds into FMAs and sum in another order than the
