@@ -284,6 +284,72 @@ gpuTest('device gradients against the float64 references: sync applies each grad
   }
 });
 
+// Loss scaling and the overflow recheck, with a gradient written into the device buffer from the
+// host (a stand-in for a backward pass that depends on the weights read and on the step).
+gpuTest('device gradients written directly: loss scaling and the overflow recheck as the trainer over local', async (t) => {
+  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
+  const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+  const local = await LocalCommunicator.create({ group: `device-trainer-direct-${process.pid}`, rank: 0, size: 1 });
+  const spec = { w: [37, 11], b: [11] };
+  const probe = new ParamSet(spec);
+  const n = probe.length;
+  probe.dispose();
+  const init = fillUniform(new Float32Array(n), rng(31));
+  const target = fillUniform(new Float32Array(n), rng(32));
+  const gradient = (w: Float32Array, step: number): Float32Array => Float32Array.from(w, (x, i) => (x - target[i]!) * (1 + 0.25 * Math.sin(step + i)));
+  const run = async (trainer: Trainer, steps: number, edit: (g: Float32Array, step: number) => void) => {
+    const trace = { weights: [] as Float32Array[], results: [] as unknown[] };
+    const onDevice = trainer.device !== 'cpu';
+    for (let step = 0; step < steps; step++) {
+      const forward = onDevice ? trainer.deviceForwardWeights.copyToHost(new Float32Array(n)) : trainer.forwardWeights.array.slice();
+      const g = gradient(forward, step).map((x) => x * trainer.lossScale);
+      edit(g, step);
+      if (onDevice) trainer.deviceGrads.copyFromHost(g);
+      else trainer.grads.array.set(g);
+      const r = await trainer.step();
+      trace.results.push({ applied: r.applied, updated: r.updated, nonFiniteCount: r.nonFiniteCount });
+      trace.weights.push(onDevice ? trainer.deviceWeights.copyToHost(new Float32Array(n)) : trainer.params.weights.array.slice());
+    }
+    await trainer.flush();
+    return trace;
+  };
+  const make = async (config: Omit<Options, 'comm' | 'params'>, onDevice: boolean): Promise<Trainer> => {
+    const params = new ParamSet(spec);
+    params.weights.array.set(init);
+    return DataParallelTrainer.create({ ...config, params, ...(onDevice ? { comm, device: 'cuda:0' } : { comm: local }) } as Options);
+  };
+  try {
+    const scenarios: [string, Omit<Options, 'comm' | 'params'>, number, (g: Float32Array, step: number) => void][] = [
+      // A NaN backs the scale off; growthInterval 5 grows it again.
+      ['sapipe-wp + DC, Adam, loss scaling', { mode: 'sapipe-wp', optimizer: adam, compensation: {}, lossScaling: { initScale: 1024, growthInterval: 5 }, ...buckets }, 30, (g, s) => s === 12 && (g[3] = Number.NaN)],
+      // A finite 3e38: skipped for the overflow risk, rechecked and applied, as the host applies it.
+      ...(['sync', 'pipe-sgd', 'sapipe-wp'] as const).map((mode): [string, Omit<Options, 'comm' | 'params'>, number, (g: Float32Array, step: number) => void] => [
+        `${mode}, a gradient of 3e38`,
+        { mode, optimizer: { kind: 'sgd', lr: 1e-30 }, ...buckets },
+        4,
+        (g, s) => s === 1 && (g[7] = 3e38),
+      ]),
+    ];
+    for (const [name, config, steps, edit] of scenarios) {
+      const [onDevice, onHost] = [await make(config, true), await make(config, false)];
+      const [d, h] = [await run(onDevice, steps, edit), await run(onHost, steps, edit)];
+      t.same(d.results, h.results, `${name}: the same steps applied, skipped and counted`);
+      const skipped = h.results.filter((r) => (r as { updated: boolean }).updated && !(r as { applied: boolean }).applied).length;
+      t.equal(skipped, config.lossScaling ? 1 : 0, `${name}: ${config.lossScaling ? 'the NaN step was skipped' : 'every update applied'}`);
+      t.equal(onDevice.lossScale, onHost.lossScale, `${name}: the same loss scale after (${onHost.lossScale})`);
+      t.ok(worstOf(d.weights, h.weights) <= 1, `${name}: the weights after every step agree`);
+      for (const trainer of [onDevice, onHost]) {
+        await trainer.dispose();
+        trainer.params.dispose();
+      }
+    }
+  } finally {
+    comm.destroy();
+    local.destroy();
+    await store.close();
+  }
+});
+
 gpuTest('device gradients: what cannot run is refused with a typed error that says what to do', async (t) => {
   const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
   const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
