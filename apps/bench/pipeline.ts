@@ -39,7 +39,7 @@ export interface PipelineBenchRow {
   simulatedMachineMs: number;
   /** measured / simulatedMachineMs. */
   ratioMachine: number;
-  /** The simulator fed this run's measured costs with the sharing taken out, stages sharing the cores. */
+  /** The simulator fed each round's measured costs with the sharing taken out, stages sharing the cores: the median over rounds. */
   simulatedSharedMs: number;
   /** measured / simulatedSharedMs. */
   ratioShared: number;
@@ -86,7 +86,10 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         profiles.set(boundaries.join(','), profile);
       }
       const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize));
-      const shared = simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, reports.map((r) => r.timeline), { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 }));
+      // each round from its own work (a round the machine's other load slowed is slowed in its costs
+      // too), the median over rounds, as the measured figure is
+      const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 };
+      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], sharing)).makespan));
       const row: PipelineBenchRow = {
         schedule,
         measuredMs: median(makespans),
@@ -101,8 +104,8 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         boundaries,
         simulatedMachineMs: machine.makespan,
         ratioMachine: median(makespans) / machine.makespan,
-        simulatedSharedMs: shared.makespan,
-        ratioShared: median(makespans) / shared.makespan,
+        simulatedSharedMs: sharedMs,
+        ratioShared: median(makespans) / sharedMs,
         cores: profile.machine!.cores,
         passCores: profile.machine!.passCores ?? 1,
       };

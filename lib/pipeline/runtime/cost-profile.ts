@@ -137,7 +137,7 @@ export function machineCores(): { cores: number; poolThreads: number } {
 /**
  * How many cores a pass uses, measured: the forward + backward of one part (layers `range`) at
  * `microBatchSize` samples runs `passes` times on one worker thread alone, then on `cores` worker
- * threads at once. Under processor sharing, k passes at once that each use d cores take
+ * threads at once (three turns of each, the medians kept). Under processor sharing, k passes at once that each use d cores take
  * `max(1, k*d/cores)` times as long, so `d = cores * (time at once / time alone) / k`, at least 1
  * and at most `cores`.
  *
@@ -174,8 +174,16 @@ export async function measurePassCores(layers: readonly LayerSpec[], range: read
       await Promise.all(workers.map((w) => w.terminate()));
     }
   };
-  const aloneMs = await run(1);
-  const sharedMs = cores > 1 ? await run(cores) : aloneMs;
+  // Three turns of alone then at once, the median of each: a busy moment of the machine lands on
+  // one turn, not on the figure.
+  const alone: number[] = [];
+  const shared: number[] = [];
+  for (let turn = 0; turn < 3; turn++) {
+    alone.push(await run(1));
+    shared.push(cores > 1 ? await run(cores) : alone[turn]!);
+  }
+  const aloneMs = median(alone);
+  const sharedMs = median(shared);
   // k = cores passes at once: d = cores * (sharedMs / aloneMs) / cores
   const passCores = Math.min(cores, Math.max(1, sharedMs / aloneMs));
   return { passCores, aloneMs: aloneMs / passes, sharedMs: sharedMs / passes, threads: cores };
