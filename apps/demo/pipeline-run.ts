@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { checkLayers, cnnLayers, type Dataset, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { calibrateProfile, checkLayers, cnnLayers, type Dataset, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
@@ -264,8 +264,13 @@ export function roundOverhead(report: RoundReport): { perActionMs: number; share
   return { perActionMs: actions > 0 ? total / actions : 0, shareOfRound: makespan > 0 ? worst / makespan : 0 };
 }
 
-/** @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. */
-export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void): Promise<MnistPipelineResult> {
+/**
+ * @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. With
+ * `machineProfile` (and one pipeline of one part per stage), `profile` is the machine-aware one:
+ * each part timed alone at several micro-batch sizes and fitted, the cores a pass uses and the
+ * local link measured, then brought to the run's measured costs (calibrateProfile).
+ */
+export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void, options: { machineProfile?: boolean } = {}): Promise<MnistPipelineResult> {
   const c = checkMnistPipelineConfig(config);
   const { train, test } = modelData(c);
   const n = Math.min(train.count, c.trainSamples ?? train.count);
@@ -290,6 +295,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
   try {
     const epochs: MnistPipelineEpoch[] = [];
     let last: RoundReport[] = [];
+    let lastWallMs = 0;
     let trainMs = 0;
     for (let e = 0; e < c.epochs; e++) {
       const rounds: RoundReport[] = [];
@@ -300,6 +306,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       epochs.push(entry);
       onEpoch?.(entry);
       last = rounds;
+      lastWallMs = report.wallMs;
     }
     const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
     const typical = byWall[Math.floor(byWall.length / 2)]!;
@@ -307,6 +314,19 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     const costs = measuredCosts(trainer.schedule, last.map((r) => r.timeline));
     const simulated = simulateSchedule(trainer.schedule, costs);
     const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
+    let profile = runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs);
+    const onePartPerStage = trainer.schedule.pipelines === 1 && trainer.schedule.parts === trainer.schedule.stages && trainer.schedule.stages > 1;
+    if (options.machineProfile && onePartPerStage) {
+      const machine = await profileOnMachine(modelLayers(c), boundaries, {
+        microBatchSize: c.microBatchSize,
+        batchSize: c.microBatches * c.microBatchSize,
+        optimizerStateCopies: OPTIMIZERS[c.optimizer].stateBuffers({ momentum: c.momentum }),
+      });
+      profile = calibrateProfile(machine, trainer.schedule, last.map((r) => r.timeline));
+      // what a round costs beyond its timeline (starting it on every worker, collecting its report)
+      const timelines = last.reduce((n, r) => n + measuredResult(trainer.schedule, trainer.analysis, r.timeline).makespan, 0);
+      profile = { ...profile, roundOverheadMs: Math.max(0, (lastWallMs - timelines) / Math.max(1, last.length)) };
+    }
     return {
       config: c,
       device: trainer.device,
@@ -321,7 +341,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       peakStashed: typical.peakStashed,
       predictedCopies: typical.predictedCopies,
       peakActivations: typical.peakActivations,
-      profile: runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs),
+      profile,
     };
   } finally {
     await trainer.dispose();

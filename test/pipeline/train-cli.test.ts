@@ -3,7 +3,7 @@
  * report with the measured and simulated timelines, and refuses bad options with a message.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -76,6 +76,14 @@ t.test('a profile the run measured is accepted by tune, and tune\'s choice is a 
   const args = tuned.train!.split(' ').slice(2);
   const trained = await run(process.execPath, [bin, ...args, '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 'b.html'), '--json'], { timeout: 120_000 });
   t.ok((JSON.parse(trained.stdout) as { epochs: unknown[] }).epochs.length === 1, 'the tuned command trains');
+  // the profile knows the machine, and the tuner reports its prediction for the run it chose
+  const machine = JSON.parse(readFileSync(profile, 'utf8')) as { machine?: { cores: number; passCores: number }; stages: { fit?: { forward: { perSampleMs: number } } }[] };
+  t.ok(machine.machine && machine.machine.cores >= 1 && machine.machine.passCores >= 1, 'cores and the cores a pass uses');
+  t.ok(machine.stages.every((s) => s.fit !== undefined && s.fit.forward.perSampleMs >= 0), 'a fixed + per-sample fit per stage');
+  const runFile = join(dir, 'run.json');
+  writeFileSync(runFile, trained.stdout);
+  const checked = await run(process.execPath, [bin, 'tune', '--profile', profile, '--memory-gb', '1', '--max-pipelines', '2', '--max-microbatches', '8', '--top', '0', '--measured', runFile], { timeout: 60_000 });
+  t.match(checked.stdout, /the measured run, avgpipe N=\d+ M=\d+ A=\d+ micro-batch \d+:\n  predicted [\d.]+ samples\/s\n  measured  [\d.]+ samples\/s over training wall time: prediction error [-+][\d.]+%/);
 });
 
 t.test('--schedule sapipe trains its data-parallel workers and compares the measured round with the simulated one', async (t) => {

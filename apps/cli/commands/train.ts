@@ -108,6 +108,14 @@ function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; de
   return { lr: defaults.lr, momentum: defaults.momentum, defaultsNote: defaults.note };
 }
 
+/** Samples one round trains: every pipeline's micro-batches (2BW: its iterations' batches), or every worker's (SAPipe). */
+function samplesPerRound(result: { config: MnistPipelineConfig; measured: { schedule: { pipelines: number; microBatches: number } } }): number {
+  const c = result.config;
+  const coupling = SCHEDULES[c.schedule].runtime.coupling;
+  const copies = coupling === 'workers' ? c.stages : coupling === 'elastic-averaging' ? result.measured.schedule.pipelines : (c.pipelines ?? 1);
+  return copies * result.measured.schedule.microBatches * c.microBatchSize;
+}
+
 export function registerTrainCommand(program: Command): void {
   const train = program.command('train').description('Train a model with sapipe (pipeline-parallel today)');
   const d = MNIST_PIPELINE_DEFAULTS;
@@ -139,7 +147,11 @@ export function registerTrainCommand(program: Command): void {
     .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`)
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
-    .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
+    .option(
+      '--profile-out <file>',
+      'also write the measured stage costs and sizes as a profile for `sapipe tune`; with one pipeline, machine-aware: each stage timed alone at several micro-batch sizes ' +
+        '(fixed + per-sample fit, brought to the run\'s costs), the cores and how many a pass uses, the local link',
+    )
     .option('--device <where>', 'where the stages run: cpu (a worker thread each), cuda:N (every stage on that GPU, in this process), or auto (cuda:0 where it is usable, else cpu)', 'cpu')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
@@ -149,7 +161,7 @@ export function registerTrainCommand(program: Command): void {
       bar?.start(config.epochs, 0, { accuracy: '-' });
       let result;
       try {
-        result = await runMnistPipeline(config, (e) => bar?.update(e.epoch, { accuracy: `${(e.accuracy * 100).toFixed(2)}%` }));
+        result = await runMnistPipeline(config, (e) => bar?.update(e.epoch, { accuracy: `${(e.accuracy * 100).toFixed(2)}%` }), { machineProfile: o.profileOut !== undefined });
       } finally {
         bar?.stop();
       }
@@ -164,6 +176,9 @@ export function registerTrainCommand(program: Command): void {
               config: result.config,
               device: result.device,
               ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
+              trainSamples: result.trainSamples,
+              samplesPerRound: samplesPerRound(result),
+              trainMs: result.trainMs,
               boundaries: result.boundaries,
               epochs: result.epochs,
               measured: { makespanMs: result.measured.makespan, bubbleFraction: result.measured.bubbleFraction },

@@ -5,5 +5,6 @@ export { StageRunner, type MicroBatchSource, type StagePart, type StageRoundResu
 export type { PipelineAveragingOptions, PipelineDataParallelOptions, PipelineLoss, PipelineModelSpec, PipelineOptimizerSpec } from './stage-host.js';
 export { PIPELINE_LOSSES } from './stage-host.js';
 export { measuredCosts, measuredResult, profileLayers } from './measure.js';
+export { type MachineProfileOptions, type PartCostOptions, type PartCostProfile, calibrateProfile, machineCores, measureLocalLink, measurePassCores, measuredP2pLatency, profileOnMachine, profilePartCosts, sharedCoresCosts } from './cost-profile.js';
 export { RUNTIME_SCHEDULES, type RuntimeScheduleName } from './weights.js';
 export { trainPipelineStage, type PipelineStageOptions, type PipelineStageReport } from './launched.js';
