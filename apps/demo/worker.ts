@@ -1,5 +1,5 @@
 /**
- * One rank of `sapipe demo` (a worker thread): trains the MLP on its shard of the MNIST training
+ * One rank of `sapipe demo` (a worker thread): trains the model (apps/demo/models.ts) on its shard of the training
  * set with one data-parallel mode, reporting per step how long step() waited for communication.
  * Rank 0 also measures test accuracy after every epoch (outside the timed region, behind a
  * barrier, so evaluation never counts as training or communication time).
@@ -7,10 +7,12 @@
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, MLP, type NetworkEmulation, shuffledIndices } from 'sapipe';
-import { DEMO_LAYERS, demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
+import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, type NetworkEmulation, shuffledIndices } from 'sapipe';
+import { demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
+import { createDemoModel, type DemoModelName } from './models.js';
 
 export interface DemoWorkerData extends LocalRankData, DemoSharedData {
+  model: DemoModelName;
   variant: DemoVariant;
   lambda: number | undefined;
   dcKind: 'elementwise' | 'adaptive' | undefined;
@@ -33,12 +35,12 @@ export type DemoWorkerMessage =
 
 const data = workerData as DemoWorkerData;
 const { group, rank, size } = data.sapipeLocal;
-const FEATURES = DEMO_LAYERS[0]!;
+const FEATURES = data.trainInputs.length / data.trainLabels.length;
 
 async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
-  const model = new MLP(DEMO_LAYERS, { seed: data.seed });
+  const model = createDemoModel(data.model, data.seed);
   const trainer = await DataParallelTrainer.create({ comm, params: model.params, ...demoTrainerOptions(data.variant, data) });
   const trainCount = data.trainLabels.length;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).

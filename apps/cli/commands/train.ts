@@ -35,13 +35,13 @@ interface TrainCliOptions {
   weightPrediction: boolean;
   boundaries: string;
   layers: string;
-  model: string;
+  model?: string;
   channels?: string;
   report: string;
   svg?: string;
   profileOut?: string;
   json?: boolean;
-  device: string;
+  device?: string;
 }
 
 const num = numberOption;
@@ -72,7 +72,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
   const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
   const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
-  const model = checkOneOf(o.model, '--model', PIPELINE_MODELS);
+  const model = checkOneOf(o.model ?? 'mlp', '--model', PIPELINE_MODELS);
   if (o.channels !== undefined && model !== 'cnn') throw new InvalidArgumentError('--channels sets the CNN\'s convolutions; use it with --model cnn');
   return {
     schedule: o.schedule as MnistPipelineConfig['schedule'],
