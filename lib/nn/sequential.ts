@@ -43,7 +43,8 @@ import type { StageBackwardOptions, StageModel } from './stage-model.js';
  * - `embedding`: a sample is `context` token ids held as floats (integers below `vocab`), out
  *   `context * dim` values: each position's row of `tokens` [vocab, dim] plus its row of
  *   `positions` [context, dim] (both initially N(0, 0.02), GPT-2's). Only as the first layer (token
- *   ids have no gradient: a part that starts with it returns no input gradient);
+ *   ids have no gradient: a part that starts with it returns no input gradient); an id that is
+ *   not an integer below vocab gives a NaN row (the op runs on a device too, where it cannot throw);
  * - `transformerBlock`: a pre-LN GPT-2 block over `context` positions of `dim` values (`context *
  *   dim` features in and out): x + proj(attention(LN1(x))), then + fc2(gelu(fc1(LN2(x)))), with
  *   causal attention of `heads` heads (dim a multiple of heads, dim / heads at most 256) and fc1 of
@@ -306,7 +307,7 @@ export function checkLayers(layers: readonly LayerSpec[], label: string = 'layer
     const before = widths.length > 0 ? widths[widths.length - 1]! : undefined;
     const { in: inF, out } = entry.check(layer, at, before);
     if (before !== undefined && inF !== undefined && inF !== before)
-      throw new SizeMismatchError(`${at} is ${layer.kind} with ${inF} input features, but the layer before outputs ${before}; make them agree (a convolution or pooling takes channels * height * width)`);
+      throw new SizeMismatchError(`${at} is ${layer.kind} with ${inF} input features, but the layer before outputs ${before}; make them agree (a convolution or pooling takes channels * height * width, a per-position layer rows * features, a transformer block context * dim)`);
     if (widths.length === 0) widths.push(inF!);
     widths.push(out);
   });
