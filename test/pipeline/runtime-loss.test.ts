@@ -9,7 +9,7 @@
 import t from 'tap';
 
 import { InvalidArgumentError, PipelineTrainer, Sequential, SizeMismatchError, mlpLayers, type LayerSpec, type PipelineOptimizerSpec } from '../../dist/index.js';
-import { referenceMiniBatch, type RefPartWeights } from '../reference/pipeline.js';
+import { refForward, refLoss, refMse, referenceMiniBatch, type RefPartWeights } from '../reference/pipeline.js';
 import { FEATURES, evenBoundaries, refConfig } from './runtime-helpers.js';
 
 const TOLERANCE = 1e-6;
@@ -105,6 +105,12 @@ for (const c of [mse, tokens])
             }
           });
           t.ok(worst <= TOLERANCE, `largest weight difference ${worst.toExponential(2)} <= ${TOLERANCE}`);
+          // The validation loss of the trained model against the reference's loss at its weights, in double.
+          const x = Float64Array.from(inputs);
+          const out = refForward(c.layers, ref, x, samples).outputs.at(-1)!;
+          const expected = c.loss === 'mse' ? refMse(out, c.labels).loss : refLoss(out, c.labels, samples * c.per, (c.layers.at(-1) as { out: number }).out / c.per).loss;
+          const got = await trainer.evaluateLoss(inputs, c.labels);
+          t.ok(Math.abs(got - expected) <= 1e-5 * (1 + expected), `evaluateLoss ${got.toFixed(6)} = the reference's ${expected.toFixed(6)}`);
           if (c.loss === 'cross-entropy') {
             const accuracy = await trainer.evaluate(inputs, c.labels);
             t.ok(accuracy > 0.4 && accuracy <= 1, `evaluate scores every row: ${accuracy.toFixed(3)}`);
