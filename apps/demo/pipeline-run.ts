@@ -4,8 +4,8 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { calibrateProfile, checkLayers, cnnLayers, type Dataset, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
-import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
+import { calibrateProfile, checkLayers, cnnLayers, type Dataset, gptLayers, loadTextCorpus, splitText, tokenSource, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkInteger, checkNumber, checkObject, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
 export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
@@ -34,10 +34,12 @@ export interface MnistPipelineConfig {
    * `cnn`, sapipe's small CNN (cnnLayers with `channels`, default 8,16) on Fashion-MNIST's
    * 60 000 training and 10 000 test images (Debian's dataset-fashion-mnist).
    */
-  model?: 'mlp' | 'cnn';
+  model?: PipelineModelName;
   sizes: readonly number[];
   /** `cnn`: the convolutions' output channels. */
   channels?: readonly number[];
+  /** `gpt`: a byte-level GPT (gptLayers) on the text of Debian's fortunes, windows of `context` bytes. */
+  gpt?: PipelineGptConfig;
   /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
   pipelines?: number;
   dataParallel?: DataParallelMode;
@@ -83,24 +85,53 @@ export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: Mnist
 }
 
 /** @internal The models `train pipeline --model` takes. */
-export const PIPELINE_MODELS = ['mlp', 'cnn'] as const;
+export const PIPELINE_MODELS = ['mlp', 'cnn', 'gpt'] as const;
+/** @internal */
+export type PipelineModelName = (typeof PIPELINE_MODELS)[number];
+/** @internal The GPT's size: transformer blocks, width, attention heads, context (bytes). */
+export interface PipelineGptConfig {
+  blocks: number;
+  dim: number;
+  heads: number;
+  context: number;
+}
+/** @internal The GPT the issue's study asks for: 4 blocks of width 128, 4 heads, 128 bytes of context. */
+export const PIPELINE_GPT_DEFAULTS: PipelineGptConfig = { blocks: 4, dim: 128, heads: 4, context: 128 };
+/** Validation windows of the GPT's held-out text evaluated per epoch. */
+const GPT_VALIDATION_WINDOWS = 256;
 /** @internal The CNN's default convolution channels. */
 export const PIPELINE_CNN_CHANNELS = [8, 16] as const;
 
 /** @internal The layers of the run's model. */
 export function modelLayers(c: MnistPipelineConfig): LayerSpec[] {
-  if ((c.model ?? 'mlp') === 'mlp') return mlpLayers(c.sizes);
+  const model = c.model ?? 'mlp';
+  if (model === 'mlp') return mlpLayers(c.sizes);
+  if (model === 'gpt') {
+    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    return gptLayers({ vocab: 256, context: g.context, dim: g.dim, heads: g.heads, layers: g.blocks });
+  }
   return cnnLayers({ channels: 1, height: 28, width: 28 }, c.channels ?? PIPELINE_CNN_CHANNELS, 10);
 }
 
 /** @internal The run's model and data in words: `MLP 784-256-10 on MNIST`, `CNN conv 8,16 on Fashion-MNIST`. */
 export function describeModel(c: MnistPipelineConfig): string {
-  return (c.model ?? 'mlp') === 'mlp' ? `MLP ${c.sizes.join('-')} on MNIST` : `CNN (conv ${(c.channels ?? PIPELINE_CNN_CHANNELS).join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
+  const model = c.model ?? 'mlp';
+  if (model === 'gpt') {
+    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    return `byte-level GPT (${g.blocks} blocks, width ${g.dim}, ${g.heads} heads, context ${g.context}) on the fortunes text`;
+  }
+  return model === 'mlp' ? `MLP ${c.sizes.join('-')} on MNIST` : `CNN (conv ${(c.channels ?? PIPELINE_CNN_CHANNELS).join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
 }
 
 /** The training and test sets of the run's model. */
 function modelData(c: MnistPipelineConfig): { train: Dataset; test: Dataset } {
   if ((c.model ?? 'mlp') === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  if (c.model === 'gpt') {
+    // Windows of `context` bytes and their next bytes, one after another (stride = context); the last 10 % of the text is held out.
+    const { context } = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
+    return { train: textWindows(train, context), test: textWindows(validation, context, GPT_VALIDATION_WINDOWS) };
+  }
   return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
 }
 
@@ -168,6 +199,14 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   if (c.model !== undefined) checkOneOf(c.model, '--model', PIPELINE_MODELS);
+  if (c.gpt !== undefined) {
+    checkObject(c.gpt, '--model gpt sizes');
+    checkInteger(c.gpt.blocks, '--blocks', 1, 64);
+    checkInteger(c.gpt.dim, '--dim', 1, 4096);
+    checkInteger(c.gpt.heads, '--heads', 1, 64);
+    checkInteger(c.gpt.context, '--context', 1, 4096);
+    if (c.gpt.dim % c.gpt.heads !== 0) throw new InvalidArgumentError(`--dim ${c.gpt.dim} must be a multiple of --heads ${c.gpt.heads} (each head takes dim/heads values)`);
+  }
   if (c.channels !== undefined) {
     if (!Array.isArray(c.channels) || c.channels.length === 0) throw new InvalidArgumentError('--channels must list the convolutions\' output channels, e.g. 8,16');
     c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));
@@ -180,8 +219,22 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
 export interface MnistPipelineEpoch {
   epoch: number;
   loss: number;
+  /** Test accuracy (the GPT: the share of next bytes predicted right). */
   accuracy: number;
   wallMs: number;
+  /** The GPT: the mean loss per byte of the held-out text, and its perplexity. */
+  validationLoss?: number;
+  perplexity?: number;
+}
+
+/** A text's windows of `context` bytes as samples (token ids as floats) and their next bytes as P = context labels per sample. */
+function textWindows(bytes: Uint8Array, context: number, most = Infinity): Dataset {
+  const source = tokenSource(bytes, { context });
+  const count = Math.min(source.count, most);
+  const inputs = new Float32Array(count * context);
+  const targets = new Float32Array(count * context);
+  for (let i = 0; i < count; i++) source.read(Math.floor((i * source.count) / count), inputs, i * context, targets, i * context);
+  return { inputs, labels: Uint8Array.from(targets), features: context, count, classes: 256 };
 }
 
 /** @internal */
@@ -287,7 +340,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
     model: { layers: modelLayers(c), seed: c.seed, boundaries: c.boundaries },
     optimizer,
-    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
+    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n * (train.labels.length / train.count)), features: train.features },
     seed: c.seed,
     timeoutMs: 60_000,
     ...(c.device !== undefined ? { device: c.device } : {}),
@@ -302,7 +355,11 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       const report = await trainer.trainEpoch((r) => rounds.push(r));
       trainMs += report.wallMs;
       const accuracy = await trainer.evaluate(test.inputs, test.labels);
-      const entry = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      const entry: MnistPipelineEpoch = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      if (c.model === 'gpt') {
+        entry.validationLoss = await trainer.evaluateLoss(test.inputs, test.labels);
+        entry.perplexity = Math.exp(entry.validationLoss);
+      }
       epochs.push(entry);
       onEpoch?.(entry);
       last = rounds;

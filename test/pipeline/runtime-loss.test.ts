@@ -8,7 +8,7 @@
  */
 import t from 'tap';
 
-import { InvalidArgumentError, PipelineTrainer, Sequential, SizeMismatchError, mlpLayers, type LayerSpec, type PipelineOptimizerSpec } from '../../dist/index.js';
+import { FlatBuffer, InvalidArgumentError, PipelineTrainer, SGD, Sequential, SizeMismatchError, gptLayers, mlpLayers, tokenCrossEntropy, type LayerSpec, type PipelineOptimizerSpec } from '../../dist/index.js';
 import { refForward, refLoss, refMse, referenceMiniBatch, type RefPartWeights } from '../reference/pipeline.js';
 import { FEATURES, evenBoundaries, refConfig } from './runtime-helpers.js';
 
@@ -132,4 +132,77 @@ t.test('targets that do not fit the loss are refused before any stage starts, ty
   // Targets that are not a whole number per sample, and an unknown loss.
   await t.rejects(PipelineTrainer.create({ ...base, data: { inputs, labels: new Int32Array(samples + 1), features: FEATURES } }), SizeMismatchError);
   await t.rejects(PipelineTrainer.create({ ...base, loss: 'hinge' as never, data: { inputs, labels: new Int32Array(samples), features: FEATURES } }), InvalidArgumentError);
+});
+
+// A GPT's per-token loss through the runtime: a tiny byte-level GPT (gptLayers; its layers are
+// checked against test/reference/gpt.ts in test/nn/gpt.test.ts) cut into 2 stages under GPipe
+// equals the whole model trained on the same batches with tokenCrossEntropy, 6 SGD steps.
+t.test('a GPT under gpipe on 2 stages trains as the whole model on the same batches (per-token cross-entropy)', async (t) => {
+  const [vocab, context, rounds, m, b] = [11, 5, 6, 2, 3];
+  const layers = gptLayers({ vocab, context, dim: 8, heads: 2, layers: 2 });
+  const count = rounds * m * b;
+  const tokens = random(9);
+  const windows = Float32Array.from({ length: count * context }, () => Math.floor(tokens() * vocab));
+  // The next token of each position: a fixed function of the window, so there is something to learn.
+  const targets = Int32Array.from(windows, (v, i) => (v + (i % context)) % vocab);
+  const sgd: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.2, momentum: 0 };
+  const trainer = await PipelineTrainer.create({
+    schedule: 'gpipe',
+    stages: 2,
+    microBatches: m,
+    microBatchSize: b,
+    model: { layers, seed: SEED, boundaries: [2] },
+    optimizer: sgd,
+    data: { inputs: windows, labels: targets, features: context },
+    shuffle: false,
+  });
+  const whole = new Sequential(layers, { seed: SEED });
+  const optimizer = new SGD(whole.params, { lr: 0.2, momentum: 0 });
+  const x = FlatBuffer.allocate(m * b * context);
+  const y = FlatBuffer.allocate(m * b * context);
+  const dlogits = FlatBuffer.allocate(m * b * context * vocab);
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const report = await trainer.trainRound();
+      const rows = [r * m * b * context, (r + 1) * m * b * context];
+      x.array.set(windows.subarray(rows[0], rows[1]));
+      y.array.set(Float32Array.from(targets.subarray(rows[0], rows[1])));
+      const logits = whole.forward(0, x, m * b);
+      const loss = tokenCrossEntropy(logits, y, m * b, context, vocab, dlogits);
+      whole.backward(0, dlogits, { grads: whole.params.grads, inputGrad: false });
+      optimizer.stepSync();
+      t.ok(Math.abs(report.loss - loss) < 1e-5, `round ${r}: loss ${report.loss.toFixed(6)} = the whole model's ${loss.toFixed(6)}`);
+    }
+    const parts = await trainer.weights();
+    let worst = 0;
+    [[0, 2], [2, layers.length]].forEach(([start, end], j) => {
+      const part = new Sequential(layers, { seed: SEED, range: [start!, end!] });
+      try {
+        part.params.weights.array.set(parts[j]!);
+        for (const name of part.params.names) {
+          const mine = part.params.view(part.params.weights, name);
+          const theirs = whole.params.view(whole.params.weights, name);
+          mine.forEach((v, k) => (worst = Math.max(worst, Math.abs(v - theirs[k]!))));
+        }
+      } finally {
+        part.dispose();
+      }
+    });
+    t.ok(worst <= 1e-6, `every weight within 1e-6 of the whole model's (worst ${worst.toExponential(2)})`);
+    // evaluateLoss over every window = the whole model's mean loss, batch by batch.
+    let sum = 0;
+    for (let r = 0; r < rounds; r++) {
+      const rows = [r * m * b * context, (r + 1) * m * b * context];
+      x.array.set(windows.subarray(rows[0], rows[1]));
+      y.array.set(Float32Array.from(targets.subarray(rows[0], rows[1])));
+      sum += tokenCrossEntropy(whole.forward(1, x, m * b), y, m * b, context, vocab);
+      whole.release(1);
+    }
+    const validation = await trainer.evaluateLoss(windows, targets);
+    t.ok(Math.abs(validation - sum / rounds) < 1e-5, `evaluateLoss ${validation.toFixed(6)} = the whole model's ${(sum / rounds).toFixed(6)}`);
+  } finally {
+    await trainer.dispose();
+    for (const buffer of [x, y, dlogits]) buffer.dispose();
+    whole.dispose();
+  }
 });

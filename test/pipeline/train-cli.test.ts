@@ -50,6 +50,27 @@ t.test('--model cnn trains the CNN on Fashion-MNIST through the pipeline, and --
   t.match(refused, /--channels sets the CNN's convolutions; use it with --model cnn/);
 });
 
+t.test('--model gpt trains a byte-level GPT on the fortunes text through the pipeline and reports validation loss and perplexity', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const { stdout } = await run(
+    process.execPath,
+    [bin, 'train', 'pipeline', '--model', 'gpt', '--blocks', '2', '--dim', '32', '--heads', '2', '--context', '32', '--schedule', '1f1b', '--stages', '2', '--boundaries', '2', '--optimizer', 'adamw', '--lr', '0.003', '--epochs', '2', '--train-samples', '1024', '--report', join(dir, 'r.html'), '--json'],
+    { timeout: 120_000 },
+  );
+  const result = JSON.parse(stdout) as { epochs: { loss: number; accuracy: number; validationLoss: number; perplexity: number }[] };
+  const [first, second] = result.epochs;
+  t.ok(second!.validationLoss < first!.validationLoss, `validation loss falls: ${first!.validationLoss.toFixed(3)} -> ${second!.validationLoss.toFixed(3)}`);
+  // Uniform over the bytes is ln 256 = 5.55 nats; two short epochs of this tiny GPT reach 3.42 here.
+  t.ok(second!.validationLoss < 3.8, `validation loss ${second!.validationLoss.toFixed(3)} nats per byte (3.42 here)`);
+  t.ok(Math.abs(second!.perplexity - Math.exp(second!.validationLoss)) < 1e-9, 'perplexity = exp(validation loss)');
+  t.ok(second!.accuracy > 0.1 && second!.accuracy < 1, `next-byte accuracy ${second!.accuracy}`);
+  const refused = await run(process.execPath, [bin, 'train', 'pipeline', '--model', 'gpt', '--dim', '30', '--heads', '4'], { timeout: 60_000 }).then(
+    () => undefined,
+    (error: { stderr: string }) => error.stderr,
+  );
+  t.match(refused, /--dim 30 must be a multiple of --heads 4/);
+});
+
 t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas combine gradients', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
   const report = join(dir, 'report.html');

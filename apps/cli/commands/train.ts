@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
@@ -37,6 +37,10 @@ interface TrainCliOptions {
   layers: string;
   model?: string;
   channels?: string;
+  blocks?: string;
+  dim?: string;
+  heads?: string;
+  context?: string;
   report: string;
   svg?: string;
   profileOut?: string;
@@ -74,6 +78,19 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
   const model = checkOneOf(o.model ?? 'mlp', '--model', PIPELINE_MODELS);
   if (o.channels !== undefined && model !== 'cnn') throw new InvalidArgumentError('--channels sets the CNN\'s convolutions; use it with --model cnn');
+  const gptSizes = { blocks: o.blocks, dim: o.dim, heads: o.heads, context: o.context };
+  for (const [key, value] of Object.entries(gptSizes))
+    if (value !== undefined && model !== 'gpt') throw new InvalidArgumentError(`--${key} sets the GPT's size; use it with --model gpt`);
+  const g = PIPELINE_GPT_DEFAULTS;
+  const gpt =
+    model === 'gpt'
+      ? {
+          blocks: o.blocks === undefined ? g.blocks : num(o.blocks, '--blocks'),
+          dim: o.dim === undefined ? g.dim : num(o.dim, '--dim'),
+          heads: o.heads === undefined ? g.heads : num(o.heads, '--heads'),
+          context: o.context === undefined ? g.context : num(o.context, '--context'),
+        }
+      : undefined;
   return {
     schedule: o.schedule as MnistPipelineConfig['schedule'],
     stages: num(o.stages, '--stages'),
@@ -94,6 +111,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     model,
     sizes,
     ...(o.channels === undefined ? {} : { channels: o.channels.split(',').map((x) => num(x, '--channels')) }),
+    ...(gpt ? { gpt } : {}),
     device: o.device as MnistPipelineConfig['device'],
   };
 }
@@ -142,9 +160,13 @@ export function registerTrainCommand(program: Command): void {
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
-    .option('--model <kind>', `${PIPELINE_MODELS.join(' or ')}: an MLP on the MNIST digits, or a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist)`, 'mlp')
+    .option('--model <kind>', `${PIPELINE_MODELS.join(', ')}: an MLP on the MNIST digits, a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a byte-level GPT on the text of Debian's fortunes (per-byte cross-entropy; validation loss and perplexity per epoch)`, 'mlp')
     .option('--layers <sizes>', '--model mlp: its widths, 784 first and 10 last', d.sizes.join(','))
     .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`)
+    .option('--blocks <n>', `--model gpt: transformer blocks (default ${PIPELINE_GPT_DEFAULTS.blocks})`)
+    .option('--dim <n>', `--model gpt: width (default ${PIPELINE_GPT_DEFAULTS.dim})`)
+    .option('--heads <n>', `--model gpt: attention heads (default ${PIPELINE_GPT_DEFAULTS.heads})`)
+    .option('--context <n>', `--model gpt: bytes of context (default ${PIPELINE_GPT_DEFAULTS.context}); a sample is a window of that many bytes, its labels the next byte of each`)
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
     .option(
@@ -203,8 +225,10 @@ export function registerTrainCommand(program: Command): void {
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
       console.log(`device: ${result.device.device} (${result.device.reason})`);
-      const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);
-      for (const e of result.epochs) epochs.push([e.epoch, e.loss.toFixed(4), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
+      const lm = c.model === 'gpt';
+      const epochs = cliTable(['epoch', 'mean loss', ...(lm ? ['validation loss', 'perplexity', 'next-byte accuracy'] : ['test accuracy']), 'wall s']);
+      for (const e of result.epochs)
+        epochs.push([e.epoch, e.loss.toFixed(4), ...(lm ? [e.validationLoss!.toFixed(4), e.perplexity!.toFixed(2)] : []), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
       console.log(epochs.toString());
       const compare = cliTable(['one round', 'measured', 'simulated from measured costs']);
       for (const row of pipelineComparison(result)) compare.push(row);
