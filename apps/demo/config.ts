@@ -124,6 +124,8 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
 
 /** The MNIST split every demo rank reads: SharedArrayBuffer-backed, so N workers do not each copy it. */
 export interface DemoSharedData {
+  /** Values per sample (pixels, or the GPT's context of token ids). */
+  features: number;
   trainInputs: Float32Array;
   trainLabels: Uint8Array;
   testInputs: Float32Array;

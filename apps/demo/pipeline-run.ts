@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { calibrateProfile, checkLayers, cnnLayers, type Dataset, gptLayers, loadTextCorpus, splitText, tokenSource, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { calibrateProfile, checkLayers, cnnLayers, type Dataset, gptLayers, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkObject, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
@@ -225,16 +225,6 @@ export interface MnistPipelineEpoch {
   /** The GPT: the mean loss per byte of the held-out text, and its perplexity. */
   validationLoss?: number;
   perplexity?: number;
-}
-
-/** A text's windows of `context` bytes as samples (token ids as floats) and their next bytes as P = context labels per sample. */
-function textWindows(bytes: Uint8Array, context: number, most = Infinity): Dataset {
-  const source = tokenSource(bytes, { context });
-  const count = Math.min(source.count, most);
-  const inputs = new Float32Array(count * context);
-  const targets = new Float32Array(count * context);
-  for (let i = 0; i < count; i++) source.read(Math.floor((i * source.count) / count), inputs, i * context, targets, i * context);
-  return { inputs, labels: Uint8Array.from(targets), features: context, count, classes: 256 };
 }
 
 /** @internal */

@@ -108,11 +108,16 @@ function printTable(result: DemoResult): void {
     `${c.description} (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
       `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}${c.topk ? `, top-k density ${c.topk.density}${c.topk.errorFeedback ? '' : ' without error feedback'}` : ''}`,
   );
-  const table = cliTable(['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
+  // The CNN and the GPT also report their test loss (the GPT: per byte, and its perplexity).
+  const withLoss = result.modes.some((m) => m.finalLoss !== undefined);
+  const lm = c.model === 'gpt';
+  const table = cliTable(['mode', lm ? 'next-byte accuracy' : 'test accuracy', ...(withLoss ? ['test loss'] : []), ...(lm ? ['perplexity'] : []), 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
   for (const m of result.modes)
     table.push([
       m.mode,
       `${(m.finalAccuracy * 100).toFixed(2)}%`,
+      ...(withLoss ? [m.finalLoss?.toFixed(4) ?? '-'] : []),
+      ...(lm ? [m.finalLoss === undefined ? '-' : Math.exp(m.finalLoss).toFixed(2)] : []),
       (m.wallMs / 1000).toFixed(2),
       m.samplesPerSec.toFixed(0),
       m.speedup === undefined ? '-' : `${m.speedup.toFixed(2)}x`,
@@ -196,7 +201,7 @@ export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
     .description('Train an MLP on MNIST with local data-parallel workers in each mode and compare accuracy, speed and exposed communication')
-    .option('--model <kind>', `${DEMO_MODELS.join(' or ')}: the MLP on the MNIST digits, or sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist)`, 'mlp')
+    .option('--model <kind>', `${DEMO_MODELS.join(', ')}: the MLP on the MNIST digits, sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a small byte-level GPT on the text of Debian's fortunes (next-byte accuracy, test loss and perplexity)`, 'mlp')
     .option('--workers <n>', 'local workers (threads)', String(DEMO_DEFAULTS.workers))
     .option(
       '--modes <list>',
