@@ -382,7 +382,9 @@ sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float
 // ---- 2-D convolution: im2col and the SGEMM ------------------------------------------------------
 // Per image: col [C R S, Ho Wo] holds the input patch of every output position, y_n = W col
 // (W as [K, C R S]); backward dW (+)= dy_n col^T, dcol = W^T dy_n scattered back (col2im) into
-// dx_n. The products run on the thread pool; col is one image's patches, allocated per call.
+// dx_n. Forward: the images split over the thread pool. Backward: the images cut into fixed parts
+// (kConvParts) on the thread pool, each part summing its dW and db, the parts added in order.
+// Products inside a pool job run on its thread (sgemm_serial); each thread has its own col.
 
 struct ConvDims {
   size_t n, c, h, w, k, r, s, sh, sw, ph, pw, oh, ow;
@@ -399,19 +401,40 @@ bool conv_dims(const sapipe_nn_conv2d_shape* sh, ConvDims* d) {
   return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
 }
 
-// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside.
+// The output columns ox whose input column ox sw - pw + s lies inside [0, w): [lo, hi).
+struct ColumnRange {
+  size_t lo, hi;
+};
+ColumnRange inside_columns(const ConvDims& d, size_t s) {
+  const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
+  const ptrdiff_t sw = static_cast<ptrdiff_t>(d.sw), w = static_cast<ptrdiff_t>(d.w);
+  // lo: the first ox with ox sw + off >= 0; hi: the first ox with ox sw + off >= w.
+  const size_t lo = off >= 0 ? 0 : static_cast<size_t>((-off + sw - 1) / sw);
+  const size_t hi = w - off <= 0 ? 0 : static_cast<size_t>((w - off + sw - 1) / sw);
+  const size_t h = std::min(hi, d.ow);
+  return {std::min(lo, h), h};
+}
+
+// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside. The
+// columns inside the image are found once per (s) rather than tested per value.
 void im2col(const ConvDims& d, const float* x, float* col) {
   for (size_t c = 0; c < d.c; ++c)
     for (size_t r = 0; r < d.r; ++r)
       for (size_t s = 0; s < d.s; ++s) {
         float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        const ColumnRange cols = inside_columns(d, s);
+        const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
         for (size_t oy = 0; oy < d.oh; ++oy) {
+          float* out = row + oy * d.ow;
           const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
-          for (size_t ox = 0; ox < d.ow; ++ox) {
-            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
-            const bool inside = iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w);
-            row[oy * d.ow + ox] = inside ? x[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] : 0.0f;
+          if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) {
+            for (size_t ox = 0; ox < d.ow; ++ox) out[ox] = 0.0f;
+            continue;
           }
+          const float* src = x + (c * d.h + static_cast<size_t>(iy)) * d.w;
+          for (size_t ox = 0; ox < cols.lo; ++ox) out[ox] = 0.0f;
+          for (size_t ox = cols.lo; ox < cols.hi; ++ox) out[ox] = src[static_cast<ptrdiff_t>(ox * d.sw) + off];
+          for (size_t ox = cols.hi; ox < d.ow; ++ox) out[ox] = 0.0f;
         }
       }
 }
@@ -422,13 +445,14 @@ void col2im(const ConvDims& d, const float* col, float* dx) {
     for (size_t r = 0; r < d.r; ++r)
       for (size_t s = 0; s < d.s; ++s) {
         const float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        const ColumnRange cols = inside_columns(d, s);
+        const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
         for (size_t oy = 0; oy < d.oh; ++oy) {
           const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
           if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) continue;
-          for (size_t ox = 0; ox < d.ow; ++ox) {
-            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
-            if (ix >= 0 && ix < static_cast<ptrdiff_t>(d.w)) dx[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] += row[oy * d.ow + ox];
-          }
+          float* dst = dx + (c * d.h + static_cast<size_t>(iy)) * d.w;
+          const float* in = row + oy * d.ow;
+          for (size_t ox = cols.lo; ox < cols.hi; ++ox) dst[static_cast<ptrdiff_t>(ox * d.sw) + off] += in[ox];
         }
       }
 }
@@ -460,12 +484,6 @@ struct FirstError {
   }
   sapipe_status get() const { return static_cast<sapipe_status>(status.load()); }
 };
-
-// Images in a group whose patches are held at once by the backward (about 16 MiB of them).
-size_t conv_group(const ConvDims& d) {
-  const size_t per = std::max<size_t>(1, d.patch() * d.out_area());
-  return std::max<size_t>(1, std::min(d.n, (size_t{4} << 20) / per));
-}
 
 // The images are split over the thread pool, each thread with its own patch buffer; each image's
 // output is written by one thread in the order of the serial loop, so the result does not depend
@@ -499,9 +517,15 @@ sapipe_status nn_conv2d(float* y, const float* x, const float* w, const float* b
   }
 }
 
-// Per group of images: their patches (im2col) and the input gradients (dcol = W^T dy_n, col2im)
-// split over the images; then dW (+)= dy_n col_n^T image after image, split over dW's rows, so
-// that each weight's gradient sums the images in order whatever the split; db image after image.
+// The backward's images are cut into this many fixed parts (fewer when there are fewer images),
+// whatever the thread count: each part sums its images' dW and db in image order into a buffer of
+// its own, and the parts are added in order at the end, so the result depends on the batch alone,
+// not on how many threads ran the parts.
+constexpr size_t kConvParts = 8;
+
+// Per part, on the thread pool: for each image in order, its patches (im2col), dW_part (+)= dy_n
+// col_n^T, db_part (+)= row sums of dy_n, and the input gradient dcol = W^T dy_n scattered back
+// (col2im) into dx_n; then dW (+)= the parts' sums in part order, and db alike.
 sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                                  const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void*) {
   ConvDims d;
@@ -519,48 +543,48 @@ sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* d
     for (size_t i = 0; i < d.n * d.c * d.h * d.w; ++i) dx[i] = 0.0f;
   if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
   const size_t area = d.out_area();
-  if (db != nullptr)
-    for (size_t n = 0; n < d.n; ++n) {
-      const float* dyn = dy + n * d.k * area;
-      for (size_t k = 0; k < d.k; ++k)
-        for (size_t p = 0; p < area; ++p) db[k] += dyn[k * area + p];
-    }
-  if (d.patch() == 0) return SAPIPE_OK;
+  const size_t per = d.patch() * area;
+  const size_t parts = std::min(kConvParts, d.n);
+  const size_t sums = wlen + d.k;  // a part's dW, then its db
   try {
-    const size_t per = d.patch() * area;
-    const size_t group = conv_group(d);
-    std::vector<float> cols(group * per);
-    std::vector<float> dcols(dx != nullptr ? static_cast<size_t>(ThreadPool::global().size()) * per : 0);
+    std::vector<float> partial(parts * sums, 0.0f);
+    const size_t threads = static_cast<size_t>(ThreadPool::global().size());
+    std::vector<float> cols(threads * per);
+    std::vector<float> dcols(dx != nullptr ? threads * per : 0);
     FirstError error;
-    for (size_t first = 0; first < d.n; first += group) {
-      const size_t count = std::min(group, d.n - first);
-      split_units(count, [&](int t, size_t lo, size_t hi) {
-        for (size_t i = lo; i < hi; ++i) {
-          const size_t n = first + i;
-          im2col(d, x + n * d.c * d.h * d.w, cols.data() + i * per);
-          if (dx == nullptr) continue;
+    split_units(parts, [&](int t, size_t first_part, size_t end_part) {
+      float* col = cols.data() + static_cast<size_t>(t) * per;
+      float* dcol = dx != nullptr ? dcols.data() + static_cast<size_t>(t) * per : nullptr;
+      for (size_t part = first_part; part < end_part; ++part) {
+        float* pdw = partial.data() + part * sums;
+        float* pdb = pdw + wlen;
+        for (size_t n = part * d.n / parts; n < (part + 1) * d.n / parts; ++n) {
+          const float* dyn = dy + n * d.k * area;
+          for (size_t k = 0; k < d.k; ++k)
+            for (size_t p = 0; p < area; ++p) pdb[k] += dyn[k * area + p];
+          if (per == 0) continue;
+          im2col(d, x + n * d.c * d.h * d.w, col);
+          // dW_part [K, CRS] += dy_n [K, HoWo] col^T
+          if (sapipe_status st = gemm_rows(false, true, d.k, d.patch(), area, 1.0f, dyn, col, pdw); st != SAPIPE_OK) {
+            error.set(st);
+            return;
+          }
+          if (dcol == nullptr) continue;
           // dcol [CRS, HoWo] = W^T dy_n
-          float* dcol = dcols.data() + static_cast<size_t>(t) * per;
-          if (sapipe_status st = gemm_rows(true, false, d.patch(), area, d.k, 0.0f, w, dy + n * d.k * area, dcol); st != SAPIPE_OK) {
+          if (sapipe_status st = gemm_rows(true, false, d.patch(), area, d.k, 0.0f, w, dyn, dcol); st != SAPIPE_OK) {
             error.set(st);
             return;
           }
           col2im(d, dcol, dx + n * d.c * d.h * d.w);
         }
-      });
-      if (error.get() != SAPIPE_OK) return error.get();
-      // dW [K, CRS] += dy_n [K, HoWo] col_n^T, rows of dW split over the threads.
-      split_units(d.k, [&](int, size_t k0, size_t k1) {
-        for (size_t i = 0; i < count; ++i) {
-          const float* dyn = dy + (first + i) * d.k * area;
-          if (sapipe_status st = gemm_rows(false, true, k1 - k0, d.patch(), area, 1.0f, dyn + k0 * area, cols.data() + i * per, dw + k0 * d.patch());
-              st != SAPIPE_OK) {
-            error.set(st);
-            return;
-          }
-        }
-      });
-      if (error.get() != SAPIPE_OK) return error.get();
+      }
+    });
+    if (error.get() != SAPIPE_OK) return error.get();
+    for (size_t part = 0; part < parts; ++part) {
+      const float* pdw = partial.data() + part * sums;
+      for (size_t i = 0; i < wlen; ++i) dw[i] += pdw[i];
+      if (db != nullptr)
+        for (size_t k = 0; k < d.k; ++k) db[k] += pdw[wlen + k];
     }
   } catch (const std::bad_alloc&) {
     return SAPIPE_ERR_OUT_OF_MEMORY;
