@@ -150,7 +150,7 @@ const span = (s: { medianMs: number; minMs: number; maxMs: number }, digits = 2)
 function printModels(r: ModelsBenchResult): void {
   const load = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' ');
   console.log(
-    `one training step (forward, softmax cross-entropy, backward, SGD momentum ${r.momentum}) on the CPU: ${r.steps} steps per repeat, ${r.reps} repeats after ${r.warmup} warm-up steps` +
+    `one training step (forward, softmax cross-entropy, backward, SGD momentum ${r.momentum}) on the CPU: ${r.steps} steps per repeat, ${r.reps} repeats after ${r.warmup} warm-up step${r.warmup === 1 ? "" : "s"}` +
       (r.torch ? ', the two sides alternating (sapipe first on even repeats, PyTorch first on odd ones)' : ''),
   );
   console.log(`machine: ${r.cpu}, ${r.cores} cores; load average ${load(r.loadAverage.before)} before, ${load(r.loadAverage.after)} after (others' work on a shared machine spreads the figures; the ratios, measured side by side, spread less)`);
