@@ -6,8 +6,9 @@
  * alternate (sapipe first on even repeats, PyTorch first on odd ones) so that a busy machine's
  * drift falls on both, and a 512^3 SGEMM of each BLAS is timed the same way beside them.
  *
- * A model is one entry of {@link BENCH_MODELS}: its layers, batch and classes. A new layer kind
- * needs its PyTorch counterpart in torch-models.py (`build_model`).
+ * A model is one entry of {@link BENCH_MODELS}: its layers, batch and classes (and, for a language
+ * model, its vocabulary and loss rows per sample). A new layer kind needs its PyTorch counterpart
+ * in torch-models.py (`build_model`), which fails naming the kind until it has one.
  */
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -21,8 +22,15 @@ export interface BenchModel {
   readonly name: string;
   readonly description: string;
   readonly batch: number;
-  /** Classes of the labels: the last layer's outputs per sample. */
+  /** Classes of the labels: the logits of one loss row. */
   readonly classes: number;
+  /**
+   * Loss rows per sample (default 1): the model gives rowsPerSample x classes logits per sample,
+   * each row with its label (a language model's positions).
+   */
+  readonly rowsPerSample?: number;
+  /** Inputs are token ids in [0, vocab) (as floats, as sapipe's embedding reads them; int64 for PyTorch) instead of values in [0, 1). */
+  readonly vocab?: number;
   layers(): LayerSpec[];
 }
 
@@ -122,31 +130,39 @@ class SapipeModel {
   private readonly losses: FlatBuffer;
   private readonly dlogits: FlatBuffer;
 
+  /** Loss rows of a batch: batch x rowsPerSample. */
+  private readonly rows: number;
+
   constructor(
     layers: LayerSpec[],
     readonly batch: number,
-    readonly classes: number,
+    readonly entry: BenchModel,
     options: { seed: number; lr: number; momentum: number },
   ) {
+    const { classes } = entry;
+    const perSample = entry.rowsPerSample ?? 1;
     this.model = new Sequential(layers, { seed: options.seed });
-    if (this.model.outputSize !== classes) throw new InvalidArgumentError(`bench models: the model gives ${this.model.outputSize} outputs per sample, its entry says ${classes} classes`);
+    if (this.model.outputSize !== perSample * classes)
+      throw new InvalidArgumentError(`bench models: ${entry.name} gives ${this.model.outputSize} outputs per sample, its entry says ${perSample} row(s) of ${classes} classes`);
     this.optimizer = new SGD(this.model.params, { lr: options.lr, momentum: options.momentum });
     this.input = FlatBuffer.allocate(batch * this.model.inputSize);
-    // Values in [0, 1) and labels r % classes, as the PyTorch side draws its batch.
+    // Values in [0, 1) (or token ids) and labels r % classes, as the PyTorch side draws its batch.
     let s = options.seed >>> 0 || 1;
     for (let i = 0; i < this.input.length; i++) {
       s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-      this.input.array[i] = s / 2 ** 32;
+      const u = s / 2 ** 32;
+      this.input.array[i] = entry.vocab !== undefined ? Math.floor(u * entry.vocab) : u;
     }
-    this.labels = FlatBuffer.allocate(batch);
-    for (let r = 0; r < batch; r++) this.labels.array[r] = r % classes;
-    this.losses = FlatBuffer.allocate(batch);
-    this.dlogits = FlatBuffer.allocate(batch * classes);
+    this.rows = batch * perSample;
+    this.labels = FlatBuffer.allocate(this.rows);
+    for (let r = 0; r < this.rows; r++) this.labels.array[r] = r % classes;
+    this.losses = FlatBuffer.allocate(this.rows);
+    this.dlogits = FlatBuffer.allocate(this.rows * classes);
   }
 
   step(): void {
     const logits = this.model.forward(0, this.input, this.batch, this.optimizer.forwardWeights);
-    softmaxXent({ buffer: logits }, { buffer: this.labels }, this.batch, this.classes, 1 / this.batch, { losses: { buffer: this.losses }, dlogits: { buffer: this.dlogits } });
+    softmaxXent({ buffer: logits }, { buffer: this.labels }, this.rows, this.entry.classes, 1 / this.rows, { losses: { buffer: this.losses }, dlogits: { buffer: this.dlogits } });
     this.model.backward(0, this.dlogits, { grads: this.model.params.grads, inputGrad: false });
     this.optimizer.stepSync();
   }
@@ -241,11 +257,23 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
     for (const entry of entries) {
       const batch = options.batch ?? entry.batch;
       const layers = entry.layers();
-      const side = new SapipeModel(layers, batch, entry.classes, { seed, lr, momentum });
+      const side = new SapipeModel(layers, batch, entry, { seed, lr, momentum });
       sides.push(side);
       const row: ModelRow = { model: entry.name, description: entry.description, batch, params: layerParams(layers).reduce((a, b) => a + b, 0), sapipe: spread([]) };
       if (torch) {
-        const built = await torch.request({ op: 'build', name: entry.name, layers, batch, classes: entry.classes, inputSize: side.model.inputSize, seed, lr, momentum });
+        const built = await torch.request({
+          op: 'build',
+          name: entry.name,
+          layers,
+          batch,
+          classes: entry.classes,
+          rowsPerSample: entry.rowsPerSample ?? 1,
+          vocab: entry.vocab ?? null,
+          inputSize: side.model.inputSize,
+          seed,
+          lr,
+          momentum,
+        });
         if (built.params !== row.params)
           throw new InvalidArgumentError(`bench models: ${entry.name} has ${row.params} parameters in sapipe but ${String(built.params)} in PyTorch; the two sides must build the same model`);
       }

@@ -6,7 +6,8 @@ stdout), so that its runs interleave with sapipe's in one measurement:
 
   first reply (unasked):  the setup: torch version, threads, BLAS and its core, or
                           {"error": "no-torch", ...} (exit 3) when `import torch` fails
-  {"op": "build", "name": N, "layers": [LayerSpec...], "batch": B, "classes": C, "seed": S, "lr": LR, "momentum": M}
+  {"op": "build", "name": N, "layers": [LayerSpec...], "batch": B, "classes": C, "rowsPerSample": R,
+   "vocab": V or null, "inputSize": F, "seed": S, "lr": LR, "momentum": M}
                           builds model N from sapipe's layer list (the same JSON), the same
                           initialisation scale, a fixed batch and SGD; replies {"params": count}
   {"op": "steps", "name": N, "steps": K}   runs K training steps; replies {"ms": per step}
@@ -136,9 +137,13 @@ def build_model(torch, req):
     batch = int(req["batch"])
     classes = int(req["classes"])
     features = int(req["inputSize"])
-    # The same kind of batch as sapipe's side: values in [0, 1) and labels r % classes.
-    model.x = torch.rand(batch, features)
-    model.y = torch.arange(batch) % classes
+    rows = int(req.get("rowsPerSample") or 1)
+    vocab = req.get("vocab")
+    # The same kind of batch as sapipe's side: values in [0, 1) (or token ids in [0, vocab)) and
+    # labels r % classes, one per loss row (rowsPerSample of them a sample).
+    model.x = torch.randint(int(vocab), (batch, features)) if vocab else torch.rand(batch, features)
+    model.y = torch.arange(batch * rows) % classes
+    model.classes = classes
     model.loss = nn.CrossEntropyLoss()
     model.opt = torch.optim.SGD(model.net.parameters(), lr=float(req["lr"]), momentum=float(req["momentum"]))
     model.params = sum(p.numel() for p in model.net.parameters())
@@ -147,7 +152,7 @@ def build_model(torch, req):
 
 def step(model):
     model.opt.zero_grad(set_to_none=True)
-    loss = model.loss(model.net(model.x), model.y)
+    loss = model.loss(model.net(model.x).reshape(-1, model.classes), model.y)
     loss.backward()
     model.opt.step()
 
