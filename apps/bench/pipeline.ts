@@ -3,10 +3,12 @@
  * round against the simulator's prediction from the stage costs the runtime measured in the same
  * run (median round of `rounds` after `warmup`), and the runtime's own overhead: on the busiest
  * stage, the time outside model work and optimizer steps (between actions, posting sends) as a
- * share of the round.
+ * share of the round. Beside it, the machine-aware prediction: each part timed alone at several
+ * micro-batch sizes (fixed + per-sample fit), the cores a pass uses and the `local` link measured,
+ * and the simulator's stages sharing the machine's cores (docs/pipeline.md, "Stages sharing cores").
  */
 import { roundOverhead } from '../demo/pipeline-run.js';
-import { measuredCosts, measuredResult, mlpLayers, PipelineTrainer, type RoundReport, type RuntimeScheduleName, simulateSchedule } from 'sapipe';
+import { costsAt, sharedCoresCosts, measuredCosts, measuredResult, mlpLayers, PipelineTrainer, type PipelineProfile, profileOnMachine, type RoundReport, type RuntimeScheduleName, simulateSchedule } from 'sapipe';
 import { median } from './timing.js';
 
 export interface PipelineBenchOptions {
@@ -33,6 +35,17 @@ export interface PipelineBenchRow {
   overheadPerActionMs: number;
   overheadShare: number;
   boundaries: number[];
+  /** The machine-aware prediction: parts timed alone, stages sharing the cores. */
+  simulatedMachineMs: number;
+  /** measured / simulatedMachineMs. */
+  ratioMachine: number;
+  /** The simulator fed each round's measured costs with the sharing taken out, stages sharing the cores: the median over rounds. */
+  simulatedSharedMs: number;
+  /** measured / simulatedSharedMs. */
+  ratioShared: number;
+  /** The cores the simulation shared, and the cores a pass was measured to use. */
+  cores: number;
+  passCores: number;
 }
 
 
@@ -43,6 +56,8 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
   const inputs = Float32Array.from({ length: samples * features }, (_, i) => ((i * 2654435761) % 1000) / 1000);
   const labels = Int32Array.from({ length: samples }, (_, i) => i % classes);
   const rows: PipelineBenchRow[] = [];
+  // one machine profile per cut (every schedule here cuts the same model the same way)
+  const profiles = new Map<string, PipelineProfile>();
   for (const schedule of o.schedules) {
     const trainer = await PipelineTrainer.create({
       schedule,
@@ -64,6 +79,17 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       const mid = makespans.map((m, i) => [m, i] as const).sort((x, y) => x[0] - y[0])[(makespans.length - 1) >> 1]![1];
       const simulated = simulateSchedule(trainer.schedule, measuredCosts(trainer.schedule, reports.map((r) => r.timeline)));
       const overheads = reports.map(roundOverhead);
+      const boundaries = trainer.model.kind === 'sequential' ? [...trainer.model.boundaries] : [];
+      let profile = profiles.get(boundaries.join(','));
+      if (profile === undefined) {
+        profile = await profileOnMachine(mlpLayers(o.sizes), boundaries, { microBatchSize: o.microBatchSize, batchSize: o.microBatches * o.microBatchSize });
+        profiles.set(boundaries.join(','), profile);
+      }
+      const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize));
+      // each round from its own work (a round the machine's other load slowed is slowed in its costs
+      // too), the median over rounds, as the measured figure is
+      const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 };
+      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], sharing)).makespan));
       const row: PipelineBenchRow = {
         schedule,
         measuredMs: median(makespans),
@@ -75,7 +101,13 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         bubbleSimulated: simulated.bubbleFraction,
         overheadPerActionMs: median(overheads.map((x) => x.perActionMs)),
         overheadShare: median(overheads.map((x) => x.shareOfRound)),
-        boundaries: trainer.model.kind === 'sequential' ? [...trainer.model.boundaries] : [],
+        boundaries,
+        simulatedMachineMs: machine.makespan,
+        ratioMachine: median(makespans) / machine.makespan,
+        simulatedSharedMs: sharedMs,
+        ratioShared: median(makespans) / sharedMs,
+        cores: profile.machine!.cores,
+        passCores: profile.machine!.passCores ?? 1,
       };
       rows.push(row);
       onRow?.(row);

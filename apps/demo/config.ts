@@ -5,6 +5,9 @@
  */
 import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';
+import { DEMO_MODELS, type DemoModelName } from './models.js';
+
+export { DEMO_LAYERS } from './models.js';
 
 /**
  * One trained configuration: a mode and, for `sapipe-wp`, its gradient estimate and whether the
@@ -23,6 +26,8 @@ export interface DemoVariant {
 export const WP_ESTIMATES: readonly GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
 
 export interface DemoConfig {
+  /** The model and its data (default `mlp`: the MLP on MNIST; `cnn`: the CNN on Fashion-MNIST). */
+  model?: DemoModelName;
   workers: number;
   modes: DemoVariant[];
   epochs: number;
@@ -55,8 +60,6 @@ export const DEMO_DEFAULTS = {
   seed: 1,
 } as const;
 
-/** The model: MNIST's 784 pixels, one hidden layer of 128, 10 classes. */
-export const DEMO_LAYERS: readonly number[] = [784, 128, 10];
 
 /** Parses one `--modes` entry: a mode, and for `sapipe-wp` an optional `:estimate` and `+dc`. */
 export function parseVariant(text: string): DemoVariant {
@@ -89,6 +92,7 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
   const int = (v: number, name: string, lo: number, hi: number): void => {
     if (!Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`${name} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
   };
+  if (c.model !== undefined && !DEMO_MODELS.includes(c.model)) throw new InvalidArgumentError(`--model must be one of ${DEMO_MODELS.join(', ')}, got ${describeValue(c.model)}`);
   int(c.workers, '--workers', 1, 64);
   int(c.epochs, '--epochs', 1, 1000);
   int(c.batch, '--batch', 1, 65536);
@@ -120,6 +124,8 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
 
 /** The MNIST split every demo rank reads: SharedArrayBuffer-backed, so N workers do not each copy it. */
 export interface DemoSharedData {
+  /** Values per sample (pixels, or the GPT's context of token ids). */
+  features: number;
   trainInputs: Float32Array;
   trainLabels: Uint8Array;
   testInputs: Float32Array;

@@ -4,7 +4,7 @@
  * simulator's prediction from the measured stage costs, with the same renderer at the same scale.
  */
 import { renderSvg } from 'sapipe';
-import { parallelPipelinesNote, pipelinesCoupling, type MnistPipelineResult } from './pipeline-run.js';
+import { describeModel, parallelPipelinesNote, pipelinesCoupling, type MnistPipelineResult } from './pipeline-run.js';
 
 function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -60,7 +60,7 @@ export function renderPipelineReport(r: MnistPipelineResult): string {
 <style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}h2{margin-top:1.6em}.note{color:#555}</style>
 </head><body>
 <h1>Pipeline training: ${esc(title)}</h1>
-<p>MLP ${esc(c.sizes.join('-'))} on MNIST (${r.trainSamples} train / ${r.testSamples} test samples), cut at layers [${r.boundaries.join(', ')}]
+<p>${esc(describeModel(c))} (${r.trainSamples} train / ${r.testSamples} test samples), cut at layers [${r.boundaries.join(', ')}]
 (${esc(String(c.boundaries === 'measured' ? 'balanced by measured layer times' : c.boundaries === 'params' ? 'balanced by parameter count' : 'explicit boundaries'))}),
 ${esc(c.optimizer)} lr ${c.lr}${c.optimizer === 'sgd' ? ` momentum ${c.momentum}` : ''}, seed ${c.seed}; one worker thread per stage over the <code>local</code> backend${pipelinesCoupling(c) ? `; ${esc(pipelinesCoupling(c)!)} (timelines: pipeline 0)` : ''}.</p>
 <h2>Training</h2>

@@ -4,8 +4,8 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { checkLayers, DATA_PARALLEL_MODES, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
-import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
+import { calibrateProfile, checkLayers, cnnLayers, type Dataset, gptLayers, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkInteger, checkNumber, checkObject, checkOneOf } from 'sapipe/validate';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
 export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
@@ -29,7 +29,17 @@ export interface MnistPipelineConfig {
   /** Batches per round (2BW). */
   iterations?: number;
   boundaries: 'measured' | 'params' | number[];
+  /**
+   * The model and its data: `mlp` (default), an MLP of `sizes` on the MNIST digits (80/20 split);
+   * `cnn`, sapipe's small CNN (cnnLayers with `channels`, default 8,16) on Fashion-MNIST's
+   * 60 000 training and 10 000 test images (Debian's dataset-fashion-mnist).
+   */
+  model?: PipelineModelName;
   sizes: readonly number[];
+  /** `cnn`: the convolutions' output channels. */
+  channels?: readonly number[];
+  /** `gpt`: a byte-level GPT (gptLayers) on the text of Debian's fortunes, windows of `context` bytes. */
+  gpt?: PipelineGptConfig;
   /** N parallel pipelines coupled by the data-parallel mode `dataParallel` (default 1, sync). */
   pipelines?: number;
   dataParallel?: DataParallelMode;
@@ -72,6 +82,57 @@ export function pipelineDefaults(schedule: RuntimeScheduleName, optimizer: Mnist
     };
   }
   return { lr: sgd.lr, momentum: 0.9, note: `lr ${sgd.lr}, the default SGD rate for ${schedule}` };
+}
+
+/** @internal The models `train pipeline --model` takes. */
+export const PIPELINE_MODELS = ['mlp', 'cnn', 'gpt'] as const;
+/** @internal */
+export type PipelineModelName = (typeof PIPELINE_MODELS)[number];
+/** @internal The GPT's size: transformer blocks, width, attention heads, context (bytes). */
+export interface PipelineGptConfig {
+  blocks: number;
+  dim: number;
+  heads: number;
+  context: number;
+}
+/** @internal The GPT the issue's study asks for: 4 blocks of width 128, 4 heads, 128 bytes of context. */
+export const PIPELINE_GPT_DEFAULTS: PipelineGptConfig = { blocks: 4, dim: 128, heads: 4, context: 128 };
+/** Validation windows of the GPT's held-out text evaluated per epoch. */
+const GPT_VALIDATION_WINDOWS = 256;
+/** @internal The CNN's default convolution channels. */
+export const PIPELINE_CNN_CHANNELS = [8, 16] as const;
+
+/** @internal The layers of the run's model. */
+export function modelLayers(c: MnistPipelineConfig): LayerSpec[] {
+  const model = c.model ?? 'mlp';
+  if (model === 'mlp') return mlpLayers(c.sizes);
+  if (model === 'gpt') {
+    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    return gptLayers({ vocab: 256, context: g.context, dim: g.dim, heads: g.heads, layers: g.blocks });
+  }
+  return cnnLayers({ channels: 1, height: 28, width: 28 }, c.channels ?? PIPELINE_CNN_CHANNELS, 10);
+}
+
+/** @internal The run's model and data in words: `MLP 784-256-10 on MNIST`, `CNN conv 8,16 on Fashion-MNIST`. */
+export function describeModel(c: MnistPipelineConfig): string {
+  const model = c.model ?? 'mlp';
+  if (model === 'gpt') {
+    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    return `byte-level GPT (${g.blocks} blocks, width ${g.dim}, ${g.heads} heads, context ${g.context}) on the fortunes text`;
+  }
+  return model === 'mlp' ? `MLP ${c.sizes.join('-')} on MNIST` : `CNN (conv ${(c.channels ?? PIPELINE_CNN_CHANNELS).join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
+}
+
+/** The training and test sets of the run's model. */
+function modelData(c: MnistPipelineConfig): { train: Dataset; test: Dataset } {
+  if ((c.model ?? 'mlp') === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  if (c.model === 'gpt') {
+    // Windows of `context` bytes and their next bytes, one after another (stride = context); the last 10 % of the text is held out.
+    const { context } = c.gpt ?? PIPELINE_GPT_DEFAULTS;
+    const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
+    return { train: textWindows(train, context), test: textWindows(validation, context, GPT_VALIDATION_WINDOWS) };
+  }
+  return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
 }
 
 /** @internal */
@@ -137,6 +198,19 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
   }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
+  if (c.model !== undefined) checkOneOf(c.model, '--model', PIPELINE_MODELS);
+  if (c.gpt !== undefined) {
+    checkObject(c.gpt, '--model gpt sizes');
+    checkInteger(c.gpt.blocks, '--blocks', 1, 64);
+    checkInteger(c.gpt.dim, '--dim', 1, 4096);
+    checkInteger(c.gpt.heads, '--heads', 1, 64);
+    checkInteger(c.gpt.context, '--context', 1, 4096);
+    if (c.gpt.dim % c.gpt.heads !== 0) throw new InvalidArgumentError(`--dim ${c.gpt.dim} must be a multiple of --heads ${c.gpt.heads} (each head takes dim/heads values)`);
+  }
+  if (c.channels !== undefined) {
+    if (!Array.isArray(c.channels) || c.channels.length === 0) throw new InvalidArgumentError('--channels must list the convolutions\' output channels, e.g. 8,16');
+    c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));
+  }
   if (c.device !== undefined && typeof c.device !== 'string') throw new InvalidArgumentError(`--device must be cpu, cuda:N or auto, got ${typeof c.device}`);
   return c;
 }
@@ -145,8 +219,12 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
 export interface MnistPipelineEpoch {
   epoch: number;
   loss: number;
+  /** Test accuracy (the GPT: the share of next bytes predicted right). */
   accuracy: number;
   wallMs: number;
+  /** The GPT: the mean loss per byte of the held-out text, and its perplexity. */
+  validationLoss?: number;
+  perplexity?: number;
 }
 
 /** @internal */
@@ -184,7 +262,7 @@ export interface MnistPipelineResult {
  * micro-batch, is the runtime's measured time between actions (bounded by the smallest pass).
  */
 function runProfile(c: MnistPipelineConfig, schedule: Schedule, boundaries: readonly number[], costs: SimulationCosts, perActionMs: number): PipelineProfile {
-  const layers = mlpLayers(c.sizes);
+  const layers = modelLayers(c);
   const params = layerParams(layers);
   const widths = checkLayers(layers);
   const ranges = partRanges(layers.length, boundaries);
@@ -229,10 +307,15 @@ export function roundOverhead(report: RoundReport): { perActionMs: number; share
   return { perActionMs: actions > 0 ? total / actions : 0, shareOfRound: makespan > 0 ? worst / makespan : 0 };
 }
 
-/** @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. */
-export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void): Promise<MnistPipelineResult> {
+/**
+ * @internal Trains on MNIST with one schedule; `onEpoch` after each epoch's evaluation. With
+ * `machineProfile` (and one pipeline of one part per stage), `profile` is the machine-aware one:
+ * each part timed alone at several micro-batch sizes and fitted, the cores a pass uses and the
+ * local link measured, then brought to the run's measured costs (calibrateProfile).
+ */
+export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e: MnistPipelineEpoch) => void, options: { machineProfile?: boolean } = {}): Promise<MnistPipelineResult> {
   const c = checkMnistPipelineConfig(config);
-  const { train, test } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
+  const { train, test } = modelData(c);
   const n = Math.min(train.count, c.trainSamples ?? train.count);
   const optimizer: PipelineOptimizerSpec = c.optimizer === 'sgd' ? { kind: 'sgd', lr: c.lr, momentum: c.momentum } : { kind: c.optimizer, lr: c.lr };
   const trainer = await PipelineTrainer.create({
@@ -245,9 +328,9 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
     ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
-    model: { layers: mlpLayers(c.sizes), seed: c.seed, boundaries: c.boundaries },
+    model: { layers: modelLayers(c), seed: c.seed, boundaries: c.boundaries },
     optimizer,
-    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n), features: train.features },
+    data: { inputs: train.inputs.subarray(0, n * train.features), labels: train.labels.subarray(0, n * (train.labels.length / train.count)), features: train.features },
     seed: c.seed,
     timeoutMs: 60_000,
     ...(c.device !== undefined ? { device: c.device } : {}),
@@ -255,16 +338,22 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
   try {
     const epochs: MnistPipelineEpoch[] = [];
     let last: RoundReport[] = [];
+    let lastWallMs = 0;
     let trainMs = 0;
     for (let e = 0; e < c.epochs; e++) {
       const rounds: RoundReport[] = [];
       const report = await trainer.trainEpoch((r) => rounds.push(r));
       trainMs += report.wallMs;
       const accuracy = await trainer.evaluate(test.inputs, test.labels);
-      const entry = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      const entry: MnistPipelineEpoch = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      if (c.model === 'gpt') {
+        entry.validationLoss = await trainer.evaluateLoss(test.inputs, test.labels);
+        entry.perplexity = Math.exp(entry.validationLoss);
+      }
       epochs.push(entry);
       onEpoch?.(entry);
       last = rounds;
+      lastWallMs = report.wallMs;
     }
     const byWall = [...last].sort((a, b) => a.wallMs - b.wallMs);
     const typical = byWall[Math.floor(byWall.length / 2)]!;
@@ -272,6 +361,19 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     const costs = measuredCosts(trainer.schedule, last.map((r) => r.timeline));
     const simulated = simulateSchedule(trainer.schedule, costs);
     const boundaries = trainer.model.kind === 'sequential' ? trainer.model.boundaries : [];
+    let profile = runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs);
+    const onePartPerStage = trainer.schedule.pipelines === 1 && trainer.schedule.parts === trainer.schedule.stages && trainer.schedule.stages > 1;
+    if (options.machineProfile && onePartPerStage) {
+      const machine = await profileOnMachine(modelLayers(c), boundaries, {
+        microBatchSize: c.microBatchSize,
+        batchSize: c.microBatches * c.microBatchSize,
+        optimizerStateCopies: OPTIMIZERS[c.optimizer].stateBuffers({ momentum: c.momentum }),
+      });
+      profile = calibrateProfile(machine, trainer.schedule, last.map((r) => r.timeline));
+      // what a round costs beyond its timeline (starting it on every worker, collecting its report)
+      const timelines = last.reduce((n, r) => n + measuredResult(trainer.schedule, trainer.analysis, r.timeline).makespan, 0);
+      profile = { ...profile, roundOverheadMs: Math.max(0, (lastWallMs - timelines) / Math.max(1, last.length)) };
+    }
     return {
       config: c,
       device: trainer.device,
@@ -286,7 +388,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       peakStashed: typical.peakStashed,
       predictedCopies: typical.predictedCopies,
       peakActivations: typical.peakActivations,
-      profile: runProfile(c, trainer.schedule, boundaries, costs, roundOverhead(typical).perActionMs),
+      profile,
     };
   } finally {
     await trainer.dispose();

@@ -66,8 +66,8 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
   const c = result.config;
   const network = c.emulate ? `emulated network: ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} µs latency` : 'local shared memory (no network emulation)';
   const configRows: [string, string][] = [
-    ['model', `MLP ${c.layers.join('-')}, SGD momentum ${c.momentum}`],
-    ['data', `MNIST: ${c.trainSamples} training, ${c.testSamples} test samples (seed ${c.seed})`],
+    ['model', `${c.description}, SGD momentum ${c.momentum}`],
+    ['data', `${c.trainSamples} training, ${c.testSamples} test samples (seed ${c.seed})`],
     ['workers', String(c.workers)],
     ['epochs', String(c.epochs)],
     ['batch per worker', String(c.batch)],
@@ -90,7 +90,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 <html lang="en"><head><meta charset="utf-8"><title>sapipe demo report</title>
 <style>body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}h2{margin-top:1.6em}</style>
 </head><body>
-<h1>sapipe demo: data-parallel MNIST</h1>
+<h1>sapipe demo: data-parallel ${c.model === 'mlp' ? 'MNIST' : 'Fashion-MNIST'}</h1>
 <p>Generated ${esc(generatedAt.toISOString())}. Communication: ${esc(network)}.</p>
 <h2 id="configuration">Configuration</h2>
 <table>${configRows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join('')}</table>

@@ -6,8 +6,9 @@
  */
 import type { Worker } from 'node:worker_threads';
 
-import { type Dataset, InvalidArgumentError, loadMnist, spawnLocalRanks, trainTestSplit } from 'sapipe';
-import { checkDemoConfig, DEMO_LAYERS, type DemoConfig, type DemoVariant } from './config.js';
+import { type Dataset, InvalidArgumentError, loadFashionMnist, loadMnist, loadTextCorpus, spawnLocalRanks, splitText, textWindows, trainTestSplit } from 'sapipe';
+import { checkDemoConfig, type DemoConfig, type DemoVariant } from './config.js';
+import { DEMO_GPT, demoModelParams, describeDemoModel, type DemoModelName } from './models.js';
 // Types only: importing worker.ts for real would run a rank in this thread.
 import type { DemoWorkerData, DemoWorkerMessage } from './worker.js';
 
@@ -17,6 +18,9 @@ export interface DemoModeResult {
   variant: DemoVariant;
   /** Test accuracy after each epoch (index 0: epoch 1). */
   epochAccuracy: number[];
+  /** The models that say (the CNN, the GPT): mean cross-entropy on the test data after each epoch, and after the last. */
+  epochLoss?: number[];
+  finalLoss?: number;
   finalAccuracy: number;
   /** Training wall time: the slowest rank's, evaluation excluded. */
   wallMs: number;
@@ -37,7 +41,7 @@ export interface DemoModeResult {
 }
 
 export interface DemoResult {
-  config: DemoConfig & { layers: readonly number[]; trainSamples: number; testSamples: number };
+  config: DemoConfig & { model: DemoModelName; description: string; params: number; trainSamples: number; testSamples: number };
   modes: DemoModeResult[];
 }
 
@@ -56,20 +60,21 @@ export function sharedCopy<T extends Float32Array | Uint8Array>(a: T): T {
   return out;
 }
 
-function shared(d: Dataset): { inputs: Float32Array; labels: Uint8Array } {
-  return { inputs: sharedCopy(d.inputs), labels: sharedCopy(d.labels) };
+function shared(d: Dataset): { inputs: Float32Array; labels: Uint8Array; features: number } {
+  return { inputs: sharedCopy(d.inputs), labels: sharedCopy(d.labels), features: d.features };
 }
 
 async function runMode(
   variant: DemoVariant,
   config: DemoConfig,
-  train: { inputs: Float32Array; labels: Uint8Array },
-  test: { inputs: Float32Array; labels: Uint8Array },
+  train: { inputs: Float32Array; labels: Uint8Array; features: number },
+  test: { inputs: Float32Array; labels: Uint8Array; features: number },
   onProgress: (p: DemoProgress) => void,
 ): Promise<Omit<DemoModeResult, 'speedup'>> {
   const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
   const mode = variant.label;
   const workerData: Omit<DemoWorkerData, 'sapipeLocal'> = {
+    model: config.model ?? 'mlp',
     variant,
     lambda: config.lambda,
     dcKind: config.dcKind,
@@ -81,6 +86,7 @@ async function runMode(
     momentum: config.momentum,
     seed: config.seed,
     emulate: config.emulate,
+    features: train.features,
     trainInputs: train.inputs,
     trainLabels: train.labels,
     testInputs: test.inputs,
@@ -88,10 +94,12 @@ async function runMode(
   };
   const workers = spawnLocalRanks(new URL(`./worker.${ext}`, import.meta.url), config.workers, { workerData: workerData as unknown as Record<string, unknown> });
   const epochAccuracy: number[] = [];
+  const epochLoss: number[] = [];
   try {
     const done = await gatherRanks<Extract<DemoWorkerMessage, { kind: 'done' }>>(workers, mode, (m: DemoWorkerMessage) => {
       if (m.kind !== 'epoch') return;
       epochAccuracy.push(m.accuracy);
+      if (m.loss !== undefined) epochLoss.push(m.loss);
       onProgress({ mode, epoch: m.epoch, epochs: config.epochs, accuracy: m.accuracy });
     });
     const wallMs = Math.max(...done.map((d) => d.trainMs));
@@ -104,6 +112,7 @@ async function runMode(
       variant,
       epochAccuracy,
       finalAccuracy: epochAccuracy[epochAccuracy.length - 1] ?? 0,
+      ...(epochLoss.length > 0 ? { epochLoss, finalLoss: epochLoss[epochLoss.length - 1]! } : {}),
       wallMs,
       samplesPerSec: samples / (wallMs / 1000),
       exposedCommMs,
@@ -140,16 +149,27 @@ export function gatherRanks<D extends { kind: 'done'; rank: number }>(workers: r
   });
 }
 
+/** The model's training and test sets: the digits split 80/20 (seeded); Fashion-MNIST's own 60 000 / 10 000; the fortunes text's windows, its last 10 % held out. */
+function demoData(model: DemoModelName, seed: number): { train: Dataset; test: Dataset } {
+  if (model === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed });
+  if (model === 'cnn') return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
+  const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
+  return { train: textWindows(train, DEMO_GPT.context), test: textWindows(validation, DEMO_GPT.context, 256) };
+}
+
 export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) => void = () => {}): Promise<DemoResult> {
   checkDemoConfig(config);
   // Each worker is one thread; a multi-threaded GEMM per worker would oversubscribe the cores.
   process.env.SAPIPE_NUM_THREADS ??= '1';
-  const { train: fullTrain, test: testSet } = trainTestSplit(loadMnist(), { testFraction: 0.2, seed: config.seed });
+  const model = config.model ?? 'mlp';
+  // The MLP's digits are split 80/20 (seeded); Fashion-MNIST comes with its 60 000 / 10 000 split.
+  const { train: fullTrain, test: testSet } = demoData(model, config.seed);
   const trainSamples = Math.min(config.trainSamples ?? fullTrain.count, fullTrain.count);
   const train = shared({
     ...fullTrain,
     inputs: fullTrain.inputs.subarray(0, trainSamples * fullTrain.features),
-    labels: fullTrain.labels.subarray(0, trainSamples),
+    // One label per sample, or the GPT's `context` next bytes.
+    labels: fullTrain.labels.subarray(0, trainSamples * (fullTrain.labels.length / fullTrain.count)),
     count: trainSamples,
   });
   if (Math.floor(trainSamples / config.workers) < 1)
@@ -159,7 +179,7 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
   for (const variant of config.modes) modes.push(await runMode(variant, config, train, test, onProgress));
   const sync = modes.find((m) => m.variant.mode === 'sync');
   return {
-    config: { ...config, layers: DEMO_LAYERS, trainSamples, testSamples: testSet.count },
+    config: { ...config, model, description: describeDemoModel(model), params: demoModelParams(model), trainSamples, testSamples: testSet.count },
     modes: modes.map((m) => ({ ...m, speedup: sync ? sync.wallMs / m.wallMs : undefined })),
   };
 }

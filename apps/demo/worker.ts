@@ -1,5 +1,5 @@
 /**
- * One rank of `sapipe demo` (a worker thread): trains the MLP on its shard of the MNIST training
+ * One rank of `sapipe demo` (a worker thread): trains the model (apps/demo/models.ts) on its shard of the training
  * set with one data-parallel mode, reporting per step how long step() waited for communication.
  * Rank 0 also measures test accuracy after every epoch (outside the timed region, behind a
  * barrier, so evaluation never counts as training or communication time).
@@ -7,10 +7,12 @@
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, MLP, type NetworkEmulation, shuffledIndices } from 'sapipe';
-import { DEMO_LAYERS, demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
+import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, type NetworkEmulation, shuffledIndices } from 'sapipe';
+import { demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
+import { createDemoModel, type DemoModelName } from './models.js';
 
 export interface DemoWorkerData extends LocalRankData, DemoSharedData {
+  model: DemoModelName;
   variant: DemoVariant;
   lambda: number | undefined;
   dcKind: 'elementwise' | 'adaptive' | undefined;
@@ -27,26 +29,28 @@ export interface DemoWorkerData extends LocalRankData, DemoSharedData {
 }
 
 export type DemoWorkerMessage =
-  | { kind: 'epoch'; epoch: number; accuracy: number }
+  | { kind: 'epoch'; epoch: number; accuracy: number; loss?: number }
   | { kind: 'done'; rank: number; trainMs: number; loopMs: number; steps: number; commMs: number; samples: number }
   | { kind: 'error'; rank: number; error: string };
 
 const data = workerData as DemoWorkerData;
 const { group, rank, size } = data.sapipeLocal;
-const FEATURES = DEMO_LAYERS[0]!;
+const FEATURES = data.features;
+/** Labels per sample: 1, or the GPT's `context` next bytes. */
+const PER = data.trainLabels.length / (data.trainInputs.length / FEATURES);
 
 async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
-  const model = new MLP(DEMO_LAYERS, { seed: data.seed });
+  const model = createDemoModel(data.model, data.seed);
   const trainer = await DataParallelTrainer.create({ comm, params: model.params, ...demoTrainerOptions(data.variant, data) });
-  const trainCount = data.trainLabels.length;
+  const trainCount = data.trainInputs.length / FEATURES;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).
   const perRank = Math.floor(trainCount / size);
   const stepsPerEpoch = Math.max(1, Math.floor(perRank / data.batch));
   const batch = Math.min(data.batch, perRank);
   const x = FlatBuffer.allocate(batch * FEATURES);
-  const labels = new Uint8Array(batch);
+  const labels = new Uint8Array(batch * PER);
   let trainMs = 0;
   let loopMs = 0;
   let commMs = 0;
@@ -58,7 +62,7 @@ async function main(): Promise<void> {
       for (let b = 0; b < batch; b++) {
         const i = order[s * batch + b]! * size + rank;
         x.array.set(data.trainInputs.subarray(i * FEATURES, (i + 1) * FEATURES), b * FEATURES);
-        labels[b] = data.trainLabels[i]!;
+        labels.set(data.trainLabels.subarray(i * PER, (i + 1) * PER), b * PER);
       }
       model.forward(x, batch, trainer.forwardWeights);
       model.loss(labels);
@@ -77,7 +81,8 @@ async function main(): Promise<void> {
     trainMs += performance.now() - start;
     if (rank === 0) {
       const accuracy = model.accuracy(data.testInputs, data.testLabels);
-      parentPort!.postMessage({ kind: 'epoch', epoch: epoch + 1, accuracy } satisfies DemoWorkerMessage);
+      const loss = model.testLoss?.(data.testInputs, data.testLabels);
+      parentPort!.postMessage({ kind: 'epoch', epoch: epoch + 1, accuracy, ...(loss === undefined ? {} : { loss }) } satisfies DemoWorkerMessage);
     }
     await comm.barrier();
   }

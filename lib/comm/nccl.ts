@@ -72,14 +72,27 @@ export interface NcclStepResultInfo extends StepResult {
 
 /**
  * @internal What the staleness-1 step over nccl (NcclCommunicator.startOverlappedStep) reads from
- * and writes to, for gradients computed on the host.
+ * and writes to: for gradients computed on the host, the host buffers staged in and out; for
+ * gradients a backward pass wrote on the device, none (the set's device gradient is averaged and
+ * the new weights stay on the device).
  */
 export interface NcclOverlappedTargets {
-  /** The host gradient to average and apply (the caller's, taken out of the ParamSet); copied to the set's device gradient. */
-  hostGrads: FlatBuffer;
-  /** Receive the new weights (and predicted weights) from the device, for the host's next forward passes. */
-  hostWeights: FlatBuffer;
-  hostPredicted: FlatBuffer | undefined;
+  /**
+   * The host gradient to average and apply (the caller's, taken out of the ParamSet); copied to the
+   * set's device gradient first. Undefined: the set's device gradient already holds it.
+   */
+  hostGrads?: FlatBuffer | undefined;
+  /**
+   * Receive the new weights (and predicted weights) from the device, for the host's next forward
+   * passes. Undefined (both): nothing is copied back.
+   */
+  hostWeights?: FlatBuffer | undefined;
+  hostPredicted?: FlatBuffer | undefined;
+  /**
+   * The weights the step reads, instead of the set's: a copy of them, so that the set's weights
+   * are not held by the queued step and device operations (a forward pass) can read them meanwhile.
+   */
+  deviceWeightsIn?: DeviceBuffer | undefined;
   /** Where the step writes the new device weights (and predicted weights); the set's own are only read. */
   deviceWeights: DeviceBuffer;
   devicePredicted: DeviceBuffer | undefined;
@@ -293,14 +306,17 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   }
 
   /**
-   * @internal The staleness-1 trainer's step over nccl, for gradients computed on the host. Queued
-   * at once, in order on this communicator's queue, so it runs without a turn of the JavaScript
-   * thread (busy computing the next gradient): the host gradient is copied to the set's device
-   * gradient; the bucketed fused step averages it, each bucket's update (compensation and
+   * @internal The staleness-1 trainer's step over nccl. Queued at once, in order on this
+   * communicator's queue, so it runs without a turn of the JavaScript thread (busy computing the
+   * next gradient): the host gradient, when given, is copied to the set's device gradient; the
+   * bucketed fused step averages the set's device gradient, each bucket's update (compensation and
    * prediction included) starting behind that bucket's reduction, reading the set's weights and
-   * writing `deviceWeights` and `devicePredicted`; then those are copied to `hostWeights` and
-   * `hostPredicted`. The set's weights and the host buffers the forward pass reads are not
-   * written. All or nothing under the device guard (see allreduceAndStep); a step skipped for the
+   * writing `deviceWeights` and `devicePredicted`; then, when `hostWeights` is given, those are
+   * copied to `hostWeights` and `hostPredicted`. The set's weights and the host buffers the forward
+   * pass reads are not written. The gradient buffer is the one the set holds at this call: the
+   * caller may put another in place (DeviceParamSet.exchangeGrads) at once, for the next backward
+   * pass. A gradient written by device operations must be complete before this call (the model's
+   * operations run on the device's default stream, which the communicator's streams do not wait for). All or nothing under the device guard (see allreduceAndStep); a step skipped for the
    * overflow risk alone is rechecked once the JavaScript thread gets a turn, and copied out again.
    *
    * The set's optimizer counts as stepping until the promise settles. On success the caller puts
@@ -321,11 +337,12 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       if (buffer.disposed) throw new DisposedError(`startOverlappedStep: the ${role} buffer was disposed`);
       if (buffer.length !== hostLength) throw new SizeMismatchError(`startOverlappedStep: ${role} has ${buffer.length} elements, the ParamSet ${hostLength}`);
     }
-    if ((targets.hostPredicted === undefined) !== (targets.devicePredicted === undefined) || (targets.devicePredicted !== undefined) !== (params.stateBuffer('predicted') !== undefined))
-      throw new InvalidArgumentError('startOverlappedStep: give hostPredicted and devicePredicted exactly when the optimizer predicts');
+    const predicts = params.stateBuffer('predicted') !== undefined;
+    if ((targets.devicePredicted !== undefined) !== predicts || (targets.hostPredicted !== undefined) !== (predicts && targets.hostWeights !== undefined))
+      throw new InvalidArgumentError('startOverlappedStep: give devicePredicted exactly when the optimizer predicts, and hostPredicted when it does and hostWeights is given');
     const buffers = {
       ...params.updateBuffers('step', undefined),
-      weightsIn: params.weights.handle,
+      weightsIn: (targets.deviceWeightsIn ?? params.weights).handle,
       weights: targets.deviceWeights.handle,
       ...(targets.devicePredicted ? { predicted: targets.devicePredicted.handle } : {}),
     };
@@ -335,6 +352,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     // Operations are submitted one by one; a refused one throws at once (before anything later
     // is queued), those already queued run regardless.
     const stageOut = (into: Promise<unknown>[]): void => {
+      if (!targets.hostWeights) return;
       into.push(this.stage(false, targets.deviceWeights, targets.hostWeights, hostLength));
       if (targets.devicePredicted) into.push(this.stage(false, targets.devicePredicted, targets.hostPredicted!, hostLength));
     };
@@ -343,7 +361,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     let refused: unknown;
     try {
       if (ticket.firstStep) params.prepareFirstStep();
-      queued.push(this.stage(true, params.grads, targets.hostGrads, hostLength));
+      if (targets.hostGrads) queued.push(this.stage(true, params.grads, targets.hostGrads, hostLength));
       fused = this.fused(config, buffers, counts, false, false);
       queued.push(fused);
       stageOut(queued);

@@ -17,4 +17,4 @@ export {
   type TokenSourceOptions,
 } from './loader.js';
 export { FASHION_MNIST_CLASSES, FASHION_MNIST_DIR, fashionMnistFiles, fashionMnistSource, loadFashionMnist, type FashionMnistOptions } from './fashion-mnist.js';
-export { FORTUNES_DIR, loadTextCorpus, splitText, type TextCorpus, type TextCorpusOptions } from './text.js';
+export { FORTUNES_DIR, loadTextCorpus, splitText, textWindows, type TextCorpus, type TextCorpusOptions, type TextWindows } from './text.js';

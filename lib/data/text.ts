@@ -10,7 +10,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { checkInteger, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
 
 /** Where Debian's `fortunes` package puts the collection. @category Data */
 export const FORTUNES_DIR = '/usr/share/games/fortunes';
@@ -62,4 +62,44 @@ export function splitText(bytes: Uint8Array, validationFraction = 0.1): { train:
   checkNumber(validationFraction, 'splitText: validationFraction', 0, 1, { loOpen: true, hiOpen: true });
   const cut = bytes.length - Math.round(bytes.length * validationFraction);
   return { train: bytes.subarray(0, cut), validation: bytes.subarray(cut) };
+}
+
+/** The windows of {@link textWindows}: samples of `context` token ids and their `context` next tokens. @category Data */
+export interface TextWindows {
+  /** Token ids as floats, row-major [count, context] (an embedding layer's input). */
+  readonly inputs: Float32Array;
+  /** The next token of every position, [count, context]: `context` class indices per sample. */
+  readonly labels: Uint8Array;
+  readonly count: number;
+  /** Tokens per window. */
+  readonly features: number;
+  /** The vocabulary: 256 byte values. */
+  readonly classes: number;
+}
+
+/**
+ * A byte text as samples for a language model: windows of `context` bytes one after another
+ * (stride `context`), each with the byte after every position as its labels, so a pipeline's or a
+ * trainer's cross-entropy over `context` rows per sample is the per-token loss. With `most`, that
+ * many windows spread evenly over the text (a validation set of bounded size).
+ *
+ * @category Data
+ */
+export function textWindows(bytes: Uint8Array, context: number, most: number = Number.MAX_SAFE_INTEGER): TextWindows {
+  if (!(bytes instanceof Uint8Array)) throw new InvalidArgumentError(`textWindows: bytes must be a Uint8Array, got ${describeValue(bytes)}`);
+  checkInteger(context, 'textWindows: context', 1, 1 << 20);
+  checkInteger(most, 'textWindows: most', 1, Number.MAX_SAFE_INTEGER);
+  if (bytes.length < context + 1) throw new InvalidArgumentError(`textWindows: ${bytes.length} bytes make no window of ${context} and their next bytes; give at least ${context + 1}`);
+  const available = Math.floor((bytes.length - 1) / context);
+  const count = Math.min(available, most);
+  const inputs = new Float32Array(count * context);
+  const labels = new Uint8Array(count * context);
+  for (let i = 0; i < count; i++) {
+    const at = Math.floor((i * available) / count) * context;
+    for (let k = 0; k < context; k++) {
+      inputs[i * context + k] = bytes[at + k]!;
+      labels[i * context + k] = bytes[at + k + 1]!;
+    }
+  }
+  return { inputs, labels, count, features: context, classes: 256 };
 }

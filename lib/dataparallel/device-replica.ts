@@ -1,14 +1,28 @@
 /**
- * The data-parallel trainer's device side over the `nccl` backend. The model computes on the host
- * (its forward pass reads host weights, its backward pass writes a host gradient); the weights and
- * the optimizer state live on this rank's GPU, where NCCL averages the gradient and the fused CUDA
- * kernel applies it. Per update the host gradient goes to the device and the new weights (and
- * predicted weights) come back; in the staleness-1 modes all of it is queued on the communicator
- * and runs while the caller computes the next gradient (NcclCommunicator.startOverlappedStep).
+ * The data-parallel trainer's device side over the `nccl` backend: the weights and the optimizer
+ * state live on this rank's GPU, where NCCL averages the gradient and the fused CUDA kernel
+ * applies it. Two sources of gradients:
  *
- * Which copy is current: the device's weights and optimizer state are the truth. The host weights
- * (and host predicted weights) are copies of the device's, refreshed by every update; the host
- * optimizer's other state buffers are refreshed only by stateToHost() (exportState).
+ * - from the host (the default: a model computing on the CPU, tfjs): its forward pass reads host
+ *   weights, its backward pass writes a host gradient; per update the host gradient goes to the
+ *   device and the new weights (and predicted weights) come back; in the staleness-1 modes all of
+ *   it is queued on the communicator and runs while the caller computes the next gradient
+ *   (NcclCommunicator.startOverlappedStep).
+ * - from the device (`device: 'cuda:N'`, e.g. an MLP built with that device): the backward pass
+ *   writes the set's device gradient, the forward pass reads the device weights (or predicted
+ *   weights), and nothing crosses to the host inside a step. In the staleness-1 modes the set has
+ *   two gradient buffers: the one under reduction, and the one the next backward pass writes.
+ *
+ * Which copy is current: the device's weights and optimizer state are the truth. With host
+ * gradients the host weights (and host predicted weights) are copies of the device's, refreshed
+ * by every update; with device gradients they are refreshed only on request (copyToHost,
+ * exportState). The host optimizer's other state buffers are refreshed only by stateToHost().
+ *
+ * Ordering on a GPU: the model's operations run on the device's legacy default stream, the NCCL
+ * step on the communicator's own (non-blocking) streams, which do not wait for it. So before a
+ * device gradient is reduced, waitForModel() waits for the default stream (a synchronous copy of
+ * one float on it); the NCCL step is then complete before its promise settles, and the next
+ * forward pass reads its weights only after that.
  */
 import { BackendUnavailableError } from '../errors.js';
 import { checkSameLayout } from './layout-check.js';
@@ -31,7 +45,18 @@ export class DeviceReplica {
     /** Out-of-place steps: what the step in flight writes (the set's current buffers are only read). */
     private spareWeights: DeviceBuffer | undefined,
     private sparePredicted: DeviceBuffer | undefined,
+    /** Device gradients in the staleness-1 modes: the buffer that is not the set's (under reduction, or idle). */
+    private otherGrads: DeviceBuffer | undefined,
+    /** Device gradients in the staleness-1 modes: the copy of the weights the queued step reads (see startOverlappedOnDevice). */
+    private readonly weightsIn: DeviceBuffer | undefined,
+    /** Whether the backward pass writes the set's device gradient (else the host's is staged in). */
+    readonly deviceGrads: boolean,
   ) {}
+
+  /** The device copy of the ParamSet (weights, gradients, optimizer state). */
+  get deviceSet(): DeviceParamSet {
+    return this.set;
+  }
 
   /**
    * The trainer's creation collectives over nccl, on device buffers: every rank's ParamSet layout
@@ -65,8 +90,12 @@ export class DeviceReplica {
     }
   }
 
-  /** Moves the ParamSet's weights and the optimizer's state to the communicator's device. */
-  static create(comm: NcclCommunicator, params: ParamSet, optimizer: Optimizer, outOfPlace: boolean): DeviceReplica {
+  /**
+   * Moves the ParamSet's weights and the optimizer's state to the communicator's device. With
+   * `deviceGrads` the backward pass writes the device gradient; `outOfPlace` (the staleness-1
+   * modes) then also allocates the second gradient buffer.
+   */
+  static create(comm: NcclCommunicator, params: ParamSet, optimizer: Optimizer, outOfPlace: boolean, deviceGrads = false): DeviceReplica {
     const set = DeviceParamSet.create(params, { device: comm.device, optimizer });
     const made: DeviceBuffer[] = [];
     try {
@@ -77,7 +106,9 @@ export class DeviceReplica {
       };
       const spareWeights = outOfPlace ? spare() : undefined;
       const sparePredicted = outOfPlace && set.stateBuffer('predicted') ? spare() : undefined;
-      return new DeviceReplica(comm, set, spareWeights, sparePredicted);
+      const otherGrads = outOfPlace && deviceGrads ? spare() : undefined;
+      const weightsIn = outOfPlace && deviceGrads ? spare() : undefined;
+      return new DeviceReplica(comm, set, spareWeights, sparePredicted, otherGrads, weightsIn, deviceGrads);
     } catch (error) {
       for (const b of made) b.dispose();
       set.dispose();
@@ -86,17 +117,75 @@ export class DeviceReplica {
   }
 
   /**
-   * `sync`: the host gradient to the device, the bucketed fused all-reduce and update there, and
-   * the new weights back to the host, run to completion.
+   * `sync`: the bucketed fused all-reduce and update on the device, run to completion. With host
+   * gradients the host gradient goes to the device first and the new weights come back after.
    */
   async syncStep(buckets: DeviceBucketOptions): Promise<NcclStepResultInfo> {
-    this.set.copyGradsFromHost();
+    if (this.deviceGrads) this.waitForModel();
+    else this.set.copyGradsFromHost();
     const r = await this.comm.allreduceAndStep(this.set, {
       ...(buckets.bucketBytes === undefined ? {} : { bucketBytes: buckets.bucketBytes }),
       ...(buckets.firstBucketBytes === undefined ? {} : { firstBucketBytes: buckets.firstBucketBytes }),
     });
-    if (r.applied) this.set.weights.copyToHost(this.set.params.weights);
+    if (r.applied && !this.deviceGrads) this.set.weights.copyToHost(this.set.params.weights);
     return r;
+  }
+
+  /**
+   * Device gradients, the staleness-1 modes: the out-of-place step of the set's device gradient,
+   * queued (see NcclCommunicator.startOverlappedStep); its new weights (and predicted weights) land
+   * in this replica's spare device buffers, put in place by swap(). The set then holds the other
+   * gradient buffer, for the next backward pass: the caller has collected the step before this one,
+   * so that buffer is no longer read.
+   *
+   * The step reads a copy of the weights (`weightsIn`), not the set's: a queued operation holds
+   * every buffer it uses until it settles (ERR_BUSY for any other use, reads included), and the
+   * forward passes of the next gradient read the set's weights while this step runs. The copy
+   * (device to device, synchronous on the default stream) also waits for the backward pass that
+   * wrote the gradient (see the file comment).
+   */
+  startOverlappedOnDevice(gradScaleFactor: number, buckets: DeviceBucketOptions): Promise<StepResult> {
+    this.weightsIn!.copyFrom(this.set.weights);
+    const done = this.comm.startOverlappedStep(this.set, {
+      deviceWeightsIn: this.weightsIn,
+      deviceWeights: this.spareWeights!,
+      devicePredicted: this.sparePredicted,
+      gradScaleFactor,
+      bucketBytes: buckets.bucketBytes,
+      firstBucketBytes: buckets.firstBucketBytes,
+    });
+    this.otherGrads = this.set.exchangeGrads(this.otherGrads!);
+    return done;
+  }
+
+  /**
+   * Waits until the device operations enqueued so far on the device's default stream (the
+   * model's forward and backward passes) have finished: a synchronous copy of one float on that
+   * stream. The communicator's streams do not wait for the default stream by themselves.
+   */
+  private waitForModel(): void {
+    this.set.grads.copyToHost(this.probe);
+  }
+  private readonly probe = new Float32Array(1);
+
+  /** Device gradients: the current device weights into the host ParamSet's weights. */
+  weightsToHost(): void {
+    this.set.weights.copyToHost(this.set.params.weights);
+  }
+
+  /** Device gradients: the weights (and predicted weights) of the update applied ahead, into host arrays (reused when given at the right length). */
+  aheadToHost(reuse: { weights?: Float32Array | undefined; predicted?: Float32Array | null | undefined } | undefined): { weights: Float32Array; predicted: Float32Array | null } {
+    const n = this.set.params.length;
+    const into = (old: Float32Array | null | undefined): Float32Array => (old instanceof Float32Array && old.length === n ? old : new Float32Array(n));
+    return {
+      weights: this.spareWeights!.copyToHost(into(reuse?.weights)),
+      predicted: this.sparePredicted ? this.sparePredicted.copyToHost(into(reuse?.predicted)) : null,
+    };
+  }
+
+  /** Device gradients: zeroes the device gradient the next backward pass writes (zeros copied from the host). */
+  zeroGrads(): void {
+    this.set.grads.copyFromHost(new Float32Array(this.set.length));
   }
 
   /**
@@ -133,7 +222,7 @@ export class DeviceReplica {
    * The host weights and optimizer state onto the device (after importState), and, for an update
    * restored as already applied ahead, its weights and predicted weights into the spare buffers.
    */
-  stateFromHost(ahead?: { weights: FlatBuffer; predicted: FlatBuffer | undefined }): void {
+  stateFromHost(ahead?: { weights: FlatBuffer | Float32Array; predicted: FlatBuffer | Float32Array | undefined }): void {
     this.set.copyFromHost();
     if (!ahead) return;
     this.spareWeights!.copyFromHost(ahead.weights);
@@ -149,6 +238,8 @@ export class DeviceReplica {
     this.set.dispose();
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();
+    this.otherGrads?.dispose();
+    this.weightsIn?.dispose();
   }
 }
 

@@ -11,6 +11,7 @@ import { SGD_OPTION_KEYS } from '../optim/sgd.js';
 import type { CompensationOptions, PredictionOptions } from '../optim/options.js';
 import { checkOptimizerSpec, checkOptimizerValues, createOptimizer, type OptimizerSpec } from '../optim/registry.js';
 import { FlatBuffer, ParamSet } from '../tensor.js';
+import { cudaDeviceIndex, parseDevice, type CudaDevice, type DeviceBuffer, type DeviceParamSet } from '../device/index.js';
 import { sparseAllreduce } from '../compress/sparse-allreduce.js';
 import { DeviceReplica, checkNcclOptions } from './device-replica.js';
 import { checkSameLayout, gatherHostWords } from './layout-check.js';
@@ -20,21 +21,34 @@ import { checkInteger, checkKnownKeys, checkNumber, checkOptions, describeValue,
 /** @category Data parallel */
 export interface DataParallelTrainerOptions extends DataParallelModeOptions {
   /**
-   * The ranks' communicator. Over `nccl` the model still computes on the host, while the weights
-   * and optimizer state live on the communicator's GPU, where the gradient is averaged and applied
-   * (docs/communication.md): modes `sync` (replicated) and the staleness-1 modes with the
-   * overlapped update; clipGradNorm, compression, a guard choice and `update: 'sharded'` are
-   * refused there.
+   * The ranks' communicator. Over `nccl` the weights and optimizer state live on the
+   * communicator's GPU, where the gradient is averaged and applied (docs/cuda.md): modes `sync`
+   * (replicated) and the staleness-1 modes with the overlapped update; clipGradNorm, compression,
+   * a guard choice and `update: 'sharded'` are refused there. The model computes on the host
+   * unless `device` says otherwise.
    */
   comm: Communicator | NcclCommunicator;
-  /** The model's parameters; the trainer updates its weights. */
+  /**
+   * Where the model's forward and backward passes run, as `MLP`'s option of the same name: `cpu`
+   * (default: the backward writes `trainer.grads`, a host buffer, over every backend) or the nccl
+   * communicator's GPU, `cuda:N`: the backward writes `trainer.deviceGrads` and the forward reads
+   * `trainer.deviceForwardWeights` (DeviceBuffers), each bucket of the device gradient is averaged
+   * with NCCL and updated on the device behind its reduction, and nothing is copied to the host
+   * inside a step; the host ParamSet is refreshed by `copyToHost()` and `exportState()`.
+   * `accumulationSteps` above 1 is refused there.
+   */
+  device?: 'cpu' | CudaDevice;
+  /**
+   * The model's parameters; the trainer updates its weights (with `device: 'cuda:N'` the device
+   * copy, and these host weights only on copyToHost() and exportState()).
+   */
   params: ParamSet;
   optimizer: DataParallelOptimizerSpec;
   /**
    * The model, checked against the ParamSet: an `MLP` (whose `params` must be `options.params`), or
    * anything with a `numParams` equal to the ParamSet's.
    */
-  model?: { readonly numParams: number; readonly params?: ParamSet };
+  model?: { readonly numParams: number; readonly params?: ParamSet; readonly device?: string };
   /** Copy rank 0's weights to every rank at creation so all replicas start equal. Default true. */
   broadcastWeights?: boolean;
   /** `sync`: bucket sizes of the fused all-reduce + update (see allreduceAndStep). */
@@ -198,8 +212,8 @@ export interface DataParallelTrainerState {
 
 /** An overlapped update in flight (see overlapUpdate). */
 interface OverlappedJob {
-  /** The gradient buffer under reduction, returned to the caller once the job is collected. */
-  readonly grads: FlatBuffer;
+  /** The gradient buffer under reduction, returned to the caller once the job is collected (undefined for device gradients: the replica keeps both). */
+  readonly grads: FlatBuffer | undefined;
   readonly done: Promise<StepResult & { gradNorm?: number }>;
   result: (StepResult & { gradNorm?: number }) | undefined;
 }
@@ -244,6 +258,23 @@ interface Pending {
  * every step rather than keeping it. The first pipelined step only starts its reduction; the first
  * update comes one step later and applies that gradient to the weights it was computed at (no
  * staleness); every later update applies a gradient one update late.
+ *
+ * On GPUs (one process and device per rank, the `nccl` backend) the model computes on the device
+ * and the gradients never leave it, as with PyTorch's DistributedDataParallel:
+ *
+ * ```ts
+ * const comm = await NcclCommunicator.create({ rank, size, device: `cuda:${rank}`, env: true });
+ * const model = new MLP([784, 128, 10], { seed: 1, device: comm.device });
+ * const trainer = await DataParallelTrainer.create({ comm, params: model.params, model, device: comm.device, mode: 'sapipe-dc', optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 } });
+ * for (const { x, labels } of batches) {
+ *   model.forwardLogits(x, batch, trainer.deviceForwardWeights);
+ *   model.loss(labels, { read: false });
+ *   model.backward(trainer.deviceGrads);               // re-read it every step
+ *   await trainer.step();                               // NCCL buckets, each updated on the device behind its reduction
+ * }
+ * await trainer.flush();
+ * await trainer.copyToHost();                           // model.params now holds the trained weights
+ * ```
  *
  * @category Data parallel
  */
@@ -291,6 +322,8 @@ export class DataParallelTrainer {
   private readonly residual: FlatBuffer | undefined;
   /** Over nccl: the device copy of the weights and optimizer state, where every update runs. */
   private readonly replica: DeviceReplica | undefined;
+  /** Where the model computes (the `device` option): `cpu`, or the nccl communicator's device. */
+  readonly device: 'cpu' | CudaDevice;
   private busy = false;
   private failure: unknown;
   private isDisposed = false;
@@ -306,16 +339,18 @@ export class DataParallelTrainer {
     this.bucketOptions = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes, guard: options.guard, update: options.update };
     this.optimizer = buildOptimizer(options.params, options.optimizer, resolved);
     this.overlap = overlapApplies(options, resolved);
+    this.device = options.device === undefined || options.device === 'cpu' ? 'cpu' : (options.comm as NcclCommunicator).device;
+    const onDevice = this.device !== 'cpu';
     try {
       // The second gradient buffer is all-reduced like the ParamSet's own: the same memory.
-      if (resolved.staleness === 1) this.idle = options.params.allocateLike();
+      if (resolved.staleness === 1 && !onDevice) this.idle = options.params.allocateLike();
       if (resolved.needsLocalGrad) this.localCopy = FlatBuffer.allocate(options.params.length);
-      if (this.overlap) {
+      if (this.overlap && !onDevice) {
         this.spareWeights = options.params.allocateLike();
         if (this.optimizer.stateBuffer('predicted')) this.sparePredicted = options.params.allocateLike();
       }
       if (this.compression && this.compression.errorFeedback !== false) this.residual = FlatBuffer.allocate(options.params.length);
-      if (options.comm instanceof NcclCommunicator) this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap);
+      if (options.comm instanceof NcclCommunicator) this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap, onDevice);
     } catch (error) {
       this.idle?.dispose();
       this.spareWeights?.dispose();
@@ -347,8 +382,9 @@ export class DataParallelTrainer {
       keys: ['compensation', 'prediction', 'queue'],
       why: "by the trainer from its mode; use the trainer's options (mode, compensation, estimate) instead",
     });
+    const onDevice = checkTrainerDevice(options, comm);
     if (options.model !== undefined) {
-      const model = options.model as { numParams?: unknown; params?: unknown } | null;
+      const model = options.model as { numParams?: unknown; params?: unknown; device?: unknown } | null;
       if (model !== null && typeof model === 'object' && model.params instanceof ParamSet && model.params !== params)
         throw new InvalidArgumentError(
           'DataParallelTrainer: options.model has its own ParamSet, not options.params; pass the model\'s: { params: model.params, model }',
@@ -358,6 +394,7 @@ export class DataParallelTrainer {
         throw new InvalidArgumentError(`DataParallelTrainer: options.model must have a numeric numParams (an MLP, or { numParams }), got ${describeValue(model)}`);
       if (n !== params.numParams)
         throw new SizeMismatchError(`DataParallelTrainer: the model has ${n} parameters but the ParamSet ${params.numParams}; build the ParamSet from the model's parameter spec`);
+      checkModelDevice(model!.device, options.device ?? 'cpu');
     }
     const broadcast = options.broadcastWeights ?? true;
     if (typeof broadcast !== 'boolean') throw new InvalidArgumentError('DataParallelTrainer: broadcastWeights must be a boolean');
@@ -372,6 +409,10 @@ export class DataParallelTrainer {
         throw new InvalidArgumentError("DataParallelTrainer: clipGradNorm needs the whole gradient's norm on every rank; use update 'replicated'");
     }
     checkInteger(options.accumulationSteps ?? 1, 'DataParallelTrainer: accumulationSteps', 1, 1 << 20);
+    if (onDevice && (options.accumulationSteps ?? 1) > 1)
+      throw new InvalidArgumentError(
+        `DataParallelTrainer: accumulationSteps is not offered with device gradients (device '${options.device}'); average the micro-batches in the loss (one backward per update), or leave accumulationSteps unset`,
+      );
     resolveLossScaling(options.lossScaling);
     if (resolved.needsLocalGrad && ((options.accumulationSteps ?? 1) > 1 || options.lossScaling !== undefined))
       throw new InvalidArgumentError(
@@ -432,7 +473,72 @@ export class DataParallelTrainer {
    */
   get grads(): FlatBuffer {
     this.checkUsable('grads');
+    if (this.device !== 'cpu')
+      throw new InvalidArgumentError(`DataParallelTrainer.grads: this trainer's gradients live on ${this.device}; the backward pass writes trainer.deviceGrads (a DeviceBuffer)`);
     return this.params.grads;
+  }
+
+  /**
+   * With `device: 'cuda:N'`: the device buffer the backward pass writes this step's gradient
+   * into (the ParamSet's layout). In the staleness-1 modes the trainer puts a second buffer in its
+   * place at each step() while it reduces the one just filled, so re-read it every step.
+   */
+  get deviceGrads(): DeviceBuffer {
+    return this.deviceSet('deviceGrads').grads;
+  }
+
+  /**
+   * With `device: 'cuda:N'`: the device weights the forward (and backward) pass reads: the
+   * predicted weights in `sapipe-wp` while an update is in flight, else the weights.
+   */
+  get deviceForwardWeights(): DeviceBuffer {
+    const set = this.deviceSet('deviceForwardWeights');
+    if (this.resolved.mode !== 'sapipe-wp' || !this.job || !this.predictionInPlace) return set.weights;
+    return set.stateBuffer('predicted')!;
+  }
+
+  /**
+   * With `device: 'cuda:N'`: the current device weights (not the predicted ones), e.g. for an
+   * evaluation on the device. Read-only: change weights through importState().
+   */
+  get deviceWeights(): DeviceBuffer {
+    return this.deviceSet('deviceWeights').weights;
+  }
+
+  /**
+   * Copies the device's weights and optimizer state into the host ParamSet (`params.weights`) and
+   * optimizer, e.g. before saving the model or evaluating it on the host. With `device: 'cuda:N'`
+   * the host weights are otherwise left as they were at create(); with host gradients over nccl
+   * they are current already and this refreshes the optimizer state; over the host backends it
+   * does nothing. The weights are those the forward pass reads as real weights now: in the
+   * staleness-1 modes the update in flight is not in them (flush() first to include it), while the
+   * optimizer state already includes it (this waits for it). A checkpoint takes exportState(),
+   * which keeps that update too.
+   */
+  async copyToHost(): Promise<void> {
+    this.enter('copyToHost');
+    try {
+      const job = this.job;
+      if (job) await this.collect(job, false);
+      if (this.pending) await this.complete(this.pending);
+      this.replica?.stateToHost();
+      if (this.replica?.deviceGrads) this.replica.weightsToHost();
+    } catch (error) {
+      this.failure = error;
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** The replica's device set, for the device-gradient accessors; InvalidArgumentError saying what to do otherwise. */
+  private deviceSet(what: string): DeviceParamSet {
+    this.checkUsable(what);
+    if (!this.replica?.deviceGrads)
+      throw new InvalidArgumentError(
+        `DataParallelTrainer.${what}: this trainer's model computes on the host (device 'cpu'); use trainer.${what === 'deviceGrads' ? 'grads' : what === 'deviceWeights' ? 'params.weights' : 'forwardWeights'}, or create the trainer over an NcclCommunicator with device: 'cuda:N'`,
+      );
+    return this.replica.deviceSet;
   }
 
   /**
@@ -443,7 +549,8 @@ export class DataParallelTrainer {
   zeroGrad(): void {
     this.checkUsable('zeroGrad');
     if (this.busy) throw new BusyError('DataParallelTrainer.zeroGrad: a step() is in flight; await it first');
-    this.params.zeroGrad();
+    if (this.replica?.deviceGrads) this.replica.zeroGrads();
+    else this.params.zeroGrad();
   }
 
   /** The view of tensor `name` in `grads`. */
@@ -457,6 +564,8 @@ export class DataParallelTrainer {
    */
   get forwardWeights(): FlatBuffer {
     this.checkUsable('forwardWeights');
+    if (this.device !== 'cpu')
+      throw new InvalidArgumentError(`DataParallelTrainer.forwardWeights: this trainer's weights live on ${this.device}; the forward pass reads trainer.deviceForwardWeights (a DeviceBuffer)`);
     if (this.resolved.mode !== 'sapipe-wp' || !(this.pending || this.job)) return this.params.weights;
     if (this.overlap && !this.predictionInPlace) return this.params.weights;
     return this.optimizer.forwardWeights;
@@ -504,11 +613,16 @@ export class DataParallelTrainer {
         const done = previous ? await this.collect(previous, true) : undefined;
         const waitedMs = performance.now() - start;
         this.job = undefined;
-        checkFresh(fresh);
-        this.job = this.startJob(fresh, unscale);
-        const next = previous ? previous.grads : this.idle!;
-        this.idle = undefined;
-        this.params.exchangeGrads(next);
+        if (this.replica?.deviceGrads) {
+          // The device gradient: the replica reduces it and gives the set its other gradient buffer.
+          this.job = this.trackJob(undefined, this.replica.startOverlappedOnDevice(unscale, this.bucketOptions));
+        } else {
+          checkFresh(fresh);
+          this.job = this.startJob(fresh, unscale);
+          const next = previous ? previous.grads! : this.idle!;
+          this.idle = undefined;
+          this.params.exchangeGrads(next);
+        }
         this.calls += 1;
         if (!done) return { applied: false, nonFiniteCount: 0, step: this.optimizer.steps, updated: false, waitedMs, accumulating: false };
         this.updateLossScale(done);
@@ -567,7 +681,7 @@ export class DataParallelTrainer {
       this.updateLossScale(r);
       // The next update applies a gradient computed at the current weights: nothing to compensate.
       const backup = this.optimizer.stateBuffer('backup');
-      if (backup) backup.array.set(this.params.weights.array);
+      if (backup && !this.replica?.deviceGrads) backup.array.set(this.params.weights.array);
       this.replica?.resetBackup();
       return r;
     } catch (error) {
@@ -595,6 +709,12 @@ export class DataParallelTrainer {
       if (this.bucketOptions.update === 'sharded') await gatherShardedState(this.hostComm, this.optimizer);
       this.replica?.stateToHost();
       const old = (reuse ?? {}) as Partial<DataParallelTrainerState>;
+      const onDevice = this.replica?.deviceGrads === true;
+      if (onDevice) this.replica!.weightsToHost();
+      const aheadWeights = !ahead ? null : onDevice ? this.replica!.aheadToHost(old.ahead ?? undefined) : {
+        weights: copyInto(this.spareWeights!.array, old.ahead?.weights),
+        predicted: this.sparePredicted ? copyInto(this.sparePredicted.array, old.ahead?.predicted ?? undefined) : null,
+      };
       return {
         version: 1,
         mode: this.mode,
@@ -602,11 +722,7 @@ export class DataParallelTrainer {
         weights: copyInto(this.params.weights.array, old.weights),
         optimizer: this.optimizer.exportState(old.optimizer ?? undefined),
         pending: previous && done ? { averaged: copyInto(previous.buffer.array, old.pending?.averaged), nonFiniteCount: done.nonFiniteCount } : null,
-        ahead: ahead && {
-          weights: copyInto(this.spareWeights!.array, old.ahead?.weights),
-          predicted: this.sparePredicted ? copyInto(this.sparePredicted.array, old.ahead?.predicted) : null,
-          result: { ...ahead },
-        },
+        ahead: ahead && aheadWeights && { ...aheadWeights, result: { ...ahead } },
         residual: this.residual ? copyInto(this.residual.array, old.residual ?? undefined) : null,
         lossScale: this.lossScaler ? { scale: this.lossScaler.scale, goodSteps: this.lossScaler.goodSteps } : null,
         accumulation: this.accumulated > 0 ? { count: this.accumulated, grads: copyInto(this.params.grads.array, old.accumulation?.grads) } : null,
@@ -690,10 +806,10 @@ export class DataParallelTrainer {
     if (ahead) {
       // The update already applied ahead: its weights wait in the spare buffers, its gradient
       // buffer is the idle one, and the next step() puts them in place as if it had just finished.
-      this.spareWeights!.array.set(ahead.weights);
+      if (this.spareWeights) this.spareWeights.array.set(ahead.weights);
       if (this.sparePredicted) this.sparePredicted.array.set(ahead.predicted!);
       const result = { ...ahead.result };
-      this.job = { grads: this.idle!, done: Promise.resolve(result), result };
+      this.job = { grads: this.idle, done: Promise.resolve(result), result };
       this.idle = undefined;
     }
     if (p) {
@@ -705,7 +821,10 @@ export class DataParallelTrainer {
       this.idle = undefined;
     }
     // Over nccl the device holds the truth: the restored weights, state and update ahead go there.
-    this.replica?.stateFromHost(ahead ? { weights: this.spareWeights!, predicted: this.sparePredicted } : undefined);
+    const onDevice = this.replica?.deviceGrads === true;
+    this.replica?.stateFromHost(
+      ahead ? (onDevice ? { weights: ahead.weights, predicted: ahead.predicted ?? undefined } : { weights: this.spareWeights!, predicted: this.sparePredicted }) : undefined,
+    );
   }
 
   /** Waits for any reduction in flight, then frees the trainer's buffers and optimizer state. */
@@ -769,6 +888,10 @@ export class DataParallelTrainer {
           firstBucketBytes: this.bucketOptions.firstBucketBytes,
           guard: this.bucketOptions.guard,
         });
+    return this.trackJob(grads, done);
+  }
+
+  private trackJob(grads: FlatBuffer | undefined, done: Promise<StepResult & { gradNorm?: number }>): OverlappedJob {
     const job: OverlappedJob = { grads, done, result: undefined };
     // Record completion as it happens (reductionInFlight), and keep a failure from being reported
     // as unhandled before the next step() awaits it.
@@ -789,11 +912,9 @@ export class DataParallelTrainer {
     job.result = r;
     if (swap && r.applied) {
       this.replica?.swap();
-      this.spareWeights = this.params.exchangeWeights(this.spareWeights!);
-      if (this.sparePredicted) {
-        this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
-        this.predictionInPlace = true;
-      }
+      if (this.spareWeights) this.spareWeights = this.params.exchangeWeights(this.spareWeights);
+      if (this.sparePredicted) this.sparePredicted = this.optimizer.exchangeStateBuffer('predicted', this.sparePredicted);
+      if (this.optimizer.stateBuffer('predicted')) this.predictionInPlace = true;
     }
     return r;
   }
@@ -932,7 +1053,54 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   lossScaling: true,
   overlapUpdate: true,
   compression: true,
+  device: true,
 });
+
+/**
+ * Checks the `device` option against the communicator; true for device gradients. A GPU needs
+ * the nccl communicator of that GPU (InvalidArgumentError saying how to create it).
+ */
+function checkTrainerDevice(options: DataParallelTrainerOptions, comm: Communicator | NcclCommunicator): boolean {
+  const device = options.device;
+  if (device === undefined || device === 'cpu') return false;
+  if (typeof device !== 'string')
+    throw new InvalidArgumentError(`DataParallelTrainer: device must be 'cpu' or the nccl communicator's 'cuda:N', got ${describeValue(device)}`);
+  let index: number;
+  try {
+    index = cudaDeviceIndex(device, 'DataParallelTrainer: device');
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(`DataParallelTrainer: device must be 'cpu' or 'cuda:N', got ${describeValue(device)}`, { cause: error });
+    throw error;
+  }
+  if (!(comm instanceof NcclCommunicator))
+    throw new InvalidArgumentError(
+      `DataParallelTrainer: device '${device}' keeps the gradients on a GPU, which only the nccl backend reduces; create the communicator with NcclCommunicator.create({ rank, size, device: '${device}', env: true }), or leave device unset to compute on the host`,
+    );
+  if (index !== cudaDeviceIndex(comm.device))
+    throw new InvalidArgumentError(`DataParallelTrainer: device '${device}' is not the nccl communicator's (${comm.device}); pass device: comm.device (one GPU per rank)`);
+  return true;
+}
+
+/** A model that says where it computes (an MLP's `device`) must compute where the trainer's gradients are. */
+function checkModelDevice(modelDevice: unknown, device: string): void {
+  if (typeof modelDevice !== 'string') return;
+  const where = (d: string): string => {
+    const parsed = parseDevice(d);
+    return parsed.kind === 'cpu' ? 'cpu' : `cuda:${parsed.index}`;
+  };
+  let model: string;
+  try {
+    model = where(modelDevice);
+  } catch {
+    return;
+  }
+  if (model === where(device)) return;
+  throw new InvalidArgumentError(
+    model === 'cpu'
+      ? `DataParallelTrainer: options.model computes on the host, but device is '${device}'; build the model with { device: '${device}' } or leave device unset`
+      : `DataParallelTrainer: options.model computes on ${model}, but the trainer's device is '${device}'; pass device: '${model}' (over the nccl communicator of that GPU) so that the backward writes trainer.deviceGrads`,
+  );
+}
 
 /** Whether the overlapped update applies (overlapUpdate not false, and no overlapObstacle). */
 function overlapApplies(options: DataParallelTrainerOptions, mode: ResolvedMode): boolean {

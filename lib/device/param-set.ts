@@ -40,18 +40,18 @@ type DeviceState = Partial<Record<StateBufferName, DeviceBuffer>>;
 export class DeviceParamSet {
   readonly params: ParamSet;
   readonly optimizer: Optimizer | undefined;
-  readonly grads: DeviceBuffer;
   /** Elements of each device buffer: the host length padded for `shards`. */
   readonly length: number;
   private readonly state: DeviceState;
   private weightBuffer: DeviceBuffer;
+  private gradBuffer: DeviceBuffer;
   private isDisposed = false;
 
   private constructor(params: ParamSet, optimizer: Optimizer | undefined, weights: DeviceBuffer, grads: DeviceBuffer, state: DeviceState) {
     this.params = params;
     this.optimizer = optimizer;
     this.weightBuffer = weights;
-    this.grads = grads;
+    this.gradBuffer = grads;
     this.state = state;
     this.length = weights.length;
   }
@@ -101,6 +101,15 @@ export class DeviceParamSet {
     return this.weightBuffer;
   }
 
+  /**
+   * The device gradients: what a backward pass writes and a step reads. A trainer that reduces one
+   * gradient while the next is computed puts a second buffer here at each step (exchangeGrads), so
+   * re-read it every step rather than keeping it.
+   */
+  get grads(): DeviceBuffer {
+    return this.gradBuffer;
+  }
+
   /** `cuda:N`. */
   get device(): CudaDevice {
     return this.weights.device;
@@ -137,6 +146,18 @@ export class DeviceParamSet {
     this.checkExchange(buffer, 'exchangeWeights');
     const previous = this.weightBuffer;
     this.weightBuffer = buffer;
+    return previous;
+  }
+
+  /**
+   * @internal Puts `buffer` in place as the gradients and returns the previous ones, as
+   * ParamSet.exchangeGrads does on the host: the staleness-1 trainer reduces the gradient just
+   * computed while the backward pass writes the next one into the other buffer.
+   */
+  exchangeGrads(buffer: DeviceBuffer): DeviceBuffer {
+    this.checkExchange(buffer, 'exchangeGrads');
+    const previous = this.gradBuffer;
+    this.gradBuffer = buffer;
     return previous;
   }
 

@@ -46,6 +46,7 @@ export { reluForward, reluBackward } from './relu.js';
 export { softmaxCrossEntropy } from './softmax-cross-entropy.js';
 export { MLP, type MLPOptions } from './mlp.js';
 export { kaimingUniform, biasUniform } from './init.js';
-export { Sequential, balancedBoundaries, checkLayers, cnnLayers, layerParams, mlpLayers, partRanges, type CnnLayersOptions, type LayerSpec, type PoolLayerSpec, type SequentialOptions } from './sequential.js';
+export { Sequential, balancedBoundaries, checkLayers, cnnLayers, layerParams, mlpLayers, partRanges, type CnnLayersOptions, type LayerSpec, type PoolLayerSpec, type SequentialOptions, type TransformerBlockSpec } from './sequential.js';
+export { gptLayers, tokenCrossEntropy, type GptOptions } from './gpt.js';
 export type { StageBackwardOptions, StageModel } from './stage-model.js';
 export { rocAuc } from './metrics.js';

@@ -5,7 +5,9 @@
  * initial weights, that the unpartitioned model holds for them.
  *
  * Each part owns one ParamSet (tensors `layer{i}.weight` / `layer{i}.bias`, layer norm's
- * `layer{i}.gamma` / `layer{i}.beta`, with `i` the layer's index in the whole model) and implements
+ * `layer{i}.gamma` / `layer{i}.beta`, an embedding's `layer{i}.tokens` / `layer{i}.positions`, a
+ * transformer block's `layer{i}.ln1.gamma`, `layer{i}.q.weight` ..., with `i` the layer's index in
+ * the whole model) and implements
  * {@link StageModel}: the forward pass of a micro-batch
  * keeps what its backward needs under the micro-batch's slot until the backward releases it, so a
  * stage can hold several micro-batches in flight (1F1B, PipeDream) and read a different weight
@@ -17,7 +19,8 @@ import { FlatBuffer, ParamSet } from '../tensor.js';
 import { checkInteger, checkKnownKeys, checkObject, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
-import { add, conv2d, conv2dGrad, gelu, geluGrad, layerNorm, layerNormGrad, modelDevice, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Device, type ModelDevice, type Pool2dShape, type Tensor, type TensorView } from './ops.js';
+import { add, conv2d, conv2dGrad, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, MAX_HEAD_DIM, modelDevice, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Device, type EmbeddingShape, type ModelDevice, type Pool2dShape, type Tensor, type TensorView } from './ops.js';
+import { blockBackward, blockForward, blockParams, blockSavedFloats, gaussianInit, type BlockShape } from './transformer.js';
 import type { StageBackwardOptions, StageModel } from './stage-model.js';
 
 /**
@@ -25,18 +28,34 @@ import type { StageBackwardOptions, StageModel } from './stage-model.js';
  * values in NCHW order, so a convolution or pooling reads the row as [channels, height, width] and
  * a linear layer after them reads it flattened.
  *
- * - `linear`: weight [out, in] and bias [out];
+ * - `linear`: weight [out, in] and bias [out]; with `rows` (default 1) a sample is `rows` rows of
+ *   `in` values, each mapped alone (`rows * in` features in, `rows * out` out): a language model's
+ *   output head is `{ kind: 'linear', in: dim, out: vocab, rows: context }`;
  * - `conv2d`: weight [outChannels, inChannels, kernel, kernel] and bias [outChannels]; stride
  *   (default 1) and zero padding (default 0) on both axes; outChannels * outH * outW features out;
  * - `maxPool` / `avgPool`: kernel x kernel windows at `stride` (default: the kernel), no parameters;
  * - `relu`, `gelu` (tanh form): no parameters, as many features out as in;
  * - `layerNorm`: normalises each sample's `features` values (biased variance, eps 1e-5), then
- *   scales by gamma [features] (initially 1) and shifts by beta (initially 0).
+ *   scales by gamma [features] (initially 1) and shifts by beta (initially 0); with `rows`
+ *   (default 1) a sample is `rows` rows of `features` values, each normalised alone (`rows *
+ *   features` features in and out): a transformer's final layer norm over each position is
+ *   `{ kind: 'layerNorm', features: dim, rows: context }`;
+ * - `embedding`: a sample is `context` token ids held as floats (integers below `vocab`), out
+ *   `context * dim` values: each position's row of `tokens` [vocab, dim] plus its row of
+ *   `positions` [context, dim] (both initially N(0, 0.02), GPT-2's). Only as the first layer (token
+ *   ids have no gradient: a part that starts with it returns no input gradient); an id that is
+ *   not an integer below vocab gives a NaN row (the op runs on a device too, where it cannot throw);
+ * - `transformerBlock`: a pre-LN GPT-2 block over `context` positions of `dim` values (`context *
+ *   dim` features in and out): x + proj(attention(LN1(x))), then + fc2(gelu(fc1(LN2(x)))), with
+ *   causal attention of `heads` heads (dim a multiple of heads, dim / heads at most 256) and fc1 of
+ *   `hidden` units (default 4 * dim). Parameters `ln1.gamma`, `ln1.beta`, `q`, `k`, `v`, `proj`,
+ *   `ln2.gamma`, `ln2.beta`, `fc1`, `fc2` (each of those a `.weight` [out, in] and `.bias`); weights
+ *   N(0, 0.02), biases 0, layer norms 1 and 0. {@link gptLayers} builds a GPT of them.
  *
  * @category Models
  */
 export type LayerSpec =
-  | { readonly kind: 'linear'; readonly in: number; readonly out: number }
+  | { readonly kind: 'linear'; readonly in: number; readonly out: number; readonly rows?: number }
   | { readonly kind: 'relu' }
   | { readonly kind: 'gelu' }
   | {
@@ -51,7 +70,21 @@ export type LayerSpec =
     }
   | PoolLayerSpec<'maxPool'>
   | PoolLayerSpec<'avgPool'>
-  | { readonly kind: 'layerNorm'; readonly features: number };
+  | { readonly kind: 'layerNorm'; readonly features: number; readonly rows?: number }
+  | { readonly kind: 'embedding'; readonly vocab: number; readonly dim: number; readonly context: number }
+  | TransformerBlockSpec;
+
+/** The transformer block of {@link LayerSpec}. @category Models */
+export interface TransformerBlockSpec {
+  readonly kind: 'transformerBlock';
+  /** Values per position (the model width); a multiple of `heads`. */
+  readonly dim: number;
+  readonly heads: number;
+  /** Positions per sample. */
+  readonly context: number;
+  /** Units of the MLP's hidden layer (default 4 * dim). */
+  readonly hidden?: number;
+}
 
 /** A max- or average-pooling layer of {@link LayerSpec}. @category Models */
 export interface PoolLayerSpec<K extends 'maxPool' | 'avgPool' = 'maxPool' | 'avgPool'> {
@@ -65,6 +98,9 @@ export interface PoolLayerSpec<K extends 'maxPool' | 'avgPool' = 'maxPool' | 'av
 
 type Spec<K extends LayerSpec['kind']> = Extract<LayerSpec, { kind: K }>;
 const MAX_SIZE = 1 << 24;
+const MAX_VOCAB = 1 << 24;
+/** The standard deviation of GPT-2's initial weights and embeddings. */
+const GPT2_STD = 0.02;
 
 /** What a layer kind is: its fields, sizes, parameters and initial values (the one list of kinds). */
 interface LayerKind<K extends LayerSpec['kind']> {
@@ -77,7 +113,7 @@ interface LayerKind<K extends LayerSpec['kind']> {
   /** Initial values of the parameters, drawn from `next` in order (none drawn for fixed values). */
   init(layer: Spec<K>, next: () => number): Float32Array[];
   /** Floats per sample the forward keeps besides the layer's output (layer norm's mean and rstd). */
-  saved: number;
+  saved(layer: Spec<K>): number;
 }
 
 const size = (value: unknown, what: string, lo = 1): number => checkInteger(value, what, lo, MAX_SIZE);
@@ -99,7 +135,7 @@ function checkPool(l: PoolLayerSpec, what: string): { outH: number; outW: number
   return { outH: Math.floor((l.height - l.kernel) / stride) + 1, outW: Math.floor((l.width - l.kernel) / stride) + 1 };
 }
 
-const noParams = { params: () => [], init: () => [], saved: 0 };
+const noParams = { params: () => [], init: () => [], saved: () => 0 };
 const elementwise = { ...noParams, keys: [], check: (_: LayerSpec, what: string, before: number | undefined) => {
   if (before === undefined) throw new InvalidArgumentError(`${what}: an activation cannot be the first layer; start with a layer that fixes the input size (${FIRST_KINDS})`);
   return { in: before, out: before };
@@ -115,8 +151,11 @@ const pool = <K extends 'maxPool' | 'avgPool'>(): LayerKind<K> => ({
 
 const LAYER_KINDS: { readonly [K in LayerSpec['kind']]: LayerKind<K> } = {
   linear: {
-    keys: ['in', 'out'],
-    check: (l, what) => ({ in: size(l.in, `${what}.in`), out: size(l.out, `${what}.out`) }),
+    keys: ['in', 'out', 'rows'],
+    check: (l, what) => {
+      const rows = size(l.rows ?? 1, `${what}.rows`);
+      return { in: rows * size(l.in, `${what}.in`), out: rows * size(l.out, `${what}.out`) };
+    },
     params: (l) => [['weight', [l.out, l.in]], ['bias', [l.out]]],
     init: (l, next) => {
       const [weight, bias] = [new Float32Array(l.out * l.in), new Float32Array(l.out)];
@@ -124,7 +163,7 @@ const LAYER_KINDS: { readonly [K in LayerSpec['kind']]: LayerKind<K> } = {
       biasUniform(bias, l.in, next);
       return [weight, bias];
     },
-    saved: 0,
+    saved: () => 0,
   },
   conv2d: {
     keys: ['inChannels', 'height', 'width', 'outChannels', 'kernel', 'stride', 'padding'],
@@ -140,21 +179,55 @@ const LAYER_KINDS: { readonly [K in LayerSpec['kind']]: LayerKind<K> } = {
       biasUniform(bias, fanIn, next);
       return [weight, bias];
     },
-    saved: 0,
+    saved: () => 0,
   },
   maxPool: pool(),
   avgPool: pool(),
   relu: elementwise,
   gelu: elementwise,
   layerNorm: {
-    keys: ['features'],
+    keys: ['features', 'rows'],
     check: (l, what) => {
-      const f = size(l.features, `${what}.features`);
+      const f = size(l.features, `${what}.features`) * size(l.rows ?? 1, `${what}.rows`);
       return { in: f, out: f };
     },
     params: (l) => [['gamma', [l.features]], ['beta', [l.features]]],
     init: (l) => [new Float32Array(l.features).fill(1), new Float32Array(l.features)],
-    saved: 2,
+    saved: (l) => 2 * (l.rows ?? 1),
+  },
+  embedding: {
+    keys: ['vocab', 'dim', 'context'],
+    check: (l, what, before) => {
+      const [vocab, dim, context] = [size(l.vocab, `${what}.vocab`), size(l.dim, `${what}.dim`), size(l.context, `${what}.context`)];
+      if (vocab > MAX_VOCAB) throw new InvalidArgumentError(`${what}.vocab must be at most ${MAX_VOCAB} (token ids are held as floats, exact up to 2^24), got ${vocab}`);
+      if (before !== undefined) throw new InvalidArgumentError(`${what}: an embedding reads token ids, which only the model's input holds; make it the first layer`);
+      return { in: context, out: context * dim };
+    },
+    params: (l) => [['tokens', [l.vocab, l.dim]], ['positions', [l.context, l.dim]]],
+    init: (l, next) => [l.vocab * l.dim, l.context * l.dim].map((n) => {
+      const table = new Float32Array(n);
+      gaussianInit(table, GPT2_STD, next);
+      return table;
+    }),
+    saved: () => 0,
+  },
+  transformerBlock: {
+    keys: ['dim', 'heads', 'context', 'hidden'],
+    check: (l, what) => {
+      const [dim, heads, context] = [size(l.dim, `${what}.dim`), size(l.heads, `${what}.heads`), size(l.context, `${what}.context`)];
+      size(l.hidden ?? 4 * dim, `${what}.hidden`);
+      if (dim % heads !== 0) throw new InvalidArgumentError(`${what}: dim ${dim} must be a multiple of heads ${heads} (each head takes dim / heads values); change dim or heads`);
+      if (dim / heads > MAX_HEAD_DIM) throw new InvalidArgumentError(`${what}: dim / heads = ${dim / heads} is above ${MAX_HEAD_DIM}, the largest head the attention takes; use more heads`);
+      return { in: context * dim, out: context * dim };
+    },
+    params: (l) => blockParams(l.dim, l.hidden ?? 4 * l.dim),
+    init: (l, next) => blockParams(l.dim, l.hidden ?? 4 * l.dim).map(([name, shape]) => {
+      const values = new Float32Array(shape.reduce((a, b) => a * b, 1));
+      if (name.endsWith('.weight')) gaussianInit(values, GPT2_STD, next);
+      else if (name.endsWith('.gamma')) values.fill(1);
+      return values;
+    }),
+    saved: (l) => blockSavedFloats(l.context, l.dim, l.heads, l.hidden ?? 4 * l.dim),
   },
 };
 const KIND_NAMES = Object.keys(LAYER_KINDS) as Array<LayerSpec['kind']>;
@@ -234,7 +307,7 @@ export function checkLayers(layers: readonly LayerSpec[], label: string = 'layer
     const before = widths.length > 0 ? widths[widths.length - 1]! : undefined;
     const { in: inF, out } = entry.check(layer, at, before);
     if (before !== undefined && inF !== undefined && inF !== before)
-      throw new SizeMismatchError(`${at} is ${layer.kind} with ${inF} input features, but the layer before outputs ${before}; make them agree (a convolution or pooling takes channels * height * width)`);
+      throw new SizeMismatchError(`${at} is ${layer.kind} with ${inF} input features, but the layer before outputs ${before}; make them agree (a convolution or pooling takes channels * height * width, a per-position layer rows * features, a transformer block context * dim)`);
     if (widths.length === 0) widths.push(inF!);
     widths.push(out);
   });
@@ -301,7 +374,8 @@ const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range
 
 /**
  * A sequential model (or one contiguous part of it) of the {@link LayerSpec} layers (linear,
- * conv2d, max and average pooling, ReLU, GELU, layer norm) on one ParamSet,
+ * conv2d, max and average pooling, ReLU, GELU, layer norm, token embedding, transformer block) on
+ * one ParamSet,
  * usable alone (forward, loss, backward like {@link MLP}) and as a pipeline stage
  * ({@link StageModel}). Build the parts of a pipeline with {@link Sequential.part}.
  *
@@ -378,7 +452,7 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
   activationFloats(batch: number): number {
     checkInteger(batch, 'Sequential.activationFloats: batch', 1, 1 << 24);
     let saved = 0;
-    for (let i = this.start; i < this.end; i++) saved += kindOf(this.layers[i]!).saved;
+    for (let i = this.start; i < this.end; i++) saved += kindOf(this.layers[i]!).saved(this.layers[i]!);
     return batch * (this.widths.reduce((a, b) => a + b, 0) + saved);
   }
 
@@ -401,7 +475,7 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
       const [x, y] = [{ buffer: current }, { buffer: out }];
       switch (l.kind) {
         case 'linear':
-          this.linears.get(i)!.forward(x, batch, y, weights);
+          this.linears.get(i)!.forward(x, batch * (l.rows ?? 1), y, weights);
           break;
         case 'relu':
           relu(y, x, batch * width);
@@ -417,9 +491,19 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
           pool2d(y, x, poolShape(l, batch), l.kind === 'maxPool' ? 'max' : 'avg');
           break;
         case 'layerNorm': {
-          const stats = this.take(2 * batch);
+          const rows = batch * (l.rows ?? 1);
+          const stats = this.take(2 * rows);
           saved.set(i, stats);
-          layerNorm({ y, mean: { buffer: stats }, rstd: { buffer: stats, offset: batch } }, x, this.paramView(weights, i, 'gamma'), this.paramView(weights, i, 'beta'), batch, l.features);
+          layerNorm({ y, mean: { buffer: stats }, rstd: { buffer: stats, offset: rows } }, x, this.paramView(weights, i, 'gamma'), this.paramView(weights, i, 'beta'), rows, l.features);
+          break;
+        }
+        case 'embedding':
+          embedding(y, x, this.paramView(weights, i, 'tokens'), this.paramView(weights, i, 'positions'), embeddingShape(l, batch));
+          break;
+        case 'transformerBlock': {
+          const kept = this.take(batch * kindOf(l).saved(l));
+          saved.set(i, kept);
+          blockForward(out, current, kept, (name) => this.paramView(weights, i, name), blockShape(l, batch));
           break;
         }
       }
@@ -466,39 +550,37 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
       let dx: Tensor | undefined;
       if (l.kind === 'linear') {
         const linear = this.linears.get(i)!;
-        if (doWeights) linear.weightGrad({ buffer: input }, { buffer: dy }, batch, options.grads, accumulate);
+        const rows = batch * (l.rows ?? 1);
+        if (doWeights) linear.weightGrad({ buffer: input }, { buffer: dy }, rows, options.grads, accumulate);
         else {
-          layerGrads!.set(i, dyOwned ? dy : this.copyOf(dy, batch * l.out));
+          layerGrads!.set(i, dyOwned ? dy : this.copyOf(dy, rows * l.out));
           kept = dyOwned;
         }
         if (needDx) {
           dx = this.take(batch * width);
-          linear.inputGrad({ buffer: dy }, batch, { buffer: dx }, weights);
+          linear.inputGrad({ buffer: dy }, rows, { buffer: dx }, weights);
         }
-      } else if (l.kind === 'conv2d' || l.kind === 'layerNorm') {
-        // The native backward gives the input and the parameter gradients in one call: a split
-        // backward computes them now into a buffer of its own, which weightGrad() writes in.
-        const [w, b] = l.kind === 'conv2d' ? ['weight', 'bias'] : ['gamma', 'beta'];
-        const wLen = this.params.layout(`layer${i}.${w}`).size;
-        let into: Tensor;
-        let dw: TensorView;
-        let db: TensorView;
-        let acc = accumulate;
-        if (doWeights) [into, dw, db] = [options.grads, this.paramView(options.grads, i, w), this.paramView(options.grads, i, b)];
-        else {
-          into = this.take(wLen + this.params.layout(`layer${i}.${b}`).size);
-          [dw, db, acc] = [{ buffer: into }, { buffer: into, offset: wLen }, false];
-          paramGrads!.set(i, into);
-        }
+      } else if (l.kind === 'conv2d' || l.kind === 'layerNorm' || l.kind === 'embedding' || l.kind === 'transformerBlock') {
+        // The input and the parameter gradients come out of one pass (one native call, or the
+        // block's chain of them): a split backward computes them now into a buffer of its own,
+        // which weightGrad() writes in.
+        const { at: grad, acc } = this.gradTarget(i, options.grads, doWeights, accumulate, paramGrads);
+        const param = (name: string): TensorView => this.paramView(weights, i, name);
         if (l.kind === 'conv2d') {
           if (needDx) dx = this.take(batch * width);
-          conv2dGrad({ dx: dx && { buffer: dx }, dw, db }, { buffer: dy }, { buffer: input }, this.paramView(weights, i, 'weight'), convShape(l, batch), acc);
+          conv2dGrad({ dx: dx && { buffer: dx }, dw: grad('weight'), db: grad('bias') }, { buffer: dy }, { buffer: input }, param('weight'), convShape(l, batch), acc);
+        } else if (l.kind === 'embedding') {
+          // Token ids have no gradient: dx stays undefined.
+          embeddingGrad({ dtokenTable: grad('tokens'), dpositionTable: grad('positions') }, { buffer: dy }, { buffer: input }, embeddingShape(l, batch), acc);
         } else {
-          // Layer norm always writes dx; a first layer's goes back to the pool.
+          // Layer norm and the block always write dx; a first layer's goes back to the pool.
           dx = this.take(batch * width);
           const stats = ctx.saved.get(i)!;
-          const saved = { mean: { buffer: stats }, rstd: { buffer: stats, offset: batch } };
-          layerNormGrad({ dx: { buffer: dx }, dgamma: dw, dbeta: db }, { buffer: dy }, { buffer: input }, saved, this.paramView(weights, i, 'gamma'), batch, l.features, acc);
+          if (l.kind === 'layerNorm') {
+            const rows = batch * (l.rows ?? 1);
+            const saved = { mean: { buffer: stats }, rstd: { buffer: stats, offset: rows } };
+            layerNormGrad({ dx: { buffer: dx }, dgamma: grad('gamma'), dbeta: grad('beta') }, { buffer: dy }, { buffer: input }, saved, param('gamma'), rows, l.features, acc);
+          } else blockBackward(dx, dy, input, stats, param, grad, acc, blockShape(l, batch), { take: (n) => this.take(n), give: (b) => this.give(b) });
           if (!needDx) {
             this.give(dx);
             dx = undefined;
@@ -533,7 +615,8 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
     for (const [i, dy] of ctx.layerGrads) {
       const j = i - this.start;
       const input = j === 0 ? ctx.input : ctx.outputs[j - 1]!;
-      this.linears.get(i)!.weightGrad({ buffer: input }, { buffer: dy }, ctx.batch, options.grads, options.accumulate ?? false);
+      const rows = ctx.batch * ((this.layers[i] as Spec<'linear'>).rows ?? 1);
+      this.linears.get(i)!.weightGrad({ buffer: input }, { buffer: dy }, rows, options.grads, options.accumulate ?? false);
     }
     for (const [i, computed] of ctx.paramGrads ?? []) {
       let at = 0;
@@ -583,6 +666,23 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
     list.push(buffer);
     this.pool.set(buffer.length, list);
   }
+  /**
+   * Where the backward writes layer `i`'s parameter gradients: into `grads` at the ParamSet's
+   * offsets (added to when `accumulate`); or, for a split backward, overwriting a buffer of the
+   * layer's own (its tensors one after another, as weightGrad() reads it) kept in `paramGrads`.
+   */
+  private gradTarget(i: number, grads: Tensor, doWeights: boolean, accumulate: boolean, paramGrads: Map<number, Tensor> | undefined): { at: (name: string) => TensorView; acc: boolean } {
+    if (doWeights) return { at: (name) => this.paramView(grads, i, name), acc: accumulate };
+    const local = new Map<string, number>();
+    let total = 0;
+    for (const [name, shape] of kindOf(this.layers[i]!).params(this.layers[i]!)) {
+      local.set(name, total);
+      total += shape.reduce((a, b) => a * b, 1);
+    }
+    const into = this.take(total);
+    paramGrads!.set(i, into);
+    return { at: (name) => ({ buffer: into, offset: local.get(name)! }), acc: false };
+  }
   /** The view of layer `i`'s tensor `name` (weight, bias, gamma, beta) in a buffer of the ParamSet's layout. */
   private paramView(buffer: Tensor, i: number, name: string): TensorView {
     return { buffer, offset: this.params.layout(`layer${i}.${name}`).offset };
@@ -611,6 +711,12 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
 function convShape(l: Spec<'conv2d'>, batch: number): Conv2dShape {
   const [stride, pad] = [l.stride ?? 1, l.padding ?? 0];
   return { batch, inChannels: l.inChannels, height: l.height, width: l.width, outChannels: l.outChannels, kernelH: l.kernel, kernelW: l.kernel, strideH: stride, strideW: stride, padH: pad, padW: pad };
+}
+function embeddingShape(l: Spec<'embedding'>, batch: number): EmbeddingShape {
+  return { batch, seq: l.context, vocab: l.vocab, dim: l.dim };
+}
+function blockShape(l: TransformerBlockSpec, batch: number): BlockShape {
+  return { batch, context: l.context, dim: l.dim, heads: l.heads, hidden: l.hidden ?? 4 * l.dim };
 }
 function poolShape(l: PoolLayerSpec, batch: number): Pool2dShape {
   const stride = l.stride ?? l.kernel;

@@ -21,16 +21,20 @@ export {
 export { withCommunication } from './communication.js';
 export * from './schedules/index.js';
 export { type ReplicaAnalysis, type ScheduleAnalysis, type StalenessEntry, stalenessOf, validateSchedule } from './validate.js';
-export { type PerPart, type SimulationCosts, type SimulationResult, simulateSchedule } from './simulate.js';
+export { type PerPart, type SharedCores, type SimulationCosts, type SimulationResult, simulateSchedule } from './simulate.js';
 export type { TimedAction } from './timeline.js';
 export { type RenderOptions, renderAscii, renderHtml, renderSvg, scheduleTitle, summarize } from './render.js';
 export {
+  type MachineProfile,
+  type PassCost,
   type PipelineProfile,
   type ProfileOptions,
+  type StageCostFit,
+  fitPassCost,
   type StageFunctions,
   type StageProfile,
   parseProfile,
   profileStages,
 } from './profile.js';
-export { type TuneCandidate, type TuneOptions, type TuneResult, costsAt, tuneAvgPipe } from './tune.js';
+export { type TuneCandidate, type TuneOptions, type TuneResult, type TuneSetting, costsAt, simulateSetting, tuneAvgPipe } from './tune.js';
 export * from './runtime/index.js';

@@ -23,6 +23,78 @@ export interface StageProfile {
   readonly weightBytes?: number;
   /** Bytes of the stage's optimizer state (momenta). Default 0. */
   readonly optimizerStateBytes?: number;
+  /** Time of the stage's optimizer step, milliseconds (it does not depend on the micro-batch). Default 0. */
+  readonly optimizerStepMs?: number;
+  /**
+   * Pass costs fitted from timings at two or more micro-batch sizes (see {@link fitPassCost}):
+   * where given, the tuner takes a pass at `b` samples as `fixedMs + perSampleMs * b` instead of
+   * scaling `forwardMs`/`backwardMs`.
+   */
+  readonly fit?: StageCostFit;
+}
+
+/** A pass's cost as fixed + per-sample milliseconds. @category Pipeline schedules */
+export interface PassCost {
+  readonly fixedMs: number;
+  readonly perSampleMs: number;
+}
+
+/** A stage's fitted pass costs. @category Pipeline schedules */
+export interface StageCostFit {
+  readonly forward: PassCost;
+  /** The full backward (input and weight gradients). */
+  readonly backward: PassCost;
+  /** The micro-batch sizes the fit was made from. */
+  readonly microBatchSizes?: readonly number[];
+}
+
+/**
+ * The machine a profile was measured on, for the tuner's model of stages sharing cores: with it,
+ * the stage costs are each pass's time alone, and the tuner simulates the runtime's worker threads
+ * (one per stage and pipeline) sharing `cores` (docs/pipeline.md, "Stages sharing cores").
+ *
+ * @category Pipeline schedules
+ */
+export interface MachineProfile {
+  /** Cores the process may use (`os.availableParallelism()`). */
+  readonly cores: number;
+  /** Threads of the native kernels' pool (`nativeInfo().threads`), for the record. */
+  readonly poolThreads?: number;
+  /** Cores one pass uses when it runs alone (measured speed-up over one thread); default 1. */
+  readonly passCores?: number;
+}
+
+/**
+ * Least-squares fit of `ms = fixedMs + perSampleMs * microBatchSize` to timings at two or more
+ * micro-batch sizes. Neither term is negative: a negative slope becomes a flat cost (the mean), a
+ * negative intercept a line through the origin.
+ *
+ * @category Pipeline schedules
+ */
+export function fitPassCost(samples: readonly { readonly microBatchSize: number; readonly ms: number }[]): PassCost {
+  if (!Array.isArray(samples)) throw new InvalidArgumentError(`fitPassCost expects an array of { microBatchSize, ms }, got ${describeValue(samples)}`);
+  samples.forEach((x, i) => {
+    if (x === null || typeof x !== 'object') throw new InvalidArgumentError(`fitPassCost: samples[${i}] must be { microBatchSize, ms }`);
+    if (typeof x.microBatchSize !== 'number' || !(x.microBatchSize > 0) || !Number.isFinite(x.microBatchSize)) throw new InvalidArgumentError(`fitPassCost: samples[${i}].microBatchSize must be a number > 0, got ${describeValue(x.microBatchSize)}`);
+    nonNegative(`fitPassCost: samples[${i}].ms`, x.ms, false);
+  });
+  if (new Set(samples.map((x) => x.microBatchSize)).size < 2) throw new InvalidArgumentError('fitPassCost needs timings at two or more different micro-batch sizes');
+  const n = samples.length;
+  const mb = samples.reduce((a, x) => a + x.microBatchSize, 0) / n;
+  const mt = samples.reduce((a, x) => a + x.ms, 0) / n;
+  let cov = 0;
+  let v = 0;
+  for (const x of samples) {
+    cov += (x.microBatchSize - mb) * (x.ms - mt);
+    v += (x.microBatchSize - mb) ** 2;
+  }
+  const slope = cov / v;
+  if (slope <= 0) return { fixedMs: mt, perSampleMs: 0 };
+  const intercept = mt - slope * mb;
+  if (intercept >= 0) return { fixedMs: intercept, perSampleMs: slope };
+  const bt = samples.reduce((a, x) => a + x.microBatchSize * x.ms, 0);
+  const bb = samples.reduce((a, x) => a + x.microBatchSize ** 2, 0);
+  return { fixedMs: 0, perSampleMs: bt / bb };
 }
 
 /** A profile of a model split into stages. @category Pipeline schedules */
@@ -39,6 +111,20 @@ export interface PipelineProfile {
   readonly p2pLatencyMs?: number;
   /** Point-to-point bandwidth, GB/s (1e9 bytes per second). Default: unlimited. */
   readonly p2pBandwidthGBps?: number;
+  /** Where given, the stages are threads sharing this machine's cores (see {@link MachineProfile}). */
+  readonly machine?: MachineProfile;
+  /**
+   * Wall time a round of the runtime costs beyond its timeline (starting it on every worker,
+   * collecting its report), milliseconds; the tuner adds it to every simulated round. Default 0.
+   */
+  readonly roundOverheadMs?: number;
+}
+
+function checkPassCost(where: string, value: unknown): void {
+  if (value === null || typeof value !== 'object') throw new InvalidArgumentError(`${where} must be { fixedMs, perSampleMs }, got ${describeValue(value)}`);
+  const v = value as Record<string, unknown>;
+  nonNegative(`${where}.fixedMs`, v.fixedMs, false);
+  nonNegative(`${where}.perSampleMs`, v.perSampleMs, false);
 }
 
 const nonNegative = (where: string, value: unknown, optional: boolean): void => {
@@ -59,10 +145,24 @@ export function parseProfile(input: unknown): PipelineProfile {
     const st = stage as Record<string, unknown>;
     nonNegative(`profile.stages[${k}].forwardMs`, st.forwardMs, false);
     nonNegative(`profile.stages[${k}].backwardMs`, st.backwardMs, false);
-    for (const key of ['activationBytes', 'storedActivationBytes', 'weightBytes', 'optimizerStateBytes']) {
+    for (const key of ['activationBytes', 'storedActivationBytes', 'weightBytes', 'optimizerStateBytes', 'optimizerStepMs']) {
       nonNegative(`profile.stages[${k}].${key}`, st[key], true);
     }
+    if (st.fit !== undefined) {
+      if (st.fit === null || typeof st.fit !== 'object') throw new InvalidArgumentError(`profile.stages[${k}].fit must be { forward, backward }, got ${describeValue(st.fit)}`);
+      const fit = st.fit as Record<string, unknown>;
+      checkPassCost(`profile.stages[${k}].fit.forward`, fit.forward);
+      checkPassCost(`profile.stages[${k}].fit.backward`, fit.backward);
+    }
   });
+  if (p.machine !== undefined) {
+    if (p.machine === null || typeof p.machine !== 'object') throw new InvalidArgumentError(`profile.machine must be { cores, poolThreads?, passCores? }, got ${describeValue(p.machine)}`);
+    const m = p.machine as Record<string, unknown>;
+    if (typeof m.cores !== 'number' || !(m.cores > 0) || !Number.isFinite(m.cores)) throw new InvalidArgumentError(`profile.machine.cores must be a number > 0, got ${describeValue(m.cores)}`);
+    nonNegative('profile.machine.poolThreads', m.poolThreads, true);
+    if (m.passCores !== undefined && (typeof m.passCores !== 'number' || !(m.passCores > 0) || !Number.isFinite(m.passCores)))
+      throw new InvalidArgumentError(`profile.machine.passCores must be a number > 0, got ${describeValue(m.passCores)}`);
+  }
   for (const key of ['microBatchSize', 'batchSize']) {
     if (typeof p[key] !== 'number' || !Number.isInteger(p[key]) || (p[key] as number) < 1) {
       throw new InvalidArgumentError(`profile.${key} must be an integer >= 1, got ${describeValue(p[key])}`);
@@ -70,6 +170,7 @@ export function parseProfile(input: unknown): PipelineProfile {
   }
   nonNegative('profile.overheadMs', p.overheadMs, true);
   nonNegative('profile.p2pLatencyMs', p.p2pLatencyMs, true);
+  nonNegative('profile.roundOverheadMs', p.roundOverheadMs, true);
   if (p.p2pBandwidthGBps !== undefined && (typeof p.p2pBandwidthGBps !== 'number' || !(p.p2pBandwidthGBps > 0))) {
     throw new InvalidArgumentError('profile.p2pBandwidthGBps must be a number > 0');
   }

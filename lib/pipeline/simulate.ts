@@ -8,11 +8,15 @@
  * sent, and links do not contend. All-reduces run beside compute once every stage taking part
  * has reached them. These are the usual assumptions of schedule papers; they make the simulator
  * exact for them and optimistic where links are shared.
+ *
+ * With `sharedCores` the stages are instead threads sharing a machine's cores (shared-cores.ts):
+ * a pass that runs while more are asked for than the machine has slows down in proportion.
  */
 import { InvalidArgumentError } from '../errors.js';
 import { type Action, type Schedule, IdTable, createSchedule, unitNumber } from './schedule.js';
 import { type TimedAction, timeSchedule, timedActions } from './timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from './validate.js';
+import { timeScheduleSharedCores } from './shared-cores.js';
 import { checkKnownKeys, describeValue, optionKeys } from '../validate.js';
 
 /** A cost for every part, or one per part (index = part). @category Pipeline schedules */
@@ -50,6 +54,34 @@ export interface SimulationCosts {
   readonly weightBytes?: PerPart;
   /** Bytes of optimizer state (momenta) of a part, held once per replica. Default 0. */
   readonly optimizerStateBytes?: PerPart;
+  /**
+   * The stages share a machine's cores instead of each having its own device (the default,
+   * `undefined`): the costs above are then each pass's time alone, and passes that run at once
+   * share the cores (docs/pipeline.md, "Stages sharing cores").
+   */
+  readonly sharedCores?: SharedCores;
+}
+
+/**
+ * Stages as threads sharing `cores` (processor sharing): while the running passes ask for more
+ * cores than there are, each runs at `cores / (cores asked)` of its speed alone.
+ *
+ * @category Pipeline schedules
+ */
+export interface SharedCores {
+  /** Cores of the machine (`os.availableParallelism()`), > 0. */
+  readonly cores: number;
+  /**
+   * Cores a pass of a part uses when it runs alone: 1 for a single-threaded pass, up to the
+   * native thread pool's size for one whose products are split across it. Default 1.
+   */
+  readonly passCores?: PerPart;
+  /**
+   * `per-stage` (default): a row of the schedule is one thread. `per-pipeline`: each pipeline's
+   * actions of a row are a thread of their own, as the runtime runs parallel pipelines (AvgPipe's N
+   * pipelines on N x S workers).
+   */
+  readonly threads?: 'per-stage' | 'per-pipeline';
 }
 
 /** What a simulation gives. Arrays are indexed by stage. @category Pipeline schedules */
@@ -61,7 +93,10 @@ export interface SimulationResult {
   readonly makespan: number;
   /** Engine time spent on actions, per stage. */
   readonly busy: readonly number[];
-  /** Idle share of all stages' time: `1 - sum(busy) / (stages * makespan)`. */
+  /**
+   * Idle share of all stages' time: `1 - sum(busy) / (stages * makespan)`; with
+   * `sharedCores.threads: 'per-pipeline'`, of all threads' time (stages x pipelines).
+   */
   readonly bubbleFraction: number;
   /** Micro-batches completed (all pipelines) per time unit. */
   readonly throughput: number;
@@ -106,6 +141,7 @@ interface Resolved {
   optimizerStateBytes: number[];
   latency: number;
   bandwidth: number;
+  shared: { cores: number; passCores: number[]; threads: 'per-stage' | 'per-pipeline' } | undefined;
 }
 
 const COST_KEYS = optionKeys<SimulationCosts>({
@@ -124,7 +160,9 @@ const COST_KEYS = optionKeys<SimulationCosts>({
   storedActivationBytes: true,
   weightBytes: true,
   optimizerStateBytes: true,
+  sharedCores: true,
 });
+const SHARED_CORES_KEYS = optionKeys<SharedCores>({ cores: true, passCores: true, threads: true });
 
 function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
   if (costs === null || typeof costs !== 'object' || Array.isArray(costs)) {
@@ -160,7 +198,25 @@ function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
     optimizerStateBytes: perPart('optimizerStateBytes', costs.optimizerStateBytes, parts, zero),
     latency,
     bandwidth,
+    shared: resolveSharedCores(costs.sharedCores, parts),
   };
+}
+
+function resolveSharedCores(value: SharedCores | undefined, parts: number): Resolved['shared'] {
+  if (value === undefined) return undefined;
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new InvalidArgumentError(`costs.sharedCores must be an object { cores, passCores?, threads? }, got ${describeValue(value)}`);
+  }
+  checkKnownKeys(value, SHARED_CORES_KEYS, 'costs.sharedCores');
+  const cores = value.cores;
+  if (typeof cores !== 'number' || Number.isNaN(cores) || cores <= 0) throw new InvalidArgumentError(`costs.sharedCores.cores must be a number > 0 (Infinity allowed), got ${describeValue(cores)}`);
+  const passCores = perPart('sharedCores.passCores', value.passCores, parts, () => 1);
+  passCores.forEach((d, j) => {
+    if (!(d > 0)) throw new InvalidArgumentError(`costs.sharedCores.passCores${typeof value.passCores === 'object' ? `[${j}]` : ''} must be > 0, got ${d}`);
+  });
+  const threads = value.threads ?? 'per-stage';
+  if (threads !== 'per-stage' && threads !== 'per-pipeline') throw new InvalidArgumentError(`costs.sharedCores.threads must be 'per-stage' or 'per-pipeline', got ${describeValue(threads)}`);
+  return { cores, passCores, threads };
 }
 
 /**
@@ -204,12 +260,17 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
         return 0;
     }
   };
-  const times = timeSchedule(checked, {
+  const model = {
     duration,
     // an activation into part j left part j-1; a gradient into part j left part j+1 and has the size of part j's output
-    transfer: (kind, part) => c.latency + (kind === 'activation' ? c.activationBytes[part - 1]! : c.activationBytes[part]!) / c.bandwidth,
-    allReduce: (a) => c.allReduce[a.part]!,
-  });
+    transfer: (kind: 'activation' | 'gradient', part: number) => c.latency + (kind === 'activation' ? c.activationBytes[part - 1]! : c.activationBytes[part]!) / c.bandwidth,
+    allReduce: (a: Action) => c.allReduce[a.part]!,
+  };
+  const shared = c.shared;
+  const times =
+    shared === undefined
+      ? timeSchedule(checked, model)
+      : timeScheduleSharedCores(checked, model, { cores: shared.cores, threads: shared.threads, demand: (a) => shared.passCores[a.part]! });
   let makespan = 0;
   const busy = checked.actions.map((row, s) => {
     let sum = 0;
@@ -228,7 +289,9 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
     );
   }
   const totalBusy = busy.reduce((x, y) => x + y, 0);
-  const bubbleFraction = makespan > 0 ? 1 - totalBusy / (checked.stages * makespan) : 0;
+  // with a thread per pipeline on each row, a row's busy time sums its threads'
+  const threads = checked.stages * (c.shared?.threads === 'per-pipeline' ? checked.pipelines : 1);
+  const bubbleFraction = makespan > 0 ? 1 - totalBusy / (threads * makespan) : 0;
   const peakActivationBytes = checked.actions.map((row) => {
     let live = 0;
     let peak = 0;

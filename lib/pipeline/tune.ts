@@ -3,7 +3,7 @@
  * for the best simulated throughput whose peak memory fits every stage.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { type PipelineProfile, parseProfile } from './profile.js';
+import { type PassCost, type PipelineProfile, parseProfile } from './profile.js';
 import { avgpipe } from './schedules/avgpipe.js';
 import { warmupForwards } from './schedules/advance-forward.js';
 import { limits } from './schedules/options.js';
@@ -28,7 +28,7 @@ export interface TuneCandidate {
   readonly advance: number;
   /** Samples per micro-batch: batchSize / M. */
   readonly microBatchSize: number;
-  /** Milliseconds for N pipelines to finish one batch each. */
+  /** Milliseconds for N pipelines to finish one batch each (with the profile's `roundOverheadMs`). */
   readonly makespanMs: number;
   /** Samples per second over all pipelines. */
   readonly samplesPerSecond: number;
@@ -50,23 +50,90 @@ export interface TuneResult {
 
 const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 
-/** Simulation costs of a profile at micro-batch size `b` (linear in b beyond the fixed overhead). @category Pipeline schedules */
+/**
+ * Simulation costs of a profile at micro-batch size `b`: a stage's fitted `fixedMs + perSampleMs * b`
+ * where the profile has a fit, else linear in b beyond the fixed overhead. With `profile.machine`,
+ * the stages share its cores (`sharedCores`, one thread per stage and pipeline, as the runtime runs
+ * them), and AvgPipe's elastic averaging of a stage costs its optimizer step plus an all-reduce of
+ * its weights over the link (`2 * p2pLatency + weightBytes / bandwidth`, two replicas).
+ *
+ * @category Pipeline schedules
+ */
 export function costsAt(profileInput: PipelineProfile, microBatchSize: number): SimulationCosts {
   const profile = parseProfile(profileInput);
   checkNumberArg(microBatchSize, 'costsAt: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
   const ratio = microBatchSize / profile.microBatchSize;
   const overhead = profile.overheadMs ?? 0;
   const scaled = (ms: number): number => overhead + (ms - overhead) * ratio;
+  const at = (fit: PassCost | undefined, ms: number): number => (fit === undefined ? scaled(ms) : fit.fixedMs + fit.perSampleMs * microBatchSize);
+  const machine = profile.machine;
+  const latency = profile.p2pLatencyMs ?? 0;
+  // GB/s is 1e6 bytes per millisecond
+  const bandwidth = profile.p2pBandwidthGBps === undefined ? Infinity : profile.p2pBandwidthGBps * 1e6;
   return {
-    forward: profile.stages.map((s) => scaled(s.forwardMs)),
-    backward: profile.stages.map((s) => scaled(s.backwardMs)),
+    forward: profile.stages.map((s) => at(s.fit?.forward, s.forwardMs)),
+    backward: profile.stages.map((s) => at(s.fit?.backward, s.backwardMs)),
+    ...(profile.stages.some((s) => s.optimizerStepMs !== undefined) ? { optimizerStep: profile.stages.map((s) => s.optimizerStepMs ?? 0) } : {}),
+    ...(machine === undefined
+      ? {}
+      : {
+          sharedCores: { cores: machine.cores, passCores: machine.passCores ?? 1, threads: 'per-pipeline' as const },
+          // AvgPipe's elastic averaging of a stage: a pass over its weights as costly as its step,
+          // and an all-reduce of them over the link between two replicas
+          elastic: profile.stages.map((s) => (s.optimizerStepMs ?? 0) + 2 * latency + (s.weightBytes ?? 0) / bandwidth),
+        }),
     activationBytes: profile.stages.map((s) => (s.activationBytes ?? 0) * ratio),
     storedActivationBytes: profile.stages.map((s) => (s.storedActivationBytes ?? s.activationBytes ?? 0) * ratio),
     weightBytes: profile.stages.map((s) => s.weightBytes ?? 0),
     optimizerStateBytes: profile.stages.map((s) => s.optimizerStateBytes ?? 0),
-    p2pLatency: profile.p2pLatencyMs ?? 0,
-    // GB/s is 1e6 bytes per millisecond
-    p2pBandwidth: profile.p2pBandwidthGBps === undefined ? Infinity : profile.p2pBandwidthGBps * 1e6,
+    p2pLatency: latency,
+    p2pBandwidth: bandwidth,
+  };
+}
+
+/** One setting of AvgPipe for {@link simulateSetting}. @category Pipeline schedules */
+export interface TuneSetting {
+  readonly pipelines: number;
+  readonly microBatches: number;
+  /** 0: 1F1B; M + S or more: all forwards first (GPipe's order). */
+  readonly advance: number;
+  readonly microBatchSize: number;
+}
+
+/**
+ * The tuner's prediction for one setting (any micro-batch size, not only the profile's batch split):
+ * AvgPipe's schedule simulated with the profile's costs at that size ({@link costsAt}) plus the
+ * profile's `roundOverheadMs`, its peak
+ * memory per stage (with the center copy for N > 1) against `memoryBytes` (default: no cap).
+ *
+ * @category Pipeline schedules
+ */
+export function simulateSetting(profileInput: PipelineProfile, setting: TuneSetting, costs?: SimulationCosts, memoryBytes: number = Infinity): TuneCandidate {
+  const profile = parseProfile(profileInput);
+  if (setting === null || typeof setting !== 'object') throw new InvalidArgumentError(`simulateSetting expects { pipelines, microBatches, advance, microBatchSize }, got ${describeValue(setting)}`);
+  const S = checkInteger(profile.stages.length, 'simulateSetting: profile.stages.length (stages)', 1, limits.stages);
+  const N = checkInteger(setting.pipelines, 'simulateSetting: pipelines', 1, limits.pipelines);
+  const M = checkInteger(setting.microBatches, 'simulateSetting: microBatches', 1, limits.microBatches);
+  const A = checkInteger(setting.advance, 'simulateSetting: advance', 0, limits.microBatches + S);
+  const b = setting.microBatchSize;
+  checkNumberArg(b, 'simulateSetting: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
+  const atB = costs ?? costsAt(profile, b);
+  // one pipeline has nothing to average with (its schedule still holds the exchange)
+  const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), N === 1 ? { ...atB, elastic: 0 } : atB);
+  const round = profile.roundOverheadMs ?? 0;
+  // elastic averaging keeps a center copy of each stage's weights
+  const center = N > 1 ? profile.stages.map((s) => s.weightBytes ?? 0) : profile.stages.map(() => 0);
+  const peak = result.peakMemoryBytes.map((bytes, k) => bytes + center[k]!);
+  return {
+    pipelines: N,
+    microBatches: M,
+    advance: A,
+    microBatchSize: b,
+    makespanMs: result.makespan + round,
+    samplesPerSecond: result.makespan + round > 0 ? (N * M * b * 1000) / (result.makespan + round) : Infinity,
+    bubbleFraction: result.bubbleFraction,
+    peakMemoryBytes: peak,
+    fits: peak.every((bytes) => bytes <= memoryBytes),
   };
 }
 
@@ -105,21 +172,7 @@ export function tuneAvgPipe(profileInput: PipelineProfile, options: TuneOptions)
           skipped++;
           continue;
         }
-        const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), costs);
-        // elastic averaging keeps a center copy of each stage's weights
-        const center = N > 1 ? profile.stages.map((s) => s.weightBytes ?? 0) : profile.stages.map(() => 0);
-        const peak = result.peakMemoryBytes.map((bytes, k) => bytes + center[k]!);
-        candidates.push({
-          pipelines: N,
-          microBatches: M,
-          advance: A,
-          microBatchSize: b,
-          makespanMs: result.makespan,
-          samplesPerSecond: result.makespan > 0 ? (N * profile.batchSize * 1000) / result.makespan : Infinity,
-          bubbleFraction: result.bubbleFraction,
-          peakMemoryBytes: peak,
-          fits: peak.every((bytes) => bytes <= memory),
-        });
+        candidates.push(simulateSetting(profile, { pipelines: N, microBatches: M, advance: A, microBatchSize: b }, costs, memory));
       }
     }
   }

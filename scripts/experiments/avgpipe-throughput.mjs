@@ -55,11 +55,12 @@ try {
   const baseline = median(measured[2]);
   console.log(`tuner: ${tuned.explanation.join('; ')}\n`);
   console.log(`${stages} stages, ${trainSamples} training samples x ${epochs} epoch(s), ${repeats} repeats in turns\n`);
-  console.log('| setting | tuner, samples/s | measured samples/s, median (min-max) | measured / 1F1B M=8 |');
-  console.log('|---|---:|---:|---:|');
+  console.log('| setting | tuner, samples/s | measured samples/s, median (min-max) | tuner / measured | measured / 1F1B M=8 |');
+  console.log('|---|---:|---:|---:|---:|');
   settings.forEach((s, i) => {
     const m = measured[i];
-    console.log(`| ${s.name} | ${s.predicted === undefined ? '-' : s.predicted.toFixed(0)} | ${median(m).toFixed(0)} (${Math.min(...m).toFixed(0)}-${Math.max(...m).toFixed(0)}) | ${(median(m) / baseline).toFixed(2)} |`);
+    const ratio = s.predicted === undefined ? '-' : (s.predicted / median(m)).toFixed(2);
+    console.log(`| ${s.name} | ${s.predicted === undefined ? '-' : s.predicted.toFixed(0)} | ${median(m).toFixed(0)} (${Math.min(...m).toFixed(0)}-${Math.max(...m).toFixed(0)}) | ${ratio} | ${(median(m) / baseline).toFixed(2)} |`);
   });
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -21,6 +21,7 @@ import { cudaDeviceIndex, cudaStatus, DeviceBuffer, DeviceParamSet, probeNccl, t
 import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
 import { Adam, SGD } from '../../dist/optim/index.js';
 import { FlatBuffer, ParamSet } from '../../dist/tensor.js';
+import { ncclTrainerCases } from '../helpers/nccl-trainer.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 
 const status = cudaStatus();
@@ -396,13 +397,7 @@ gpuTest(
     const sgd = { kind: 'sgd', lr: 0.05, momentum: 0.9 } as const;
     const adam = { kind: 'adam', lr: 0.01 } as const;
     const buckets = { bucketBytes: 512, firstBucketBytes: 128 };
-    const cases: [string, Omit<Options, 'comm' | 'params'>][] = [
-      ['sync', { mode: 'sync', optimizer: sgd, ...buckets }],
-      ['pipe-sgd', { mode: 'pipe-sgd', optimizer: sgd, ...buckets }],
-      ['sapipe-dc', { mode: 'sapipe-dc', optimizer: sgd, ...buckets }],
-      ['sapipe-wp prev-sync', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync', ...buckets }],
-      ['sapipe-wp prev-sync + DC, Adam, loss scaling', { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, lossScaling: { initScale: 1024 }, ...buckets }],
-    ];
+    const cases = ncclTrainerCases<Options['optimizer']>(sgd, adam, buckets, { name: ', loss scaling', options: { lossScaling: { initScale: 1024 } } });
     try {
       for (const [name, config] of cases) {
         const make = async (c: typeof comm | typeof local) => {

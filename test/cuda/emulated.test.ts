@@ -1,5 +1,6 @@
 /**
- * test/cuda/device.test.ts's, test/cuda/model-ops.test.ts's and test/cuda/device-pipeline.test.ts's `GPU:` tests again, where no GPU is needed: on the CUDA plugin over
+ * The `GPU:` tests of test/cuda/device.test.ts, model-ops.test.ts, device-pipeline.test.ts,
+ * device-trainer.test.ts and gpt-device.test.ts again, where no GPU is needed: on the CUDA plugin over
  * host memory (native/tests/fakes/plugin_host_memory.cpp: host memory as the device, a one-rank
  * NCCL, the CPU kernels behind every entry, every stream done as soon as it is enqueued on).
  * The device and NCCL bindings and everything above them run for real: the order of queued
@@ -18,3 +19,5 @@ process.env.SAPIPE_CUDA_PLUGIN = plugin;
 await import('./device.test.js');
 await import('./model-ops.test.js');
 await import('./device-pipeline.test.js');
+await import('./device-trainer.test.js');
+await import('./gpt-device.test.js');

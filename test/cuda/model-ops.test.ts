@@ -8,13 +8,14 @@
 import t, { type Test } from 'tap';
 
 import { cudaStatus, DeviceBuffer, DeviceParamSet, probeCublas } from '../../dist/device/index.js';
-import { BackendUnavailableError, SapipeError } from '../../dist/errors.js';
+import type { SapipeError } from '../../dist/errors.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { biasAdd } from '../../dist/nn/ops.js';
 import { Adam, SGD } from '../../dist/optim/index.js';
 import { FlatBuffer } from '../../dist/tensor.js';
 import { runLayerOps } from '../helpers/layer-ops.js';
 import { gemmCases, runOps, softmaxCases } from '../helpers/model-ops.js';
+import { assertNoUsableDevice } from '../helpers/nccl-trainer.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 
 const gpu = cudaStatus().available;
@@ -22,12 +23,7 @@ const gpu = cudaStatus().available;
 function deviceTest(name: string, fn: (t: Test) => Promise<void>): void {
   t.test(`GPU: ${name}`, async (t) => {
     if (!gpu) {
-      try {
-        DeviceBuffer.allocate(1, { device: 'cuda:0' });
-        t.fail('a device buffer was allocated although cudaStatus() says no device is usable');
-      } catch (error) {
-        t.ok(error instanceof BackendUnavailableError, `no usable device, and the reason says why: ${String(error)}`);
-      }
+      assertNoUsableDevice(t);
       return;
     }
     await fn(t);

@@ -63,6 +63,41 @@ t.test('demo --json: two modes train, report rows and write the HTML report', as
   t.notMatch(html, /<script|<link|src="http/, 'self-contained: no scripts or external assets');
 });
 
+t.test('demo --model cnn trains the CNN on Fashion-MNIST in each mode and names it in the output and report', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const report = join(dir, 'r.html');
+  const { stdout } = await sapipe('demo', '--model', 'cnn', '--workers', '2', '--epochs', '1', '--modes', 'sync,sapipe-wp', '--train-samples', '4000', '--json', '--report', report);
+  const result = JSON.parse(stdout) as DemoJson & { config: { model: string; description: string; params: number; testSamples: number } };
+  t.equal(result.config.model, 'cnn');
+  t.equal(result.config.testSamples, 10_000, "Fashion-MNIST's own test set");
+  // conv(1->8, 3x3) 80, conv(8->16, 3x3) 1168, linear(16*7*7 -> 10) 7850.
+  t.equal(result.config.params, 80 + 1168 + 7850);
+  // One epoch on 4000 images with 2 workers: about 0.75 here (chance: 0.1).
+  for (const m of result.modes) t.ok(m.finalAccuracy > 0.6, `${m.mode}: ${m.finalAccuracy}`);
+  t.match(readFileSync(report, 'utf8'), /CNN \(conv 8,16/);
+  await t.rejects(sapipe('demo', '--model', 'resnet'), /--model must be one of mlp, cnn, gpt/);
+  await t.rejects(sapipe('demo', '--tfjs', '--model', 'cnn'), /--model picks sapipe's own model/);
+});
+
+t.test('demo --model gpt trains the byte-level GPT on text windows in each mode and reports next-byte accuracy and test loss', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const { stdout } = await sapipe('demo', '--model', 'gpt', '--workers', '2', '--epochs', '2', '--modes', 'sync,pipe-sgd', '--train-samples', '512', '--json', '--report', join(dir, 'r.html'));
+  const result = JSON.parse(stdout) as DemoJson & { config: { model: string; testSamples: number }; modes: { epochLoss: number[]; finalLoss: number }[] };
+  t.equal(result.config.model, 'gpt');
+  t.equal(result.config.testSamples, 256, '256 windows of the held-out text');
+  for (const m of result.modes) {
+    t.equal(m.epochLoss.length, 2, 'a test loss per epoch');
+    // Uniform over the bytes is ln 256 = 5.55 nats.
+    t.ok(m.finalLoss < Math.log(256), `${m.mode}: test loss ${m.epochLoss.map((l) => l.toFixed(3)).join(' -> ')}`);
+    t.ok(m.finalAccuracy > 0.05, `${m.mode}: next-byte accuracy ${m.finalAccuracy}`);
+  }
+  // sync: 3.67 -> 3.49 here (pipe-sgd's one-step-late gradient at this lr rises: 4.25 -> 4.74).
+  const sync = result.modes[0]!;
+  t.ok(sync.finalLoss < sync.epochLoss[0]! && sync.finalLoss < 4, `sync learns: ${sync.epochLoss.map((l) => l.toFixed(3)).join(' -> ')}`);
+});
+
 t.test('demo with --gbps labels the emulated network in the report', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -150,11 +185,10 @@ t.test('demoProfile: the sync run\'s compute time, scaled when workers shared th
   const result = (workers: number, modes: DemoResult['modes']): DemoResult => ({
     config: {
       workers, modes: modes.map((m) => m.variant), epochs: 1, batch: 16, lr: 0.1, momentum: 0.9, seed: 1, trainSamples: 100,
-      emulate: undefined, lambda: undefined, dcKind: undefined, layers: [4, 3, 2], testSamples: 10,
+      emulate: undefined, lambda: undefined, dcKind: undefined, model: 'mlp', description: 'MLP 4-3-2 on MNIST', params: 23, testSamples: 10,
     },
     modes,
   });
-  // (4+1)*3 + (3+1)*2 = 23 parameters.
   t.same(demoProfile(result(8, [mode('pipe-sgd', 9), mode('sync', 6)]), 2), {
     computeMs: 1.5,
     params: 23,

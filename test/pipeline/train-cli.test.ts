@@ -3,7 +3,7 @@
  * report with the measured and simulated timelines, and refuses bad options with a message.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +29,46 @@ t.test('trains on MNIST, prints measured against simulated, writes the report', 
   t.match(html, /Measured round/);
   t.match(html, /Simulated from the measured costs/);
   t.equal((html.match(/<svg/g) ?? []).length, 2, 'two timelines, drawn by the same renderer');
+});
+
+t.test('--model cnn trains the CNN on Fashion-MNIST through the pipeline, and --device auto says where it ran', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const { stdout } = await run(
+    process.execPath,
+    [bin, 'train', 'pipeline', '--model', 'cnn', '--channels', '4,8', '--schedule', 'gpipe', '--stages', '2', '--boundaries', '3', '--epochs', '1', '--train-samples', '2048', '--device', 'auto', '--report', join(dir, 'r.html'), '--json'],
+    { timeout: 120_000 },
+  );
+  const result = JSON.parse(stdout) as { epochs: { accuracy: number }[]; device: { device: string; reason: string }; config: { model: string; channels: number[] } };
+  t.same([result.config.model, result.config.channels], ['cnn', [4, 8]]);
+  // 2048 images, one epoch: 0.6-0.7 here (10 classes: 0.1 by chance).
+  t.ok(result.epochs[0]!.accuracy > 0.45, `Fashion-MNIST test accuracy ${result.epochs[0]!.accuracy} after one short epoch`);
+  t.ok(['cpu', 'cuda:0'].includes(result.device.device) && result.device.reason.length > 5, `ran on ${result.device.device}: ${result.device.reason}`);
+  const refused = await run(process.execPath, [bin, 'train', 'pipeline', '--model', 'mlp', '--channels', '4'], { timeout: 60_000 }).then(
+    () => undefined,
+    (error: { stderr: string }) => error.stderr,
+  );
+  t.match(refused, /--channels sets the CNN's convolutions; use it with --model cnn/);
+});
+
+t.test('--model gpt trains a byte-level GPT on the fortunes text through the pipeline and reports validation loss and perplexity', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
+  const { stdout } = await run(
+    process.execPath,
+    [bin, 'train', 'pipeline', '--model', 'gpt', '--blocks', '2', '--dim', '32', '--heads', '2', '--context', '32', '--schedule', '1f1b', '--stages', '2', '--boundaries', '2', '--optimizer', 'adamw', '--lr', '0.003', '--epochs', '2', '--train-samples', '1024', '--report', join(dir, 'r.html'), '--json'],
+    { timeout: 120_000 },
+  );
+  const result = JSON.parse(stdout) as { epochs: { loss: number; accuracy: number; validationLoss: number; perplexity: number }[] };
+  const [first, second] = result.epochs;
+  t.ok(second!.validationLoss < first!.validationLoss, `validation loss falls: ${first!.validationLoss.toFixed(3)} -> ${second!.validationLoss.toFixed(3)}`);
+  // Uniform over the bytes is ln 256 = 5.55 nats; two short epochs of this tiny GPT reach 3.42 here.
+  t.ok(second!.validationLoss < 3.8, `validation loss ${second!.validationLoss.toFixed(3)} nats per byte (3.42 here)`);
+  t.ok(Math.abs(second!.perplexity - Math.exp(second!.validationLoss)) < 1e-9, 'perplexity = exp(validation loss)');
+  t.ok(second!.accuracy > 0.1 && second!.accuracy < 1, `next-byte accuracy ${second!.accuracy}`);
+  const refused = await run(process.execPath, [bin, 'train', 'pipeline', '--model', 'gpt', '--dim', '30', '--heads', '4'], { timeout: 60_000 }).then(
+    () => undefined,
+    (error: { stderr: string }) => error.stderr,
+  );
+  t.match(refused, /--dim 30 must be a multiple of --heads 4/);
 });
 
 t.test('--pipelines 2 --dp-mode sync trains two pipelines whose stage replicas combine gradients', async (t) => {
@@ -57,6 +97,14 @@ t.test('a profile the run measured is accepted by tune, and tune\'s choice is a 
   const args = tuned.train!.split(' ').slice(2);
   const trained = await run(process.execPath, [bin, ...args, '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 'b.html'), '--json'], { timeout: 120_000 });
   t.ok((JSON.parse(trained.stdout) as { epochs: unknown[] }).epochs.length === 1, 'the tuned command trains');
+  // the profile knows the machine, and the tuner reports its prediction for the run it chose
+  const machine = JSON.parse(readFileSync(profile, 'utf8')) as { machine?: { cores: number; passCores: number }; stages: { fit?: { forward: { perSampleMs: number } } }[] };
+  t.ok(machine.machine && machine.machine.cores >= 1 && machine.machine.passCores >= 1, 'cores and the cores a pass uses');
+  t.ok(machine.stages.every((s) => s.fit !== undefined && s.fit.forward.perSampleMs >= 0), 'a fixed + per-sample fit per stage');
+  const runFile = join(dir, 'run.json');
+  writeFileSync(runFile, trained.stdout);
+  const checked = await run(process.execPath, [bin, 'tune', '--profile', profile, '--memory-gb', '1', '--max-pipelines', '2', '--max-microbatches', '8', '--top', '0', '--measured', runFile], { timeout: 60_000 });
+  t.match(checked.stdout, /the measured run, avgpipe N=\d+ M=\d+ A=\d+ micro-batch \d+:\n  predicted [\d.]+ samples\/s\n  measured  [\d.]+ samples\/s over training wall time: prediction error [-+][\d.]+%/);
 });
 
 t.test('--schedule sapipe trains its data-parallel workers and compares the measured round with the simulated one', async (t) => {

@@ -143,25 +143,45 @@ function flatGrads(grads: ({ w: Float64Array; b: Float64Array } | null)[]): Floa
 /** The data the references read: `samples(round, microBatch)` are the sample indices of a micro-batch. */
 export interface RefData {
   inputs: Float32Array;
+  /** `targetsPerSample` (default 1) per sample: class indices, or reals for `mse`. */
   labels: ArrayLike<number>;
   features: number;
   batch: number;
+  /** Default `cross-entropy`: over every row of classes (targetsPerSample rows per sample). */
+  loss?: 'cross-entropy' | 'mse';
+  targetsPerSample?: number;
 }
 
 function gather(data: RefData, samples: readonly number[]): { x: Float64Array; labels: number[] } {
   const x = new Float64Array(samples.length * data.features);
+  const per = data.targetsPerSample ?? 1;
   samples.forEach((s, r) => {
     for (let k = 0; k < data.features; k++) x[r * data.features + k] = data.inputs[s * data.features + k]!;
   });
-  return { x, labels: samples.map((s) => data.labels[s]!) };
+  return { x, labels: samples.flatMap((s) => Array.from({ length: per }, (_, j) => data.labels[s * per + j]!)) };
+}
+
+/** Mean squared error (1/n) sum (y - t)^2 over the n outputs, and its gradient 2 (y - t) / n. */
+export function refMse(outputs: Float64Array, targets: ArrayLike<number>): { loss: number; grad: Float64Array } {
+  const n = outputs.length;
+  const grad = new Float64Array(n);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const d = outputs[i]! - targets[i]!;
+    total += d * d;
+    grad[i] = (2 * d) / n;
+  }
+  return { loss: total / n, grad };
 }
 
 /** The gradient of the mean loss over `samples` at `weights`, flattened, in one double pass. */
 function meanGradient(layers: readonly LayerSpec[], weights: RefPartWeights, data: RefData, samples: readonly number[]): Float32Array {
-  const classes = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
+  const outputs = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
   const { x, labels } = gather(data, samples);
   const fwd = refForward(layers, weights, x, samples.length);
-  const { grad } = refLoss(fwd.outputs.at(-1)!, labels, samples.length, classes);
+  const per = data.targetsPerSample ?? 1;
+  // Cross-entropy over every row: `per` rows of outputs/per classes per sample.
+  const { grad } = data.loss === 'mse' ? refMse(fwd.outputs.at(-1)!, labels) : refLoss(fwd.outputs.at(-1)!, labels, samples.length * per, outputs / per);
   return Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, samples.length).grads));
 }
 

@@ -2,6 +2,7 @@
  * `sapipe demo`: trains an MLP on MNIST with N local workers in each data-parallel mode and
  * compares accuracy, speed and exposed communication, in a table and an HTML report.
  */
+import { DEMO_MODELS, type DemoModelName } from '../../demo/models.js';
 import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
@@ -19,6 +20,7 @@ import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../
 import { runTfjsDemo, TFJS_DEMO_DEFAULTS, type TfjsDemoConfig } from '../../demo/tfjs-run.js';
 
 interface DemoCliOptions {
+  model: string;
   workers: string;
   modes: string;
   epochs: string;
@@ -50,6 +52,7 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
   const latencyUs = o.latencyUs === undefined ? undefined : num(o.latencyUs, '--latency-us');
   if (latencyUs !== undefined && o.gbps === undefined) throw new InvalidArgumentError('--latency-us needs --gbps (the emulated link speed)');
   return checkDemoConfig({
+    model: o.model as DemoModelName,
     workers: num(o.workers, '--workers'),
     modes: parseModes(o.modes),
     epochs: num(o.epochs, '--epochs'),
@@ -78,19 +81,15 @@ export function demoProfile(result: DemoResult, cores = availableParallelism()):
   const share = Math.min(1, cores / c.workers);
   return {
     computeMs: m.stepMs.compute * share,
-    params: demoParams(c.layers),
+    params: c.params,
     samplesPerStep: c.batch,
     source:
-      `sapipe demo: MLP ${c.layers.join('-')} on MNIST, mode ${m.mode}, ${c.workers} workers on ${cores} cores, ` +
+      `sapipe demo: ${c.description}, mode ${m.mode}, ${c.workers} workers on ${cores} cores, ` +
       `measured ${m.stepMs.compute.toFixed(3)} ms per step outside communication` +
       (share < 1 ? `, scaled by ${cores}/${c.workers} for one worker per core` : ''),
   };
 }
 
-/** Parameters of the demo's MLP: weights and biases of each layer. */
-function demoParams(layers: readonly number[]): number {
-  return layers.slice(1).reduce((a, out, i) => a + (layers[i]! + 1) * out, 0);
-}
 
 function progress(enabled: boolean, config: DemoConfig): { update: (p: DemoProgress) => void; stop: () => void } {
   if (!enabled || !process.stderr.isTTY) return { update: () => {}, stop: () => {} };
@@ -106,14 +105,19 @@ function printTable(result: DemoResult): void {
   const c = result.config;
   const network = c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
   console.log(
-    `MLP ${c.layers.join('-')} on MNIST (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
+    `${c.description} (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
       `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}${c.topk ? `, top-k density ${c.topk.density}${c.topk.errorFeedback ? '' : ' without error feedback'}` : ''}`,
   );
-  const table = cliTable(['mode', 'test accuracy', 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
+  // The CNN and the GPT also report their test loss (the GPT: per byte, and its perplexity).
+  const withLoss = result.modes.some((m) => m.finalLoss !== undefined);
+  const lm = c.model === 'gpt';
+  const table = cliTable(['mode', lm ? 'next-byte accuracy' : 'test accuracy', ...(withLoss ? ['test loss'] : []), ...(lm ? ['perplexity'] : []), 'wall s', 'samples/s', 'speedup vs sync', 'exposed comm s', 'step ms']);
   for (const m of result.modes)
     table.push([
       m.mode,
       `${(m.finalAccuracy * 100).toFixed(2)}%`,
+      ...(withLoss ? [m.finalLoss?.toFixed(4) ?? '-'] : []),
+      ...(lm ? [m.finalLoss === undefined ? '-' : Math.exp(m.finalLoss).toFixed(2)] : []),
       (m.wallMs / 1000).toFixed(2),
       m.samplesPerSec.toFixed(0),
       m.speedup === undefined ? '-' : `${m.speedup.toFixed(2)}x`,
@@ -122,7 +126,7 @@ function printTable(result: DemoResult): void {
     ]);
   console.log(table.toString());
   if (c.emulate) {
-    const m = emulatedMs(c.emulate, 'allreduce', 4 * demoParams(c.layers), c.workers);
+    const m = emulatedMs(c.emulate, 'allreduce', 4 * c.params, c.workers);
     console.log(
       `Modelled ring all-reduce of the gradient on the emulated network: ${m.toFixed(2)} ms per step. ` +
         'A fully overlapped staleness-1 mode steps in about max(its compute, that); sync pays the sum.',
@@ -197,6 +201,7 @@ export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
     .description('Train an MLP on MNIST with local data-parallel workers in each mode and compare accuracy, speed and exposed communication')
+    .option('--model <kind>', `${DEMO_MODELS.join(', ')}: the MLP on the MNIST digits, sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a small byte-level GPT on the text of Debian's fortunes (next-byte accuracy, test loss and perplexity)`, 'mlp')
     .option('--workers <n>', 'local workers (threads)', String(DEMO_DEFAULTS.workers))
     .option(
       '--modes <list>',
@@ -232,7 +237,10 @@ export function registerDemoCommand(program: Command): void {
     .option('--schedules <list>', '--tfjs: pipeline schedules for the CNN cut into --stages parts (empty: none)', TFJS_DEMO_DEFAULTS.schedules)
     .option('--stages <n>', '--tfjs: pipeline stages (2 or 3)', String(TFJS_DEMO_DEFAULTS.stages))
     .action(async (options: DemoCliOptions, command: Command) => {
-      if (options.tfjs) return tfjsDemo(options, command);
+      if (options.tfjs) {
+        if (command.getOptionValueSource('model') === 'cli') throw new InvalidArgumentError("--model picks sapipe's own model; --tfjs trains its TensorFlow.js CNN on MNIST");
+        return tfjsDemo(options, command);
+      }
       for (const name of ['schedules', 'stages'])
         if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} belongs to --tfjs (the TensorFlow.js demo)`);
       const config = demoConfigFromCli(options);

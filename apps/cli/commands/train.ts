@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
-import { MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
@@ -35,11 +35,17 @@ interface TrainCliOptions {
   weightPrediction: boolean;
   boundaries: string;
   layers: string;
+  model?: string;
+  channels?: string;
+  blocks?: string;
+  dim?: string;
+  heads?: string;
+  context?: string;
   report: string;
   svg?: string;
   profileOut?: string;
   json?: boolean;
-  device: string;
+  device?: string;
 }
 
 const num = numberOption;
@@ -70,6 +76,21 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
   const boundaries = o.boundaries === 'measured' || o.boundaries === 'params' ? o.boundaries : o.boundaries.split(',').map((b) => num(b, '--boundaries'));
   const sizes = o.layers.split(',').map((x) => num(x, '--layers'));
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
+  const model = checkOneOf(o.model ?? 'mlp', '--model', PIPELINE_MODELS);
+  if (o.channels !== undefined && model !== 'cnn') throw new InvalidArgumentError('--channels sets the CNN\'s convolutions; use it with --model cnn');
+  const gptSizes = { blocks: o.blocks, dim: o.dim, heads: o.heads, context: o.context };
+  for (const [key, value] of Object.entries(gptSizes))
+    if (value !== undefined && model !== 'gpt') throw new InvalidArgumentError(`--${key} sets the GPT's size; use it with --model gpt`);
+  const g = PIPELINE_GPT_DEFAULTS;
+  const gpt =
+    model === 'gpt'
+      ? {
+          blocks: o.blocks === undefined ? g.blocks : num(o.blocks, '--blocks'),
+          dim: o.dim === undefined ? g.dim : num(o.dim, '--dim'),
+          heads: o.heads === undefined ? g.heads : num(o.heads, '--heads'),
+          context: o.context === undefined ? g.context : num(o.context, '--context'),
+        }
+      : undefined;
   return {
     schedule: o.schedule as MnistPipelineConfig['schedule'],
     stages: num(o.stages, '--stages'),
@@ -87,7 +108,10 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
     ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
+    model,
     sizes,
+    ...(o.channels === undefined ? {} : { channels: o.channels.split(',').map((x) => num(x, '--channels')) }),
+    ...(gpt ? { gpt } : {}),
     device: o.device as MnistPipelineConfig['device'],
   };
 }
@@ -100,6 +124,14 @@ function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; de
   if (o.lr !== undefined || o.momentum !== undefined)
     return { lr: o.lr === undefined ? defaults.lr : num(o.lr, '--lr'), momentum: o.momentum === undefined ? 0.9 : num(o.momentum, '--momentum') };
   return { lr: defaults.lr, momentum: defaults.momentum, defaultsNote: defaults.note };
+}
+
+/** Samples one round trains: every pipeline's micro-batches (2BW: its iterations' batches), or every worker's (SAPipe). */
+function samplesPerRound(result: { config: MnistPipelineConfig; measured: { schedule: { pipelines: number; microBatches: number } } }): number {
+  const c = result.config;
+  const coupling = SCHEDULES[c.schedule].runtime.coupling;
+  const copies = coupling === 'workers' ? c.stages : coupling === 'elastic-averaging' ? result.measured.schedule.pipelines : (c.pipelines ?? 1);
+  return copies * result.measured.schedule.microBatches * c.microBatchSize;
 }
 
 export function registerTrainCommand(program: Command): void {
@@ -128,10 +160,20 @@ export function registerTrainCommand(program: Command): void {
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
-    .option('--layers <sizes>', 'MLP widths, 784 first and 10 last', d.sizes.join(','))
+    .option('--model <kind>', `${PIPELINE_MODELS.join(', ')}: an MLP on the MNIST digits, a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a byte-level GPT on the text of Debian's fortunes (per-byte cross-entropy; validation loss and perplexity per epoch)`, 'mlp')
+    .option('--layers <sizes>', '--model mlp: its widths, 784 first and 10 last', d.sizes.join(','))
+    .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`)
+    .option('--blocks <n>', `--model gpt: transformer blocks (default ${PIPELINE_GPT_DEFAULTS.blocks})`)
+    .option('--dim <n>', `--model gpt: width (default ${PIPELINE_GPT_DEFAULTS.dim})`)
+    .option('--heads <n>', `--model gpt: attention heads (default ${PIPELINE_GPT_DEFAULTS.heads})`)
+    .option('--context <n>', `--model gpt: bytes of context (default ${PIPELINE_GPT_DEFAULTS.context}); a sample is a window of that many bytes, its labels the next byte of each`)
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
-    .option('--profile-out <file>', 'also write the measured stage costs and sizes as a profile for `sapipe tune`')
+    .option(
+      '--profile-out <file>',
+      'also write the measured stage costs and sizes as a profile for `sapipe tune`; with one pipeline, machine-aware: each stage timed alone at several micro-batch sizes ' +
+        '(fixed + per-sample fit, brought to the run\'s costs), the cores and how many a pass uses, the local link',
+    )
     .option('--device <where>', 'where the stages run: cpu (a worker thread each), cuda:N (every stage on that GPU, in this process), or auto (cuda:0 where it is usable, else cpu)', 'cpu')
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
@@ -141,7 +183,7 @@ export function registerTrainCommand(program: Command): void {
       bar?.start(config.epochs, 0, { accuracy: '-' });
       let result;
       try {
-        result = await runMnistPipeline(config, (e) => bar?.update(e.epoch, { accuracy: `${(e.accuracy * 100).toFixed(2)}%` }));
+        result = await runMnistPipeline(config, (e) => bar?.update(e.epoch, { accuracy: `${(e.accuracy * 100).toFixed(2)}%` }), { machineProfile: o.profileOut !== undefined });
       } finally {
         bar?.stop();
       }
@@ -156,6 +198,9 @@ export function registerTrainCommand(program: Command): void {
               config: result.config,
               device: result.device,
               ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
+              trainSamples: result.trainSamples,
+              samplesPerRound: samplesPerRound(result),
+              trainMs: result.trainMs,
               boundaries: result.boundaries,
               epochs: result.epochs,
               measured: { makespanMs: result.measured.makespan, bubbleFraction: result.measured.bubbleFraction },
@@ -176,12 +221,14 @@ export function registerTrainCommand(program: Command): void {
       }
       const c = result.config;
       console.log(
-        `MLP ${c.sizes.join('-')} on MNIST (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
+        `${describeModel(c)} (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
       console.log(`device: ${result.device.device} (${result.device.reason})`);
-      const epochs = cliTable(['epoch', 'mean loss', 'test accuracy', 'wall s']);
-      for (const e of result.epochs) epochs.push([e.epoch, e.loss.toFixed(4), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
+      const lm = c.model === 'gpt';
+      const epochs = cliTable(['epoch', 'mean loss', ...(lm ? ['validation loss', 'perplexity', 'next-byte accuracy'] : ['test accuracy']), 'wall s']);
+      for (const e of result.epochs)
+        epochs.push([e.epoch, e.loss.toFixed(4), ...(lm ? [e.validationLoss!.toFixed(4), e.perplexity!.toFixed(2)] : []), `${(e.accuracy * 100).toFixed(2)}%`, (e.wallMs / 1000).toFixed(2)]);
       console.log(epochs.toString());
       const compare = cliTable(['one round', 'measured', 'simulated from measured costs']);
       for (const row of pipelineComparison(result)) compare.push(row);

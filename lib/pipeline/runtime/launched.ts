@@ -66,6 +66,8 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
   const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS);
   if (plan.rowsAreWorkers)
     throw new InvalidArgumentError(`trainPipelineStage: '${plan.schedule.name}' runs its data-parallel workers as PipelineTrainer threads; launched processes of it are planned`);
+  if (plan.device !== 'cpu')
+    throw new InvalidArgumentError(`trainPipelineStage: launched stages on ${plan.device} (one GPU per stage, NCCL send/recv between them) are planned; leave out device, or run every stage on one GPU with PipelineTrainer`);
   const epochs = checkInteger(epochsOption, 'trainPipelineStage: epochs', 1, 1 << 20);
   if (test !== undefined) {
     checkObject(test, 'trainPipelineStage: test');
@@ -122,7 +124,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
           if (stage === 0 && pipeline === 0) {
             const [sum, n] = lossBox.array;
             const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: n! > 0 ? sum! / n! : NaN, wallMs };
-            if (test && plan.model.kind === 'sequential') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels);
+            if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels).accuracy;
             report.push(entry);
           }
           if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions };

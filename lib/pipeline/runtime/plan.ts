@@ -17,7 +17,7 @@ import { limits } from '../schedules/options.js';
 import { generateSchedule, scheduleEntry, scheduleNames, type RuntimeSchedule, type ScheduleName, type ScheduleTrainerOption } from '../schedules/registry.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
-import { type PipelineAveragingOptions, type PipelineData, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
+import { PIPELINE_LOSSES, type PipelineAveragingOptions, type PipelineData, type PipelineLoss, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
 import { RUNTIME_SCHEDULES, runtimeSchedule, type RuntimeScheduleName } from './weights.js';
 
 /**
@@ -66,8 +66,15 @@ export interface PipelineTrainerOptions {
   model: PipelineModelOptions;
   /** The optimizer of every part; the schedule adds its weight prediction (PipeOptim, SpecTrain). */
   optimizer: PipelineOptimizerSpec;
-  /** Training data: `inputs` holds `labels.length` rows of `features` values. */
+  /**
+   * Training data: `inputs` holds samples of `features` values; `labels` the targets of the loss:
+   * with `cross-entropy`, a class index per sample, or P per sample (a language model's next
+   * tokens, the last part's output then P rows of logits); with `mse`, the last part's outputSize
+   * reals per sample.
+   */
   data: { inputs: Float32Array; labels: ArrayLike<number>; features: number };
+  /** The last stage's loss: `cross-entropy` (default) or `mse` (see PipelineLoss). */
+  loss?: PipelineLoss;
   /** Shuffle the samples every epoch (default true). */
   shuffle?: boolean;
   /** Seed of the shuffle (default 0). */
@@ -137,6 +144,7 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   averaging: true,
   pipelinedBackprop: true,
   device: true,
+  loss: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -218,18 +226,22 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   const pipelinedBackprop = runtime.trainerOptions.includes('pipelinedBackprop') ? checkPipelinedBackprop(options.pipelinedBackprop, what) : undefined;
 
   // The data set.
+  const loss = checkOneOf(options.loss ?? 'cross-entropy', `${what}: loss`, PIPELINE_LOSSES);
   checkObject(options.data, `${what}: data`);
   checkKnownKeys(options.data, ['inputs', 'labels', 'features'], `${what}: data`);
   const { inputs, labels } = options.data;
   if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError(`${what}: data.inputs must be a Float32Array (rows of features)`);
-  if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number') throw new InvalidArgumentError(`${what}: data.labels must be an array of class indices`);
+  if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number') throw new InvalidArgumentError(`${what}: data.labels must be an array of ${loss === 'mse' ? 'targets' : 'class indices'}`);
   const features = checkInteger(options.data.features, `${what}: data.features`, 1, 1 << 24);
-  if (inputs.length !== labels.length * features)
-    throw new SizeMismatchError(`${what}: data.inputs holds ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+  const samples = inputs.length / features;
+  if (!Number.isInteger(samples) || samples < 1) throw new SizeMismatchError(`${what}: data.inputs holds ${inputs.length} values, not a whole number of samples of ${features} features`);
+  const targetsPerSample = labels.length / samples;
+  if (!Number.isInteger(targetsPerSample) || targetsPerSample < 1)
+    throw new SizeMismatchError(`${what}: data.labels holds ${labels.length} values for ${samples} samples (${inputs.length} values of data.inputs / ${features} features); give the same number of targets for every sample`);
   const perRound = pipelines * schedule.microBatches * microBatchSize;
-  if (labels.length < perRound)
+  if (samples < perRound)
     throw new InvalidArgumentError(
-      `${what}: one round needs ${pipelines > 1 ? `${pipelines} pipelines x ` : ''}${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${labels.length}; use fewer or smaller micro-batches`,
+      `${what}: one round needs ${pipelines > 1 ? `${pipelines} pipelines x ` : ''}${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${samples}; use fewer or smaller micro-batches`,
     );
 
   // The model: resolved to data every stage can build, and checked part to part.
@@ -240,11 +252,20 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
   for (let j = 0; j + 1 < sizes.length; j++)
     if (sizes[j]!.outputSize !== sizes[j + 1]!.inputSize)
       throw new SizeMismatchError(`${what}: part ${j} outputs ${sizes[j]!.outputSize} features but part ${j + 1} takes ${sizes[j + 1]!.inputSize}; make the stage models agree`);
-  const classes = sizes[sizes.length - 1]!.outputSize;
-  for (let i = 0; i < labels.length; i++) {
-    const l = labels[i];
-    if (!Number.isInteger(l) || l! < 0 || l! >= classes)
-      throw new InvalidArgumentError(`${what}: data.labels[${i}] = ${describeValue(l)} is not a class index in [0, ${classes}) (the last part outputs ${classes} values)`);
+  const outputs = sizes[sizes.length - 1]!.outputSize;
+  if (loss === 'mse') {
+    if (targetsPerSample !== outputs) throw new SizeMismatchError(`${what}: the mse loss takes the last part's ${outputs} outputs' targets per sample; data.labels holds ${targetsPerSample} per sample`);
+    for (let i = 0; i < labels.length; i++)
+      if (typeof labels[i] !== 'number' || !Number.isFinite(labels[i])) throw new InvalidArgumentError(`${what}: data.labels[${i}] = ${describeValue(labels[i])} is not a finite target`);
+  } else {
+    if (outputs % targetsPerSample !== 0)
+      throw new SizeMismatchError(`${what}: ${targetsPerSample} class indices per sample must each take an equal share of the last part's ${outputs} outputs (P rows of logits); ${outputs} is not a multiple of ${targetsPerSample}`);
+    const classes = outputs / targetsPerSample;
+    for (let i = 0; i < labels.length; i++) {
+      const l = labels[i];
+      if (!Number.isInteger(l) || l! < 0 || l! >= classes)
+        throw new InvalidArgumentError(`${what}: data.labels[${i}] = ${describeValue(l)} is not a class index in [0, ${classes}) (the last part outputs ${targetsPerSample > 1 ? `${targetsPerSample} rows of ${classes}` : classes} values)`);
+    }
   }
 
   const { device, reason: deviceReason } = chooseDevice(options.device ?? 'cpu');
@@ -256,7 +277,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     if (pipelines > 1 || rowsAreWorkers || dataParallel || averaging) refuse(`'${name}' with parallel pipelines or data-parallel workers`);
     if (schedule.actions.some((row) => row.some((a) => a.kind === 'allReduce'))) refuse(`'${name}', whose stages all-reduce a part between them,`);
   }
-  const data: PipelineData = { inputs: shared(inputs, Float32Array), labels: shared(labels, Int32Array), features };
+  if (device !== 'cpu' && loss !== 'cross-entropy') throw new InvalidArgumentError(`${what}: on ${device}, the ${loss} loss is planned; run it with device 'cpu'`);
+  const data: PipelineData = { inputs: shared(inputs, Float32Array), labels: loss === 'mse' ? shared(labels, Float32Array) : shared(labels, Int32Array), features, targetsPerSample, loss };
   const descriptions: StageDescription[] = schedule.actions.map((row, stage) => ({
     stage,
     schedule,
@@ -270,7 +292,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
     ...(device !== 'cpu' ? { device } : {}),
   }));
-  return { schedule, model, descriptions, data, samples: labels.length, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers, device, deviceReason };
+  return { schedule, model, descriptions, data, samples, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers, device, deviceReason };
 }
 
 /** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */

@@ -21,7 +21,9 @@ import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../d
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
 import { ElasticCenter } from './averaging.js';
-import { type MicroBatchSource, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
+import { type MicroBatchSource, type PipelineLoss, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
+
+export { PIPELINE_LOSSES, type PipelineLoss } from './stage-runner.js';
 import { backwardPredictionRatio, predictionFor, spikeDelayFor } from './weights.js';
 
 /** The optimizer each part gets; the schedule adds its weight prediction. @category Pipeline runtime */
@@ -61,11 +63,15 @@ export interface PipelineAveragingOptions {
   every?: number;
 }
 
+
 /** @internal The data set, shared between stages without copies (SharedArrayBuffer-backed arrays on threads). */
 export interface PipelineData {
   inputs: Float32Array;
-  labels: Uint8Array | Int32Array;
+  /** Targets, `targetsPerSample` per sample: class indices (cross-entropy) or reals (mse). */
+  labels: Int32Array | Float32Array;
   features: number;
+  targetsPerSample: number;
+  loss: PipelineLoss;
 }
 
 /** @internal Everything one stage needs to start. */
@@ -134,10 +140,14 @@ export class SharedDataSource implements MicroBatchSource {
   private readonly inputs = new Map<number, FlatBuffer>();
   private readonly pool: FlatBuffer[] = [];
 
+  readonly loss: PipelineLoss;
+
   constructor(
     private readonly data: PipelineData,
     readonly batch: number,
-  ) {}
+  ) {
+    this.loss = data.loss;
+  }
 
   /** Starts a round: frees the previous round's inputs. */
   startRound(samples: Int32Array): void {
@@ -159,8 +169,12 @@ export class SharedDataSource implements MicroBatchSource {
   }
 
   labels(microBatch: number): ArrayLike<number> {
-    const out = new Int32Array(this.batch);
-    for (let i = 0; i < this.batch; i++) out[i] = this.data.labels[this.samples[microBatch * this.batch + i]!]!;
+    const { labels, targetsPerSample: per } = this.data;
+    const out = labels instanceof Float32Array ? new Float32Array(this.batch * per) : new Int32Array(this.batch * per);
+    for (let i = 0; i < this.batch; i++) {
+      const s = this.samples[microBatch * this.batch + i]!;
+      out.set(labels.subarray(s * per, (s + 1) * per), i * per);
+    }
     return out;
   }
 

@@ -51,6 +51,20 @@ import { validateSchedule } from '../validate.js';
 import { type Action, type Schedule, formatAction } from '../schedule.js';
 import { messageOf, type TimedAction } from '../timeline.js';
 
+/**
+ * What the last stage's loss compares the model's output with (`data.labels`):
+ * - `cross-entropy` (default): softmax cross-entropy against class indices, one per sample, or P
+ *   per sample (a language model's next tokens: the output is P rows of outputSize/P logits, the
+ *   loss their mean over every row);
+ * - `mse`: mean squared error, (1/n) sum (y - t)^2 over the n = batch x outputSize outputs, against
+ *   outputSize real targets per sample.
+ *
+ * @category Pipeline runtime
+ */
+export type PipelineLoss = (typeof PIPELINE_LOSSES)[number];
+/** The losses of {@link PipelineLoss}. @category Pipeline runtime */
+export const PIPELINE_LOSSES = ['cross-entropy', 'mse'] as const;
+
 /** Where a stage's micro-batches come from. @category Pipeline runtime */
 export interface MicroBatchSource {
   /** Samples per micro-batch. */
@@ -60,8 +74,14 @@ export interface MicroBatchSource {
    * part 0. A host buffer; on a device stage the runner copies it in.
    */
   input(microBatch: number): FlatBuffer;
-  /** Its labels (class indices); asked of the stage holding the last part. */
+  /**
+   * Its targets, asked of the stage holding the last part: with the (default) cross-entropy, class
+   * indices, one per sample or P per sample (the output then holds P rows of outputSize/P logits per
+   * sample); with `mse`, outputSize reals per sample.
+   */
   labels(microBatch: number): ArrayLike<number>;
+  /** The last stage's loss (default `cross-entropy`; see PipelineLoss). */
+  readonly loss?: PipelineLoss;
 }
 
 /** One part of the model on this stage, with its optimizer. @category Pipeline runtime */
@@ -422,10 +442,9 @@ export class StageRunner {
               if (a.part === this.lastPart) {
                 const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
                 gradOutput = take(logits.length);
-                if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) {
-                  const n = source.batch * this.classes;
-                  losses[a.microBatch] = softmaxCrossEntropy(logits.array.subarray(0, n), source.labels(a.microBatch), source.batch, this.classes, gradOutput.array.subarray(0, n));
-                } else deviceLosses.set(a.microBatch, this.deviceLoss(logits, gradOutput, source, a.microBatch));
+                const targets = source.labels(a.microBatch);
+                if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[a.microBatch] = this.hostLoss(logits, gradOutput, targets, source);
+                else deviceLosses.set(a.microBatch, this.deviceLoss(logits, gradOutput, targets, source, a.microBatch));
                 messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
               } else {
                 const m = messages.get(gradId);
@@ -592,8 +611,8 @@ export class StageRunner {
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
     // One read of the round's losses (waits for the device once).
     for (const [microBatch, buffer] of deviceLosses) {
-      const rows = this.memory.read(buffer, source.batch);
-      losses[microBatch] = rows.reduce((a, b) => a + b, 0) / source.batch;
+      const rows = this.memory.read(buffer, buffer.length);
+      losses[microBatch] = rows.reduce((a, b) => a + b, 0) / rows.length;
       this.free.push(buffer);
     }
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
@@ -692,24 +711,55 @@ export class StageRunner {
   }
 
   /**
+   * The cross-entropy's rows and classes for a micro-batch of `targets`: one row per target (P per
+   * sample), each of outputSize / P logits.
+   */
+  private crossEntropyShape(targets: ArrayLike<number>, batch: number): { rows: number; classes: number } {
+    const rows = targets.length;
+    const perSample = rows / batch;
+    if (!Number.isInteger(perSample) || perSample < 1 || this.classes % perSample !== 0)
+      throw new InvalidArgumentError(`the cross-entropy takes 1 or P class indices per sample, P dividing the last part's ${this.classes} outputs; got ${rows} for ${batch} samples`);
+    return { rows, classes: this.classes / perSample };
+  }
+
+  /** A host stage's loss of one micro-batch, its gradient written into `gradOutput`. */
+  private hostLoss(logits: FlatBuffer, gradOutput: FlatBuffer, targets: ArrayLike<number>, source: MicroBatchSource): number {
+    const n = source.batch * this.classes;
+    if ((source.loss ?? 'cross-entropy') === 'mse') {
+      if (targets.length !== n) throw new InvalidArgumentError(`the mse loss takes ${this.classes} targets per sample (the last part's outputs), got ${targets.length} for ${source.batch} samples`);
+      // L = (1/n) sum (y - t)^2, dL/dy = 2 (y - t) / n.
+      const [y, g] = [logits.array, gradOutput.array];
+      let sum = 0;
+      for (let i = 0; i < n; i++) {
+        const d = y[i]! - targets[i]!;
+        sum += d * d;
+        g[i] = (2 * d) / n;
+      }
+      return sum / n;
+    }
+    const { rows, classes } = this.crossEntropyShape(targets, source.batch);
+    return softmaxCrossEntropy(logits.array.subarray(0, n), targets, rows, classes, gradOutput.array.subarray(0, n));
+  }
+
+  /**
    * A device stage's loss of one micro-batch: the softmax cross-entropy's gradient into
    * `gradOutput` and the per-row losses into a buffer of their own, read at the round's end.
    */
-  private deviceLoss(logits: Tensor, gradOutput: Tensor, source: MicroBatchSource, microBatch: number): Tensor {
-    const batch = source.batch;
-    const labels = source.labels(microBatch);
-    const values = new Float32Array(batch);
-    for (let i = 0; i < batch; i++) {
-      const label = labels[i]!;
-      if (!Number.isInteger(label) || label < 0 || label >= this.classes)
-        throw new InvalidArgumentError(`label ${describeValue(label)} of micro-batch ${microBatch}, row ${i}, is not an integer class in [0, ${this.classes})`);
+  private deviceLoss(logits: Tensor, gradOutput: Tensor, targets: ArrayLike<number>, source: MicroBatchSource, microBatch: number): Tensor {
+    if ((source.loss ?? 'cross-entropy') !== 'cross-entropy') throw new InvalidArgumentError(`the ${String(source.loss)} loss on a device is planned; train it on the CPU`);
+    const { rows, classes } = this.crossEntropyShape(targets, source.batch);
+    const values = new Float32Array(rows);
+    for (let i = 0; i < rows; i++) {
+      const label = targets[i]!;
+      if (!Number.isInteger(label) || label < 0 || label >= classes)
+        throw new InvalidArgumentError(`label ${describeValue(label)} of micro-batch ${microBatch}, row ${i}, is not an integer class in [0, ${classes})`);
       values[i] = label;
     }
-    const scratch = this.scratch(batch);
+    const scratch = this.scratch(rows);
     this.memory.write(scratch.labels, values);
-    const i = this.free.findIndex((b) => b.length === batch);
-    const rowLosses = i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(batch);
-    softmaxXent({ buffer: logits }, { buffer: scratch.labels }, batch, this.classes, 1 / batch, { losses: { buffer: rowLosses }, dlogits: { buffer: gradOutput } });
+    const i = this.free.findIndex((b) => b.length === rows);
+    const rowLosses = i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(rows);
+    softmaxXent({ buffer: logits }, { buffer: scratch.labels }, rows, classes, 1 / rows, { losses: { buffer: rowLosses }, dlogits: { buffer: gradOutput } });
     return rowLosses;
   }
 

@@ -18,7 +18,7 @@ import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
 import { startDeviceStages, type StageWorker } from './in-process.js';
 import { epochOrder, planPipeline, type PipelineTrainerOptions } from './plan.js';
-import type { FromStage, PartCheckpointState, PipelineModelSpec, ToStage } from './stage-host.js';
+import type { FromStage, PartCheckpointState, PipelineLoss, PipelineModelSpec, ToStage } from './stage-host.js';
 import type { OptimizerState } from '../../optim/optimizer.js';
 import type { StageRoundResult, VersionRead } from './stage-runner.js';
 
@@ -140,7 +140,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: StageWorker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines'>> & { rowsAreWorkers: boolean },
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean },
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
@@ -169,7 +169,7 @@ export class PipelineTrainer {
     const threads = rowsAreWorkers ? schedule.stages : pipelines * schedule.stages;
     const workers: StageWorker[] =
       device === 'cpu' ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } }) : startDeviceStages(descriptions, data, timeoutMs);
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers }, options.optimizer.lr, { device, reason: plan.deviceReason });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -348,20 +348,53 @@ export class PipelineTrainer {
 
   /**
    * Accuracy of the whole model (sapipe's layers) on `inputs`/`labels`: the parts' weights are
-   * gathered and the unpartitioned model is evaluated on this thread.
+   * gathered and the unpartitioned model is evaluated on this thread. With P class indices per
+   * sample (a language model's next tokens), the share of the P rows predicted right.
    */
   async evaluate(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
     this.checkUsable('evaluate');
     if (this.model.kind !== 'sequential')
       throw new InvalidArgumentError('PipelineTrainer.evaluate works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
+    if (this.options.loss !== 'cross-entropy') throw new InvalidArgumentError(`PipelineTrainer.evaluate measures classification accuracy; with the ${this.options.loss} loss, read the rounds' losses`);
     if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluate: inputs must be a Float32Array');
     if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
       throw new InvalidArgumentError('PipelineTrainer.evaluate: labels must be a non-empty array of class indices');
-    const features = checkLayers(this.model.layers)[0]!;
-    if (inputs.length !== labels.length * features)
-      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values, ${labels.length} samples x ${features} features need ${labels.length * features}`);
+    const widths = checkLayers(this.model.layers);
+    const features = widths[0]!;
+    const samples = inputs.length / features;
+    const per = labels.length / samples;
+    if (!Number.isInteger(samples) || samples < 1 || !Number.isInteger(per) || per < 1 || widths[widths.length - 1]! % per !== 0)
+      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}: give 1 or P class indices per sample, P dividing the model's ${widths[widths.length - 1]} outputs`);
     const parts = await this.weights();
-    return evaluateSequential(this.model, parts, inputs, labels);
+    return evaluateSequential(this.model, parts, inputs, labels).accuracy;
+  }
+
+  /**
+   * The mean loss of the whole model (sapipe's layers) on `inputs`/`labels`, as the last stage
+   * computes it in training (cross-entropy over every row, or mse): a validation loss; with a
+   * language model's per-token cross-entropy, exp(loss) is the perplexity.
+   */
+  async evaluateLoss(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
+    this.checkUsable('evaluateLoss');
+    if (this.model.kind !== 'sequential')
+      throw new InvalidArgumentError('PipelineTrainer.evaluateLoss works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
+    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluateLoss: inputs must be a Float32Array');
+    if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
+      throw new InvalidArgumentError('PipelineTrainer.evaluateLoss: labels must be a non-empty array of targets');
+    const widths = checkLayers(this.model.layers);
+    const [features, outputs] = [widths[0]!, widths[widths.length - 1]!];
+    const samples = inputs.length / features;
+    const per = labels.length / samples;
+    const fits = this.options.loss === 'mse' ? per === outputs : Number.isInteger(per) && per >= 1 && outputs % per === 0;
+    if (!Number.isInteger(samples) || samples < 1 || !fits)
+      throw new SizeMismatchError(`PipelineTrainer.evaluateLoss: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}, which do not fit the model's ${outputs} outputs under the ${this.options.loss} loss`);
+    if (this.options.loss !== 'mse')
+      for (let i = 0; i < labels.length; i++) {
+        const l = labels[i]!;
+        if (!Number.isInteger(l) || l < 0 || l >= outputs / per) throw new InvalidArgumentError(`PipelineTrainer.evaluateLoss: labels[${i}] = ${describeValue(l)} is not a class index in [0, ${outputs / per})`);
+      }
+    const parts = await this.weights();
+    return evaluateSequential(this.model, parts, inputs, labels, this.options.loss).loss;
   }
 
   /** Stops the stage workers and frees everything; idempotent. The trainer cannot be used afterwards. */
@@ -530,11 +563,23 @@ export class PipelineTrainer {
   }
 }
 
-/** @internal Accuracy of a sequential model from its parts' weights, on this thread. */
-export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'sequential' }>, parts: readonly Float32Array[], inputs: Float32Array, labels: ArrayLike<number>): number {
+/**
+ * @internal A sequential model's accuracy and mean loss from its parts' weights, on this thread:
+ * accuracy per sample, or per row with P class indices per sample (NaN with `mse`); the loss as the
+ * runtime's last stage computes it (`mse`: the mean squared error over every output).
+ */
+export function evaluateSequential(
+  model: Extract<PipelineModelSpec, { kind: 'sequential' }>,
+  parts: readonly Float32Array[],
+  inputs: Float32Array,
+  labels: ArrayLike<number>,
+  loss: PipelineLoss = 'cross-entropy',
+): { accuracy: number; loss: number } {
   const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
   const ranges = partRanges(model.layers.length, model.boundaries);
-  const batch = 1024;
+  // Chunks of at most about 4M floats in the widest layer (a GPT's logits are context x vocab per sample).
+  const widest = Math.max(...checkLayers(model.layers));
+  const batch = Math.max(1, Math.min(1024, Math.floor(4 * 2 ** 20 / widest)));
   const x = FlatBuffer.allocate(batch * whole.inputSize);
   try {
     ranges.forEach(([s, e], j) => {
@@ -547,23 +592,35 @@ export function evaluateSequential(model: Extract<PipelineModelSpec, { kind: 'se
       }
     });
     const features = whole.inputSize;
-    const classes = whole.outputSize;
+    const samples = inputs.length / features;
+    const per = labels.length / samples;
+    const classes = whole.outputSize / per;
     let correct = 0;
-    for (let start = 0; start < labels.length; start += batch) {
-      const n = Math.min(batch, labels.length - start);
+    let total = 0;
+    for (let start = 0; start < samples; start += batch) {
+      const n = Math.min(batch, samples - start);
       x.array.set(inputs.subarray(start * features, (start + n) * features));
-      const logits = (whole.forward(0, x, n, whole.params.weights) as FlatBuffer).array;
-      for (let r = 0; r < n; r++) {
-        let best = 0;
-        for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
-        if (best === labels[start + r]) correct++;
+      const out = whole.forward(0, x, n, whole.params.weights).array;
+      if (loss === 'mse') {
+        for (let i = 0; i < n * whole.outputSize; i++) total += (out[i]! - labels[start * whole.outputSize + i]!) ** 2;
+      } else {
+        for (let r = 0; r < n * per; r++) {
+          const row = r * classes;
+          let best = 0;
+          let max = -Infinity;
+          for (let c = 0; c < classes; c++) if (out[row + c]! > max) [max, best] = [out[row + c]!, c];
+          let sum = 0;
+          for (let c = 0; c < classes; c++) sum += Math.exp(out[row + c]! - max);
+          const label = labels[start * per + r]!;
+          total += Math.log(sum) + max - out[row + label]!;
+          if (best === label) correct++;
+        }
       }
       whole.release(0);
     }
-    return correct / labels.length;
+    return loss === 'mse' ? { accuracy: NaN, loss: total / (samples * whole.outputSize) } : { accuracy: correct / labels.length, loss: total / labels.length };
   } finally {
     x.dispose();
     whole.dispose();
   }
 }
-

@@ -1,0 +1,140 @@
+/**
+ * The demo's models: the MLP on the MNIST digits (default), sapipe's small CNN (cnnLayers) on
+ * Fashion-MNIST, or a small byte-level GPT (gptLayers) on the fortunes text. A worker trains any
+ * of them through the same calls, forward, loss, backward and accuracy: the MLP has them, and the
+ * CNN and the GPT (`Sequential`s, whose loss the caller owns) get them from SequentialClassifier,
+ * whose cross-entropy runs over every row of classes (the GPT: each position's next byte).
+ */
+import { cnnLayers, FlatBuffer, gptLayers, layerParams, MLP, type ParamSet, Sequential, softmaxCrossEntropy } from 'sapipe';
+
+/** The models `sapipe demo --model` takes. */
+export const DEMO_MODELS = ['mlp', 'cnn', 'gpt'] as const;
+export type DemoModelName = (typeof DEMO_MODELS)[number];
+
+/** The MLP: MNIST's 784 pixels, one hidden layer of 128, 10 classes. */
+export const DEMO_LAYERS: readonly number[] = [784, 128, 10];
+/** The CNN's convolution channels: conv(1->8) ReLU max-pool, conv(8->16) ReLU max-pool, linear to 10. */
+const CNN_CHANNELS = [8, 16];
+const cnn = (): ReturnType<typeof cnnLayers> => cnnLayers({ channels: 1, height: 28, width: 28 }, CNN_CHANNELS, 10);
+/** The GPT: 2 blocks of width 64, 4 heads, over 64 bytes of context (small enough for 4 workers on 2 cores). */
+export const DEMO_GPT = { vocab: 256, context: 64, dim: 64, heads: 4, layers: 2 } as const;
+const gpt = (): ReturnType<typeof gptLayers> => gptLayers(DEMO_GPT);
+
+/** What a demo worker trains. */
+export interface DemoModel {
+  readonly params: ParamSet;
+  /** Forward of `batch` samples of `x` on `weights` (a buffer of the ParamSet's layout). */
+  forward(x: FlatBuffer, batch: number, weights: FlatBuffer): void;
+  /** The mean softmax cross-entropy of the last forward against `labels`; keeps its gradient. */
+  loss(labels: ArrayLike<number>): number;
+  /** The parameter gradients of the last forward and loss, into `grads`. */
+  backward(grads: FlatBuffer): void;
+  /** Test accuracy on the model's own weights (per row of classes: the GPT's next bytes). */
+  accuracy(inputs: Float32Array, labels: ArrayLike<number>): number;
+  /** The mean cross-entropy on test data with the model's own weights (absent: the model does not say). */
+  testLoss?(inputs: Float32Array, labels: ArrayLike<number>): number;
+  dispose(): void;
+}
+
+/** The model `name`, initialised from `seed` (the same on every rank). */
+export function createDemoModel(name: DemoModelName, seed: number): DemoModel {
+  if (name === 'mlp') return new MLP(DEMO_LAYERS, { seed });
+  return new SequentialClassifier(new Sequential(name === 'cnn' ? cnn() : gpt(), { seed }), name === 'gpt' ? DEMO_GPT.context : 1);
+}
+
+/** The model and its data in words, for tables and reports. */
+export function describeDemoModel(name: DemoModelName): string {
+  if (name === 'gpt') return `byte-level GPT (${DEMO_GPT.layers} blocks, width ${DEMO_GPT.dim}, ${DEMO_GPT.heads} heads, context ${DEMO_GPT.context}) on the fortunes text`;
+  return name === 'mlp' ? `MLP ${DEMO_LAYERS.join('-')} on MNIST` : `CNN (conv ${CNN_CHANNELS.join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
+}
+
+/** Parameters (weights and biases) of the model `name`. */
+export function demoModelParams(name: DemoModelName): number {
+  return name === 'mlp' ? DEMO_LAYERS.slice(1).reduce((a, out, i) => a + (DEMO_LAYERS[i]! + 1) * out, 0) : layerParams(name === 'cnn' ? cnn() : gpt()).reduce((a, b) => a + b, 0);
+}
+
+/**
+ * A classifier's forward, loss, backward and accuracy over a Sequential (slot 0, one batch at a
+ * time), its output `rows` rows of classes per sample (the GPT: one per position).
+ */
+class SequentialClassifier implements DemoModel {
+  private logits: FlatBuffer | undefined;
+  private batch = 0;
+  private dlogits: FlatBuffer | undefined;
+  private readonly classes: number;
+
+  constructor(
+    private readonly model: Sequential,
+    private readonly rows: number,
+  ) {
+    this.classes = model.outputSize / rows;
+  }
+
+  get params(): ParamSet {
+    return this.model.params;
+  }
+
+  forward(x: FlatBuffer, batch: number, weights: FlatBuffer): void {
+    this.model.release(0);
+    this.logits = this.model.forward(0, x, batch, weights);
+    this.batch = batch;
+  }
+
+  loss(labels: ArrayLike<number>): number {
+    const n = this.batch * this.model.outputSize;
+    if (!this.dlogits || this.dlogits.length < n) {
+      this.dlogits?.dispose();
+      this.dlogits = FlatBuffer.allocate(n);
+    }
+    return softmaxCrossEntropy(this.logits!.array.subarray(0, n), labels, this.batch * this.rows, this.classes, this.dlogits.array.subarray(0, n));
+  }
+
+  backward(grads: FlatBuffer): void {
+    this.model.backward(0, this.dlogits!, { grads, inputGrad: false });
+  }
+
+  accuracy(inputs: Float32Array, labels: ArrayLike<number>): number {
+    return this.evaluate(inputs, labels).accuracy;
+  }
+
+  testLoss(inputs: Float32Array, labels: ArrayLike<number>): number {
+    return this.evaluate(inputs, labels).loss;
+  }
+
+  /** Accuracy and mean cross-entropy over every row of the test data, in chunks of samples. */
+  private evaluate(inputs: Float32Array, labels: ArrayLike<number>): { accuracy: number; loss: number } {
+    const { inputSize: features, outputSize } = this.model;
+    const [rows, classes] = [this.rows, this.classes];
+    const samples = inputs.length / features;
+    const chunk = Math.max(1, Math.floor(2 ** 20 / outputSize));
+    const x = FlatBuffer.allocate(chunk * features);
+    let correct = 0;
+    let total = 0;
+    try {
+      for (let start = 0; start < samples; start += chunk) {
+        const n = Math.min(chunk, samples - start);
+        x.array.set(inputs.subarray(start * features, (start + n) * features));
+        this.model.release(1);
+        const logits = this.model.forward(1, x, n, this.model.params.weights).array;
+        for (let r = 0; r < n * rows; r++) {
+          let best = 0;
+          for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
+          let sum = 0;
+          for (let c = 0; c < classes; c++) sum += Math.exp(logits[r * classes + c]! - logits[r * classes + best]!);
+          const label = labels[start * rows + r]!;
+          total += Math.log(sum) + logits[r * classes + best]! - logits[r * classes + label]!;
+          if (best === label) correct++;
+        }
+      }
+    } finally {
+      this.model.release(1);
+      x.dispose();
+    }
+    return { accuracy: correct / labels.length, loss: total / labels.length };
+  }
+
+  dispose(): void {
+    this.dlogits?.dispose();
+    this.model.dispose();
+  }
+}
