@@ -82,7 +82,29 @@ def build_model(torch, req):
     nn = torch.nn
     torch.manual_seed(int(req.get("seed", 1)))
     modules = []
-    flat = True  # samples are rows of features, as sapipe holds them; convolutions see [C, H, W]
+    # What a sample is at this point: "flat" (a row of features, as sapipe holds every sample),
+    # "image" ([C, H, W], for convolutions and pooling) or "rows" ([rows, features], for layers
+    # applied to each of a sample's rows, as sapipe's `rows` on linear and layerNorm).
+    state = {"shape": "flat", "rows": 1}
+
+    def to_flat():
+        if state["shape"] != "flat":
+            modules.append(nn.Flatten())
+            state["shape"] = "flat"
+
+    def to_rows(rows, features):
+        if rows == 1:
+            to_flat()
+        elif state["shape"] != "rows" or state["rows"] != rows:
+            to_flat()
+            modules.append(nn.Unflatten(1, (rows, features)))
+            state["shape"], state["rows"] = "rows", rows
+
+    def to_image(c, h, w):
+        if state["shape"] != "image":
+            to_flat()
+            modules.append(nn.Unflatten(1, (c, h, w)))
+            state["shape"] = "image"
 
     def uniform_(tensor, bound):
         with torch.no_grad():
@@ -98,24 +120,18 @@ def build_model(torch, req):
     for i, layer in enumerate(req["layers"]):
         kind = layer["kind"]
         if kind == "linear":
-            if not flat:
-                modules.append(nn.Flatten())
-                flat = True
+            to_rows(int(layer.get("rows", 1)), layer["in"])
             m = nn.Linear(layer["in"], layer["out"])
             init(m, layer["in"])
             modules.append(m)
         elif kind == "conv2d":
-            if flat:
-                modules.append(nn.Unflatten(1, (layer["inChannels"], layer["height"], layer["width"])))
-                flat = False
+            to_image(layer["inChannels"], layer["height"], layer["width"])
             k = layer["kernel"]
             m = nn.Conv2d(layer["inChannels"], layer["outChannels"], k, stride=layer.get("stride", 1), padding=layer.get("padding", 0))
             init(m, layer["inChannels"] * k * k)
             modules.append(m)
         elif kind in ("maxPool", "avgPool"):
-            if flat:
-                modules.append(nn.Unflatten(1, (layer["channels"], layer["height"], layer["width"])))
-                flat = False
+            to_image(layer["channels"], layer["height"], layer["width"])
             k = layer["kernel"]
             cls = nn.MaxPool2d if kind == "maxPool" else nn.AvgPool2d
             modules.append(cls(k, stride=layer.get("stride", k)))
@@ -124,14 +140,11 @@ def build_model(torch, req):
         elif kind == "gelu":
             modules.append(nn.GELU(approximate="tanh"))
         elif kind == "layerNorm":
-            if not flat:
-                modules.append(nn.Flatten())
-                flat = True
+            to_rows(int(layer.get("rows", 1)), layer["features"])
             modules.append(nn.LayerNorm(layer["features"], eps=1e-5))
         else:
             raise ValueError(f"layer {i}: kind {kind!r} has no PyTorch counterpart in this script yet (apps/bench/torch-models.py, build_model)")
-    if not flat:
-        modules.append(nn.Flatten())
+    to_flat()
     model = Model()
     model.net = nn.Sequential(*modules)
     batch = int(req["batch"])
