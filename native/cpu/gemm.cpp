@@ -130,7 +130,7 @@ size_t extent(size_t rows, size_t cols, size_t ld) { return rows == 0 || cols ==
 
 }  // namespace
 
-sapipe_status sgemm_with(const GemmArgs& g, SimdLevel level) {
+static sapipe_status sgemm_on(const GemmArgs& g, SimdLevel level, bool serial) {
   if (!std::isfinite(g.alpha) || !std::isfinite(g.beta)) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (g.m == 0 || g.n == 0) return SAPIPE_OK;
   if (g.c == nullptr || g.ldc < g.n) return SAPIPE_ERR_INVALID_ARGUMENT;
@@ -153,7 +153,7 @@ sapipe_status sgemm_with(const GemmArgs& g, SimdLevel level) {
   const RegionFn region = region_fn(level, &rows_unit, &cols_unit);
   ThreadPool& pool = ThreadPool::global();
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  if (pool.size() == 1 || macs < kParallelMacs) {
+  if (serial || pool.size() == 1 || macs < kParallelMacs) {
     region(g, 0, g.m, 0, g.n);
     return SAPIPE_OK;
   }
@@ -177,6 +177,8 @@ sapipe_status sgemm_with(const GemmArgs& g, SimdLevel level) {
   return SAPIPE_OK;
 }
 
-sapipe_status sgemm(const GemmArgs& args) { return sgemm_with(args, active_simd()); }
+sapipe_status sgemm_with(const GemmArgs& args, SimdLevel level) { return sgemm_on(args, level, false); }
+sapipe_status sgemm(const GemmArgs& args) { return sgemm_on(args, active_simd(), false); }
+sapipe_status sgemm_serial(const GemmArgs& args) { return sgemm_on(args, active_simd(), true); }
 
 }  // namespace sapipe::cpu

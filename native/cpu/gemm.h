@@ -29,5 +29,8 @@ struct GemmArgs {
 sapipe_status sgemm(const GemmArgs& args);
 // The same with an explicit instruction set (tests and benchmarks); a level the CPU lacks is lowered.
 sapipe_status sgemm_with(const GemmArgs& args, SimdLevel level);
+// The same product on the calling thread only: for callers that are themselves a job of the
+// thread pool (the pool runs one job at a time), such as a convolution split over its images.
+sapipe_status sgemm_serial(const GemmArgs& args);
 
 }  // namespace sapipe::cpu

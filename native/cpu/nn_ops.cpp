@@ -6,6 +6,8 @@
 // pool: each output is written by one thread, so the result does not depend on the split; the
 // parameter gradients (layer norm's dgamma and dbeta, the embedding tables') are summed in row
 // order on one thread, the order the CUDA kernels sum in.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -64,7 +66,13 @@ sapipe_status nn_relu(float* y, const float* x, size_t count, void*) {
 sapipe_status nn_relu_backward(float* dx, const float* y, const float* dy, size_t count, void*) {
   if (count == 0) return SAPIPE_OK;
   if (dx == nullptr || y == nullptr || dy == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
-  for (size_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  // dy[i] is read whether or not y[i] > 0: a load only on one side of the condition compiles to a
+  // branch per element, which mispredicts on half of them (ReLU's outputs are about half zeros)
+  // and made this pass 40 times slower than the forward's; read on both sides, it is a select.
+  for (size_t i = 0; i < count; ++i) {
+    const float g = dy[i];
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
   return SAPIPE_OK;
 }
 
@@ -374,7 +382,9 @@ sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float
 // ---- 2-D convolution: im2col and the SGEMM ------------------------------------------------------
 // Per image: col [C R S, Ho Wo] holds the input patch of every output position, y_n = W col
 // (W as [K, C R S]); backward dW (+)= dy_n col^T, dcol = W^T dy_n scattered back (col2im) into
-// dx_n. The products run on the thread pool; col is one image's patches, allocated per call.
+// dx_n. Forward: the images split over the thread pool. Backward: the images cut into fixed parts
+// (kConvParts) on the thread pool, each part summing its dW and db, the parts added in order.
+// Products inside a pool job run on its thread (sgemm_serial); each thread has its own col.
 
 struct ConvDims {
   size_t n, c, h, w, k, r, s, sh, sw, ph, pw, oh, ow;
@@ -391,19 +401,40 @@ bool conv_dims(const sapipe_nn_conv2d_shape* sh, ConvDims* d) {
   return d->r > 0 && d->s > 0 && d->sh > 0 && d->sw > 0 && d->h + 2 * d->ph >= d->r && d->w + 2 * d->pw >= d->s;
 }
 
-// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside.
+// The output columns ox whose input column ox sw - pw + s lies inside [0, w): [lo, hi).
+struct ColumnRange {
+  size_t lo, hi;
+};
+ColumnRange inside_columns(const ConvDims& d, size_t s) {
+  const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
+  const ptrdiff_t sw = static_cast<ptrdiff_t>(d.sw), w = static_cast<ptrdiff_t>(d.w);
+  // lo: the first ox with ox sw + off >= 0; hi: the first ox with ox sw + off >= w.
+  const size_t lo = off >= 0 ? 0 : static_cast<size_t>((-off + sw - 1) / sw);
+  const size_t hi = w - off <= 0 ? 0 : static_cast<size_t>((w - off + sw - 1) / sw);
+  const size_t h = std::min(hi, d.ow);
+  return {std::min(lo, h), h};
+}
+
+// col[(c R + r) S + s, oy Wo + ox] = x_n[c, oy sh - ph + r, ox sw - pw + s], 0 outside. The
+// columns inside the image are found once per (s) rather than tested per value.
 void im2col(const ConvDims& d, const float* x, float* col) {
   for (size_t c = 0; c < d.c; ++c)
     for (size_t r = 0; r < d.r; ++r)
       for (size_t s = 0; s < d.s; ++s) {
         float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        const ColumnRange cols = inside_columns(d, s);
+        const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
         for (size_t oy = 0; oy < d.oh; ++oy) {
+          float* out = row + oy * d.ow;
           const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
-          for (size_t ox = 0; ox < d.ow; ++ox) {
-            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
-            const bool inside = iy >= 0 && iy < static_cast<ptrdiff_t>(d.h) && ix >= 0 && ix < static_cast<ptrdiff_t>(d.w);
-            row[oy * d.ow + ox] = inside ? x[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] : 0.0f;
+          if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) {
+            for (size_t ox = 0; ox < d.ow; ++ox) out[ox] = 0.0f;
+            continue;
           }
+          const float* src = x + (c * d.h + static_cast<size_t>(iy)) * d.w;
+          for (size_t ox = 0; ox < cols.lo; ++ox) out[ox] = 0.0f;
+          for (size_t ox = cols.lo; ox < cols.hi; ++ox) out[ox] = src[static_cast<ptrdiff_t>(ox * d.sw) + off];
+          for (size_t ox = cols.hi; ox < d.ow; ++ox) out[ox] = 0.0f;
         }
       }
 }
@@ -414,45 +445,87 @@ void col2im(const ConvDims& d, const float* col, float* dx) {
     for (size_t r = 0; r < d.r; ++r)
       for (size_t s = 0; s < d.s; ++s) {
         const float* row = col + ((c * d.r + r) * d.s + s) * d.out_area();
+        const ColumnRange cols = inside_columns(d, s);
+        const ptrdiff_t off = static_cast<ptrdiff_t>(s) - static_cast<ptrdiff_t>(d.pw);
         for (size_t oy = 0; oy < d.oh; ++oy) {
           const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * d.sh + r) - static_cast<ptrdiff_t>(d.ph);
           if (iy < 0 || iy >= static_cast<ptrdiff_t>(d.h)) continue;
-          for (size_t ox = 0; ox < d.ow; ++ox) {
-            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * d.sw + s) - static_cast<ptrdiff_t>(d.pw);
-            if (ix >= 0 && ix < static_cast<ptrdiff_t>(d.w)) dx[(c * d.h + static_cast<size_t>(iy)) * d.w + static_cast<size_t>(ix)] += row[oy * d.ow + ox];
-          }
+          float* dst = dx + (c * d.h + static_cast<size_t>(iy)) * d.w;
+          const float* in = row + oy * d.ow;
+          for (size_t ox = cols.lo; ox < cols.hi; ++ox) dst[static_cast<ptrdiff_t>(ox * d.sw) + off] += in[ox];
         }
       }
 }
 
-sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c) {
+sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c,
+                        size_t ldc = 0) {
   GemmArgs g;
   g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = beta;
-  g.a = a, g.lda = ta ? m : k, g.b = b, g.ldb = tb ? k : n, g.c = c, g.ldc = n;
-  return sgemm(g);
+  g.a = a, g.lda = ta ? m : k, g.b = b, g.ldb = tb ? k : n, g.c = c, g.ldc = ldc == 0 ? n : ldc;
+  // On the calling thread: the convolutions call this from jobs of the thread pool.
+  return sgemm_serial(g);
 }
 
+// Runs body(thread, begin, end) over [0, units) split across the thread pool (parallel_for runs
+// fewer than kInlineThreshold elements inline, so each unit counts as that many), each unit whole
+// in one call; every unit is written by one thread whatever the split.
+template <class Body>
+void split_units(size_t units, Body&& body) {
+  const size_t stride = ThreadPool::kInlineThreshold;
+  ThreadPool::global().parallel_for(units * stride, stride, [&](int t, size_t lo, size_t hi) { body(t, lo / stride, hi / stride); });
+}
+
+// The first error of the jobs, kept by whichever thread saw it.
+struct FirstError {
+  std::atomic<int> status{SAPIPE_OK};
+  void set(sapipe_status st) {
+    int ok = SAPIPE_OK;
+    if (st != SAPIPE_OK) status.compare_exchange_strong(ok, st);
+  }
+  sapipe_status get() const { return static_cast<sapipe_status>(status.load()); }
+};
+
+// The images are split over the thread pool, each thread with its own patch buffer; each image's
+// output is written by one thread in the order of the serial loop, so the result does not depend
+// on the split.
 sapipe_status nn_conv2d(float* y, const float* x, const float* w, const float* bias, const sapipe_nn_conv2d_shape* shape, void*) {
   ConvDims d;
   if (!conv_dims(shape, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
   if (y == nullptr || w == nullptr || (d.c > 0 && x == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
   try {
-    std::vector<float> col(d.patch() * d.out_area());
-    for (size_t n = 0; n < d.n; ++n) {
-      float* yn = y + n * d.k * d.out_area();
-      im2col(d, x + n * d.c * d.h * d.w, col.data());
-      if (sapipe_status st = gemm_rows(false, false, d.k, d.out_area(), d.patch(), 0.0f, w, col.data(), yn); st != SAPIPE_OK) return st;
-      if (bias != nullptr)
-        for (size_t k = 0; k < d.k; ++k)
-          for (size_t p = 0; p < d.out_area(); ++p) yn[k * d.out_area() + p] += bias[k];
-    }
+    const size_t per = d.patch() * d.out_area();
+    std::vector<float> cols(static_cast<size_t>(ThreadPool::global().size()) * per);
+    FirstError error;
+    split_units(d.n, [&](int t, size_t lo, size_t hi) {
+      float* col = cols.data() + static_cast<size_t>(t) * per;
+      for (size_t n = lo; n < hi; ++n) {
+        float* yn = y + n * d.k * d.out_area();
+        im2col(d, x + n * d.c * d.h * d.w, col);
+        if (sapipe_status st = gemm_rows(false, false, d.k, d.out_area(), d.patch(), 0.0f, w, col, yn); st != SAPIPE_OK) {
+          error.set(st);
+          return;
+        }
+        if (bias != nullptr)
+          for (size_t k = 0; k < d.k; ++k)
+            for (size_t p = 0; p < d.out_area(); ++p) yn[k * d.out_area() + p] += bias[k];
+      }
+    });
+    return error.get();
   } catch (const std::bad_alloc&) {
     return SAPIPE_ERR_OUT_OF_MEMORY;
   }
-  return SAPIPE_OK;
 }
 
+// The backward's images are cut into this many fixed parts (fewer when there are fewer images),
+// whatever the thread count: each part sums its images' dW and db in image order into a buffer of
+// its own, and the parts are added in order at the end, so the result depends on the batch alone,
+// not on how many threads ran the parts.
+constexpr size_t kConvParts = 8;
+
+// Per part, on the thread pool: for each image in order, its patches (im2col), dW_part (+)= dy_n
+// col_n^T, db_part (+)= row sums of dy_n, and the input gradient dcol = W^T dy_n scattered back
+// (col2im) into dx_n; then dW (+)= the parts' sums in part order, and db alike.
 sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                                  const sapipe_nn_conv2d_shape* shape, int32_t accumulate, void*) {
   ConvDims d;
@@ -469,21 +542,49 @@ sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* d
   if (dx != nullptr)
     for (size_t i = 0; i < d.n * d.c * d.h * d.w; ++i) dx[i] = 0.0f;
   if (d.n == 0 || d.k == 0 || d.out_area() == 0) return SAPIPE_OK;
+  const size_t area = d.out_area();
+  const size_t per = d.patch() * area;
+  const size_t parts = std::min(kConvParts, d.n);
+  const size_t sums = wlen + d.k;  // a part's dW, then its db
   try {
-    std::vector<float> col(d.patch() * d.out_area());
-    for (size_t n = 0; n < d.n; ++n) {
-      const float* dyn = dy + n * d.k * d.out_area();
+    std::vector<float> partial(parts * sums, 0.0f);
+    const size_t threads = static_cast<size_t>(ThreadPool::global().size());
+    std::vector<float> cols(threads * per);
+    std::vector<float> dcols(dx != nullptr ? threads * per : 0);
+    FirstError error;
+    split_units(parts, [&](int t, size_t first_part, size_t end_part) {
+      float* col = cols.data() + static_cast<size_t>(t) * per;
+      float* dcol = dx != nullptr ? dcols.data() + static_cast<size_t>(t) * per : nullptr;
+      for (size_t part = first_part; part < end_part; ++part) {
+        float* pdw = partial.data() + part * sums;
+        float* pdb = pdw + wlen;
+        for (size_t n = part * d.n / parts; n < (part + 1) * d.n / parts; ++n) {
+          const float* dyn = dy + n * d.k * area;
+          for (size_t k = 0; k < d.k; ++k)
+            for (size_t p = 0; p < area; ++p) pdb[k] += dyn[k * area + p];
+          if (per == 0) continue;
+          im2col(d, x + n * d.c * d.h * d.w, col);
+          // dW_part [K, CRS] += dy_n [K, HoWo] col^T
+          if (sapipe_status st = gemm_rows(false, true, d.k, d.patch(), area, 1.0f, dyn, col, pdw); st != SAPIPE_OK) {
+            error.set(st);
+            return;
+          }
+          if (dcol == nullptr) continue;
+          // dcol [CRS, HoWo] = W^T dy_n
+          if (sapipe_status st = gemm_rows(true, false, d.patch(), area, d.k, 0.0f, w, dyn, dcol); st != SAPIPE_OK) {
+            error.set(st);
+            return;
+          }
+          col2im(d, dcol, dx + n * d.c * d.h * d.w);
+        }
+      }
+    });
+    if (error.get() != SAPIPE_OK) return error.get();
+    for (size_t part = 0; part < parts; ++part) {
+      const float* pdw = partial.data() + part * sums;
+      for (size_t i = 0; i < wlen; ++i) dw[i] += pdw[i];
       if (db != nullptr)
-        for (size_t k = 0; k < d.k; ++k)
-          for (size_t p = 0; p < d.out_area(); ++p) db[k] += dyn[k * d.out_area() + p];
-      if (d.patch() == 0) continue;
-      im2col(d, x + n * d.c * d.h * d.w, col.data());
-      // dW [K, CRS] += dy_n [K, HoWo] col^T
-      if (sapipe_status st = gemm_rows(false, true, d.k, d.patch(), d.out_area(), 1.0f, dyn, col.data(), dw); st != SAPIPE_OK) return st;
-      if (dx == nullptr) continue;
-      // dcol [CRS, HoWo] = W^T dy_n
-      if (sapipe_status st = gemm_rows(true, false, d.patch(), d.out_area(), d.k, 0.0f, w, dyn, col.data()); st != SAPIPE_OK) return st;
-      col2im(d, col.data(), dx + n * d.c * d.h * d.w);
+        for (size_t k = 0; k < d.k; ++k) db[k] += pdw[wlen + k];
     }
   } catch (const std::bad_alloc&) {
     return SAPIPE_ERR_OUT_OF_MEMORY;
@@ -502,6 +603,54 @@ bool pool_dims(const sapipe_nn_conv2d_shape* sh, int32_t mode, ConvDims* d) {
   return conv_dims(&s, d) && 2 * d->ph <= d->r && 2 * d->pw <= d->s;
 }
 
+// Max pooling without padding, where every window lies inside the plane: the same results as
+// sapipe_nn_max_pool_at (the first largest value; NaN never wins; NaN when every value is NaN)
+// without its bounds checks, and with selects instead of branches on the data, which mispredict
+// about once a window (the general loop cost 5 to 15 ns per output of a 2x2 pooling).
+void max_pool_plane(const ConvDims& d, const float* plane, float* out) {
+  const size_t h_step = d.sh * d.w, kr = d.r, ks = d.s, w = d.w;
+  for (size_t oy = 0; oy < d.oh; ++oy) {
+    const float* row = plane + oy * h_step;
+    for (size_t ox = 0; ox < d.ow; ++ox) {
+      const float* win = row + ox * d.sw;
+      float best = -std::numeric_limits<float>::infinity();
+      int seen = 0;  // a value that is not NaN
+      for (size_t r = 0; r < kr; ++r)
+        for (size_t c = 0; c < ks; ++c) {
+          const float v = win[r * w + c];
+          best = v > best ? v : best;
+          seen |= static_cast<int>(v == v);
+        }
+      out[oy * d.ow + ox] = seen ? best : std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
+
+// Its backward on one plane: dx zeroed, then each output's gradient added at its window's first
+// largest value, outputs in order (as the general loop).
+void max_pool_plane_backward(const ConvDims& d, const float* plane, const float* dy, float* dx) {
+  const size_t h_step = d.sh * d.w, kr = d.r, ks = d.s, w = d.w;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  for (size_t i = 0; i < d.h * d.w; ++i) dx[i] = 0.0f;
+  for (size_t oy = 0; oy < d.oh; ++oy)
+    for (size_t ox = 0; ox < d.ow; ++ox) {
+      const size_t corner = oy * h_step + ox * d.sw;
+      float best = -std::numeric_limits<float>::infinity();
+      size_t at = kNone;
+      for (size_t r = 0; r < kr; ++r)
+        for (size_t c = 0; c < ks; ++c) {
+          const size_t i = corner + r * w + c;
+          const float v = plane[i];
+          // v > best, or the first value that is not NaN (it may equal -inf).
+          const size_t take = static_cast<size_t>(v > best) | (static_cast<size_t>(at == kNone) & static_cast<size_t>(v == v));
+          const size_t mask = size_t{0} - take;
+          at = (i & mask) | (at & ~mask);
+          best = v > best ? v : best;
+        }
+      if (at != kNone) dx[at] += dy[oy * d.ow + ox];
+    }
+}
+
 sapipe_status nn_pool2d(float* y, const float* x, const sapipe_nn_conv2d_shape* shape, int32_t mode, void*) {
   ConvDims d;
   if (!pool_dims(shape, mode, &d)) return SAPIPE_ERR_INVALID_ARGUMENT;
@@ -509,6 +658,12 @@ sapipe_status nn_pool2d(float* y, const float* x, const sapipe_nn_conv2d_shape* 
   if (planes == 0 || out_area == 0) return SAPIPE_OK;
   if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const float area = static_cast<float>(d.r * d.s);
+  if (mode == SAPIPE_NN_POOL_MAX && d.ph == 0 && d.pw == 0) {
+    split(planes * out_area, out_area, [&](size_t lo, size_t hi) {
+      for (size_t p = lo / out_area; p < hi / out_area; ++p) max_pool_plane(d, x + p * in_area, y + p * out_area);
+    });
+    return SAPIPE_OK;
+  }
   split(planes * out_area, out_area, [&](size_t lo, size_t hi) {
     for (size_t p = lo / out_area; p < hi / out_area; ++p) {
       const float* plane = x + p * in_area;
@@ -544,6 +699,12 @@ sapipe_status nn_pool2d_backward(float* dx, const float* dy, const float* x, con
   if (planes == 0 || in_area == 0) return SAPIPE_OK;
   if (dx == nullptr || dy == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const float area = static_cast<float>(d.r * d.s);
+  if (mode == SAPIPE_NN_POOL_MAX && d.ph == 0 && d.pw == 0) {
+    split(planes * in_area, in_area, [&](size_t lo, size_t hi) {
+      for (size_t p = lo / in_area; p < hi / in_area; ++p) max_pool_plane_backward(d, x + p * in_area, dy + p * out_area, dx + p * in_area);
+    });
+    return SAPIPE_OK;
+  }
   split(planes * in_area, in_area, [&](size_t lo, size_t hi) {
     for (size_t p = lo / in_area; p < hi / in_area; ++p) {
       const float* plane = x + p * in_area;

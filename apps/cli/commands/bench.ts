@@ -9,6 +9,7 @@ import { RECOVERY_POLICIES, type RecoveryPolicy } from '../../recsys/cpr.js';
 import { benchCudaKernels } from '../../bench/cuda-kernels.js';
 import { benchGemm } from '../../bench/gemm.js';
 import { benchKernels } from '../../bench/kernels.js';
+import { BENCH_MODEL_NAMES, benchModels, type ModelsBenchResult } from '../../bench/models.js';
 import { benchOverlap } from '../../bench/overlap.js';
 import { benchPipeline } from '../../bench/pipeline.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
@@ -129,6 +130,90 @@ function runKernels(options: KernelsOptions): void {
   }
 }
 
+interface ModelsOptions {
+  models: string;
+  steps: number;
+  reps: number;
+  warmup: number;
+  batch?: number;
+  threads?: number;
+  python?: string;
+  torchScript?: string;
+  openblasCoretype?: string;
+  sapipeOnly?: boolean;
+  quick?: boolean;
+  json?: boolean;
+}
+
+const span = (s: { medianMs: number; minMs: number; maxMs: number }, digits = 2): string => `${s.medianMs.toFixed(digits)} (${s.minMs.toFixed(digits)}-${s.maxMs.toFixed(digits)})`;
+
+function printModels(r: ModelsBenchResult): void {
+  const load = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' ');
+  console.log(
+    `one training step (forward, softmax cross-entropy, backward, SGD momentum ${r.momentum}) on the CPU: ${r.steps} steps per repeat, ${r.reps} repeats after ${r.warmup} warm-up step${r.warmup === 1 ? "" : "s"}` +
+      (r.torch ? ', the two sides alternating (sapipe first on even repeats, PyTorch first on odd ones)' : ''),
+  );
+  console.log(`machine: ${r.cpu}, ${r.cores} cores; load average ${load(r.loadAverage.before)} before, ${load(r.loadAverage.after)} after (others' work on a shared machine spreads the figures; the ratios, measured side by side, spread less)`);
+  console.log(`sapipe: ${r.threads} threads (native pool; SAPIPE_NUM_THREADS or --threads), simd ${r.simd}`);
+  if (r.torch) {
+    const t = r.torch;
+    const blas = t.openblas ? `OpenBLAS (${t.openblas.config}; core ${t.openblas.core}, ${t.openblas.threads} threads)` : `BLAS_INFO=${t.blasInfo}${t.mkl ? ', MKL' : ''}`;
+    console.log(
+      `PyTorch ${t.torch} eager (${t.python}, Python ${t.pythonVersion}): ${t.threads} threads (torch.get_num_threads), ${blas}, ` +
+        `oneDNN ${t.mkldnn ? 'available' : 'absent'}, ATen CPU capability ${t.cpuCapability}; OPENBLAS_CORETYPE=${t.openblasCoretype ?? '(unset)'} (${t.openblasCoretypeSource}), OMP_WAIT_POLICY=${t.ompWaitPolicy ?? '(unset)'}`,
+    );
+  } else console.log('PyTorch: not run (--sapipe-only)');
+  const g = r.gemm;
+  console.log(
+    `sgemm ${g.size}x${g.size}x${g.size}: sapipe ${g.sapipe.gflops.toFixed(1)} GFLOP/s (${span(g.sapipe, 3)} ms)` +
+      (g.torch ? `, PyTorch ${g.torch.gflops.toFixed(1)} GFLOP/s (${span(g.torch, 3)} ms)` : ''),
+  );
+  const table = cliTable(['model', 'batch', 'params', 'sapipe ms/step (min-max)', 'PyTorch ms/step (min-max)', 'sapipe / PyTorch', 'per repeat (min-max)'], !process.stdout.isTTY);
+  for (const row of r.rows)
+    table.push([
+      row.model,
+      row.batch,
+      row.params,
+      span(row.sapipe),
+      row.torch ? span(row.torch) : '-',
+      row.ratio !== undefined ? `${row.ratio.toFixed(3)} ${row.ratio <= 1 ? '(<= 1)' : '(> 1)'}` : '-',
+      row.ratioPerRepeat ? `${row.ratioPerRepeat.median.toFixed(3)} (${row.ratioPerRepeat.min.toFixed(3)}-${row.ratioPerRepeat.max.toFixed(3)})` : '-',
+    ]);
+  console.log(table.toString());
+  for (const row of r.rows) console.log(`${row.model}: ${row.description}`);
+  if (r.torch) console.log('sapipe / PyTorch: the ratio of the medians (goal: at most 1); per repeat: the median and range of the ratios of the runs timed side by side');
+}
+
+async function runModels(options: ModelsOptions): Promise<void> {
+  applyThreads(options.threads);
+  const quick = options.quick ?? false;
+  const bar = progressBar(!options.json);
+  let result: ModelsBenchResult;
+  try {
+    result = await benchModels({
+      models: options.models.split(',').map((m) => m.trim()).filter(Boolean),
+      steps: quick ? 2 : options.steps,
+      reps: quick ? 2 : options.reps,
+      warmup: quick ? 1 : options.warmup,
+      ...(options.batch !== undefined ? { batch: options.batch } : {}),
+      sapipeOnly: options.sapipeOnly ?? false,
+      pythons: options.python !== undefined ? [options.python] : [...new Set([process.env.SAPIPE_PYTHON, 'python3', '/usr/bin/python3'].filter((p): p is string => !!p))],
+      ...(options.torchScript !== undefined ? { torchScript: options.torchScript } : {}),
+      ...(options.openblasCoretype !== undefined ? { openblasCoretype: options.openblasCoretype } : {}),
+      onProgress: bar.update,
+    });
+  } catch (error) {
+    bar.stop();
+    if (!(error instanceof SapipeError)) throw error;
+    console.error(`${error.code}: ${error.message}`);
+    process.exitCode = 1;
+    return;
+  }
+  bar.stop();
+  if (options.json) console.log(JSON.stringify(result, null, 2));
+  else printModels(result);
+}
+
 export function registerBenchCommand(program: Command): void {
   const bench = program.command('bench').description('microbenchmarks of the native kernels');
   bench
@@ -142,6 +227,25 @@ export function registerBenchCommand(program: Command): void {
     .option('--json', 'print JSON instead of a table')
     .option('--device <device>', 'cpu, or cuda:N for the GPU kernels of the CUDA plugin', 'cpu')
     .action((options: KernelsOptions) => runKernels(options));
+  bench
+    .command('models')
+    .description(
+      'one training step (forward, softmax cross-entropy, backward, SGD with momentum 0.9) of sapipe against PyTorch eager on the CPU: ' +
+        'the same models, batch, initialisation scale and threads, repeats alternating in one run; ms/step, spread and the ratio (goal: at most 1)',
+    )
+    .option('--models <list>', `comma-separated, of ${BENCH_MODEL_NAMES.join(', ')}`, BENCH_MODEL_NAMES.join(','))
+    .option('--steps <n>', 'timed steps per repeat', parsePositiveInt, 20)
+    .option('--reps <n>', 'repeats of each side (alternating)', parsePositiveInt, 7)
+    .option('--warmup <n>', 'untimed steps of each side first (0 or more)', parseNonNegativeInt, 5)
+    .option('--batch <n>', "samples per step for every model (default: each model's: mlp 256, cnn 64)", parsePositiveInt)
+    .option('--threads <t>', 'threads of both sides (default: all cores; SAPIPE_NUM_THREADS)', parsePositiveInt)
+    .option('--python <exe>', 'the Python interpreter with torch (default: $SAPIPE_PYTHON, then python3, then /usr/bin/python3)')
+    .option('--torch-script <path>', 'the PyTorch side (default: apps/bench/torch-models.py of the package)')
+    .option('--openblas-coretype <name>', "OpenBLAS's core for the PyTorch process (default: SkylakeX with AVX-512, Haswell with AVX2, from the CPU flags)")
+    .option('--sapipe-only', 'time sapipe alone (no Python needed)')
+    .option('--quick', 'a tiny run: 2 steps x 2 repeats after 1 warm-up step (a smoke test, not a measurement)')
+    .option('--json', 'print JSON')
+    .action((options: ModelsOptions) => runModels(options));
   bench
     .command('allreduce')
     .description('all-reduce time and bus bandwidth per size (like nccl-tests), against a single-thread memcpy of the same run, and the fused all-reduce + update')

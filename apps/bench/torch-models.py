@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The PyTorch side of `sapipe bench models`: PyTorch eager on the CPU, driven by the sapipe CLI.
+
+The CLI starts this script and talks to it in JSON lines (one request on stdin, one reply on
+stdout), so that its runs interleave with sapipe's in one measurement:
+
+  first reply (unasked):  the setup: torch version, threads, BLAS and its core, or
+                          {"error": "no-torch", ...} (exit 3) when `import torch` fails
+  {"op": "build", "name": N, "layers": [LayerSpec...], "batch": B, "classes": C, "rowsPerSample": R,
+   "vocab": V or null, "inputSize": F, "seed": S, "lr": LR, "momentum": M}
+                          builds model N from sapipe's layer list (the same JSON), the same
+                          initialisation scale, a fixed batch and SGD; replies {"params": count}
+  {"op": "steps", "name": N, "steps": K}   runs K training steps; replies {"ms": per step}
+  {"op": "gemm", "size": S, "products": K} K products of S x S matrices; replies {"ms": per product}
+  {"op": "quit"}
+
+Threads come from the environment the CLI sets (SAPIPE_BENCH_THREADS; OMP_NUM_THREADS and
+OPENBLAS_NUM_THREADS alike). A layer kind this script does not know fails with its name: add it
+to `build_model` below when sapipe's Sequential gains one.
+"""
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+
+
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def blas_setup(torch):
+    """BLAS as torch reports it, and OpenBLAS's own view (core, config) when it is the one loaded."""
+    config = torch.__config__.show()
+    blas_info = "unknown"
+    for part in config.replace("\n", ",").split(","):
+        part = part.strip()
+        if part.startswith("BLAS_INFO="):
+            blas_info = part[len("BLAS_INFO="):]
+    out = {
+        "blasInfo": blas_info,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "cpuCapability": next((l.split(":", 1)[1].strip() for l in config.splitlines() if "CPU capability usage" in l), "unknown"),
+        "openblas": None,
+    }
+    a = torch.ones(8, 8)
+    (a @ a).sum().item()  # loads the BLAS library if it is loaded lazily
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "blas" in line.lower() and line.split()[-1].startswith("/")})
+    except OSError:
+        paths = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            corename = lib.openblas_get_corename
+            corename.restype = ctypes.c_char_p
+            cfg = lib.openblas_get_config
+            cfg.restype = ctypes.c_char_p
+            out["openblas"] = {
+                "library": path,
+                "core": corename().decode(),
+                "config": cfg().decode().strip(),
+                "threads": int(lib.openblas_get_num_threads()),
+            }
+            break
+        except (OSError, AttributeError):
+            continue
+    if out["openblas"] is None and paths:
+        out["libraries"] = paths
+    return out
+
+
+class Model:
+    pass
+
+
+def build_model(torch, req):
+    nn = torch.nn
+    torch.manual_seed(int(req.get("seed", 1)))
+    modules = []
+    # What a sample is at this point: "flat" (a row of features, as sapipe holds every sample),
+    # "image" ([C, H, W], for convolutions and pooling) or "rows" ([rows, features], for layers
+    # applied to each of a sample's rows, as sapipe's `rows` on linear and layerNorm).
+    state = {"shape": "flat", "rows": 1}
+
+    def to_flat():
+        if state["shape"] != "flat":
+            modules.append(nn.Flatten())
+            state["shape"] = "flat"
+
+    def to_rows(rows, features):
+        if rows == 1:
+            to_flat()
+        elif state["shape"] != "rows" or state["rows"] != rows:
+            to_flat()
+            modules.append(nn.Unflatten(1, (rows, features)))
+            state["shape"], state["rows"] = "rows", rows
+
+    def to_image(c, h, w):
+        if state["shape"] != "image":
+            to_flat()
+            modules.append(nn.Unflatten(1, (c, h, w)))
+            state["shape"] = "image"
+
+    def uniform_(tensor, bound):
+        with torch.no_grad():
+            tensor.uniform_(-bound, bound)
+
+    def init(module, fan_in):
+        # sapipe's initialisation: kaimingUniform U(+-sqrt(6 / fanIn)) for weights, biasUniform
+        # U(+-1 / sqrt(fanIn)) for biases (lib/nn/init.ts); PyTorch's default weight bound is
+        # sqrt(6) times smaller.
+        uniform_(module.weight, math.sqrt(6.0 / fan_in))
+        uniform_(module.bias, 1.0 / math.sqrt(fan_in))
+
+    for i, layer in enumerate(req["layers"]):
+        kind = layer["kind"]
+        if kind == "linear":
+            to_rows(int(layer.get("rows", 1)), layer["in"])
+            m = nn.Linear(layer["in"], layer["out"])
+            init(m, layer["in"])
+            modules.append(m)
+        elif kind == "conv2d":
+            to_image(layer["inChannels"], layer["height"], layer["width"])
+            k = layer["kernel"]
+            m = nn.Conv2d(layer["inChannels"], layer["outChannels"], k, stride=layer.get("stride", 1), padding=layer.get("padding", 0))
+            init(m, layer["inChannels"] * k * k)
+            modules.append(m)
+        elif kind in ("maxPool", "avgPool"):
+            to_image(layer["channels"], layer["height"], layer["width"])
+            k = layer["kernel"]
+            cls = nn.MaxPool2d if kind == "maxPool" else nn.AvgPool2d
+            modules.append(cls(k, stride=layer.get("stride", k)))
+        elif kind == "relu":
+            modules.append(nn.ReLU())
+        elif kind == "gelu":
+            modules.append(nn.GELU(approximate="tanh"))
+        elif kind == "layerNorm":
+            to_rows(int(layer.get("rows", 1)), layer["features"])
+            modules.append(nn.LayerNorm(layer["features"], eps=1e-5))
+        else:
+            raise ValueError(f"layer {i}: kind {kind!r} has no PyTorch counterpart in this script yet (apps/bench/torch-models.py, build_model)")
+    to_flat()
+    model = Model()
+    model.net = nn.Sequential(*modules)
+    batch = int(req["batch"])
+    classes = int(req["classes"])
+    features = int(req["inputSize"])
+    rows = int(req.get("rowsPerSample") or 1)
+    vocab = req.get("vocab")
+    # The same kind of batch as sapipe's side: values in [0, 1) (or token ids in [0, vocab)) and
+    # labels r % classes, one per loss row (rowsPerSample of them a sample).
+    model.x = torch.randint(int(vocab), (batch, features)) if vocab else torch.rand(batch, features)
+    model.y = torch.arange(batch * rows) % classes
+    model.classes = classes
+    model.loss = nn.CrossEntropyLoss()
+    model.opt = torch.optim.SGD(model.net.parameters(), lr=float(req["lr"]), momentum=float(req["momentum"]))
+    model.params = sum(p.numel() for p in model.net.parameters())
+    return model
+
+
+def step(model):
+    model.opt.zero_grad(set_to_none=True)
+    loss = model.loss(model.net(model.x).reshape(-1, model.classes), model.y)
+    loss.backward()
+    model.opt.step()
+
+
+def main():
+    try:
+        import torch
+    except ImportError as error:
+        send({"error": "no-torch", "message": str(error), "python": sys.executable, "pythonVersion": sys.version.split()[0]})
+        return 3
+    threads = int(os.environ.get("SAPIPE_BENCH_THREADS", "0") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    setup = {
+        "torch": torch.__version__,
+        "python": sys.executable,
+        "pythonVersion": sys.version.split()[0],
+        "threads": torch.get_num_threads(),
+        "interopThreads": torch.get_num_interop_threads(),
+        "openblasCoretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "ompWaitPolicy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    setup.update(blas_setup(torch))
+    send(setup)
+    models = {}
+    matrices = {}
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            op = req.get("op")
+            if op == "quit":
+                break
+            if op == "build":
+                models[req["name"]] = build_model(torch, req)
+                send({"params": models[req["name"]].params})
+            elif op == "steps":
+                model = models[req["name"]]
+                n = int(req["steps"])
+                start = time.perf_counter()
+                for _ in range(n):
+                    step(model)
+                send({"ms": (time.perf_counter() - start) * 1000 / max(n, 1)})
+            elif op == "gemm":
+                size = int(req["size"])
+                if size not in matrices:
+                    g = torch.Generator().manual_seed(0)
+                    matrices[size] = (torch.rand(size, size, generator=g) - 0.5, torch.rand(size, size, generator=g) - 0.5, torch.empty(size, size))
+                a, b, c = matrices[size]
+                n = int(req["products"])
+                start = time.perf_counter()
+                for _ in range(n):
+                    torch.mm(a, b, out=c)
+                send({"ms": (time.perf_counter() - start) * 1000 / max(n, 1)})
+            else:
+                send({"error": "bad-request", "message": f"unknown op {op!r}"})
+        except Exception as error:  # reported to the CLI, which fails with it
+            send({"error": "failed", "message": f"{type(error).__name__}: {error}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
