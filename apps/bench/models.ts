@@ -13,7 +13,7 @@
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 
-import { FlatBuffer, InvalidArgumentError, SGD, Sequential, cnnLayers, layerParams, mlpLayers, nativeInfo, sgemm, softmaxXent, type LayerSpec } from 'sapipe';
+import { FlatBuffer, InvalidArgumentError, SGD, Sequential, cnnLayers, gptLayers, layerParams, mlpLayers, nativeInfo, sgemm, softmaxXent, type LayerSpec } from 'sapipe';
 import { median } from './timing.js';
 import { TorchProcess, openblasCoretype, torchScriptPath, type TorchSetup } from './torch-child.js';
 
@@ -49,6 +49,15 @@ export const BENCH_MODELS: readonly BenchModel[] = [
     batch: 64,
     classes: 10,
     layers: () => cnnLayers({ channels: 1, height: 28, width: 28 }, [8, 16], 10),
+  },
+  {
+    name: 'gpt',
+    description: 'byte-level GPT: 4 pre-LN blocks of width 128, 4 heads, context 128 (gptLayers), per-token loss',
+    batch: 16,
+    classes: 256,
+    rowsPerSample: 128,
+    vocab: 256,
+    layers: () => gptLayers({ vocab: 256, context: 128, dim: 128, heads: 4, layers: 4 }),
   },
 ];
 

@@ -78,6 +78,53 @@ class Model:
     pass
 
 
+def Embedding(torch, vocab, dim, context):
+    """sapipe's `embedding` layer: token embedding plus a learned position embedding, GPT-2's N(0, 0.02) init."""
+    nn = torch.nn
+
+    class Module(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Parameter(torch.randn(vocab, dim) * 0.02)
+            self.positions = nn.Parameter(torch.randn(context, dim) * 0.02)
+
+        def forward(self, x):
+            return self.tokens[x] + self.positions[: x.shape[1]]
+
+    return Module()
+
+
+def Block(torch, dim, heads, context, hidden):
+    """sapipe's `transformerBlock`: the pre-LN GPT-2 block, causal attention written out as PyTorch
+    1.13 users write it (no fused attention there), tanh GELU; separate q, k, v as sapipe's."""
+    nn = torch.nn
+    F = torch.nn.functional
+    hd = dim // heads
+
+    class Module(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(dim, eps=1e-5), nn.LayerNorm(dim, eps=1e-5)
+            self.q, self.k, self.v, self.proj = (nn.Linear(dim, dim) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+            for m in (self.q, self.k, self.v, self.proj, self.fc1, self.fc2):
+                with torch.no_grad():
+                    m.weight.normal_(0, 0.02)
+                    m.bias.zero_()
+            self.register_buffer("mask", torch.triu(torch.ones(context, context, dtype=torch.bool), diagonal=1))
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            u = self.ln1(x)
+            q, k, v = (m(u).view(b, t, heads, hd).transpose(1, 2) for m in (self.q, self.k, self.v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            att = torch.softmax(att.masked_fill(self.mask[:t, :t], float("-inf")), dim=-1)
+            h = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, dim))
+            return h + self.fc2(F.gelu(self.fc1(self.ln2(h)), approximate="tanh"))
+
+    return Module()
+
+
 def build_model(torch, req):
     nn = torch.nn
     torch.manual_seed(int(req.get("seed", 1)))
@@ -119,7 +166,14 @@ def build_model(torch, req):
 
     for i, layer in enumerate(req["layers"]):
         kind = layer["kind"]
-        if kind == "linear":
+        if kind == "embedding":
+            # Token ids [batch, context] -> [batch, context, dim]: a sample is `context` rows from here.
+            modules.append(Embedding(torch, layer["vocab"], layer["dim"], layer["context"]))
+            state["shape"], state["rows"] = "rows", int(layer["context"])
+        elif kind == "transformerBlock":
+            to_rows(int(layer["context"]), layer["dim"])
+            modules.append(Block(torch, layer["dim"], layer["heads"], layer["context"], int(layer.get("hidden") or 4 * layer["dim"])))
+        elif kind == "linear":
             to_rows(int(layer.get("rows", 1)), layer["in"])
             m = nn.Linear(layer["in"], layer["out"])
             init(m, layer["in"])

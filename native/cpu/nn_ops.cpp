@@ -288,10 +288,19 @@ struct AttentionShape {
   size_t at(size_t b, size_t h, size_t i) const { return (b * seq + i) * width() + h * dim; }
 };
 
+// In double, over four partial sums: a head's dot products are short (dim <= 256), so one chain
+// of dependent adds, not the arithmetic, would bound them.
 double dot(const float* a, const float* b, size_t n) {
-  double s = 0.0;
-  for (size_t d = 0; d < n; ++d) s += static_cast<double>(a[d]) * b[d];
-  return s;
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  size_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    s0 += static_cast<double>(a[d]) * b[d];
+    s1 += static_cast<double>(a[d + 1]) * b[d + 1];
+    s2 += static_cast<double>(a[d + 2]) * b[d + 2];
+    s3 += static_cast<double>(a[d + 3]) * b[d + 3];
+  }
+  for (; d < n; ++d) s0 += static_cast<double>(a[d]) * b[d];
+  return (s0 + s1) + (s2 + s3);
 }
 
 bool attention_args_ok(size_t head_dim, float scale) { return head_dim >= 1 && head_dim <= SAPIPE_NN_MAX_HEAD_DIM && std::isfinite(scale); }
@@ -346,12 +355,19 @@ sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float
   if (dq == nullptr || dk == nullptr || dv == nullptr || dout == nullptr || q == nullptr || k == nullptr || v == nullptr ||
       o == nullptr || lse == nullptr || !attention_args_ok(head_dim, scale))
     return SAPIPE_ERR_INVALID_ARGUMENT;
+  // D_i = dout_i . o_i, once per query row (every (i, j) of the row reads it).
+  std::vector<double> d_row;
+  try {
+    d_row.resize(a.rows());
+  } catch (const std::bad_alloc&) {
+    return SAPIPE_ERR_OUT_OF_MEMORY;
+  }
+  attention_rows(a, [&](size_t b, size_t h, size_t i, double*) { d_row[(b * heads + h) * seq + i] = dot(dout + a.at(b, h, i), o + a.at(b, h, i), head_dim); });
   const auto p_of = [&](size_t b, size_t h, size_t i, size_t j) {
     return std::exp(scale * dot(q + a.at(b, h, i), k + a.at(b, h, j), head_dim) - static_cast<double>(lse[(b * heads + h) * seq + i]));
   };
   const auto ds_of = [&](size_t b, size_t h, size_t i, size_t j, double p) {
-    const float* doi = dout + a.at(b, h, i);
-    return p * (dot(doi, v + a.at(b, h, j), head_dim) - dot(doi, o + a.at(b, h, i), head_dim));
+    return p * (dot(dout + a.at(b, h, i), v + a.at(b, h, j), head_dim) - d_row[(b * heads + h) * seq + i]);
   };
   attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {  // dq_i, query row i
     for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
