@@ -44,9 +44,12 @@ t.test('bench models --quick --json: every model, positive times', async (t) => 
     torch?: { torch: string; threads: number; openblasCoretype: string | null };
     rows: { model: string; params: number; sapipe: { medianMs: number; samples: number[] }; torch?: { medianMs: number }; ratio?: number }[];
   };
-  t.same(r.rows.map((x) => x.model), ['mlp', 'cnn'], 'a row per model, in order');
+  t.same(r.rows.map((x) => x.model), ['mlp', 'cnn', 'gpt'], 'a row per model, in order');
   t.equal(r.rows[0]!.params, 784 * 512 + 512 + 5 * (512 * 512 + 512) + 512 * 10 + 10, 'the MLP 784-512x6-10');
   t.equal(r.rows[1]!.params, 9098, 'the CNN of cnnLayers([8, 16])');
+  // Embedding (256 + 128) x 128; 4 blocks of 2 layer norms (2 x 256), q, k, v, proj (4 x (128 x 128 + 128)),
+  // fc1 (128 x 512 + 512) and fc2 (512 x 128 + 128); the final norm 256; the head 128 x 256 + 256.
+  t.equal(r.rows[2]!.params, 875_520, 'the GPT of gptLayers(vocab 256, context 128, dim 128, heads 4, layers 4)');
   t.ok(finitePositive(r.gemm.sapipe.gflops), "sapipe's SGEMM rate");
   for (const row of r.rows) {
     t.ok(finitePositive(row.sapipe.medianMs), `${row.model}: sapipe ms/step`);
