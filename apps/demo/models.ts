@@ -115,15 +115,13 @@ class SequentialClassifier implements DemoModel {
         const n = Math.min(chunk, samples - start);
         x.array.set(inputs.subarray(start * features, (start + n) * features));
         this.model.release(1);
-        const logits = this.model.forward(1, x, n, this.model.params.weights).array;
+        const logits = this.model.forward(1, x, n, this.model.params.weights).array.subarray(0, n * outputSize);
+        const rowLabels = Array.prototype.slice.call(labels, start * rows, (start + n) * rows) as number[];
+        total += n * rows * softmaxCrossEntropy(logits, rowLabels, n * rows, classes);
         for (let r = 0; r < n * rows; r++) {
           let best = 0;
           for (let c = 1; c < classes; c++) if (logits[r * classes + c]! > logits[r * classes + best]!) best = c;
-          let sum = 0;
-          for (let c = 0; c < classes; c++) sum += Math.exp(logits[r * classes + c]! - logits[r * classes + best]!);
-          const label = labels[start * rows + r]!;
-          total += Math.log(sum) + logits[r * classes + best]! - logits[r * classes + label]!;
-          if (best === label) correct++;
+          if (best === rowLabels[r]) correct++;
         }
       }
     } finally {

@@ -124,7 +124,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
           if (stage === 0 && pipeline === 0) {
             const [sum, n] = lossBox.array;
             const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: n! > 0 ? sum! / n! : NaN, wallMs };
-            if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels).accuracy;
+            if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels, 'accuracy');
             report.push(entry);
           }
           if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions };

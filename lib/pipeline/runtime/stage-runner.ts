@@ -381,10 +381,6 @@ export class StageRunner {
         }
       }
     };
-    const take = (length: number): Tensor => {
-      const i = this.free.findIndex((b) => b.length === length);
-      return i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(length);
-    };
     const dropMessage = (id: string): void => {
       const m = messages.get(id);
       if (!m) return;
@@ -411,7 +407,7 @@ export class StageRunner {
               const host = source.input(a.microBatch);
               if (onDevice) {
                 // The data set is on the host: its micro-batch is copied in, the one copy of a step's input.
-                input = take(source.batch * this.inputSizeOf(0));
+                input = this.take(source.batch * this.inputSizeOf(0));
                 this.memory.write(input, host.array.subarray(0, input.length));
                 messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: 0 });
               } else input = host;
@@ -441,7 +437,7 @@ export class StageRunner {
               const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
               if (a.part === this.lastPart) {
                 const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
-                gradOutput = take(logits.length);
+                gradOutput = this.take(logits.length);
                 const targets = source.labels(a.microBatch);
                 if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[a.microBatch] = this.hostLoss(logits, gradOutput, targets, source);
                 else deviceLosses.set(a.microBatch, this.deviceLoss(logits, gradOutput, targets, source, a.microBatch));
@@ -520,7 +516,7 @@ export class StageRunner {
             }
             const version = versionOf(part);
             if ((part.lastRead.get(version) ?? -1) > index) {
-              const copy = take(part.spec.model.params.length);
+              const copy = this.take(part.spec.model.params.length);
               this.memory.copy(copy, weightsOf(part.spec), copy.length);
               part.stash.set(version, copy);
               peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
@@ -580,7 +576,7 @@ export class StageRunner {
           case 'recvGradient': {
             const id = messageOf(a)!;
             const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
-            const buffer = take(source.batch * width);
+            const buffer = this.take(source.batch * width);
             messages.set(id, { buffer, owner: 'runtime', part: a.part });
             await (this.comm as StageTransport).recv(buffer, a.peer);
             break;
@@ -757,10 +753,15 @@ export class StageRunner {
     }
     const scratch = this.scratch(rows);
     this.memory.write(scratch.labels, values);
-    const i = this.free.findIndex((b) => b.length === rows);
-    const rowLosses = i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(rows);
+    const rowLosses = this.take(rows);
     softmaxXent({ buffer: logits }, { buffer: scratch.labels }, rows, classes, 1 / rows, { losses: { buffer: rowLosses }, dlogits: { buffer: gradOutput } });
     return rowLosses;
+  }
+
+  /** A buffer of `length` elements from the runner's free list, or a new one in the stage's memory. */
+  private take(length: number): Tensor {
+    const i = this.free.findIndex((b) => b.length === length);
+    return i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(length);
   }
 
   private scratch(batch = 1): { labels: Tensor; one: Tensor } {

@@ -11,6 +11,7 @@ import { spawnLocalRanks } from '../../comm/local.js';
 import { BusyError, DisposedError, InvalidArgumentError, RankFailedError, SapipeError, SizeMismatchError, TimeoutError } from '../../errors.js';
 import type { Device } from '../../nn/ops.js';
 import { Sequential, checkLayers, partRanges } from '../../nn/sequential.js';
+import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
 import { FlatBuffer } from '../../tensor.js';
 import { describeValue } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
@@ -353,20 +354,9 @@ export class PipelineTrainer {
    */
   async evaluate(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
     this.checkUsable('evaluate');
-    if (this.model.kind !== 'sequential')
-      throw new InvalidArgumentError('PipelineTrainer.evaluate works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
     if (this.options.loss !== 'cross-entropy') throw new InvalidArgumentError(`PipelineTrainer.evaluate measures classification accuracy; with the ${this.options.loss} loss, read the rounds' losses`);
-    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluate: inputs must be a Float32Array');
-    if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
-      throw new InvalidArgumentError('PipelineTrainer.evaluate: labels must be a non-empty array of class indices');
-    const widths = checkLayers(this.model.layers);
-    const features = widths[0]!;
-    const samples = inputs.length / features;
-    const per = labels.length / samples;
-    if (!Number.isInteger(samples) || samples < 1 || !Number.isInteger(per) || per < 1 || widths[widths.length - 1]! % per !== 0)
-      throw new SizeMismatchError(`PipelineTrainer.evaluate: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}: give 1 or P class indices per sample, P dividing the model's ${widths[widths.length - 1]} outputs`);
-    const parts = await this.weights();
-    return evaluateSequential(this.model, parts, inputs, labels).accuracy;
+    const model = this.checkEvaluation('evaluate', inputs, labels);
+    return evaluateSequential(model, await this.weights(), inputs, labels, 'accuracy');
   }
 
   /**
@@ -376,25 +366,32 @@ export class PipelineTrainer {
    */
   async evaluateLoss(inputs: Float32Array, labels: ArrayLike<number>): Promise<number> {
     this.checkUsable('evaluateLoss');
+    const model = this.checkEvaluation('evaluateLoss', inputs, labels);
+    return evaluateSequential(model, await this.weights(), inputs, labels, this.options.loss);
+  }
+
+  /**
+   * The checks evaluate() and evaluateLoss() share: a model of sapipe's layers, and inputs and
+   * labels that fit it under the trainer's loss (1 or P class indices per sample, P dividing the
+   * outputs; mse: a target per output). Returns the model.
+   */
+  private checkEvaluation(what: string, inputs: Float32Array, labels: ArrayLike<number>): Extract<PipelineModelSpec, { kind: 'sequential' }> {
     if (this.model.kind !== 'sequential')
-      throw new InvalidArgumentError('PipelineTrainer.evaluateLoss works for models of sapipe layers; evaluate your own stage models with the weights from weights()');
-    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError('PipelineTrainer.evaluateLoss: inputs must be a Float32Array');
+      throw new InvalidArgumentError(`PipelineTrainer.${what} works for models of sapipe layers; evaluate your own stage models with the weights from weights()`);
+    if (!(inputs instanceof Float32Array)) throw new InvalidArgumentError(`PipelineTrainer.${what}: inputs must be a Float32Array`);
+    const mse = this.options.loss === 'mse';
     if (labels === null || typeof labels !== 'object' || typeof labels.length !== 'number' || labels.length === 0)
-      throw new InvalidArgumentError('PipelineTrainer.evaluateLoss: labels must be a non-empty array of targets');
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: labels must be a non-empty array of ${mse ? 'targets' : 'class indices'}`);
     const widths = checkLayers(this.model.layers);
     const [features, outputs] = [widths[0]!, widths[widths.length - 1]!];
     const samples = inputs.length / features;
     const per = labels.length / samples;
-    const fits = this.options.loss === 'mse' ? per === outputs : Number.isInteger(per) && per >= 1 && outputs % per === 0;
+    const fits = mse ? per === outputs : Number.isInteger(per) && per >= 1 && outputs % per === 0;
     if (!Number.isInteger(samples) || samples < 1 || !fits)
-      throw new SizeMismatchError(`PipelineTrainer.evaluateLoss: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}, which do not fit the model's ${outputs} outputs under the ${this.options.loss} loss`);
-    if (this.options.loss !== 'mse')
-      for (let i = 0; i < labels.length; i++) {
-        const l = labels[i]!;
-        if (!Number.isInteger(l) || l < 0 || l >= outputs / per) throw new InvalidArgumentError(`PipelineTrainer.evaluateLoss: labels[${i}] = ${describeValue(l)} is not a class index in [0, ${outputs / per})`);
-      }
-    const parts = await this.weights();
-    return evaluateSequential(this.model, parts, inputs, labels, this.options.loss).loss;
+      throw new SizeMismatchError(
+        `PipelineTrainer.${what}: inputs hold ${inputs.length} values (samples of ${features} features) and labels ${labels.length}, which do not fit the model's ${outputs} outputs under the ${this.options.loss} loss (${mse ? 'a target per output' : '1 or P class indices per sample, P dividing the outputs'})`,
+      );
+    return this.model;
   }
 
   /** Stops the stage workers and frees everything; idempotent. The trainer cannot be used afterwards. */
@@ -564,22 +561,23 @@ export class PipelineTrainer {
 }
 
 /**
- * @internal A sequential model's accuracy and mean loss from its parts' weights, on this thread:
- * accuracy per sample, or per row with P class indices per sample (NaN with `mse`); the loss as the
- * runtime's last stage computes it (`mse`: the mean squared error over every output).
+ * @internal A sequential model's `metric` from its parts' weights, on this thread: `accuracy` per
+ * sample, or per row with P class indices per sample (a label outside the classes counts as
+ * wrong); or its mean loss as the runtime's last stage computes it (`cross-entropy` over every row,
+ * `mse` over every output).
  */
 export function evaluateSequential(
   model: Extract<PipelineModelSpec, { kind: 'sequential' }>,
   parts: readonly Float32Array[],
   inputs: Float32Array,
   labels: ArrayLike<number>,
-  loss: PipelineLoss = 'cross-entropy',
-): { accuracy: number; loss: number } {
+  metric: 'accuracy' | PipelineLoss,
+): number {
   const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
   const ranges = partRanges(model.layers.length, model.boundaries);
   // Chunks of at most about 4M floats in the widest layer (a GPT's logits are context x vocab per sample).
   const widest = Math.max(...checkLayers(model.layers));
-  const batch = Math.max(1, Math.min(1024, Math.floor(4 * 2 ** 20 / widest)));
+  const batch = Math.max(1, Math.min(1024, Math.floor((4 * 2 ** 20) / widest)));
   const x = FlatBuffer.allocate(batch * whole.inputSize);
   try {
     ranges.forEach(([s, e], j) => {
@@ -591,34 +589,28 @@ export function evaluateSequential(
         part.dispose();
       }
     });
-    const features = whole.inputSize;
+    const [features, outputs] = [whole.inputSize, whole.outputSize];
     const samples = inputs.length / features;
     const per = labels.length / samples;
-    const classes = whole.outputSize / per;
-    let correct = 0;
+    const classes = outputs / per;
+    const labelsOf = (first: number, count: number): ArrayLike<number> =>
+      ArrayBuffer.isView(labels) ? (labels as unknown as Float32Array).subarray(first, first + count) : Array.prototype.slice.call(labels, first, first + count);
     let total = 0;
     for (let start = 0; start < samples; start += batch) {
       const n = Math.min(batch, samples - start);
       x.array.set(inputs.subarray(start * features, (start + n) * features));
-      const out = whole.forward(0, x, n, whole.params.weights).array;
-      if (loss === 'mse') {
-        for (let i = 0; i < n * whole.outputSize; i++) total += (out[i]! - labels[start * whole.outputSize + i]!) ** 2;
-      } else {
+      const out = whole.forward(0, x, n, whole.params.weights).array.subarray(0, n * outputs);
+      if (metric === 'cross-entropy') total += n * per * softmaxCrossEntropy(out, labelsOf(start * per, n * per), n * per, classes);
+      else if (metric === 'mse') for (let i = 0; i < n * outputs; i++) total += (out[i]! - labels[start * outputs + i]!) ** 2;
+      else
         for (let r = 0; r < n * per; r++) {
-          const row = r * classes;
           let best = 0;
-          let max = -Infinity;
-          for (let c = 0; c < classes; c++) if (out[row + c]! > max) [max, best] = [out[row + c]!, c];
-          let sum = 0;
-          for (let c = 0; c < classes; c++) sum += Math.exp(out[row + c]! - max);
-          const label = labels[start * per + r]!;
-          total += Math.log(sum) + max - out[row + label]!;
-          if (best === label) correct++;
+          for (let c = 1; c < classes; c++) if (out[r * classes + c]! > out[r * classes + best]!) best = c;
+          if (best === labels[start * per + r]) total++;
         }
-      }
       whole.release(0);
     }
-    return loss === 'mse' ? { accuracy: NaN, loss: total / (samples * whole.outputSize) } : { accuracy: correct / labels.length, loss: total / labels.length };
+    return total / (metric === 'mse' ? samples * outputs : labels.length);
   } finally {
     x.dispose();
     whole.dispose();
