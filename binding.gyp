@@ -38,6 +38,8 @@
         "native/cpu/cpu_api.cpp",
         "native/cpu/gemm.cpp",
         "native/cpu/kernel_table.cpp",
+        "native/cpu/nn_attention.cpp",
+        "native/cpu/nn_elementwise.cpp",
         "native/cpu/nn_ops.cpp",
         "native/cpu/simd.cpp",
         "native/cpu/topk.cpp",

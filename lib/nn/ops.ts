@@ -341,7 +341,8 @@ export interface AttentionOutputs {
  * Causal multi-head self-attention over q, k, v laid out [batch, seq, heads * headDim] (head h in
  * columns h headDim to (h + 1) headDim): for query i and keys j <= i, s_ij = scale q_i . k_j,
  * o_i = softmax_j(s_i) v, and lse_i = log sum_j exp(s_ij) saved for {@link attentionGrad}. The
- * softmax runs online (flash-attention style), so the score matrix is never stored. `scale`
+ * seq x seq score matrix is never stored: on a GPU the softmax runs online, a row at a time
+ * (flash-attention style); on the CPU, 32 query rows at a time as matrix products. `scale`
  * defaults to 1 / sqrt(headDim); o and lse must not overlap q, k or v. @category Models
  */
 export function attention(out: AttentionOutputs, q: TensorView, k: TensorView, v: TensorView, shape: AttentionShape, scale?: number): void {

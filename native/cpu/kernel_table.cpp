@@ -6,14 +6,6 @@
 #include "fused_update.h"
 #include "reduce.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SAPIPE_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
-#define SAPIPE_TARGET_AVX512 __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
-#else
-#define SAPIPE_TARGET_AVX2
-#define SAPIPE_TARGET_AVX512
-#endif
-
 #define SAPIPE_DEFINE_VARIANT(ns, target)                                                        \
   namespace ns {                                                                                 \
   target void fused_update(const UpdatePlan& p, const UpdatePointers& b, size_t n) {             \

@@ -5,7 +5,8 @@
 // add, dropout) and the per-row ones (layer norm) split their elements or rows over the thread
 // pool: each output is written by one thread, so the result does not depend on the split; the
 // parameter gradients (layer norm's dgamma and dbeta, the embedding tables') are summed in row
-// order on one thread, the order the CUDA kernels sum in.
+// order on one thread, the order the CUDA kernels sum in. GELU's element loop is vectorised per
+// instruction set (nn_elementwise.h); the attention is tiles of SGEMMs (nn_attention.cpp).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -16,6 +17,8 @@
 
 #include "../core/thread_pool.h"
 #include "gemm.h"
+#include "nn_attention.h"
+#include "nn_elementwise.h"
 #include "sapipe/nn.h"
 
 namespace sapipe::cpu {
@@ -112,41 +115,19 @@ void split(size_t n, size_t align, Body&& body) {
   ThreadPool::global().parallel_for(n, align, [&](int, size_t lo, size_t hi) { body(lo, hi); });
 }
 
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
-
-// GELU's 0.5 (1 + tanh(u)) as sigmoid(2u), and 1 minus it, from exp(-2|u|): no cancellation for
-// negative x, no overflow (sapipe/nn.h).
-struct GeluTerms {
-  float s, one_minus_s;
-};
-GeluTerms gelu_terms(float x) {
-  const float u = kGeluC * (x + kGeluA * x * x * x);
-  const float t = std::exp(-2.0f * std::fabs(u));
-  const float r = 1.0f / (1.0f + t);
-  return u >= 0.0f ? GeluTerms{r, t * r} : GeluTerms{t * r, r};
-}
-
 sapipe_status nn_gelu(float* y, const float* x, size_t count, void*) {
   if (count == 0) return SAPIPE_OK;
   if (y == nullptr || x == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
-  split(count, 16, [&](size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; ++i) y[i] = x[i] * gelu_terms(x[i]).s;
-  });
+  const NnElementKernels& ek = active_nn_element_kernels();
+  split(count, 16, [&](size_t lo, size_t hi) { ek.gelu(y + lo, x + lo, hi - lo); });
   return SAPIPE_OK;
 }
 
 sapipe_status nn_gelu_backward(float* dx, const float* x, const float* dy, size_t count, void*) {
   if (count == 0) return SAPIPE_OK;
   if (dx == nullptr || x == nullptr || dy == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
-  split(count, 16, [&](size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; ++i) {
-      const float v = x[i];
-      const GeluTerms g = gelu_terms(v);
-      const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-      dx[i] = dy[i] * (g.s + 2.0f * v * g.s * g.one_minus_s * du);
-    }
-  });
+  const NnElementKernels& ek = active_nn_element_kernels();
+  split(count, 16, [&](size_t lo, size_t hi) { ek.gelu_backward(dx + lo, x + lo, dy + lo, hi - lo); });
   return SAPIPE_OK;
 }
 
@@ -274,125 +255,15 @@ sapipe_status nn_dropout(float* y, const float* x, size_t count, float p, uint64
   return SAPIPE_OK;
 }
 
-// ---- causal self-attention ------------------------------------------------------------------
-// A row (batch b, head h, query i) at a time over the thread pool, accumulating in double: the
-// forward is an online softmax over the keys j <= i, so no score is stored; the backward
-// recomputes each p_ij from the saved lse, dq by query rows, dk and dv by key rows (each output
-// row written by one thread).
-
-struct AttentionShape {
-  size_t batch, seq, heads, dim;
-  size_t width() const { return heads * dim; }
-  size_t rows() const { return batch * heads * seq; }
-  // The offset of row i of head h of batch b in a [batch, seq, heads * dim] tensor.
-  size_t at(size_t b, size_t h, size_t i) const { return (b * seq + i) * width() + h * dim; }
-};
-
-// In double, over four partial sums: a head's dot products are short (dim <= 256), so one chain
-// of dependent adds, not the arithmetic, would bound them.
-double dot(const float* a, const float* b, size_t n) {
-  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-  size_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    s0 += static_cast<double>(a[d]) * b[d];
-    s1 += static_cast<double>(a[d + 1]) * b[d + 1];
-    s2 += static_cast<double>(a[d + 2]) * b[d + 2];
-    s3 += static_cast<double>(a[d + 3]) * b[d + 3];
-  }
-  for (; d < n; ++d) s0 += static_cast<double>(a[d]) * b[d];
-  return (s0 + s1) + (s2 + s3);
-}
-
-bool attention_args_ok(size_t head_dim, float scale) { return head_dim >= 1 && head_dim <= SAPIPE_NN_MAX_HEAD_DIM && std::isfinite(scale); }
-
-// Runs body(b, h, i, acc) for every row, split over the pool (acc: per-thread scratch of 2 dim
-// doubles, on the stack: nothing is allocated, so nothing throws in a worker).
-template <class Body>
-void attention_rows(const AttentionShape& a, Body&& body) {
-  const size_t work = a.seq * a.dim;  // a row's work, so small problems stay on one thread
-  split(a.rows() * work, work, [&](size_t lo, size_t hi) {
-    double acc[2 * SAPIPE_NN_MAX_HEAD_DIM];
-    for (size_t u = lo / work; u < hi / work; ++u) body(u / (a.heads * a.seq), (u / a.seq) % a.heads, u % a.seq, acc);
-  });
-}
-
 sapipe_status nn_attention(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq, size_t heads,
                            size_t head_dim, float scale, void*) {
-  const AttentionShape a{batch, seq, heads, head_dim};
-  if (a.rows() == 0) return SAPIPE_OK;
-  if (o == nullptr || lse == nullptr || q == nullptr || k == nullptr || v == nullptr || !attention_args_ok(head_dim, scale))
-    return SAPIPE_ERR_INVALID_ARGUMENT;
-  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {
-    const float* qi = q + a.at(b, h, i);
-    double m = -std::numeric_limits<double>::infinity(), l = 0.0;
-    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
-    for (size_t j = 0; j <= i; ++j) {
-      const double sc = scale * dot(qi, k + a.at(b, h, j), head_dim);
-      const float* vj = v + a.at(b, h, j);
-      if (sc > m) {
-        const double c = std::exp(m - sc);  // 0 for the first key
-        l = l * c + 1.0;
-        for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * c + vj[d];
-        m = sc;
-      } else {
-        const double p = std::exp(sc - m);
-        l += p;
-        for (size_t d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
-      }
-    }
-    float* oi = o + a.at(b, h, i);
-    for (size_t d = 0; d < head_dim; ++d) oi[d] = static_cast<float>(acc[d] / l);
-    lse[(b * heads + h) * seq + i] = static_cast<float>(m + std::log(l));
-  });
-  return SAPIPE_OK;
+  return attention_forward(o, lse, q, k, v, batch, seq, heads, head_dim, scale);
 }
 
 sapipe_status nn_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                                     const float* o, const float* lse, size_t batch, size_t seq, size_t heads, size_t head_dim,
                                     float scale, void*) {
-  const AttentionShape a{batch, seq, heads, head_dim};
-  if (a.rows() == 0) return SAPIPE_OK;
-  if (dq == nullptr || dk == nullptr || dv == nullptr || dout == nullptr || q == nullptr || k == nullptr || v == nullptr ||
-      o == nullptr || lse == nullptr || !attention_args_ok(head_dim, scale))
-    return SAPIPE_ERR_INVALID_ARGUMENT;
-  // D_i = dout_i . o_i, once per query row (every (i, j) of the row reads it).
-  std::vector<double> d_row;
-  try {
-    d_row.resize(a.rows());
-  } catch (const std::bad_alloc&) {
-    return SAPIPE_ERR_OUT_OF_MEMORY;
-  }
-  attention_rows(a, [&](size_t b, size_t h, size_t i, double*) { d_row[(b * heads + h) * seq + i] = dot(dout + a.at(b, h, i), o + a.at(b, h, i), head_dim); });
-  const auto p_of = [&](size_t b, size_t h, size_t i, size_t j) {
-    return std::exp(scale * dot(q + a.at(b, h, i), k + a.at(b, h, j), head_dim) - static_cast<double>(lse[(b * heads + h) * seq + i]));
-  };
-  const auto ds_of = [&](size_t b, size_t h, size_t i, size_t j, double p) {
-    return p * (dot(dout + a.at(b, h, i), v + a.at(b, h, j), head_dim) - d_row[(b * heads + h) * seq + i]);
-  };
-  attention_rows(a, [&](size_t b, size_t h, size_t i, double* acc) {  // dq_i, query row i
-    for (size_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
-    for (size_t j = 0; j <= i; ++j) {
-      const double ds = ds_of(b, h, i, j, p_of(b, h, i, j));
-      const float* kj = k + a.at(b, h, j);
-      for (size_t d = 0; d < head_dim; ++d) acc[d] += ds * kj[d];
-    }
-    float* dqi = dq + a.at(b, h, i);
-    for (size_t d = 0; d < head_dim; ++d) dqi[d] = static_cast<float>(scale * acc[d]);
-  });
-  attention_rows(a, [&](size_t b, size_t h, size_t j, double* acc) {  // dk_j and dv_j, key row j
-    double* dk_acc = acc;
-    double* dv_acc = acc + head_dim;
-    for (size_t d = 0; d < 2 * head_dim; ++d) acc[d] = 0.0;
-    for (size_t i = j; i < seq; ++i) {
-      const double p = p_of(b, h, i, j);
-      const double ds = ds_of(b, h, i, j, p);
-      const float *qi = q + a.at(b, h, i), *doi = dout + a.at(b, h, i);
-      for (size_t d = 0; d < head_dim; ++d) dk_acc[d] += ds * qi[d], dv_acc[d] += p * doi[d];
-    }
-    float *dkj = dk + a.at(b, h, j), *dvj = dv + a.at(b, h, j);
-    for (size_t d = 0; d < head_dim; ++d) dkj[d] = static_cast<float>(scale * dk_acc[d]), dvj[d] = static_cast<float>(dv_acc[d]);
-  });
-  return SAPIPE_OK;
+  return attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, seq, heads, head_dim, scale);
 }
 
 // ---- 2-D convolution: im2col and the SGEMM ------------------------------------------------------

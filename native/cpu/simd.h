@@ -5,6 +5,16 @@
 // never chosen.
 #pragma once
 
+// The target attributes a kernel wrapper is compiled with for each level (kernel_table.cpp,
+// nn_elementwise.cpp): the library itself is built for the portable baseline.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SAPIPE_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
+#define SAPIPE_TARGET_AVX512 __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#else
+#define SAPIPE_TARGET_AVX2
+#define SAPIPE_TARGET_AVX512
+#endif
+
 namespace sapipe::cpu {
 
 enum class SimdLevel { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };

@@ -22,6 +22,7 @@
 #include "../core/device/cublas_loader.h"
 #include "../core/device/cuda_plugin.h"
 #include "../core/device/nccl_loader.h"
+#include "../cpu/nn_elementwise.h"
 #include "check.h"
 #include "comm_check.h"
 #include "device_check.h"
@@ -362,6 +363,64 @@ void check_simd_names(Checks& t) {
   t.expect(rank(active) >= 0 && rank(supported) >= rank(active), "the host kernels run " + active + ", the CPU supports " + supported);
 }
 
+// The model operations' vectorised element loops (nn_elementwise.h) at every instruction set the
+// CPU has: the exp against libm's in double, over the whole float range and the special values;
+// exp_shifted's sum; GELU and its gradient against the formula in double; odd lengths, so every
+// vector tail runs.
+void check_nn_elementwise(Checks& t) {
+  const int best = static_cast<int>(cpu::best_supported_simd());
+  for (int level = 0; level <= best; ++level) {
+    const cpu::SimdLevel simd = static_cast<cpu::SimdLevel>(level);
+    const cpu::NnElementKernels& k = cpu::nn_element_kernels(simd);
+    const std::string name = cpu::simd_name(simd);
+    const size_t n = 20011;  // -100 to 10 in steps of 0.0055, and not a multiple of 16
+    std::vector<float> x(n), e(n);
+    for (size_t i = 0; i < n; ++i) x[i] = -100.0f + 0.0055f * static_cast<float>(i);
+    const float sum = k.exp_shifted(e.data(), x.data(), n, 0.0f);
+    double worst = 0.0, want_sum = 0.0;
+    bool below_is_zero = true;
+    for (size_t i = 0; i < n; ++i) {
+      const double want = std::exp(static_cast<double>(x[i]));
+      want_sum += want;
+      if (x[i] < -87.33654f) below_is_zero = below_is_zero && e[i] == 0.0f;
+      else worst = std::fmax(worst, std::fabs(e[i] - want) / want);
+    }
+    t.expect(worst <= 3e-7, name + ": exp within 3e-7 relative (2.5 float ulp) of the exact value over [-87.3, 10] (worst " +
+                                std::to_string(worst) + ")");
+    t.expect(below_is_zero, name + ": exp below ln(FLT_MIN) is 0");
+    t.expect(std::fabs(sum - want_sum) <= 1e-6 * want_sum, name + ": exp_shifted's sum within 1e-6 relative");
+    const float special[] = {0.0f, -0.0f, -INFINITY, NAN, 88.0f, 88.5f, INFINITY, -87.0f, 1e-30f};
+    float got[9];
+    k.exp_shifted(got, special, 9, 0.0f);
+    t.expect(got[0] == 1.0f && got[1] == 1.0f && got[2] == 0.0f && std::isnan(got[3]) && std::isfinite(got[4]) && std::isinf(got[5]) &&
+                 std::isinf(got[6]) && got[7] > 0.0f && got[8] == 1.0f,
+             name + ": exp(0) = 1, exp(-inf) = 0, exp(NaN) = NaN, exp(88) finite, infinity above");
+    float shifted[3];
+    const float in3[3] = {5.0f, 4.0f, 3.0f};
+    const float s3 = k.exp_shifted(shifted, in3, 3, 5.0f);
+    t.expect(shifted[0] == 1.0f && std::fabs(s3 - (1.0f + std::exp(-1.0f) + std::exp(-2.0f))) < 1e-6f, name + ": exp_shifted subtracts the shift");
+
+    std::vector<float> gx(1001), gy(1001), gdy(1001), gdx(1001);
+    for (size_t i = 0; i < gx.size(); ++i) gx[i] = -12.0f + 0.024f * static_cast<float>(i), gdy[i] = 0.5f + 0.001f * static_cast<float>(i);
+    k.gelu(gy.data(), gx.data(), gx.size());
+    k.gelu_backward(gdx.data(), gx.data(), gdy.data(), gx.size());
+    double gworst = 0.0;
+    for (size_t i = 0; i < gx.size(); ++i) {
+      const double v = gx[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v), th = std::tanh(u);
+      const double y = 0.5 * v * (1.0 + th);
+      const double dy = gdy[i] * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * v * v));
+      gworst = std::fmax(gworst, std::fabs(gy[i] - y) / (1e-7 + 1e-6 * std::fabs(y)));
+      gworst = std::fmax(gworst, std::fabs(gdx[i] - dy) / (1e-7 + 1e-6 * std::fabs(dy)));
+    }
+    t.expect(gworst <= 1.0, name + ": GELU and its gradient within 1e-7 + 1e-6 relative of the formula in double (worst " +
+                                 std::to_string(gworst) + " of it)");
+    const float gspecial[3] = {INFINITY, -INFINITY, NAN};
+    float gs[3];
+    k.gelu(gs, gspecial, 3);
+    t.expect(std::isinf(gs[0]) && gs[0] > 0 && std::isnan(gs[1]) && std::isnan(gs[2]), name + ": GELU(inf) = inf, GELU(-inf) and GELU(NaN) are NaN, as on CUDA");
+  }
+}
+
 // One JSON object per line for each variant: what test/native/lists.test.ts compares with
 // apps/bench/kernel-variants.ts.
 int list_variants() {
@@ -392,6 +451,7 @@ int main(int argc, char** argv) {
   check_buffers(t);
   check_cpu_clock(t);
   check_simd_names(t);
+  check_nn_elementwise(t);
   check_loaders(t, fakes);
   check_cuda_plugin_choice(t, fakes);
   check_execution_queue(t);

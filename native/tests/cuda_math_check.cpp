@@ -185,7 +185,7 @@ void check_model_operations(Checks& t) {
     t.expect(kept > 600 && kept < 800, "dropout keeps about 1 - p of 1001 values (" + std::to_string(kept) + ")");
   }
   // Attention: each row's online softmax in float with online_softmax_step, one key at a time
-  // as a warp runs it, against the CPU's (double accumulators); the backward's dq from
+  // as a warp runs it, against the CPU's (tiles of matrix products); the backward's dq from
   // attention_ds_element against the CPU's.
   {
     const size_t batch = 2, seq = 9, heads = 3, dim = 37, width = heads * dim, n = batch * seq * width;

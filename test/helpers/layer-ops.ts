@@ -19,6 +19,8 @@ export const dropoutCase = { count: 1001, p: 0.3, seed: 2024, offset: 17 };
 export const attentionCases = [
   { batch: 2, seq: 13, heads: 3, headDim: 19 },
   { batch: 1, seq: 6, heads: 2, headDim: 67 },
+  // Past the CPU kernel's 32-query tiles: two whole tiles and a partial one.
+  { batch: 2, seq: 77, heads: 2, headDim: 8 },
 ];
 
 /** Padded 3x3 at stride 1; an oblong kernel at strides 2 and 3 with padding on one axis; a kernel the size of the image. */

@@ -109,9 +109,10 @@ typedef struct sapipe_nn_ops {
   /* Causal multi-head self-attention. q, k, v and o are [batch, seq, heads * head_dim], head h
    * in columns [h head_dim, (h + 1) head_dim); lse is [batch, heads, seq]. For each batch, head and
    * query i, over the keys j <= i: s_ij = scale (q_i . k_j), o_i = sum_j exp(s_ij - lse_i) v_j and
-   * lse_i = log sum_j exp(s_ij), saved for the backward. The score matrix is not stored: each row
-   * runs an online softmax (a running max and sum, the partial output rescaled when the max
-   * grows). 1 <= head_dim <= SAPIPE_NN_MAX_HEAD_DIM; o and lse must not overlap q, k or v. */
+   * lse_i = log sum_j exp(s_ij), saved for the backward. The [seq, seq] score matrix is never
+   * stored: a device runs each row as an online softmax (a running max and sum, the partial output
+   * rescaled when the max grows); the CPU takes 32 query rows at a time, their scores in a strip of
+   * [32, seq] floats per thread. 1 <= head_dim <= SAPIPE_NN_MAX_HEAD_DIM; o and lse must not overlap q, k or v. */
   sapipe_status (*attention)(float* o, float* lse, const float* q, const float* k, const float* v, size_t batch, size_t seq,
                              size_t heads, size_t head_dim, float scale, void* stream);
   /* Its backward from the forward's o and lse, recomputing each p_ij = exp(s_ij - lse_i): with
