@@ -93,3 +93,31 @@ export function maxDiffToWhole(trainerParts: readonly Float32Array[], boundaries
   });
   return worst;
 }
+
+/**
+ * Largest difference between the trainer's part weights of any Sequential model (cut at
+ * `boundaries`) and the whole model's flat weights `whole` (its ParamSet layout), tensor by
+ * tensor by name: for models whose layers the per-layer reference above does not hold (a GPT).
+ */
+export function maxDiffByName(layers: readonly LayerSpec[], seed: number, boundaries: readonly number[], trainerParts: readonly Float32Array[], whole: Float32Array): number {
+  const model = new Sequential(layers, { seed });
+  let worst = 0;
+  try {
+    model.params.weights.array.set(whole);
+    ranges(layers.length, boundaries).forEach(([s, e], j) => {
+      const part = new Sequential(layers, { seed, range: [s, e] });
+      try {
+        part.params.weights.array.set(trainerParts[j]!);
+        for (const name of part.params.names) {
+          const theirs = model.params.view(model.params.weights, name);
+          part.params.view(part.params.weights, name).forEach((v, k) => (worst = Math.max(worst, Math.abs(v - theirs[k]!))));
+        }
+      } finally {
+        part.dispose();
+      }
+    });
+  } finally {
+    model.dispose();
+  }
+  return worst;
+}

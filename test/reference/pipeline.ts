@@ -213,16 +213,37 @@ export function referenceParallelPipelines(
   staleness: 0 | 1,
   readsPredicted: boolean,
 ): RefPartWeights {
-  const opt = new ReferenceOptimizer(config, flatten(initial));
+  const gradient = (w: Float32Array, samples: readonly number[]): { grad: Float32Array; loss: number } => ({ grad: meanGradient(layers, unflatten(w, initial), data, samples), loss: NaN });
+  return unflatten(referenceParallelPipelinesOf(flatten(initial), config, rounds, pipelines, staleness, readsPredicted, gradient).weights, initial);
+}
+
+/**
+ * {@link referenceParallelPipelines} over flat weights, for any model: `gradient(weights, samples)`
+ * is the model's mean-loss gradient over `samples` at `weights` (flat, in any fixed layout: the
+ * optimizer's compensation and prediction are per element) and that loss. Returns the final real
+ * weights and, per round, the mean of the pipelines' losses at the weights their forwards read.
+ */
+export function referenceParallelPipelinesOf(
+  initial: Float32Array,
+  config: RefConfig,
+  rounds: readonly (readonly number[])[],
+  pipelines: number,
+  staleness: 0 | 1,
+  readsPredicted: boolean,
+  gradient: (weights: Float32Array, samples: readonly number[]) => { grad: Float32Array; loss: number },
+): { weights: Float32Array; losses: number[] } {
+  const opt = new ReferenceOptimizer(config, initial);
+  const losses: number[] = [];
   let pending: Float32Array | undefined;
   rounds.forEach((samples, r) => {
-    const weights = unflatten(readsPredicted && r > 0 ? opt.predicted : opt.w, initial);
+    const weights = Float32Array.from(readsPredicted && r > 0 ? opt.predicted : opt.w);
     const share = samples.length / pipelines;
-    const grads = Array.from({ length: pipelines }, (_, p) => meanGradient(layers, weights, data, samples.slice(p * share, (p + 1) * share)));
-    const avg = new Float32Array(grads[0]!.length);
+    const results = Array.from({ length: pipelines }, (_, p) => gradient(weights, samples.slice(p * share, (p + 1) * share)));
+    losses.push(results.reduce((sum, g) => sum + g.loss, 0) / pipelines);
+    const avg = new Float32Array(results[0]!.grad.length);
     for (let i = 0; i < avg.length; i++) {
       let sum = 0;
-      for (const g of grads) sum = Math.fround(sum + g[i]!);
+      for (const { grad } of results) sum = Math.fround(sum + grad[i]!);
       avg[i] = Math.fround(sum * Math.fround(1 / pipelines));
     }
     if (staleness === 0) opt.step(avg);
@@ -231,7 +252,7 @@ export function referenceParallelPipelines(
       pending = avg;
     }
   });
-  return unflatten(opt.w, initial);
+  return { weights: Float32Array.from(opt.w), losses };
 }
 
 /**
