@@ -5,6 +5,7 @@
  */
 import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';
+import { checkGptSize, type GptSize } from './gpt-size.js';
 import { DEMO_MODELS, type DemoModelName } from './models.js';
 
 export { DEMO_LAYERS } from './models.js';
@@ -26,8 +27,10 @@ export interface DemoVariant {
 export const WP_ESTIMATES: readonly GradientEstimate[] = ['local', 'prev-sync', 'local-prev-sync'];
 
 export interface DemoConfig {
-  /** The model and its data (default `mlp`: the MLP on MNIST; `cnn`: the CNN on Fashion-MNIST). */
+  /** The model and its data (default `mlp`: the MLP on MNIST; `cnn`: the CNN on Fashion-MNIST; `gpt`: the byte-level GPT on the fortunes text). */
   model?: DemoModelName;
+  /** `model: 'gpt'`: its size (default DEMO_GPT_DEFAULTS: 2 blocks, width 64, 4 heads, context 64). */
+  gpt?: GptSize;
   workers: number;
   modes: DemoVariant[];
   epochs: number;
@@ -93,6 +96,11 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
     if (!Number.isInteger(v) || v < lo || v > hi) throw new InvalidArgumentError(`${name} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
   };
   if (c.model !== undefined && !DEMO_MODELS.includes(c.model)) throw new InvalidArgumentError(`--model must be one of ${DEMO_MODELS.join(', ')}, got ${describeValue(c.model)}`);
+  if (c.gpt !== undefined) {
+    // A size beside another model would be ignored without a word.
+    if (c.model !== 'gpt') throw new InvalidArgumentError(`--blocks, --dim, --heads and --context set the GPT's size; use them with --model gpt, got --model ${c.model ?? 'mlp'}`);
+    checkGptSize(c.gpt);
+  }
   int(c.workers, '--workers', 1, 64);
   int(c.epochs, '--epochs', 1, 1000);
   int(c.batch, '--batch', 1, 65536);

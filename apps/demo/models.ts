@@ -5,7 +5,8 @@
  * CNN and the GPT (`Sequential`s, whose loss the caller owns) get them from SequentialClassifier,
  * whose cross-entropy runs over every row of classes (the GPT: each position's next byte).
  */
-import { cnnLayers, FlatBuffer, gptLayers, layerParams, MLP, type ParamSet, Sequential, softmaxCrossEntropy } from 'sapipe';
+import { cnnLayers, FlatBuffer, layerParams, MLP, type ParamSet, Sequential, softmaxCrossEntropy } from 'sapipe';
+import { describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
 /** The models `sapipe demo --model` takes. */
 export const DEMO_MODELS = ['mlp', 'cnn', 'gpt'] as const;
@@ -16,9 +17,11 @@ export const DEMO_LAYERS: readonly number[] = [784, 128, 10];
 /** The CNN's convolution channels: conv(1->8) ReLU max-pool, conv(8->16) ReLU max-pool, linear to 10. */
 const CNN_CHANNELS = [8, 16];
 const cnn = (): ReturnType<typeof cnnLayers> => cnnLayers({ channels: 1, height: 28, width: 28 }, CNN_CHANNELS, 10);
-/** The GPT: 2 blocks of width 64, 4 heads, over 64 bytes of context (small enough for 4 workers on 2 cores). */
-export const DEMO_GPT = { vocab: 256, context: 64, dim: 64, heads: 4, layers: 2 } as const;
-const gpt = (): ReturnType<typeof gptLayers> => gptLayers(DEMO_GPT);
+/**
+ * The GPT's default size: 2 blocks of width 64, 4 heads, over 64 bytes of context (small enough
+ * for 4 workers on 2 cores); `--blocks`, `--dim`, `--heads` and `--context` change it.
+ */
+export const DEMO_GPT_DEFAULTS: Readonly<GptSize> = { blocks: 2, dim: 64, heads: 4, context: 64 };
 
 /** What a demo worker trains. */
 export interface DemoModel {
@@ -36,21 +39,21 @@ export interface DemoModel {
   dispose(): void;
 }
 
-/** The model `name`, initialised from `seed` (the same on every rank). */
-export function createDemoModel(name: DemoModelName, seed: number): DemoModel {
+/** The model `name` (the GPT of size `gpt`), initialised from `seed` (the same on every rank). */
+export function createDemoModel(name: DemoModelName, seed: number, gpt: GptSize = DEMO_GPT_DEFAULTS): DemoModel {
   if (name === 'mlp') return new MLP(DEMO_LAYERS, { seed });
-  return new SequentialClassifier(new Sequential(name === 'cnn' ? cnn() : gpt(), { seed }), name === 'gpt' ? DEMO_GPT.context : 1);
+  return new SequentialClassifier(new Sequential(name === 'cnn' ? cnn() : gptSizeLayers(gpt), { seed }), name === 'gpt' ? gpt.context : 1);
 }
 
-/** The model and its data in words, for tables and reports. */
-export function describeDemoModel(name: DemoModelName): string {
-  if (name === 'gpt') return `byte-level GPT (${DEMO_GPT.layers} blocks, width ${DEMO_GPT.dim}, ${DEMO_GPT.heads} heads, context ${DEMO_GPT.context}) on the fortunes text`;
+/** The model (the GPT of size `gpt`) and its data in words, for tables and reports. */
+export function describeDemoModel(name: DemoModelName, gpt: GptSize = DEMO_GPT_DEFAULTS): string {
+  if (name === 'gpt') return describeGpt(gpt);
   return name === 'mlp' ? `MLP ${DEMO_LAYERS.join('-')} on MNIST` : `CNN (conv ${CNN_CHANNELS.join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
 }
 
-/** Parameters (weights and biases) of the model `name`. */
-export function demoModelParams(name: DemoModelName): number {
-  return name === 'mlp' ? DEMO_LAYERS.slice(1).reduce((a, out, i) => a + (DEMO_LAYERS[i]! + 1) * out, 0) : layerParams(name === 'cnn' ? cnn() : gpt()).reduce((a, b) => a + b, 0);
+/** Parameters (weights and biases) of the model `name` (the GPT of size `gpt`). */
+export function demoModelParams(name: DemoModelName, gpt: GptSize = DEMO_GPT_DEFAULTS): number {
+  return name === 'mlp' ? DEMO_LAYERS.slice(1).reduce((a, out, i) => a + (DEMO_LAYERS[i]! + 1) * out, 0) : layerParams(name === 'cnn' ? cnn() : gptSizeLayers(gpt)).reduce((a, b) => a + b, 0);
 }
 
 /**

@@ -4,8 +4,9 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { calibrateProfile, checkLayers, cnnLayers, type Dataset, gptLayers, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
-import { checkInteger, checkNumber, checkObject, checkOneOf } from 'sapipe/validate';
+import { calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
+import { checkGptSize, describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
 export const PIPELINE_DEMO_SIZES = [784, 256, 256, 256, 256, 10] as const;
@@ -89,12 +90,7 @@ export const PIPELINE_MODELS = ['mlp', 'cnn', 'gpt'] as const;
 /** @internal */
 export type PipelineModelName = (typeof PIPELINE_MODELS)[number];
 /** @internal The GPT's size: transformer blocks, width, attention heads, context (bytes). */
-export interface PipelineGptConfig {
-  blocks: number;
-  dim: number;
-  heads: number;
-  context: number;
-}
+export type PipelineGptConfig = GptSize;
 /** @internal The GPT the issue's study asks for: 4 blocks of width 128, 4 heads, 128 bytes of context. */
 export const PIPELINE_GPT_DEFAULTS: PipelineGptConfig = { blocks: 4, dim: 128, heads: 4, context: 128 };
 /** Validation windows of the GPT's held-out text evaluated per epoch. */
@@ -106,20 +102,14 @@ export const PIPELINE_CNN_CHANNELS = [8, 16] as const;
 export function modelLayers(c: MnistPipelineConfig): LayerSpec[] {
   const model = c.model ?? 'mlp';
   if (model === 'mlp') return mlpLayers(c.sizes);
-  if (model === 'gpt') {
-    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
-    return gptLayers({ vocab: 256, context: g.context, dim: g.dim, heads: g.heads, layers: g.blocks });
-  }
+  if (model === 'gpt') return gptSizeLayers(c.gpt ?? PIPELINE_GPT_DEFAULTS);
   return cnnLayers({ channels: 1, height: 28, width: 28 }, c.channels ?? PIPELINE_CNN_CHANNELS, 10);
 }
 
 /** @internal The run's model and data in words: `MLP 784-256-10 on MNIST`, `CNN conv 8,16 on Fashion-MNIST`. */
 export function describeModel(c: MnistPipelineConfig): string {
   const model = c.model ?? 'mlp';
-  if (model === 'gpt') {
-    const g = c.gpt ?? PIPELINE_GPT_DEFAULTS;
-    return `byte-level GPT (${g.blocks} blocks, width ${g.dim}, ${g.heads} heads, context ${g.context}) on the fortunes text`;
-  }
+  if (model === 'gpt') return describeGpt(c.gpt ?? PIPELINE_GPT_DEFAULTS);
   return model === 'mlp' ? `MLP ${c.sizes.join('-')} on MNIST` : `CNN (conv ${(c.channels ?? PIPELINE_CNN_CHANNELS).join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
 }
 
@@ -199,14 +189,7 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   }
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   if (c.model !== undefined) checkOneOf(c.model, '--model', PIPELINE_MODELS);
-  if (c.gpt !== undefined) {
-    checkObject(c.gpt, '--model gpt sizes');
-    checkInteger(c.gpt.blocks, '--blocks', 1, 64);
-    checkInteger(c.gpt.dim, '--dim', 1, 4096);
-    checkInteger(c.gpt.heads, '--heads', 1, 64);
-    checkInteger(c.gpt.context, '--context', 1, 4096);
-    if (c.gpt.dim % c.gpt.heads !== 0) throw new InvalidArgumentError(`--dim ${c.gpt.dim} must be a multiple of --heads ${c.gpt.heads} (each head takes dim/heads values)`);
-  }
+  if (c.gpt !== undefined) checkGptSize(c.gpt);
   if (c.channels !== undefined) {
     if (!Array.isArray(c.channels) || c.channels.length === 0) throw new InvalidArgumentError('--channels must list the convolutions\' output channels, e.g. 8,16');
     c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));

@@ -8,7 +8,8 @@ import type { Worker } from 'node:worker_threads';
 
 import { type Dataset, InvalidArgumentError, loadFashionMnist, loadMnist, loadTextCorpus, spawnLocalRanks, splitText, textWindows, trainTestSplit } from 'sapipe';
 import { checkDemoConfig, type DemoConfig, type DemoVariant } from './config.js';
-import { DEMO_GPT, demoModelParams, describeDemoModel, type DemoModelName } from './models.js';
+import type { GptSize } from './gpt-size.js';
+import { DEMO_GPT_DEFAULTS, demoModelParams, describeDemoModel, type DemoModelName } from './models.js';
 // Types only: importing worker.ts for real would run a rank in this thread.
 import type { DemoWorkerData, DemoWorkerMessage } from './worker.js';
 
@@ -41,6 +42,7 @@ export interface DemoModeResult {
 }
 
 export interface DemoResult {
+  /** The configuration run; `gpt`, the GPT's size, is there whenever the model is the GPT (defaults filled in). */
   config: DemoConfig & { model: DemoModelName; description: string; params: number; trainSamples: number; testSamples: number };
   modes: DemoModeResult[];
 }
@@ -75,6 +77,7 @@ async function runMode(
   const mode = variant.label;
   const workerData: Omit<DemoWorkerData, 'sapipeLocal'> = {
     model: config.model ?? 'mlp',
+    gpt: config.gpt,
     variant,
     lambda: config.lambda,
     dcKind: config.dcKind,
@@ -149,12 +152,12 @@ export function gatherRanks<D extends { kind: 'done'; rank: number }>(workers: r
   });
 }
 
-/** The model's training and test sets: the digits split 80/20 (seeded); Fashion-MNIST's own 60 000 / 10 000; the fortunes text's windows, its last 10 % held out. */
-function demoData(model: DemoModelName, seed: number): { train: Dataset; test: Dataset } {
+/** The model's training and test sets: the digits split 80/20 (seeded); Fashion-MNIST's own 60 000 / 10 000; the fortunes text's windows of the GPT's context, its last 10 % held out. */
+function demoData(model: DemoModelName, seed: number, gpt: GptSize): { train: Dataset; test: Dataset } {
   if (model === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed });
   if (model === 'cnn') return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
   const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
-  return { train: textWindows(train, DEMO_GPT.context), test: textWindows(validation, DEMO_GPT.context, 256) };
+  return { train: textWindows(train, gpt.context), test: textWindows(validation, gpt.context, 256) };
 }
 
 export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) => void = () => {}): Promise<DemoResult> {
@@ -162,8 +165,9 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
   // Each worker is one thread; a multi-threaded GEMM per worker would oversubscribe the cores.
   process.env.SAPIPE_NUM_THREADS ??= '1';
   const model = config.model ?? 'mlp';
+  const gpt = config.gpt ?? DEMO_GPT_DEFAULTS;
   // The MLP's digits are split 80/20 (seeded); Fashion-MNIST comes with its 60 000 / 10 000 split.
-  const { train: fullTrain, test: testSet } = demoData(model, config.seed);
+  const { train: fullTrain, test: testSet } = demoData(model, config.seed, gpt);
   const trainSamples = Math.min(config.trainSamples ?? fullTrain.count, fullTrain.count);
   const train = shared({
     ...fullTrain,
@@ -179,7 +183,15 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
   for (const variant of config.modes) modes.push(await runMode(variant, config, train, test, onProgress));
   const sync = modes.find((m) => m.variant.mode === 'sync');
   return {
-    config: { ...config, model, description: describeDemoModel(model), params: demoModelParams(model), trainSamples, testSamples: testSet.count },
+    config: {
+      ...config,
+      model,
+      ...(model === 'gpt' ? { gpt: { ...gpt } } : {}),
+      description: describeDemoModel(model, gpt),
+      params: demoModelParams(model, gpt),
+      trainSamples,
+      testSamples: testSet.count,
+    },
     modes: modes.map((m) => ({ ...m, speedup: sync ? sync.wallMs / m.wallMs : undefined })),
   };
 }

@@ -9,10 +9,13 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 import { DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, type NetworkEmulation, shuffledIndices } from 'sapipe';
 import { demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
+import type { GptSize } from './gpt-size.js';
 import { createDemoModel, type DemoModelName } from './models.js';
 
 export interface DemoWorkerData extends LocalRankData, DemoSharedData {
   model: DemoModelName;
+  /** The GPT's size; undefined: the demo's default. */
+  gpt: GptSize | undefined;
   variant: DemoVariant;
   lambda: number | undefined;
   dcKind: 'elementwise' | 'adaptive' | undefined;
@@ -42,7 +45,7 @@ const PER = data.trainLabels.length / (data.trainInputs.length / FEATURES);
 async function main(): Promise<void> {
   const comm = await LocalCommunicator.create({ group, rank, size, ...(data.emulate ? { emulate: data.emulate } : {}) });
   // Same seed on every rank: identical initial weights (the trainer also broadcasts rank 0's).
-  const model = createDemoModel(data.model, data.seed);
+  const model = createDemoModel(data.model, data.seed, data.gpt);
   const trainer = await DataParallelTrainer.create({ comm, params: model.params, ...demoTrainerOptions(data.variant, data) });
   const trainCount = data.trainInputs.length / FEATURES;
   // Rank r owns samples r, r+size, ...; every rank runs the same number of steps (collectives pair up).

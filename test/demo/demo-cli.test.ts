@@ -11,8 +11,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
 
-import { demoProfile } from '../../dist/apps/cli/commands/demo.js';
+import { demoConfigFromCli, demoProfile } from '../../dist/apps/cli/commands/demo.js';
 import { parseModes } from '../../dist/apps/demo/config.js';
+import { describeDemoModel } from '../../dist/apps/demo/models.js';
+import { gptLayers, layerParams } from '../../dist/index.js';
 import type { DemoResult } from '../../dist/apps/demo/run-demo.js';
 import { parseDataParallelProfile } from '../../dist/dataparallel/projection.js';
 
@@ -96,6 +98,51 @@ t.test('demo --model gpt trains the byte-level GPT on text windows in each mode 
   // sync: 3.67 -> 3.49 here (pipe-sgd's one-step-late gradient at this lr rises: 4.25 -> 4.74).
   const sync = result.modes[0]!;
   t.ok(sync.finalLoss < sync.epochLoss[0]! && sync.finalLoss < 4, `sync learns: ${sync.epochLoss.map((l) => l.toFixed(3)).join(' -> ')}`);
+});
+
+t.test('demo --model gpt --blocks --dim --heads --context trains a GPT of that size and states it', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const report = join(dir, 'r.html');
+  const size = { blocks: 1, dim: 32, heads: 2, context: 16 };
+  const { stdout } = await sapipe(
+    'demo', '--model', 'gpt', '--blocks', '1', '--dim', '32', '--heads', '2', '--context', '16',
+    '--workers', '2', '--epochs', '1', '--modes', 'sync', '--train-samples', '64', '--json', '--report', report,
+  );
+  const result = JSON.parse(stdout) as DemoJson & { config: { gpt: typeof size; description: string; params: number }; modes: { epochLoss: number[] }[] };
+  t.same(result.config.gpt, size);
+  const description = 'byte-level GPT (1 blocks, width 32, 2 heads, context 16) on the fortunes text';
+  t.equal(result.config.description, description);
+  const params = layerParams(gptLayers({ vocab: 256, context: 16, dim: 32, heads: 2, layers: 1 })).reduce((a, b) => a + b, 0);
+  t.equal(result.config.params, params, `${params} parameters`);
+  // 64 windows of 16 bytes, 2 workers of batch 32: one step each; the test loss is measured once.
+  t.equal(result.modes[0]!.steps, 1);
+  t.equal(result.modes[0]!.epochLoss.length, 1);
+  t.ok(readFileSync(report, 'utf8').includes(description), 'the report names the size');
+});
+
+t.test('the GPT size options: defaults, and typed errors as train pipeline gives them', async (t) => {
+  const options = { model: 'gpt', workers: '2', modes: 'sync', epochs: '1', batch: '32', lr: '0.05', momentum: '0.9', seed: '1', report: 'r.html', schedules: '', stages: '2' };
+  const cli = (extra: Record<string, string>) => demoConfigFromCli({ ...options, ...extra } as Parameters<typeof demoConfigFromCli>[0]);
+  t.same(cli({}).gpt, { blocks: 2, dim: 64, heads: 4, context: 64 }, "the demo's small GPT by default");
+  t.same(cli({ dim: '96', heads: '3' }).gpt, { blocks: 2, dim: 96, heads: 3, context: 64 }, 'the others keep their defaults');
+  t.equal(cli({ model: 'mlp' }).gpt, undefined, 'no size for the MLP');
+  t.equal(describeDemoModel('gpt'), 'byte-level GPT (2 blocks, width 64, 4 heads, context 64) on the fortunes text');
+  const bad: [Record<string, string>, RegExp][] = [
+    [{ model: 'mlp', dim: '32' }, /^--dim sets the GPT's size; use it with --model gpt$/],
+    [{ model: 'cnn', context: '16' }, /^--context sets the GPT's size; use it with --model gpt$/],
+    [{ dim: '30', heads: '4' }, /--dim 30 must be a multiple of --heads 4/],
+    [{ blocks: '0' }, /--blocks/],
+    [{ context: 'long' }, /--context must be a number, got "long"/],
+    [{ heads: '2.5' }, /--heads/],
+  ];
+  for (const [extra, message] of bad) t.throws(() => cli(extra), { code: 'ERR_INVALID_ARGUMENT', message }, JSON.stringify(extra));
+  // The same refusals from the command as a user runs it.
+  for (const [args, message] of [
+    [['--dim', '32'], /--dim sets the GPT's size; use it with --model gpt/],
+    [['--model', 'gpt', '--dim', '30', '--heads', '4'], /--dim 30 must be a multiple of --heads 4/],
+  ] as [string[], RegExp][])
+    await t.rejects(sapipe('demo', ...args), message, args.join(' '));
 });
 
 t.test('demo with --gbps labels the emulated network in the report', async (t) => {

@@ -60,3 +60,11 @@ t.test('an explicit --lr or --momentum wins, with no defaults note', async (t) =
   t.throws(() => cli({ lr: 'fast' }), { code: 'ERR_INVALID_ARGUMENT' }, 'a bad --lr is a typed error');
   t.throws(() => cli({ schedule: 'nope' }), { code: 'ERR_INVALID_ARGUMENT' }, 'an unknown schedule too');
 });
+
+t.test('the GPT size options: the pipeline GPT by default, refused without --model gpt (as sapipe demo refuses them)', async (t) => {
+  t.equal(cli({}).gpt, undefined, 'no size for the MLP');
+  t.same(cli({ model: 'gpt' }).gpt, { blocks: 4, dim: 128, heads: 4, context: 128 });
+  t.same(cli({ model: 'gpt', blocks: '1', context: '32' }).gpt, { blocks: 1, dim: 128, heads: 4, context: 32 });
+  t.throws(() => cli({ heads: '2' }), { code: 'ERR_INVALID_ARGUMENT', message: /^--heads sets the GPT's size; use it with --model gpt$/ });
+  t.throws(() => cli({ model: 'gpt', dim: 'wide' }), { code: 'ERR_INVALID_ARGUMENT', message: /--dim must be a number, got "wide"/ });
+});

@@ -2,12 +2,13 @@
  * `sapipe demo`: trains an MLP on MNIST with N local workers in each data-parallel mode and
  * compares accuracy, speed and exposed communication, in a table and an HTML report.
  */
-import { DEMO_MODELS, type DemoModelName } from '../../demo/models.js';
+import { DEMO_GPT_DEFAULTS, DEMO_MODELS, type DemoModelName } from '../../demo/models.js';
 import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 
 import { MultiBar } from 'cli-progress';
+import { addGptSizeOptions, gptSizeFromCli, type GptSizeCliOptions } from '../gpt-options.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 import type { Command } from 'commander';
@@ -19,7 +20,7 @@ import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../
 // TensorFlow.js itself is loaded only when --tfjs asks for it (demo/tfjs-model.ts).
 import { runTfjsDemo, TFJS_DEMO_DEFAULTS, type TfjsDemoConfig } from '../../demo/tfjs-run.js';
 
-interface DemoCliOptions {
+interface DemoCliOptions extends GptSizeCliOptions {
   model: string;
   workers: string;
   modes: string;
@@ -51,8 +52,10 @@ const num = numberOption;
 export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
   const latencyUs = o.latencyUs === undefined ? undefined : num(o.latencyUs, '--latency-us');
   if (latencyUs !== undefined && o.gbps === undefined) throw new InvalidArgumentError('--latency-us needs --gbps (the emulated link speed)');
+  const gpt = gptSizeFromCli(o, o.model, DEMO_GPT_DEFAULTS);
   return checkDemoConfig({
     model: o.model as DemoModelName,
+    ...(gpt ? { gpt } : {}),
     workers: num(o.workers, '--workers'),
     modes: parseModes(o.modes),
     epochs: num(o.epochs, '--epochs'),
@@ -198,10 +201,12 @@ function parseSchedules(list: string): RuntimeScheduleName[] {
 }
 
 export function registerDemoCommand(program: Command): void {
-  program
+  const demo = program
     .command('demo')
     .description('Train an MLP on MNIST with local data-parallel workers in each mode and compare accuracy, speed and exposed communication')
-    .option('--model <kind>', `${DEMO_MODELS.join(', ')}: the MLP on the MNIST digits, sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a small byte-level GPT on the text of Debian's fortunes (next-byte accuracy, test loss and perplexity)`, 'mlp')
+    .option('--model <kind>', `${DEMO_MODELS.join(', ')}: the MLP on the MNIST digits, sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a small byte-level GPT on the text of Debian's fortunes (next-byte accuracy, test loss and perplexity)`, 'mlp');
+  // The GPT's size, as `sapipe train pipeline` takes it (its defaults: the demo's small GPT).
+  addGptSizeOptions(demo, DEMO_GPT_DEFAULTS)
     .option('--workers <n>', 'local workers (threads)', String(DEMO_DEFAULTS.workers))
     .option(
       '--modes <list>',
@@ -239,6 +244,8 @@ export function registerDemoCommand(program: Command): void {
     .action(async (options: DemoCliOptions, command: Command) => {
       if (options.tfjs) {
         if (command.getOptionValueSource('model') === 'cli') throw new InvalidArgumentError("--model picks sapipe's own model; --tfjs trains its TensorFlow.js CNN on MNIST");
+        for (const name of ['blocks', 'dim', 'heads', 'context'])
+          if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} sets the size of sapipe's GPT (--model gpt); --tfjs trains its TensorFlow.js CNN on MNIST`);
         return tfjsDemo(options, command);
       }
       for (const name of ['schedules', 'stages'])

@@ -13,10 +13,11 @@ import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPT
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
+import { addGptSizeOptions, gptSizeFromCli, type GptSizeCliOptions } from '../gpt-options.js';
 import { numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
-interface TrainCliOptions {
+interface TrainCliOptions extends GptSizeCliOptions {
   schedule: string;
   stages: string;
   microbatches: string;
@@ -37,10 +38,6 @@ interface TrainCliOptions {
   layers: string;
   model?: string;
   channels?: string;
-  blocks?: string;
-  dim?: string;
-  heads?: string;
-  context?: string;
   report: string;
   svg?: string;
   profileOut?: string;
@@ -78,19 +75,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
   if (sizes[0] !== 784 || sizes[sizes.length - 1] !== 10) throw new InvalidArgumentError(`--layers must start with 784 (MNIST pixels) and end with 10 (digits), got ${o.layers}`);
   const model = checkOneOf(o.model ?? 'mlp', '--model', PIPELINE_MODELS);
   if (o.channels !== undefined && model !== 'cnn') throw new InvalidArgumentError('--channels sets the CNN\'s convolutions; use it with --model cnn');
-  const gptSizes = { blocks: o.blocks, dim: o.dim, heads: o.heads, context: o.context };
-  for (const [key, value] of Object.entries(gptSizes))
-    if (value !== undefined && model !== 'gpt') throw new InvalidArgumentError(`--${key} sets the GPT's size; use it with --model gpt`);
-  const g = PIPELINE_GPT_DEFAULTS;
-  const gpt =
-    model === 'gpt'
-      ? {
-          blocks: o.blocks === undefined ? g.blocks : num(o.blocks, '--blocks'),
-          dim: o.dim === undefined ? g.dim : num(o.dim, '--dim'),
-          heads: o.heads === undefined ? g.heads : num(o.heads, '--heads'),
-          context: o.context === undefined ? g.context : num(o.context, '--context'),
-        }
-      : undefined;
+  const gpt = gptSizeFromCli(o, model, PIPELINE_GPT_DEFAULTS);
   return {
     schedule: o.schedule as MnistPipelineConfig['schedule'],
     stages: num(o.stages, '--stages'),
@@ -137,7 +122,7 @@ function samplesPerRound(result: { config: MnistPipelineConfig; measured: { sche
 export function registerTrainCommand(program: Command): void {
   const train = program.command('train').description('Train a model with sapipe (pipeline-parallel today)');
   const d = MNIST_PIPELINE_DEFAULTS;
-  train
+  const pipeline = train
     .command('pipeline')
     .description(
       'Train an MLP on the MNIST digits cut into pipeline stages (one worker thread each, local backend) with a schedule; ' +
@@ -162,11 +147,8 @@ export function registerTrainCommand(program: Command): void {
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
     .option('--model <kind>', `${PIPELINE_MODELS.join(', ')}: an MLP on the MNIST digits, a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a byte-level GPT on the text of Debian's fortunes (per-byte cross-entropy; validation loss and perplexity per epoch)`, 'mlp')
     .option('--layers <sizes>', '--model mlp: its widths, 784 first and 10 last', d.sizes.join(','))
-    .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`)
-    .option('--blocks <n>', `--model gpt: transformer blocks (default ${PIPELINE_GPT_DEFAULTS.blocks})`)
-    .option('--dim <n>', `--model gpt: width (default ${PIPELINE_GPT_DEFAULTS.dim})`)
-    .option('--heads <n>', `--model gpt: attention heads (default ${PIPELINE_GPT_DEFAULTS.heads})`)
-    .option('--context <n>', `--model gpt: bytes of context (default ${PIPELINE_GPT_DEFAULTS.context}); a sample is a window of that many bytes, its labels the next byte of each`)
+    .option('--channels <list>', `--model cnn: the convolutions' output channels (default ${PIPELINE_CNN_CHANNELS.join(',')})`);
+  addGptSizeOptions(pipeline, PIPELINE_GPT_DEFAULTS)
     .option('--report <file>', 'HTML report', 'pipeline-report.html')
     .option('--svg <file>', 'also write the measured and simulated timelines as one SVG')
     .option(
