@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include "device_check.h"
 #include "reference_check.h"
 #include "sapipe/kernels.h"
+#include "sapipe/nn.h"
 #include "schedule_check.h"
 #include "scalar_reference.h"
 #include "variants.h"
@@ -421,6 +423,23 @@ void check_nn_elementwise(Checks& t) {
   }
 }
 
+// The CPU attention refuses an output over its inputs (its products' overlap check), rather than
+// returning what a product over its own output computes.
+void check_attention_aliasing(Checks& t) {
+  const sapipe_nn_ops* ops = sapipe_cpu_nn_ops();
+  const size_t batch = 1, seq = 40, heads = 2, dim = 4, n = batch * seq * heads * dim;
+  std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), o(n), lse(batch * heads * seq), dout(n, 0.5f), dq(n);
+  t.expect(ops->attention(o.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq, heads, dim, 0.5f, nullptr) == SAPIPE_OK,
+           "attention with separate tensors runs");
+  t.expect(ops->attention(v.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq, heads, dim, 0.5f, nullptr) == SAPIPE_ERR_ALIASING,
+           "attention with o over v is refused with SAPIPE_ERR_ALIASING");
+  std::fill(v.begin(), v.end(), 0.3f);
+  std::vector<float> dv(n);
+  t.expect(ops->attention_backward(dq.data(), q.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), batch,
+                                   seq, heads, dim, 0.5f, nullptr) == SAPIPE_ERR_ALIASING,
+           "attention_backward with dk over q is refused with SAPIPE_ERR_ALIASING");
+}
+
 // One JSON object per line for each variant: what test/native/lists.test.ts compares with
 // apps/bench/kernel-variants.ts.
 int list_variants() {
@@ -452,6 +471,7 @@ int main(int argc, char** argv) {
   check_cpu_clock(t);
   check_simd_names(t);
   check_nn_elementwise(t);
+  check_attention_aliasing(t);
   check_loaders(t, fakes);
   check_cuda_plugin_choice(t, fakes);
   check_execution_queue(t);
