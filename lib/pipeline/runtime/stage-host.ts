@@ -20,6 +20,7 @@ import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
+import type { AveragingLayout } from '../schedules/avgpipe.js';
 import { ElasticCenter, SharedElasticCenter } from './averaging.js';
 import { type MicroBatchSource, type PipelineLoss, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
 
@@ -51,19 +52,7 @@ export interface PipelineDataParallelOptions extends DataParallelModeOptions {
   overlapUpdate?: boolean;
 }
 
-/**
- * Where AvgPipe's N pipelines run (`averaging.layout`):
- * - `shared-stages` (default; the paper's form): S workers, worker k running row k of the schedule
- *   as the generator interleaved the pipelines' passes, with N replicas of part k, one per
- *   pipeline, averaged with their center on the worker;
- * - `worker-per-replica`: N x S workers, each pipeline on S of its own, the N replicas of a part
- *   averaged over a communicator (one all-reduce of the differences per exchange).
- *
- * @category Pipeline runtime
- */
-export type AveragingLayout = (typeof AVERAGING_LAYOUTS)[number];
-/** The layouts of {@link AveragingLayout}, the default first. @category Pipeline runtime */
-export const AVERAGING_LAYOUTS = ['shared-stages', 'worker-per-replica'] as const;
+export { AVERAGING_LAYOUTS, type AveragingLayout } from '../schedules/avgpipe.js';
 
 /**
  * AvgPipe's elastic averaging (ALGORITHMS.md section 5): after every `every`-th update each
