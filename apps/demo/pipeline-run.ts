@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 import { checkGptSize, describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
@@ -46,6 +46,8 @@ export interface MnistPipelineConfig {
   dataParallel?: DataParallelMode;
   /** AvgPipe: advance forward propagation depth A (default S-1). */
   advance?: number;
+  /** AvgPipe: where its pipelines run (default `shared-stages`: the N pipelines share the S stage workers; `worker-per-replica`: N x S workers). */
+  averagingLayout?: AveragingLayout;
   /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
   spikeCompensation?: boolean;
   weightPrediction?: boolean;
@@ -150,9 +152,16 @@ export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefine
   if (runtime.coupling === 'workers') return `measured and simulated: every one of the ${c.stages} data-parallel workers (a row each, the whole model on each)`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
+  if (runtime.coupling === 'elastic-averaging' && averagingLayoutOf(c) === 'shared-stages')
+    return `measured and simulated: the ${n} pipelines sharing ${c.stages} stage worker threads (layout shared-stages), each worker's row every pipeline's passes`;
   return runtime.coupling === 'elastic-averaging'
-    ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads; simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
+    ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads (layout worker-per-replica); simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
     : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;
+}
+
+/** @internal AvgPipe's layout of a run: the one asked for, or the trainer's default; undefined for the other schedules. */
+export function averagingLayoutOf(c: MnistPipelineConfig): AveragingLayout | undefined {
+  return runtimeOf(c.schedule).coupling === 'elastic-averaging' ? (c.averagingLayout ?? AVERAGING_LAYOUTS[0]) : undefined;
 }
 
 /**
@@ -164,7 +173,9 @@ export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
   if (runtime.coupling === 'workers') return `${c.stages} data-parallel workers, each holding the whole model, in data-parallel mode ${c.dataParallel ?? 'sapipe-wp'}`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
-  return runtime.coupling === 'elastic-averaging' ? `${n} parallel pipelines coupled by elastic averaging` : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
+  return runtime.coupling === 'elastic-averaging'
+    ? `${n} parallel pipelines coupled by elastic averaging, layout ${averagingLayoutOf(c)}`
+    : `${n} parallel pipelines whose stage replicas combine gradients in data-parallel mode ${c.dataParallel ?? 'sync'}`;
 }
 
 /** @internal */
@@ -183,6 +194,13 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   if (c.pipelines !== undefined) checkInteger(c.pipelines, '--pipelines', 1, generatorLimits.pipelines);
   if (c.advance !== undefined) checkInteger(c.advance, '--advance', 0, generatorLimits.microBatches);
   if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
+  if (c.averagingLayout !== undefined) {
+    checkOneOf(c.averagingLayout, '--averaging-layout', AVERAGING_LAYOUTS);
+    if (runtimeOf(c.schedule).coupling !== 'elastic-averaging') {
+      const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).coupling === 'elastic-averaging');
+      throw new InvalidArgumentError(`--averaging-layout sets where ${owners.join(', ')}'s pipelines run; use it with --schedule ${owners[0]}`);
+    }
+  }
   if ((c.spikeCompensation === false || c.weightPrediction === false) && !runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop')) {
     const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes('pipelinedBackprop'));
     throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
@@ -215,6 +233,8 @@ export interface MnistPipelineResult {
   config: MnistPipelineConfig;
   /** Where the stages ran, and why there. */
   device: { readonly device: string; readonly reason: string };
+  /** AvgPipe: the layout that ran (PipelineTrainer.averagingLayout); undefined for the other schedules. */
+  averagingLayout: AveragingLayout | undefined;
   boundaries: readonly number[];
   epochs: MnistPipelineEpoch[];
   trainSamples: number;
@@ -310,6 +330,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.pipelines !== undefined ? { pipelines: c.pipelines } : {}),
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
+    ...(c.averagingLayout !== undefined ? { averaging: { layout: c.averagingLayout } } : {}),
     ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
     model: { layers: modelLayers(c), seed: c.seed, boundaries: c.boundaries },
     optimizer,
@@ -360,6 +381,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     return {
       config: c,
       device: trainer.device,
+      averagingLayout: trainer.averagingLayout,
       boundaries,
       epochs,
       trainSamples: n,

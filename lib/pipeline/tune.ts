@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import { type PassCost, type PipelineProfile, parseProfile } from './profile.js';
-import { avgpipe } from './schedules/avgpipe.js';
+import { AVERAGING_LAYOUTS, type AveragingLayout, avgpipe } from './schedules/avgpipe.js';
 import { warmupForwards } from './schedules/advance-forward.js';
 import { limits } from './schedules/options.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
@@ -53,19 +53,25 @@ const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 /**
  * Simulation costs of a profile at micro-batch size `b`: a stage's fitted `fixedMs + perSampleMs * b`
  * where the profile has a fit, else linear in b beyond the fixed overhead. With `profile.machine`,
- * the stages share its cores (`sharedCores`, one thread per stage and pipeline, as the runtime runs
- * them), and AvgPipe's elastic averaging of a stage costs its optimizer step plus an all-reduce of
- * its weights over the link (`2 * p2pLatency + weightBytes / bandwidth`, two replicas).
+ * the stages are threads sharing its cores (`sharedCores`) as the runtime runs AvgPipe's `layout`:
+ * `shared-stages` (default) one thread per stage running its row for every pipeline, the elastic
+ * averaging of a stage's replicas costing its optimizer step (a pass over the weights on the
+ * worker); `worker-per-replica` one thread per stage and pipeline, the averaging costing the step
+ * plus an all-reduce of the weights over the link (`2 * p2pLatency + weightBytes / bandwidth`, two
+ * replicas). With one pipeline the two are the same.
  *
  * @category Pipeline schedules
  */
-export function costsAt(profileInput: PipelineProfile, microBatchSize: number): SimulationCosts {
+export function costsAt(profileInput: PipelineProfile, microBatchSize: number, layout: AveragingLayout = AVERAGING_LAYOUTS[0]): SimulationCosts {
   const profile = parseProfile(profileInput);
   checkNumberArg(microBatchSize, 'costsAt: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
   const ratio = microBatchSize / profile.microBatchSize;
   const overhead = profile.overheadMs ?? 0;
   const scaled = (ms: number): number => overhead + (ms - overhead) * ratio;
   const at = (fit: PassCost | undefined, ms: number): number => (fit === undefined ? scaled(ms) : fit.fixedMs + fit.perSampleMs * microBatchSize);
+  if (!(AVERAGING_LAYOUTS as readonly string[]).includes(layout))
+    throw new InvalidArgumentError(`costsAt: layout must be one of ${AVERAGING_LAYOUTS.map((l) => `'${l}'`).join(', ')}, got ${describeValue(layout)}`);
+  const separate = layout === 'worker-per-replica';
   const machine = profile.machine;
   const latency = profile.p2pLatencyMs ?? 0;
   // GB/s is 1e6 bytes per millisecond
@@ -77,10 +83,10 @@ export function costsAt(profileInput: PipelineProfile, microBatchSize: number): 
     ...(machine === undefined
       ? {}
       : {
-          sharedCores: { cores: machine.cores, passCores: machine.passCores ?? 1, threads: 'per-pipeline' as const },
+          sharedCores: { cores: machine.cores, passCores: machine.passCores ?? 1, threads: separate ? ('per-pipeline' as const) : ('per-stage' as const) },
           // AvgPipe's elastic averaging of a stage: a pass over its weights as costly as its step,
-          // and an all-reduce of them over the link between two replicas
-          elastic: profile.stages.map((s) => (s.optimizerStepMs ?? 0) + 2 * latency + (s.weightBytes ?? 0) / bandwidth),
+          // and with a worker per replica an all-reduce of them over the link between two replicas
+          elastic: profile.stages.map((s) => (s.optimizerStepMs ?? 0) + (separate ? 2 * latency + (s.weightBytes ?? 0) / bandwidth : 0)),
         }),
     activationBytes: profile.stages.map((s) => (s.activationBytes ?? 0) * ratio),
     storedActivationBytes: profile.stages.map((s) => (s.storedActivationBytes ?? s.activationBytes ?? 0) * ratio),
@@ -98,6 +104,8 @@ export interface TuneSetting {
   /** 0: 1F1B; M + S or more: all forwards first (GPipe's order). */
   readonly advance: number;
   readonly microBatchSize: number;
+  /** Where the runtime runs the pipelines, which a machine-aware profile's simulation follows (see {@link costsAt}); default `shared-stages`. */
+  readonly layout?: AveragingLayout;
 }
 
 /**
@@ -117,7 +125,9 @@ export function simulateSetting(profileInput: PipelineProfile, setting: TuneSett
   const A = checkInteger(setting.advance, 'simulateSetting: advance', 0, limits.microBatches + S);
   const b = setting.microBatchSize;
   checkNumberArg(b, 'simulateSetting: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
-  const atB = costs ?? costsAt(profile, b);
+  if (setting.layout !== undefined && !(AVERAGING_LAYOUTS as readonly string[]).includes(setting.layout))
+    throw new InvalidArgumentError(`simulateSetting: layout must be one of ${AVERAGING_LAYOUTS.map((l) => `'${l}'`).join(', ')}, got ${describeValue(setting.layout)}`);
+  const atB = costs ?? costsAt(profile, b, setting.layout);
   // one pipeline has nothing to average with (its schedule still holds the exchange)
   const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), N === 1 ? { ...atB, elastic: 0 } : atB);
   const round = profile.roundOverheadMs ?? 0;

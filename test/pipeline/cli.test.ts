@@ -91,7 +91,12 @@ t.test('sapipe tune --measured reports its prediction for a run against what the
   writeFileSync(reportFile, JSON.stringify({ ...report, config: { ...report.config, schedule: 'gpipe' } }));
   t.equal(JSON.parse(await run(['tune', '--profile', profileFile, '--memory-gb', '1', '--json', '--measured', reportFile])).measured.setting.advance, 4);
   writeFileSync(reportFile, JSON.stringify({ ...report, config: { ...report.config, schedule: 'avgpipe', pipelines: 2, advance: 1 } }));
-  t.same(JSON.parse(await run(['tune', '--profile', profileFile, '--memory-gb', '1', '--json', '--measured', reportFile])).measured.setting.pipelines, 2);
+  const avg = JSON.parse(await run(['tune', '--profile', profileFile, '--memory-gb', '1', '--json', '--measured', reportFile])).measured.setting;
+  t.same([avg.pipelines, avg.layout], [2, 'worker-per-replica'], "a report that names no layout ran each pipeline on its own workers (sapipe's earlier runtime)");
+  writeFileSync(reportFile, JSON.stringify({ ...report, averagingLayout: 'shared-stages', config: { ...report.config, schedule: 'avgpipe', pipelines: 2, advance: 1 } }));
+  t.equal(JSON.parse(await run(['tune', '--profile', profileFile, '--memory-gb', '1', '--json', '--measured', reportFile])).measured.setting.layout, 'shared-stages', 'the layout the report says ran');
+  writeFileSync(reportFile, JSON.stringify({ ...report, averagingLayout: 'shared', config: { ...report.config, schedule: 'avgpipe', pipelines: 2, advance: 1 } }));
+  await t.rejects(run(['tune', '--profile', profileFile, '--memory-gb', '1', '--measured', reportFile]), { code: 'ERR_INVALID_ARGUMENT', message: /averagingLayout must be one of/ });
   // runs the tuner does not predict, and reports that are not one
   writeFileSync(reportFile, JSON.stringify({ ...report, config: { ...report.config, schedule: 'pipedream' } }));
   await t.rejects(run(['tune', '--profile', profileFile, '--memory-gb', '1', '--measured', reportFile]), { code: 'ERR_INVALID_ARGUMENT', message: /predicts avgpipe, 1f1b and gpipe runs/ });

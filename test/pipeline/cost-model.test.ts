@@ -137,12 +137,20 @@ t.test('the tuner simulates a machine-aware profile with its fits, steps and sha
   t.same(costs.optimizerStep, [0.3, 0.3]);
   t.equal(costs.sharedCores, undefined, 'no machine: a device per stage');
   const machine = { ...base, machine: { cores: 1, passCores: 1 }, roundOverheadMs: 2 };
-  t.same(costsAt(machine, 4).sharedCores, { cores: 1, passCores: 1, threads: 'per-pipeline' });
+  t.same(costsAt(machine, 4).sharedCores, { cores: 1, passCores: 1, threads: 'per-stage' }, "the runtime's default layout: a thread per stage, running its row for every pipeline");
+  t.same(costsAt(machine, 4, 'worker-per-replica').sharedCores, { cores: 1, passCores: 1, threads: 'per-pipeline' }, 'a worker per replica: a thread per stage and pipeline');
+  const linked = { ...machine, p2pLatencyMs: 0.05, stages: base.stages.map((s) => ({ ...s, weightBytes: 1e6 })), p2pBandwidthGBps: 1 };
+  t.same(costsAt(linked, 4).elastic, [0.3, 0.3], 'shared stages: the averaging is a pass on the worker, as costly as the step');
+  const elastic = costsAt(linked, 4, 'worker-per-replica').elastic as number[];
+  t.ok(elastic.length === 2 && elastic.every((ms) => Math.abs(ms - (0.3 + 2 * 0.05 + 1)) < 1e-12), `a worker per replica: the step plus an all-reduce of the weights over the link (${elastic.join(', ')})`);
+  t.throws(() => costsAt(machine, 4, 'shared' as never), { code: 'ERR_INVALID_ARGUMENT', message: /layout must be one of 'shared-stages', 'worker-per-replica'/ });
   const one = simulateSetting(machine, { pipelines: 2, microBatches: 2, advance: 0, microBatchSize: 4 });
   // one core, work conserved: 2 pipelines x 2 stages x (2 x (0.9 + 1.8) + a step 0.3 + an averaging
   // 0.3, a step's pass over free links), plus the round's overhead
   t.ok(Math.abs(one.makespanMs - (2 * 2 * (2 * 2.7 + 0.3 + 0.3) + 2)) < 1e-9, `makespan ${one.makespanMs}`);
   t.ok(Math.abs(one.samplesPerSecond - (2 * 2 * 4 * 1000) / one.makespanMs) < 1e-9);
+  const separate = simulateSetting(machine, { pipelines: 2, microBatches: 2, advance: 0, microBatchSize: 4, layout: 'worker-per-replica' });
+  t.ok(Math.abs(separate.makespanMs - one.makespanMs) < 1e-9, `a worker per replica on one core, work conserved too: ${separate.makespanMs}`);
   t.throws(() => costsAt({ ...base, machine: { cores: 0 } }, 4), { code: 'ERR_INVALID_ARGUMENT', message: /machine\.cores/ });
   t.throws(() => costsAt({ ...base, stages: [{ forwardMs: 1, backwardMs: 1, fit: { forward: { fixedMs: -1, perSampleMs: 0 }, backward: fit.backward } }] }, 4), { code: 'ERR_INVALID_ARGUMENT' });
 });

@@ -9,7 +9,7 @@ import { resolve } from 'node:path';
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 
-import { DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
+import { AVERAGING_LAYOUTS, DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
@@ -32,6 +32,7 @@ interface TrainCliOptions extends GptSizeCliOptions {
   pipelines?: string;
   dpMode?: string;
   advance?: string;
+  averagingLayout?: string;
   spikeCompensation: boolean;
   weightPrediction: boolean;
   boundaries: string;
@@ -90,6 +91,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.pipelines === undefined ? {} : { pipelines: num(o.pipelines, '--pipelines') }),
     ...(o.advance === undefined ? {} : { advance: num(o.advance, '--advance') }),
     ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
+    ...(o.averagingLayout === undefined ? {} : { averagingLayout: o.averagingLayout as MnistPipelineConfig['averagingLayout'] }),
     ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
     ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
@@ -139,8 +141,12 @@ export function registerTrainCommand(program: Command): void {
     .option('--seed <n>', 'seed of the weights, the split and the shuffle', String(d.seed))
     .option('--train-samples <n>', 'use only the first n training samples (quick runs)')
     .option('--iterations <n>', `${takes('iterations')}: batches per round`)
-    .option('--pipelines <N>', `parallel pipelines (N x S worker threads), each on its own micro-batches; stage replicas combined by --dp-mode, or ${averaged()}`)
+    .option('--pipelines <N>', `parallel pipelines (N x S worker threads; avgpipe's share S by default, --averaging-layout), each on its own micro-batches; stage replicas combined by --dp-mode, or ${averaged()}`)
     .option('--advance <A>', `${owning('advance')}: advance forward propagation depth (default S-1)`)
+    .option(
+      '--averaging-layout <layout>',
+      `${owning('averaging')}: where its N pipelines run: ${AVERAGING_LAYOUTS[0]} (default, the paper's form: S worker threads, each running its stage's row for every pipeline) or ${AVERAGING_LAYOUTS[1]} (N x S worker threads, each pipeline on its own)`,
+    )
     .option('--dp-mode <mode>', `how stage replicas combine gradients: ${DATA_PARALLEL_MODES.join(', ')} (sync by default; ${DATA_PARALLEL_SCHEDULES.join(', ')}); for ${workerSchedules()} its workers' staleness-1 mode (default sapipe-wp)`)
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
@@ -179,6 +185,7 @@ export function registerTrainCommand(program: Command): void {
             {
               config: result.config,
               device: result.device,
+              ...(result.averagingLayout ? { averagingLayout: result.averagingLayout } : {}),
               ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
               trainSamples: result.trainSamples,
               samplesPerRound: samplesPerRound(result),

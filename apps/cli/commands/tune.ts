@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 
 import type { Command } from 'commander';
 
-import { InvalidArgumentError, type PipelineProfile, parseProfile, SCHEDULES, simulateSetting, type TuneCandidate, type TuneSetting, tuneAvgPipe } from 'sapipe';
+import { AVERAGING_LAYOUTS, InvalidArgumentError, type PipelineProfile, parseProfile, SCHEDULES, simulateSetting, type TuneCandidate, type TuneSetting, tuneAvgPipe } from 'sapipe';
+import { checkOneOf } from 'sapipe/validate';
 
 interface TuneCommandOptions {
   profile: string;
@@ -50,7 +51,14 @@ export function predictionError(profile: PipelineProfile, reportInput: unknown):
   const avg = SCHEDULES.avgpipe.runtime;
   const setting: TuneSetting =
     schedule === 'avgpipe'
-      ? { pipelines: c!.pipelines ?? avg.defaultPipelines, microBatches: M, advance: c!.advance ?? S - 1, microBatchSize: c!.microBatchSize }
+      ? {
+          pipelines: c!.pipelines ?? avg.defaultPipelines,
+          microBatches: M,
+          advance: c!.advance ?? S - 1,
+          microBatchSize: c!.microBatchSize,
+          // the layout that ran (reports from before the shared stages ran each pipeline on its own workers)
+          layout: checkOneOf(report.averagingLayout ?? 'worker-per-replica', '--measured: averagingLayout', AVERAGING_LAYOUTS),
+        }
       : { pipelines: 1, microBatches: M, advance: schedule === 'gpipe' ? M + S : 0, microBatchSize: c!.microBatchSize };
   need((c!.pipelines ?? 1) === setting.pipelines || schedule === 'avgpipe', 'parallel pipelines of 1f1b or gpipe are not a setting the tuner predicts');
   const perRound = report.samplesPerRound;

@@ -52,8 +52,8 @@ export interface PipelineStageReport {
  * options. Resolves on every rank when training ends; a stage that dies or throws makes the
  * others fail (ERR_PEER_LOST) within the communicator's timeout.
  *
- * Parallel pipelines (`pipelines: N` with `dataParallel`, or `avgpipe`) take N x S ranks, rank
- * `p*S + s` running stage s of pipeline p, as PipelineTrainer's threads do; each rank joins two
+ * Parallel pipelines (`pipelines: N` with `dataParallel`, or `avgpipe`, whose layout here is
+ * `worker-per-replica`) take N x S ranks, rank `p*S + s` running stage s of pipeline p; each rank joins two
  * ucx communicators over the launcher's rendezvous: its pipeline's stages (transfers) and its
  * stage's replicas (gradient all-reduces or elastic averaging). They are created here, so `comm`
  * cannot be given then.
@@ -63,7 +63,12 @@ export interface PipelineStageReport {
 export async function trainPipelineStage(options: PipelineStageOptions): Promise<PipelineStageReport> {
   checkObject(options, 'trainPipelineStage(options)');
   const { epochs: epochsOption, test, comm: given, roundsPerEpoch: roundsOption, ...trainerOptions } = options;
-  const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS);
+  // Launched processes run AvgPipe's pipelines each on its own ranks (N x S).
+  const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS, 'worker-per-replica');
+  if (plan.averaging?.layout === 'shared-stages')
+    throw new InvalidArgumentError(
+      "trainPipelineStage: launched processes run AvgPipe's pipelines in the 'worker-per-replica' layout (--nproc N*S, the default here); the 'shared-stages' layout over processes is planned: leave out averaging.layout, or train in one process with PipelineTrainer",
+    );
   if (plan.rowsAreWorkers)
     throw new InvalidArgumentError(`trainPipelineStage: '${plan.schedule.name}' runs its data-parallel workers as PipelineTrainer threads; launched processes of it are planned`);
   if (plan.device !== 'cpu')

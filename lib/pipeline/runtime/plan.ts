@@ -17,7 +17,7 @@ import { limits } from '../schedules/options.js';
 import { generateSchedule, scheduleEntry, scheduleNames, type RuntimeSchedule, type ScheduleName, type ScheduleTrainerOption } from '../schedules/registry.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
-import { PIPELINE_LOSSES, type PipelineAveragingOptions, type PipelineData, type PipelineLoss, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
+import { AVERAGING_LAYOUTS, type AveragingLayout, PIPELINE_LOSSES, type PipelineAveragingOptions, type PipelineData, type PipelineLoss, type PipelineDataParallelOptions, type PipelineModelSpec, type PipelineOptimizerSpec, type StageDescription, buildStageModel } from './stage-host.js';
 import { RUNTIME_SCHEDULES, runtimeSchedule, type RuntimeScheduleName } from './weights.js';
 
 /**
@@ -90,7 +90,11 @@ export interface PipelineTrainerOptions {
   pipelines?: number;
   /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
   advance?: number;
-  /** AvgPipe: elastic averaging of each stage's replicas with their center copy. */
+  /**
+   * AvgPipe: elastic averaging of each stage's replicas with their center copy, and where the
+   * pipelines run (`layout`: `shared-stages`, the default, S workers each running its row for
+   * every pipeline; or `worker-per-replica`, N x S workers).
+   */
   averaging?: PipelineAveragingOptions;
   /**
    * How each stage's replicas combine gradients (default, with pipelines > 1: `{ mode: 'sync' }`,
@@ -172,15 +176,28 @@ export interface PipelinePlan {
    * stage s of pipeline p.
    */
   rowsAreWorkers: boolean;
-  /** AvgPipe: how stage replicas average with their center. */
+  /** AvgPipe: how stage replicas average with their center, and where the pipelines run. */
   averaging: Required<PipelineAveragingOptions> | undefined;
+  /**
+   * Workers: one per row (S) where the rows are workers or AvgPipe's pipelines share the stages
+   * (`shared-stages`), else N x S, worker p x S + s running stage s of pipeline p.
+   */
+  workers: number;
   /** Where the stages run (`auto` resolved), and why. */
   device: Device;
   deviceReason: string;
 }
 
-/** @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what` names the caller in messages. */
-export async function planPipeline(options: PipelineTrainerOptions, what: string, keys: readonly string[] = TRAINER_OPTION_KEYS): Promise<PipelinePlan> {
+/**
+ * @internal Checks a configuration (a typed error names what is wrong) and plans the stages. `what`
+ * names the caller in messages; `averagingLayout` is AvgPipe's layout where none is given.
+ */
+export async function planPipeline(
+  options: PipelineTrainerOptions,
+  what: string,
+  keys: readonly string[] = TRAINER_OPTION_KEYS,
+  averagingLayout: AveragingLayout = AVERAGING_LAYOUTS[0],
+): Promise<PipelinePlan> {
   checkOptions(options, keys, `${what}(options)`);
   const name = checkOneOf(options.schedule, `${what}: schedule`, scheduleNames) as ScheduleName;
   const entry = scheduleEntry(name)!;
@@ -222,7 +239,7 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
       : checkDataParallel(options.dataParallel, pipelines, name, runtime, options.optimizer, what);
   if (averaged && options.dataParallel !== undefined)
     throw new InvalidArgumentError(`${what}: ${name} couples its pipelines by elastic averaging (averaging), not dataParallel`);
-  const averaging = averaged ? checkAveraging(options.averaging, pipelines, what) : undefined;
+  const averaging = averaged ? checkAveraging(options.averaging, pipelines, what, averagingLayout) : undefined;
   const pipelinedBackprop = runtime.trainerOptions.includes('pipelinedBackprop') ? checkPipelinedBackprop(options.pipelinedBackprop, what) : undefined;
 
   // The data set.
@@ -292,7 +309,8 @@ export async function planPipeline(options: PipelineTrainerOptions, what: string
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
     ...(device !== 'cpu' ? { device } : {}),
   }));
-  return { schedule, model, descriptions, data, samples, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, rowsAreWorkers, device, deviceReason };
+  const workers = rowsAreWorkers || averaging?.layout === 'shared-stages' ? schedule.stages : pipelines * schedule.stages;
+  return { schedule, model, descriptions, data, samples, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, workers, rowsAreWorkers, device, deviceReason };
 }
 
 /** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */
@@ -337,16 +355,25 @@ function checkPipelinedBackprop(given: PipelinedBackpropOptions | undefined, wha
   return { spikeCompensation: flag('spikeCompensation'), weightPrediction: flag('weightPrediction') };
 }
 
-const AVERAGING_KEYS = optionKeys<PipelineAveragingOptions>({ alpha: true, every: true });
+const AVERAGING_KEYS = optionKeys<PipelineAveragingOptions>({ alpha: true, every: true, layout: true });
 
-/** AvgPipe's elastic averaging, checked, with its defaults (ALGORITHMS.md section 5: alpha = 0.9/N, every update). */
-function checkAveraging(given: PipelineAveragingOptions | undefined, pipelines: number, what: string): Required<PipelineAveragingOptions> {
+/**
+ * AvgPipe's elastic averaging, checked, with its defaults (ALGORITHMS.md section 5: alpha = 0.9/N,
+ * every update; the layout `defaultLayout`, the trainer's `shared-stages`).
+ */
+function checkAveraging(given: PipelineAveragingOptions | undefined, pipelines: number, what: string, defaultLayout: AveragingLayout = AVERAGING_LAYOUTS[0]): Required<PipelineAveragingOptions> {
   const options = given ?? {};
   checkObject(options, `${what}: averaging`);
   checkKnownKeys(options, AVERAGING_KEYS, `${what}: averaging`);
+  const layout: unknown = options.layout === undefined ? defaultLayout : options.layout;
+  if (typeof layout !== 'string' || !(AVERAGING_LAYOUTS as readonly string[]).includes(layout))
+    throw new InvalidArgumentError(
+      `${what}: averaging.layout must be one of ${AVERAGING_LAYOUTS.map((l) => `'${l}'`).join(', ')} ('shared-stages': the N pipelines share the S stage workers, the paper's form; 'worker-per-replica': N x S workers), got ${describeValue(layout)}`,
+    );
   return {
     alpha: checkNumber(options.alpha ?? 0.9 / pipelines, `${what}: averaging.alpha`, 0, 1),
     every: checkInteger(options.every ?? 1, `${what}: averaging.every`, 1, 1 << 20),
+    layout: layout as AveragingLayout,
   };
 }
 

@@ -20,7 +20,8 @@ import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
 import { DataParallelTrainer } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
-import { ElasticCenter } from './averaging.js';
+import type { AveragingLayout } from '../schedules/avgpipe.js';
+import { ElasticCenter, SharedElasticCenter } from './averaging.js';
 import { type MicroBatchSource, type PipelineLoss, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
 
 export { PIPELINE_LOSSES, type PipelineLoss } from './stage-runner.js';
@@ -51,16 +52,20 @@ export interface PipelineDataParallelOptions extends DataParallelModeOptions {
   overlapUpdate?: boolean;
 }
 
+export { AVERAGING_LAYOUTS, type AveragingLayout } from '../schedules/avgpipe.js';
+
 /**
  * AvgPipe's elastic averaging (ALGORITHMS.md section 5): after every `every`-th update each
  * replica x_i of a stage moves towards the center c by d_i = alpha*(x_i - c) and c moves by the
- * sum of the d_i. Default alpha 0.9/N, every update.
+ * sum of the d_i. Default alpha 0.9/N, every update, layout `shared-stages`.
  *
  * @category Pipeline runtime
  */
 export interface PipelineAveragingOptions {
   alpha?: number;
   every?: number;
+  /** Where the pipelines run: see {@link AveragingLayout}. */
+  layout?: AveragingLayout;
 }
 
 
@@ -85,7 +90,7 @@ export interface StageDescription {
   parts: number[];
   /** Parallel pipelines: how this stage's replicas combine their gradients (a DataParallelTrainer per part). */
   dataParallel?: PipelineDataParallelOptions;
-  /** AvgPipe: elastic averaging of this stage's replicas with their center. */
+  /** AvgPipe: elastic averaging of this stage's replicas with their center (with `shared-stages`, the N replicas are all on this stage). */
   averaging?: Required<PipelineAveragingOptions>;
   /** Pipelined Backpropagation: which of its delay compensations are on. */
   pipelinedBackprop?: { spikeCompensation: boolean; weightPrediction: boolean };
@@ -202,24 +207,35 @@ export class StageHost {
     readonly runner: StageRunner,
     readonly source: SharedDataSource,
     /** AvgPipe: each part's center, by part. */
-    private readonly centers: Map<number, ElasticCenter>,
+    private readonly centers: Map<number, ElasticCenter | SharedElasticCenter>,
   ) {}
+
+  /** AvgPipe's `shared-stages` layout: this stage runs its row for every pipeline, with a replica of each part per pipeline. */
+  get sharedStages(): boolean {
+    return this.description.averaging?.layout === 'shared-stages';
+  }
 
   /**
    * `comm` joins the stages of pipeline `pipeline`; `replicas` (parallel pipelines) this stage's
    * replicas in the other pipelines, over which each part's gradients are combined (dataParallel)
-   * or its weights averaged (avgpipe).
+   * or its weights averaged (avgpipe). AvgPipe's `shared-stages` layout: `comm` is one transport
+   * per pipeline (each joining the S stages) and there are no `replicas`: they are all here.
    */
   static async create(
     description: StageDescription,
-    comm: Communicator<FlatBuffer> | StageTransport | undefined,
+    comm: Communicator<FlatBuffer> | StageTransport | readonly (Communicator<FlatBuffer> | StageTransport)[] | undefined,
     data: PipelineData,
     replicas?: Communicator<FlatBuffer>,
     pipeline = 0,
   ): Promise<StageHost> {
     const parts: StagePart[] = [];
-    const centers = new Map<number, ElasticCenter>();
+    const centers = new Map<number, ElasticCenter | SharedElasticCenter>();
     try {
+      if (description.averaging?.layout === 'shared-stages') {
+        const runner = await StageHost.buildSharedStage(description, comm, parts, centers);
+        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
+      }
+      if (Array.isArray(comm)) throw new InvalidArgumentError('StageHost: one transport per pipeline is for AvgPipe\'s shared-stages layout');
       if ((description.dataParallel || description.averaging) && !replicas)
         throw new InvalidArgumentError('StageHost: parallel pipelines need the communicator of the stage\'s replicas');
       for (const part of description.parts) {
@@ -249,13 +265,51 @@ export class StageHost {
         }
       }
       // AvgPipe's lists hold every pipeline's actions; data-parallel pipelines each run the one-pipeline list.
-      const runner = new StageRunner(description.stage, description.schedule, comm, parts, description.schedule.pipelines > 1 ? pipeline : 0);
+      const runner = new StageRunner(description.stage, description.schedule, comm as Communicator<FlatBuffer> | StageTransport | undefined, parts, description.schedule.pipelines > 1 ? pipeline : 0);
       return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
     } catch (error) {
       await disposeParts(parts);
       for (const c of centers.values()) c.dispose();
       throw error;
     }
+  }
+
+  /**
+   * AvgPipe's `shared-stages` layout: every part of the stage built once per pipeline (the same
+   * seed, an optimizer each), one center per part beside its replicas, and a runner of the whole row.
+   */
+  private static async buildSharedStage(
+    description: StageDescription,
+    comm: Communicator<FlatBuffer> | StageTransport | readonly (Communicator<FlatBuffer> | StageTransport)[] | undefined,
+    parts: StagePart[],
+    centers: Map<number, ElasticCenter | SharedElasticCenter>,
+  ): Promise<StageRunner> {
+    const { schedule, averaging } = description;
+    if (comm !== undefined && !Array.isArray(comm)) throw new InvalidArgumentError('StageHost: the shared-stages layout takes one transport per pipeline');
+    if (description.device) throw new InvalidArgumentError(`StageHost: AvgPipe's shared stages on ${description.device} are planned`);
+    for (const part of description.parts) {
+      // Each replica joins `parts` as soon as it is built (so a failure frees it), its averaging once the center exists.
+      const first = parts.length;
+      for (let pipeline = 0; pipeline < schedule.pipelines; pipeline++) {
+        const model = await buildStageModel(description.model, part);
+        try {
+          const optimizer = buildOptimizer(model, description.optimizer, schedule, part, description.pipelinedBackprop);
+          parts.push({ part, pipeline, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(schedule.name, part, schedule.parts) });
+        } catch (error) {
+          model.dispose();
+          throw error;
+        }
+      }
+      const replicas = parts.slice(first);
+      const center = new SharedElasticCenter(
+        replicas.map((r) => r.model.params),
+        averaging!.alpha,
+        averaging!.every,
+      );
+      centers.set(part, center);
+      replicas.forEach((r, i) => (parts[first + i] = { ...r, average: async () => center.average(r.pipeline!) }));
+    }
+    return new StageRunner(description.stage, schedule, comm, parts, 'every');
   }
 
   async runRound(samples: Int32Array, startAt: number): Promise<StageRoundResult> {
@@ -266,7 +320,7 @@ export class StageHost {
   /** Each part's weights; for AvgPipe, the center the pipelines average with (the model they agree on). */
   weights(): { part: number; weights: Float32Array }[] {
     for (const p of this.parts) p.device?.copyToHost();
-    return this.parts.map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
+    return this.parts.filter((p) => (p.pipeline ?? 0) === 0).map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
   }
 
   setLr(lr: number): void {
@@ -336,7 +390,8 @@ export function readyMessage(host: StageHost, pipeline: number): FromStage {
     type: 'ready',
     stage: host.description.stage,
     pipeline,
-    parts: host.parts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
+    // (AvgPipe's shared stages hold a replica per pipeline: pipeline 0's describes the part.)
+    parts: host.parts.filter((p) => (p.pipeline ?? 0) === 0).map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
   };
 }
 
@@ -348,7 +403,8 @@ export async function answerStage(host: StageHost, message: ToStage, pipelines: 
   const stage = host.description.stage;
   switch (message.type) {
     case 'round': {
-      // Pipeline p trains on the p-th share of the round's samples.
+      // Pipeline p trains on the p-th share of the round's samples (AvgPipe's shared stages run every pipeline: all of them).
+      if (host.sharedStages) return { type: 'round', pipeline, result: await host.runRound(message.samples, message.startAt) };
       const share = message.samples.length / pipelines;
       return { type: 'round', pipeline, result: await host.runRound(message.samples.subarray(pipeline * share, (pipeline + 1) * share), message.startAt) };
     }

@@ -32,6 +32,13 @@
  * step, and an `optimizerStep` with no step before it (the round's last) flushes the one in flight.
  * Passes read the trainer's forward weights (predicted in `sapipe-wp`), so `predictWeights` is the
  * trainer's work.
+ *
+ * Every pipeline of a row (AvgPipe's `shared-stages` layout). Given `pipeline: 'every'`, a runner
+ * executes its whole row as the generator interleaved it, holding a replica of each of its parts
+ * per pipeline (`StagePart.pipeline`): each action goes to its pipeline's replica, its messages
+ * travel over that pipeline's transport (`comm`: one per pipeline, so that the pipelines' messages
+ * between two stages never wait on each other's order), and pipeline p's micro-batch m is the
+ * source's micro-batch `p x M + m` (so are its loss's index and its data).
  */
 import { performance } from 'node:perf_hooks';
 
@@ -87,6 +94,8 @@ export interface MicroBatchSource {
 /** One part of the model on this stage, with its optimizer. @category Pipeline runtime */
 export interface StagePart {
   readonly part: number;
+  /** With a runner of every pipeline of its row (`pipeline: 'every'`): the pipeline whose replica of the part this is. */
+  readonly pipeline?: number;
   /** A host model (`StageModel<FlatBuffer>`, e.g. a CPU `Sequential`), or one on `device`'s memory. */
   readonly model: StageModel | StageModel<FlatBuffer>;
   readonly optimizer: Optimizer;
@@ -126,6 +135,8 @@ export interface StageTransport<B extends Tensor = Tensor> {
 export interface VersionRead {
   readonly kind: 'forward' | 'backward' | 'weightGrad';
   readonly part: number;
+  /** The pipeline whose replica read it, where a runner runs every pipeline of its row (AvgPipe's shared stages). */
+  readonly pipeline?: number;
   readonly microBatch: number;
   /** Optimizer steps of the part applied to the weights read (absolute, counted from the start of training). */
   readonly version: number;
@@ -137,7 +148,7 @@ export interface StageRoundResult {
   readonly stage: number;
   /** Start and end of every action, milliseconds from the round's start. */
   readonly timeline: TimedAction[];
-  /** The loss of every micro-batch whose last part ran here (index = micro-batch), else empty. */
+  /** The loss of every micro-batch whose last part ran here (index = micro-batch; a runner of every pipeline: pipeline x M + micro-batch), else empty. */
   readonly losses: number[];
   readonly versions: VersionRead[];
   /** Most stashed weight copies held at once (beside the current and predicted weights). */
@@ -206,31 +217,50 @@ export class StageRunner {
   private readonly reductionCounts: readonly number[] = [];
   /** Parts whose replicas' exchange the row's allReduce actions drive (data-parallel workers). */
   private readonly workerExchange = new Set<number>();
+  /** The runner runs every pipeline of its row (`pipeline: 'every'`): parts are keyed by pipeline and part. */
+  private readonly shared: boolean;
+  private readonly partCount: number;
+  private readonly microBatches: number;
+  /** Each part's input and output widths (any replica's). */
+  private readonly sizes = new Map<number, { inputSize: number; outputSize: number }>();
 
   /**
    * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
-   * N; each pipeline's stages run on their own workers and exchange through their own `comm`).
+   * N; in the `worker-per-replica` layout each pipeline's stages run on their own workers and
+   * exchange through their own `comm`), or `'every'`: the whole row, every pipeline's actions on
+   * its own replica of the part (`parts[].pipeline`), `comm` then one transport per pipeline.
    */
   constructor(
     readonly stage: number,
     schedule: Schedule,
-    private readonly comm: Communicator<FlatBuffer> | StageTransport | undefined,
+    private readonly comm: Communicator<FlatBuffer> | StageTransport | readonly (Communicator<FlatBuffer> | StageTransport)[] | undefined,
     parts: readonly StagePart[],
-    readonly pipeline = 0,
+    readonly pipeline: number | 'every' = 0,
   ) {
     const s = schedule as Partial<Schedule> | null;
     if (s === null || typeof s !== 'object' || !Number.isInteger(s.stages) || !Array.isArray(s.actions) || !Number.isInteger(s.parts))
       throw new InvalidArgumentError(`StageRunner: schedule must be a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
     validateSchedule(schedule);
     checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
-    checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
-    const link = comm as Partial<StageTransport> | null | undefined;
-    if (link !== undefined && (link === null || typeof link !== 'object' || typeof link.send !== 'function' || typeof link.recv !== 'function' || !Number.isInteger(link.size)))
+    this.shared = pipeline === 'every';
+    this.partCount = schedule.parts;
+    this.microBatches = schedule.microBatches;
+    if (!this.shared) checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
+    const badLink = (x: unknown): boolean => {
+      const link = x as Partial<StageTransport> | null;
+      return link === null || typeof link !== 'object' || typeof link.send !== 'function' || typeof link.recv !== 'function' || !Number.isInteger(link.size);
+    };
+    if (this.shared) {
+      if (comm !== undefined && (!Array.isArray(comm) || comm.length !== schedule.pipelines || comm.some(badLink)))
+        throw new InvalidArgumentError(`StageRunner: a runner of every pipeline takes one transport per pipeline (${schedule.pipelines}) as comm, or undefined, got ${describeValue(comm)}`);
+    } else if (comm !== undefined && (Array.isArray(comm) || badLink(comm)))
       throw new InvalidArgumentError(`StageRunner: comm must be a Communicator (or a stage transport with size, send and recv) or undefined, got ${describeValue(comm)}`);
     if (!Array.isArray(parts)) throw new InvalidArgumentError('StageRunner: parts must be an array of { part, model, optimizer, backwardPredictionRatio }');
     for (const [i, p] of parts.entries()) {
       checkObject(p, `StageRunner: parts[${i}]`);
       checkInteger(p.part, `StageRunner: parts[${i}].part`, 0, schedule.parts - 1);
+      if (this.shared) checkInteger(p.pipeline, `StageRunner: parts[${i}].pipeline (a runner of every pipeline takes a replica per pipeline)`, 0, schedule.pipelines - 1);
+      else if (p.pipeline !== undefined) throw new InvalidArgumentError(`StageRunner: parts[${i}].pipeline is for a runner of every pipeline (pipeline 'every'); leave it out`);
       if (!(p.optimizer instanceof Optimizer)) throw new InvalidArgumentError(`StageRunner: parts[${i}].optimizer must be an Optimizer (SGD, Adam, AdamW)`);
       const m = p.model as Partial<StageModel> | null;
       if (m === null || typeof m !== 'object' || typeof m.forward !== 'function' || typeof m.backward !== 'function' || m.params !== p.optimizer.params)
@@ -253,9 +283,12 @@ export class StageRunner {
     if (devices.size > 1) throw new InvalidArgumentError(`StageRunner: a stage's parts run in one memory, got ${[...devices].join(' and ')}`);
     this.memory = modelDevice([...devices][0] ?? 'cpu');
     const row = schedule.actions[stage] ?? [];
-    this.actions = rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
+    this.actions = this.shared || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     for (const spec of parts) {
-      this.parts.set(spec.part, {
+      const key = this.key(spec.pipeline ?? 0, spec.part);
+      if (this.parts.has(key)) throw new InvalidArgumentError(`StageRunner: part ${spec.part}${this.shared ? ` of pipeline ${spec.pipeline}` : ''} is given twice`);
+      this.sizes.set(spec.part, { inputSize: spec.model.inputSize, outputSize: spec.model.outputSize });
+      this.parts.set(key, {
         spec,
         updates: 0,
         base: 0,
@@ -270,6 +303,8 @@ export class StageRunner {
     this.lastPart = schedule.parts - 1;
     this.classes = parts.find((p) => p.part === this.lastPart)?.model.outputSize ?? 0;
     for (const a of this.actions) {
+      if (a.kind === 'allReduce' && this.shared)
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)}: a runner of every pipeline of its row runs no all-reduces (AvgPipe's rows have none)`);
       if (a.kind === 'allReduce' && !this.parts.has(a.part)) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
       if (a.kind === 'allReduce' && this.memory.device !== 'cpu')
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)}: all-reduces between stages on a device (Wavelet's model-parallel form) are planned; run the schedule on the CPU`);
@@ -280,14 +315,15 @@ export class StageRunner {
           throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} is applied after the next iteration; its part's data-parallel mode must be a staleness-1 one`);
         this.workerExchange.add(a.part);
       }
-      if (a.kind === 'elasticAverage' && this.parts.get(a.part)?.spec.average === undefined)
+      if (a.kind === 'elasticAverage' && this.partOf(a)?.spec.average === undefined)
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part's replicas (parts[].average; PipelineTrainer gives it for avgpipe)`);
-      if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && !this.parts.has(a.part))
-        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
+      if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && this.partOf(a) === undefined)
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}${this.shared ? ` of pipeline ${a.pipeline}` : ''}, which this stage was not given`);
     }
     if (comm === undefined && this.actions.some((a) => messageOf(a) !== undefined))
       throw new InvalidScheduleError(`stage ${stage} sends or receives but has no communicator`);
-    if (this.actions.some((a) => a.kind === 'allReduce' && !this.workerExchange.has(a.part))) this.reductionCounts = reductionCounts(schedule, stage, pipeline, comm);
+    if (!this.shared && this.actions.some((a) => a.kind === 'allReduce' && !this.workerExchange.has(a.part)))
+      this.reductionCounts = reductionCounts(schedule, stage, pipeline as number, comm as Communicator<FlatBuffer> | StageTransport | undefined);
   }
 
   /**
@@ -318,9 +354,10 @@ export class StageRunner {
       skippedBefore += p.skipped;
       p.base = p.updates;
       p.accumulated = 0;
-      p.lastRead = this.lastReads(p.spec.part);
+      p.lastRead = this.lastReads(p.spec);
     }
     // Message id -> buffer: received inputs, local outputs, gradients to send or consume.
+    /** (`part`: the key of the part's replica that owns a model buffer.) */
     const messages = new Map<string, { buffer: Tensor; owner: 'runtime' | 'model'; part: number }>();
     const onDevice = this.memory.device !== 'cpu';
     // A device stage keeps each micro-batch's loss on the device and reads them once, at the round's end.
@@ -355,9 +392,9 @@ export class StageRunner {
     const versionOf = (p: PartState): number => p.updates - p.base;
 
     const weightsFor = (a: Action, index: number): { buffer: Tensor; version: number; predicted: boolean } => {
-      const p = this.parts.get(a.part)!;
+      const p = this.partOf(a)!;
       const current = versionOf(p);
-      const key = `${a.part}:${a.microBatch}`;
+      const key = `${a.pipeline}:${a.part}:${a.microBatch}`;
       if (predicted.has(key)) {
         predicted.delete(key);
         if (a.kind === 'forward') return { buffer: forwardWeightsOf(p.spec), version: p.base + current, predicted: true };
@@ -396,25 +433,25 @@ export class StageRunner {
       for (const [index, a] of this.actions.entries()) {
         if (sendError !== undefined) throw sendError;
         const start = now() - startAt;
-        const p = this.parts.get(a.part);
+        const p = this.partOf(a);
         switch (a.kind) {
           case 'forward': {
             const part = p!;
             const w = weightsFor(a, index);
-            versions.push({ kind: 'forward', part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+            versions.push({ kind: 'forward', part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             let input = a.part === 0 ? undefined : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
             if (a.part === 0) {
-              const host = source.input(a.microBatch);
+              const host = source.input(this.sampleOf(a));
               if (onDevice) {
                 // The data set is on the host: its micro-batch is copied in, the one copy of a step's input.
                 input = this.take(source.batch * this.inputSizeOf(0));
                 this.memory.write(input, host.array.subarray(0, input.length));
-                messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: 0 });
+                messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: this.key(a.pipeline, 0) });
               } else input = host;
             }
             if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
             const output = modelOf(part.spec).forward(a.microBatch, input, source.batch, w.buffer);
-            messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: a.part });
+            messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: this.key(a.pipeline, a.part) });
             peakActivations = Math.max(peakActivations, ++live);
             const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
             stored.set(`${a.pipeline}:${a.microBatch}:${a.part}`, bytes);
@@ -427,7 +464,7 @@ export class StageRunner {
             const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
             if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
             const w = weightsFor(a, index);
-            versions.push({ kind: a.kind, part: a.part, microBatch: a.microBatch, version: w.version, predicted: w.predicted });
+            versions.push({ kind: a.kind, part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             const accumulate = part.accumulated > 0;
             if (a.kind === 'weightGrad') {
               modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate });
@@ -438,10 +475,10 @@ export class StageRunner {
               if (a.part === this.lastPart) {
                 const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
                 gradOutput = this.take(logits.length);
-                const targets = source.labels(a.microBatch);
-                if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[a.microBatch] = this.hostLoss(logits, gradOutput, targets, source);
-                else deviceLosses.set(a.microBatch, this.deviceLoss(logits, gradOutput, targets, source, a.microBatch));
-                messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: a.part });
+                const targets = source.labels(this.sampleOf(a));
+                if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[this.sampleOf(a)] = this.hostLoss(logits, gradOutput, targets, source);
+                else deviceLosses.set(this.sampleOf(a), this.deviceLoss(logits, gradOutput, targets, source, a.microBatch));
+                messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: this.key(a.pipeline, a.part) });
               } else {
                 const m = messages.get(gradId);
                 if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its output gradient never arrived`);
@@ -464,7 +501,7 @@ export class StageRunner {
               messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
               // The received input: a split backward's weight gradient still reads it.
               if (!split) dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
-              if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: a.part });
+              if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: this.key(a.pipeline, a.part) });
             }
             if (a.kind === 'weightGrad' || !split) {
               part.accumulated++;
@@ -542,7 +579,7 @@ export class StageRunner {
             break;
           }
           case 'predictWeights':
-            if (!this.workerExchange.has(a.part)) predicted.add(`${a.part}:${a.microBatch}`);
+            if (!this.workerExchange.has(a.part)) predicted.add(`${a.pipeline}:${a.part}:${a.microBatch}`);
             break;
           case 'elasticAverage':
             await p!.spec.average!();
@@ -556,7 +593,7 @@ export class StageRunner {
             const m = messages.get(id);
             if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
             const isGradient = a.kind === 'sendGradient';
-            const sent = (this.comm as StageTransport).send(m.buffer, a.peer).then(
+            const sent = this.linkOf(a).send(m.buffer, a.peer).then(
                 () => {
                   // A sent gradient is not read again here; a sent activation stays with the model until its backward.
                   if (isGradient) dropMessage(id);
@@ -577,8 +614,8 @@ export class StageRunner {
             const id = messageOf(a)!;
             const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
             const buffer = this.take(source.batch * width);
-            messages.set(id, { buffer, owner: 'runtime', part: a.part });
-            await (this.comm as StageTransport).recv(buffer, a.peer);
+            messages.set(id, { buffer, owner: 'runtime', part: this.key(a.pipeline, a.part) });
+            await this.linkOf(a).recv(buffer, a.peer);
             break;
           }
           default:
@@ -660,13 +697,13 @@ export class StageRunner {
     }
   }
 
-  /** For each round version of `part`, the index of the last action on this stage reading it. */
-  private lastReads(part: number): Map<number, number> {
+  /** For each round version of `spec`'s part, the index of the last action on this stage reading it. */
+  private lastReads(spec: StagePart): Map<number, number> {
     const last = new Map<number, number>();
     let count = 0;
     const predictedNext = new Set<number>();
     this.actions.forEach((a, i) => {
-      if (a.part !== part) return;
+      if (a.part !== spec.part || (this.shared && a.pipeline !== spec.pipeline)) return;
       if (a.kind === 'optimizerStep') count++;
       else if (a.kind === 'predictWeights') predictedNext.add(a.microBatch);
       else if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
@@ -775,10 +812,31 @@ export class StageRunner {
   }
 
   private inputSizeOf(part: number): number {
-    return this.parts.get(part)!.spec.model.inputSize;
+    return this.sizes.get(part)!.inputSize;
   }
   private outputSizeOf(part: number): number {
-    return this.parts.get(part)!.spec.model.outputSize;
+    return this.sizes.get(part)!.outputSize;
+  }
+
+  /** The key of a part's replica in `parts`: the part, or with a runner of every pipeline, (pipeline, part). */
+  private key(pipeline: number, part: number): number {
+    return this.shared ? pipeline * this.partCount + part : part;
+  }
+  /** The state of the replica an action runs on. */
+  private partOf(a: Action): PartState | undefined {
+    return this.parts.get(this.key(a.pipeline, a.part));
+  }
+  /** The source's micro-batch of an action: its own, or with a runner of every pipeline, pipeline x M + its own. */
+  private sampleOf(a: Action): number {
+    return this.shared ? a.pipeline * this.microBatches + a.microBatch : a.microBatch;
+  }
+  private pipelineOf(a: Action): { pipeline?: number } {
+    return this.shared ? { pipeline: a.pipeline } : {};
+  }
+  /** The transport of an action's pipeline. */
+  private linkOf(a: Action): StageTransport {
+    const comm = this.comm as StageTransport | readonly StageTransport[];
+    return Array.isArray(comm) ? (comm as readonly StageTransport[])[a.pipeline]! : (comm as StageTransport);
   }
 }
 

@@ -17,30 +17,47 @@ interface StageThreadData extends LocalRankData {
   pipelines: number;
   /** The schedule's rows are data-parallel workers (SAPipe): thread x runs row x as pipeline x. */
   rowsAreWorkers: boolean;
+  /** AvgPipe's shared-stages layout: thread k runs row k for every pipeline (rank = stage). */
+  sharedStages: boolean;
 }
 
-const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers } = workerData as StageThreadData;
+const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers, sharedStages } = workerData as StageThreadData;
 // Threads of one pipeline exchange activations; a worker row exchanges nothing but its all-reduces.
 const stages = rowsAreWorkers ? 1 : descriptions.length;
-const pipeline = Math.floor(sapipeLocal.rank / stages);
-const description = descriptions[rowsAreWorkers ? sapipeLocal.rank : sapipeLocal.rank % stages]!;
+// (A thread of shared stages runs every pipeline; it answers as pipeline 0.)
+const pipeline = sharedStages ? 0 : Math.floor(sapipeLocal.rank / stages);
+const description = descriptions[rowsAreWorkers || sharedStages ? sapipeLocal.rank : sapipeLocal.rank % stages]!;
 const post = (message: FromStage): void => parentPort!.postMessage(message);
 
 async function main(): Promise<void> {
   // Two groups per thread: the stages of its pipeline (transfers) and, with parallel pipelines,
   // its stage's replicas (gradient all-reduces, or AvgPipe's averaging). Every thread joins them in
-  // the same order.
+  // the same order. AvgPipe's shared stages: every pipeline's group of the S stages (the
+  // pipelines' transfers kept apart), and no replicas' group (they are all on this thread).
   const group = (what: string): string => `${sapipeLocal.group}/${what}`;
-  const comm = stages > 1 ? await LocalCommunicator.create({ group: group(`pipeline-${pipeline}`), rank: description.stage, size: stages, timeoutMs }) : undefined;
+  const joined: LocalCommunicator[] = [];
+  const join = async (name: string, rank: number, size: number): Promise<LocalCommunicator> => {
+    const c = await LocalCommunicator.create({ group: group(name), rank, size, timeoutMs });
+    joined.push(c);
+    return c;
+  };
+  let comm: LocalCommunicator | LocalCommunicator[] | undefined;
   let replicas: LocalCommunicator | undefined;
   let host: StageHost;
   try {
-    if (description.dataParallel || description.averaging)
-      replicas = await LocalCommunicator.create({ group: group(rowsAreWorkers ? 'workers' : `stage-${description.stage}`), rank: pipeline, size: pipelines, timeoutMs });
+    if (sharedStages) {
+      if (stages > 1) {
+        const links: LocalCommunicator[] = [];
+        for (let p = 0; p < pipelines; p++) links.push(await join(`pipeline-${p}`, description.stage, stages));
+        comm = links;
+      }
+    } else {
+      comm = stages > 1 ? await join(`pipeline-${pipeline}`, description.stage, stages) : undefined;
+      if (description.dataParallel || description.averaging) replicas = await join(rowsAreWorkers ? 'workers' : `stage-${description.stage}`, pipeline, pipelines);
+    }
     host = await StageHost.create(description, comm, data, replicas, pipeline);
   } catch (error) {
-    comm?.destroy();
-    replicas?.destroy();
+    for (const c of joined) c.destroy();
     throw error;
   }
   post(readyMessage(host, pipeline));
@@ -51,8 +68,7 @@ async function main(): Promise<void> {
       try {
         if (message.type === 'stop') {
           await host.dispose();
-          comm?.destroy();
-          replicas?.destroy();
+          for (const c of joined) c.destroy();
           parentPort!.close();
           return;
         }
@@ -61,8 +77,7 @@ async function main(): Promise<void> {
       } catch (error) {
         post(describeError(description.stage, error));
         // Peers blocked on this stage fail at once instead of waiting for their timeout.
-        comm?.destroy();
-        replicas?.destroy();
+        for (const c of joined) c.destroy();
       }
     });
   });

@@ -19,7 +19,7 @@ import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
 import { startDeviceStages, type StageWorker } from './in-process.js';
 import { epochOrder, planPipeline, type PipelineTrainerOptions } from './plan.js';
-import type { FromStage, PartCheckpointState, PipelineLoss, PipelineModelSpec, ToStage } from './stage-host.js';
+import type { AveragingLayout, FromStage, PartCheckpointState, PipelineLoss, PipelineModelSpec, ToStage } from './stage-host.js';
 import type { OptimizerState } from '../../optim/optimizer.js';
 import type { StageRoundResult, VersionRead } from './stage-runner.js';
 
@@ -33,11 +33,16 @@ export interface RoundReport {
   readonly losses: readonly number[];
   /** Wall time of the round on the trainer's clock, ms. */
   readonly wallMs: number;
-  /** The measured timeline, per stage (of pipeline 0; per worker where the schedule's rows are data-parallel workers, SAPipe), ms from the round's start, in the simulator's format. */
+  /**
+   * The measured timeline, per worker row, ms from the round's start, in the simulator's format:
+   * per stage of pipeline 0 where each pipeline runs on its own workers; where one worker runs a
+   * row, that row's actions (SAPipe's data-parallel workers; AvgPipe's `shared-stages` layout:
+   * every pipeline's passes on its stage's row, as the generator interleaved them).
+   */
   readonly timeline: readonly (readonly TimedAction[])[];
-  /** Weight versions read, per stage of pipeline 0 (absolute optimizer-step counts). */
+  /** Weight versions read, per stage of pipeline 0 (absolute optimizer-step counts; AvgPipe's shared stages: of every pipeline, each read naming its pipeline). */
   readonly versions: readonly (readonly VersionRead[])[];
-  /** Per stage of pipeline 0. */
+  /** Per stage of pipeline 0 (AvgPipe's shared stages: per stage, every pipeline's replicas together). */
   readonly peakActivations: readonly number[];
   readonly peakStashed: readonly number[];
   /** Per stage of pipeline 0: predicted weight copies kept beside the weights (PipeOptim, SpecTrain, ...). */
@@ -141,7 +146,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: StageWorker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean },
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean; averagingLayout: AveragingLayout | undefined },
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
@@ -165,12 +170,15 @@ export class PipelineTrainer {
   static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
     const plan = await planPipeline(options, 'PipelineTrainer');
     const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, device } = plan;
-    // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe), worker x runs row x.
-    // On a device every stage runs in this process, on that device.
-    const threads = rowsAreWorkers ? schedule.stages : pipelines * schedule.stages;
+    // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe) or AvgPipe's
+    // pipelines share the stages, worker x runs row x. On a device every stage runs in this process, on that device.
+    const averagingLayout = plan.averaging?.layout;
+    const sharedStages = averagingLayout === 'shared-stages';
     const workers: StageWorker[] =
-      device === 'cpu' ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), threads, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } }) : startDeviceStages(descriptions, data, timeoutMs);
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
+      device === 'cpu'
+        ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers, sharedStages } })
+        : startDeviceStages(descriptions, data, timeoutMs);
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -197,6 +205,10 @@ export class PipelineTrainer {
   /** Parallel pipelines (N). */
   get pipelines(): number {
     return this.options.pipelines;
+  }
+  /** AvgPipe: where its pipelines run (`averaging.layout`, default `shared-stages`); undefined for the other schedules. */
+  get averagingLayout(): AveragingLayout | undefined {
+    return this.options.averagingLayout;
   }
   /** Rounds in one epoch: the data set's samples over one round's samples (every pipeline's), rounded down. */
   get roundsPerEpoch(): number {
@@ -439,11 +451,13 @@ export class PipelineTrainer {
     const wallMs = performance.now() - start;
     // In worker order: pipeline 0's stages first.
     const all = replies.map((r) => (r as Extract<FromStage, { type: 'round' }>).result);
-    // The timeline's rows: pipeline 0's stages, or every worker where the rows are workers.
+    // The timeline's rows: pipeline 0's stages, or every worker where a worker runs a row.
     const results = all.slice(0, this.schedule.stages);
     const per = this.stagesPerPipeline;
     const dense: number[] = [];
-    for (let p = 0; p < this.options.pipelines; p++) {
+    // The workers of each pipeline (AvgPipe's shared stages: one group, its losses indexed pipeline x M + micro-batch).
+    const groups = this.sharedStages ? 1 : this.options.pipelines;
+    for (let p = 0; p < groups; p++) {
       const losses: number[] = [];
       for (const r of all.slice(p * per, (p + 1) * per)) r.losses.forEach((l, m) => l !== undefined && (losses[m] = l));
       dense.push(...losses.filter((l) => l !== undefined));
@@ -541,14 +555,20 @@ export class PipelineTrainer {
       throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);
   }
 
-  /** Workers per pipeline: its stages, or 1 where the schedule's rows are data-parallel workers. */
+  /** Workers per pipeline: its stages, or 1 where the schedule's rows are data-parallel workers (AvgPipe's shared stages: every worker is every pipeline's). */
   private get stagesPerPipeline(): number {
     return this.options.rowsAreWorkers ? 1 : this.schedule.stages;
+  }
+
+  /** AvgPipe's pipelines share the stage workers. */
+  private get sharedStages(): boolean {
+    return this.options.averagingLayout === 'shared-stages';
   }
 
   /** Worker `index` in messages: its stage, and its pipeline when there are several. */
   private workerName(index: number): string {
     if (this.options.rowsAreWorkers) return `data-parallel worker ${index}`;
+    if (this.sharedStages) return `pipeline stage ${index} (every pipeline's)`;
     const stages = this.schedule.stages;
     return this.options.pipelines > 1 ? `pipeline ${Math.floor(index / stages)} stage ${index % stages}` : `pipeline stage ${index}`;
   }

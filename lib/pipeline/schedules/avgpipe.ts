@@ -5,6 +5,20 @@ import { stageOrder } from './advance-forward.js';
 import { type ScheduleOptions, checkOptions, checkUnits, limits } from './options.js';
 import { checkInteger } from '../../validate.js';
 
+/**
+ * Where AvgPipe's N pipelines run on the runtime (`averaging.layout`), and what the tuner simulates:
+ * - `shared-stages` (default; the paper's form): S workers, worker k running row k of the schedule
+ *   as the generator interleaved the pipelines' passes, with N replicas of part k, one per
+ *   pipeline, averaged with their center on the worker;
+ * - `worker-per-replica`: N x S workers, each pipeline on S of its own, the N replicas of a part
+ *   averaged over a communicator (one all-reduce of the differences per exchange).
+ *
+ * @category Pipeline runtime
+ */
+export type AveragingLayout = (typeof AVERAGING_LAYOUTS)[number];
+/** The layouts of {@link AveragingLayout}, the default first. @category Pipeline runtime */
+export const AVERAGING_LAYOUTS = ['shared-stages', 'worker-per-replica'] as const;
+
 /** N, AvgPipe's parallel pipelines, where none is given (the generator's and the runtime's default). @category Pipeline schedules */
 export const AVGPIPE_DEFAULT_PIPELINES = 2;
 
