@@ -55,3 +55,15 @@ t.test('examples/tfjs-mnist.mjs trains a TensorFlow.js CNN data-parallel (sync, 
     t.ok(m && Number(m[1]) > 40, `${label} learns: ${m?.[1]}% (chance 10%)`);
   }
 });
+
+t.test("examples/gpt-text.mjs: the guide's GPT trains on one worker and in a pipeline, and resumes from its checkpoint", async (t) => {
+  const script = fileURLToPath(new URL('../examples/gpt-text.mjs', import.meta.url));
+  const { stdout } = await run(process.execPath, [script], { timeout: 300_000 });
+  const one = /one worker: 60 AdamW steps, validation perplexity ([\d.]+) -> ([\d.]+)/.exec(stdout);
+  // At the start the model knows nothing (perplexity above 256, the bytes' count); 60 steps reach
+  // about 16 here, on the common letters and spaces.
+  t.ok(one && Number(one[1]) > 256 && Number(one[2]) < 30, `one worker learns the bytes: ${one?.[1]} -> ${one?.[2]}`);
+  const pipe = /pipeline: 2 stages \(pipeoptim\), (\d+) rounds, validation perplexity ([\d.]+)/.exec(stdout);
+  t.ok(pipe && Number(pipe[1]) === 32 && Number(pipe[2]) < 60, `the pipeline learns: ${pipe?.[2]} after ${pipe?.[1]} rounds`);
+  t.match(stdout, /resumed: validation loss [\d.]+ \(saved [\d.]+\), the same/, 'the resumed pipeline evaluates to the saved loss exactly');
+});
