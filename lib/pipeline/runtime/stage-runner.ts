@@ -249,7 +249,9 @@ export class StageRunner {
    * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
    * N; in the `worker-per-replica` layout each pipeline's stages run on their own workers and
    * exchange through their own `comm`), or `'every'`: the whole row, every pipeline's actions on
-   * its own replica of the part (`parts[].pipeline`), `comm` then one transport per pipeline.
+   * its own replica of the part (`parts[].pipeline`), `comm` then one transport per pipeline (for
+   * a Wavelet data-parallel worker, whose row holds its two waves: its tick and tock replicas, and
+   * `comm` the one communicator over the workers).
    */
   constructor(
     readonly stage: number,
