@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit } from 'sapipe';
+import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit, WAVELET_FORMS, type WaveletForm, waveletMemory, type WaveletMemory } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 import { checkGptSize, describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
@@ -48,6 +48,8 @@ export interface MnistPipelineConfig {
   advance?: number;
   /** AvgPipe: where its pipelines run (default `shared-stages`: the N pipelines share the S stage workers; `worker-per-replica`: N x S workers). */
   averagingLayout?: AveragingLayout;
+  /** Wavelet: its form (default `model-parallel`; `data-parallel`: `stages` workers, each with a tick and a tock replica of the whole model). */
+  form?: WaveletForm;
   /** Pipelined Backpropagation: spike compensation and linear weight prediction (default on). */
   spikeCompensation?: boolean;
   weightPrediction?: boolean;
@@ -150,6 +152,7 @@ export const MNIST_PIPELINE_DEFAULTS: MnistPipelineConfig = {
 export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefined {
   const runtime = runtimeOf(c.schedule);
   if (runtime.coupling === 'workers') return `measured and simulated: every one of the ${c.stages} data-parallel workers (a row each, the whole model on each)`;
+  if (c.form === 'data-parallel') return `measured and simulated: every one of the ${c.stages} data-parallel workers (a row each, its tick and tock replicas of the whole model)`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
   if (runtime.coupling === 'elastic-averaging' && averagingLayoutOf(c) === 'shared-stages')
@@ -171,6 +174,7 @@ export function averagingLayoutOf(c: MnistPipelineConfig): AveragingLayout | und
 export function pipelinesCoupling(c: MnistPipelineConfig): string | undefined {
   const runtime = runtimeOf(c.schedule);
   if (runtime.coupling === 'workers') return `${c.stages} data-parallel workers, each holding the whole model, in data-parallel mode ${c.dataParallel ?? 'sapipe-wp'}`;
+  if (c.form === 'data-parallel') return `${c.stages} data-parallel workers, each holding two replicas of the whole model (tick, tock), each wave all-reduced over the workers`;
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
   return runtime.coupling === 'elastic-averaging'
@@ -199,6 +203,13 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     if (runtimeOf(c.schedule).coupling !== 'elastic-averaging') {
       const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).coupling === 'elastic-averaging');
       throw new InvalidArgumentError(`--averaging-layout sets where ${owners.join(', ')}'s pipelines run; use it with --schedule ${owners[0]}`);
+    }
+  }
+  if (c.form !== undefined) {
+    checkOneOf(c.form, '--form', WAVELET_FORMS);
+    if (!runtimeOf(c.schedule).trainerOptions.includes('form')) {
+      const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes('form'));
+      throw new InvalidArgumentError(`--form picks ${owners.join(', ')}'s form; use it with --schedule ${owners[0]}`);
     }
   }
   if ((c.spikeCompensation === false || c.weightPrediction === false) && !runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop')) {
@@ -252,6 +263,13 @@ export interface MnistPipelineResult {
   predictedCopies: readonly number[];
   /** Stored micro-batch activations per stage at their peak, in the typical round. */
   peakActivations: readonly number[];
+  /**
+   * Wavelet's data-parallel form, per worker in the typical round: each wave's peak stored
+   * activations (micro-batches, bytes), the worker's, and the comparison with plain data
+   * parallelism at the same micro-batch (waveletMemory; plain's peak: one replica's forward of b
+   * samples, which is a wave's own peak). Absent for the other schedules and forms.
+   */
+  waves?: readonly { tick: { peakActivations: number; peakActivationBytes: number }; tock: { peakActivations: number; peakActivationBytes: number }; worker: { peakActivations: number; peakActivationBytes: number }; comparison: WaveletMemory | undefined }[];
   /** The run as a tuner profile (docs/pipeline.md): each stage's measured forward and backward per micro-batch, and its sizes. */
   profile: PipelineProfile;
 }
@@ -331,6 +349,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     ...(c.advance !== undefined ? { advance: c.advance } : {}),
     ...(c.dataParallel !== undefined ? { dataParallel: { mode: c.dataParallel } } : {}),
     ...(c.averagingLayout !== undefined ? { averaging: { layout: c.averagingLayout } } : {}),
+    ...(c.form !== undefined ? { form: c.form } : {}),
     ...(runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop') ? { pipelinedBackprop: { spikeCompensation: c.spikeCompensation ?? true, weightPrediction: c.weightPrediction ?? true } } : {}),
     model: { layers: modelLayers(c), seed: c.seed, boundaries: c.boundaries },
     optimizer,
@@ -393,9 +412,22 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       peakStashed: typical.peakStashed,
       predictedCopies: typical.predictedCopies,
       peakActivations: typical.peakActivations,
+      ...(c.form === 'data-parallel' && typical.replicaPeaks ? { waves: wavePeaks(typical, c.microBatchSize) } : {}),
       profile,
     };
   } finally {
     await trainer.dispose();
   }
+}
+
+/** @internal Wavelet's data-parallel workers' peaks in a round (see MnistPipelineResult.waves). */
+export function wavePeaks(r: RoundReport, microBatchSize: number): NonNullable<MnistPipelineResult['waves']> {
+  return r.replicaPeaks!.map((replicas, x) => {
+    const [tick, tock] = replicas as [NonNullable<RoundReport['replicaPeaks']>[number][number], NonNullable<RoundReport['replicaPeaks']>[number][number]];
+    const worker = { peakActivations: r.peakActivations[x]!, peakActivationBytes: r.peakActivationBytes[x]! };
+    // Plain data parallelism at micro-batch b holds one replica's forward of b samples: a wave's own peak.
+    const plain = Math.max(tick.peakActivationBytes, tock.peakActivationBytes);
+    const comparison = plain > 0 ? waveletMemory({ waves: [tick.peakActivationBytes, tock.peakActivationBytes], worker: worker.peakActivationBytes, plain, microBatchSize }) : undefined;
+    return { tick: { peakActivations: tick.peakActivations, peakActivationBytes: tick.peakActivationBytes }, tock: { peakActivations: tock.peakActivations, peakActivationBytes: tock.peakActivationBytes }, worker, comparison };
+  });
 }

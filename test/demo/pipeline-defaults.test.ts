@@ -7,7 +7,8 @@
 import t from 'tap';
 
 import { pipelineConfigFromCli } from '../../dist/apps/cli/commands/train.js';
-import { pipelineDefaults, PIPELINED_BACKPROP_REFERENCE } from '../../dist/apps/demo/pipeline-run.js';
+import { checkMnistPipelineConfig, pipelineDefaults, PIPELINED_BACKPROP_REFERENCE, wavePeaks } from '../../dist/apps/demo/pipeline-run.js';
+import type { RoundReport } from '../../dist/index.js';
 import { pipelinedBackpropScaling } from '../../dist/optim/options.js';
 import { RUNTIME_SCHEDULES } from '../../dist/pipeline/runtime/weights.js';
 
@@ -67,4 +68,18 @@ t.test('the GPT size options: the pipeline GPT by default, refused without --mod
   t.same(cli({ model: 'gpt', blocks: '1', context: '32' }).gpt, { blocks: 1, dim: 128, heads: 4, context: 32 });
   t.throws(() => cli({ heads: '2' }), { code: 'ERR_INVALID_ARGUMENT', message: /^--heads sets the GPT's size; use it with --model gpt$/ });
   t.throws(() => cli({ model: 'gpt', dim: 'wide' }), { code: 'ERR_INVALID_ARGUMENT', message: /--dim must be a number, got "wide"/ });
+});
+
+t.test('--form: Wavelet\'s form reaches the run, checked; the waves\' peaks in the report', async (t) => {
+  t.equal(checkMnistPipelineConfig(cli({ schedule: 'wavelet', form: 'data-parallel' })).form, 'data-parallel');
+  t.equal(cli({ schedule: 'wavelet' }).form, undefined, 'none given: the trainer\'s default');
+  t.throws(() => checkMnistPipelineConfig(cli({ schedule: 'wavelet', form: 'tick-tock' })), { code: 'ERR_INVALID_ARGUMENT', message: /--form must be one of 'data-parallel', 'model-parallel'/ });
+  t.throws(() => checkMnistPipelineConfig(cli({ schedule: 'gpipe', form: 'data-parallel' })), { code: 'ERR_INVALID_ARGUMENT', message: /--form picks wavelet's form; use it with --schedule wavelet/ });
+  // A round of 2 workers as the runtime measures it at b = 16 (sapipe train pipeline --schedule wavelet --form data-parallel --microbatch-size 16).
+  const peaks = (p: number) => [{ pipeline: 2 * p, peakActivations: 1, peakActivationBytes: 181888 }, { pipeline: 2 * p + 1, peakActivations: 1, peakActivationBytes: 181888 }];
+  const report = { peakActivations: [2, 2], peakActivationBytes: [363776, 363776], replicaPeaks: [peaks(0), peaks(1)] } as unknown as RoundReport;
+  const waves = wavePeaks(report, 16);
+  t.same(waves[1]!.tick, { peakActivations: 1, peakActivationBytes: 181888 });
+  t.same(waves[1]!.worker, { peakActivations: 2, peakActivationBytes: 363776 });
+  t.same([waves[0]!.comparison!.ratio, waves[0]!.comparison!.sameMemoryMicroBatch], [2, 8], 'twice plain data parallelism; a wave of 8 in its memory');
 });

@@ -112,7 +112,7 @@ const trainerOptions = (schedule: ScheduleName, extra: Partial<PipelineTrainerOp
     stages: S,
     microBatches: M,
     microBatchSize: 2,
-    model: { layers: LAYERS, seed: SEED, boundaries: evenBoundaries(LAYERS.length, generateSchedule(schedule, { ...base, ...runtimeOf(schedule)?.generatorOptions }).parts) },
+    model: { layers: LAYERS, seed: SEED, boundaries: evenBoundaries(LAYERS.length, generateSchedule(schedule, { ...base, ...runtimeOf(schedule)?.generatorOptions, ...(extra.form ? { form: extra.form } : {}) }).parts) },
     optimizer: { kind: 'sgd', lr: 0.05, momentum: 0.9 },
     data: { inputs: samples.inputs, labels: samples.labels, features: FEATURES },
     shuffle: false,
@@ -155,8 +155,17 @@ t.test('the runtime runs the schedules whose entry has a runtime, as the entry s
   }
 });
 
+t.test("Wavelet's data-parallel form: its rows are workers, two waves each, no DataParallelTrainer", async (t) => {
+  const p = await plan('wavelet', { form: 'data-parallel' });
+  t.ok(p.rowsAreWorkers && p.schedule.parts === 1, 'a worker per row, the whole model on each');
+  t.equal(p.schedule.pipelines, 2 * p.schedule.stages, 'a tick and a tock pipeline per worker');
+  t.equal(p.schedule.params.form, 'data-parallel');
+  t.equal(p.dataParallel, undefined, 'its waves all-reduce themselves');
+  t.ok(p.descriptions.every((d) => d.waves === true && d.parts.length === 1), 'every worker holds the two replicas of part 0');
+});
+
 t.test('a trainer option of one schedule is refused by the others, naming its schedule', async (t) => {
-  const given: Record<string, Partial<PipelineTrainerOptions>> = { advance: { advance: 0 }, averaging: { averaging: { every: 2 } }, pipelinedBackprop: { pipelinedBackprop: { weightPrediction: false } } };
+  const given: Record<string, Partial<PipelineTrainerOptions>> = { advance: { advance: 0 }, averaging: { averaging: { every: 2 } }, pipelinedBackprop: { pipelinedBackprop: { weightPrediction: false } }, form: { form: 'data-parallel' } };
   const owners = new Map(RUNTIME_SCHEDULES.flatMap((n) => runtimeOf(n)!.trainerOptions.map((k) => [k, n] as const)));
   t.same([...owners.keys()].sort(), Object.keys(given).sort(), 'every schedule-owned trainer option is tried');
   for (const name of RUNTIME_SCHEDULES) {

@@ -6,11 +6,21 @@
  * Memory: the measured peak stored activations per stage equal the validator's figures for GPipe,
  * 1F1B and Wavelet at S = 4, M = 8; their bytes are the stored widths of the part times the count;
  * a Wavelet worker holds the whole model's weights, gradients and momentum.
+ *
+ * The data-parallel form (`form: 'data-parallel'`): over 10 rounds at S = 2 (SGD-momentum) and
+ * S = 3 (Adam), M = 2, b = 2, the tick weights of worker 0 and every micro-batch's loss (both waves,
+ * every worker) against test/reference/wavelet.ts (double precision, fp32 where the runtime's
+ * buffers round the waves' average). Tolerance: 1e-5 absolute on the weights (O(0.5)), 1e-5
+ * relative on the losses; the differences are float rounding of the passes and the sums.
+ * Its memory: each wave holds one micro-batch at a time; the worker runs the tick's forward before
+ * the tock's backward of the previous iteration, one pass after another on its thread, so it holds
+ * both at once: its peak is tick + tock, twice plain data parallelism's at the same micro-batch.
  */
 import t from 'tap';
 
-import { LocalCommunicator, PipelineTrainer, Sequential, SGD, StageRunner, createSchedule, generateSchedule, type Action, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
-import { FEATURES, LAYERS, SEED, dataset, evenBoundaries } from './runtime-helpers.js';
+import { InvalidArgumentError, LocalCommunicator, PipelineTrainer, Sequential, SGD, StageRunner, WAVELET_FORMS, createSchedule, generateSchedule, waveletMemory, type Action, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
+import { referenceWaveletDataParallel } from '../reference/wavelet.js';
+import { FEATURES, LAYERS, SEED, dataset, evenBoundaries, initialPart, maxDiff, partFromTrainer, refConfig } from './runtime-helpers.js';
 
 const B = 2;
 const optimizer: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.1, momentum: 0.9 };
@@ -87,4 +97,107 @@ t.test('all-reduces are checked before anything runs: the same reductions in the
     }
     for (const c of comms) c.destroy();
   }
+});
+
+const waveletDp = async (S: number, optimizer: PipelineOptimizerSpec, rounds: number, M = 2): Promise<{ weights: Float32Array; losses: number[][]; reports: Awaited<ReturnType<PipelineTrainer['trainRound']>>[] }> => {
+  const perRound = 2 * S * M * B;
+  const { inputs, labels } = dataset(rounds * perRound);
+  const trainer = await PipelineTrainer.create({
+    schedule: 'wavelet',
+    form: 'data-parallel',
+    stages: S,
+    microBatches: M,
+    microBatchSize: B,
+    model: { layers: LAYERS, seed: SEED },
+    optimizer,
+    data: { inputs, labels, features: FEATURES },
+    shuffle: false,
+  });
+  try {
+    const reports = [];
+    for (let r = 0; r < rounds; r++) reports.push(await trainer.trainRound());
+    return { weights: (await trainer.weights())[0]!, losses: reports.map((r) => [...r.losses]), reports };
+  } finally {
+    await trainer.dispose();
+  }
+};
+
+/** Each data-parallel run's first round, by S: the memory test reads its peaks. */
+const firstRounds = new Map<number, Awaited<ReturnType<PipelineTrainer['trainRound']>>>();
+
+t.test('data-parallel form: weights and losses as the reference over 10 rounds', async (t) => {
+  const ROUNDS = 10;
+  const M = 2;
+  for (const [S, optimizer] of [
+    [2, { kind: 'sgd', lr: 0.1, momentum: 0.9 }],
+    [3, { kind: 'adam', lr: 0.01 }],
+  ] as const) {
+    const run = await waveletDp(S, optimizer, ROUNDS, M);
+    firstRounds.set(S, run.reports[0]!);
+    const perRound = 2 * S * M * B;
+    const { inputs, labels } = dataset(ROUNDS * perRound);
+    const rounds = Array.from({ length: ROUNDS }, (_, r) => Array.from({ length: perRound }, (_, i) => r * perRound + i));
+    const initial = initialPart(0, LAYERS.length);
+    const ref = referenceWaveletDataParallel(LAYERS, initial, refConfig(optimizer), { inputs, labels, features: FEATURES, batch: B }, rounds, S, M);
+    const dw = maxDiff(partFromTrainer(0, LAYERS.length, run.weights), ref.tick);
+    t.ok(dw < 1e-5, `S = ${S}, ${optimizer.kind}: tick weights within 1e-5 of the reference (worst ${dw.toExponential(2)})`);
+    t.ok(maxDiff(ref.tick, ref.tock) > 1e-3, `S = ${S}: the waves' models differ (the test can tell tick from tock)`);
+    let dl = 0;
+    run.losses.forEach((row, r) => {
+      t.equal(row.length, 2 * S * M, 'a loss per micro-batch of both waves of every worker');
+      row.forEach((l, i) => (dl = Math.max(dl, Math.abs(l - ref.losses[r]![i]!) / Math.abs(ref.losses[r]![i]!))));
+    });
+    t.ok(dl < 1e-5, `S = ${S}: every loss (tick and tock, every worker, 10 rounds) within 1e-5 relative (worst ${dl.toExponential(2)})`);
+    // The runtime's losses fall: it trains.
+    t.ok(run.losses.at(-1)!.reduce((a, b) => a + b, 0) < run.losses[0]!.reduce((a, b) => a + b, 0), 'the loss falls');
+  }
+});
+
+t.test('data-parallel form: each wave\'s and the worker\'s peak stored activations, against plain data parallelism', async (t) => {
+  const { inputs, labels } = dataset(4 * B);
+  const plain = await PipelineTrainer.create({ schedule: 'gpipe', stages: 1, microBatches: 1, microBatchSize: B, model: { layers: LAYERS, seed: SEED }, optimizer, data: { inputs, labels, features: FEATURES } });
+  let plainBytes: number;
+  try {
+    plainBytes = (await plain.trainRound()).peakActivationBytes[0]!;
+  } finally {
+    await plain.dispose();
+  }
+  for (const [S, r] of firstRounds) {
+    t.ok(r.replicaPeaks, `S = ${S}: the report has each replica's peaks`);
+    for (let x = 0; x < S; x++) {
+      const [tick, tock] = r.replicaPeaks![x]!;
+      t.same([tick!.pipeline, tock!.pipeline], [2 * x, 2 * x + 1], `worker ${x}: its tick and tock replicas`);
+      t.same([tick!.peakActivations, tock!.peakActivations], [1, 1], `worker ${x}: each wave holds one micro-batch at a time`);
+      t.equal(tick!.peakActivationBytes, plainBytes, 'a wave\'s peak is plain data parallelism\'s (one replica\'s forward of b samples)');
+      // tick F(t+1) runs before tock B(t): both waves' activations are held at once.
+      t.equal(r.peakActivations[x], 2, `worker ${x}: holds the tick's and the tock's micro-batch at once`);
+      t.equal(r.peakActivationBytes[x], tick!.peakActivationBytes + tock!.peakActivationBytes, 'the worker\'s peak is tick + tock: no overlap at pass granularity');
+      const m = waveletMemory({ waves: [tick!.peakActivationBytes, tock!.peakActivationBytes], worker: r.peakActivationBytes[x]!, plain: plainBytes, microBatchSize: B });
+      t.same([m.overlap, m.ratio, m.sameMemoryMicroBatch], [1, 2, B / 2], 'in plain data parallelism\'s memory each wave takes b/2: no larger batch');
+    }
+  }
+  t.same([...firstRounds.keys()], [2, 3], 'both runs measured');
+});
+
+t.test('waveletMemory: the batch that fits from measured peaks; typed errors', async (t) => {
+  // Waves whose peaks fall in each other's troughs (a layer-interleaved run): 1.2x one wave.
+  const m = waveletMemory({ waves: [1000, 1000], worker: 1200, plain: 1000, microBatchSize: 12 });
+  t.same([m.overlap, m.ratio, m.sameMemoryMicroBatch], [0.6, 1.2, 10], 'worker 1.2x plain: a wave of 10 fits, 20 samples per worker iteration against 12');
+  t.throws(() => waveletMemory({ waves: [1000, 1000], worker: 2001, plain: 1000, microBatchSize: 2 }), InvalidArgumentError, 'a worker peak above tick + tock');
+  t.throws(() => waveletMemory({ waves: [1000], worker: 1000, plain: 1000, microBatchSize: 2 } as never), InvalidArgumentError, 'one wave');
+  t.throws(() => waveletMemory({ waves: [1000, 1000], worker: 1500, plain: 0, microBatchSize: 2 }), InvalidArgumentError, 'no plain peak');
+});
+
+t.test('the form option: one list, typed errors', async (t) => {
+  t.same([...WAVELET_FORMS], ['data-parallel', 'model-parallel']);
+  const { inputs, labels } = dataset(64);
+  const base = { schedule: 'wavelet' as const, stages: 2, microBatches: 2, microBatchSize: B, model: { layers: LAYERS, seed: SEED }, optimizer, data: { inputs, labels, features: FEATURES } };
+  await t.rejects(PipelineTrainer.create({ ...base, form: 'tick-tock' as never }), { name: 'InvalidArgumentError', message: /form must be one of 'data-parallel', 'model-parallel'/ }, 'an unknown form');
+  await t.rejects(PipelineTrainer.create({ ...base, form: 3 as never }), InvalidArgumentError, 'a form that is not a string');
+  await t.rejects(PipelineTrainer.create({ ...base, schedule: 'gpipe', form: 'data-parallel' }), { name: 'InvalidArgumentError', message: /form is an option of the wavelet schedule/ }, 'form on another schedule');
+  await t.rejects(PipelineTrainer.create({ ...base, form: 'data-parallel', pipelines: 3 }), { name: 'InvalidArgumentError', message: /one data-parallel worker per row/ }, 'pipelines beside the data-parallel form');
+  await t.rejects(PipelineTrainer.create({ ...base, form: 'data-parallel', dataParallel: { mode: 'sync' } }), { name: 'InvalidArgumentError', message: /leave out dataParallel/ }, 'dataParallel beside the data-parallel form');
+  await t.rejects(PipelineTrainer.create({ ...base, form: 'data-parallel', data: { inputs: inputs.subarray(0, 15 * FEATURES), labels: labels.subarray(0, 15), features: FEATURES } }), { name: 'InvalidArgumentError', message: /2 workers x 2 waves x 2 micro-batches x 2 samples = 16/ }, 'a data set smaller than a round of both waves');
+  t.throws(() => generateSchedule('wavelet', { stages: 2, microBatches: 2, form: 'x' as never }), InvalidArgumentError, 'the generator refuses it too');
+  // (The default, model-parallel, is the registry's generatorOptions: test/pipeline/registry.test.ts.)
 });

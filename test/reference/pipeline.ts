@@ -176,13 +176,18 @@ export function refMse(outputs: Float64Array, targets: ArrayLike<number>): { los
 
 /** The gradient of the mean loss over `samples` at `weights`, flattened, in one double pass. */
 function meanGradient(layers: readonly LayerSpec[], weights: RefPartWeights, data: RefData, samples: readonly number[]): Float32Array {
+  return meanGradientAndLoss(layers, weights, data, samples).grad;
+}
+
+/** The gradient of the mean loss over `samples` at `weights` (flattened, one double pass), and that loss. */
+export function meanGradientAndLoss(layers: readonly LayerSpec[], weights: RefPartWeights, data: RefData, samples: readonly number[]): { grad: Float32Array; loss: number } {
   const outputs = (layers.filter((l) => l.kind === 'linear').at(-1) as { out: number }).out;
   const { x, labels } = gather(data, samples);
   const fwd = refForward(layers, weights, x, samples.length);
   const per = data.targetsPerSample ?? 1;
   // Cross-entropy over every row: `per` rows of outputs/per classes per sample.
-  const { grad } = data.loss === 'mse' ? refMse(fwd.outputs.at(-1)!, labels) : refLoss(fwd.outputs.at(-1)!, labels, samples.length * per, outputs / per);
-  return Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, samples.length).grads));
+  const { grad, loss } = data.loss === 'mse' ? refMse(fwd.outputs.at(-1)!, labels) : refLoss(fwd.outputs.at(-1)!, labels, samples.length * per, outputs / per);
+  return { grad: Float32Array.from(flatGrads(refBackward(layers, weights, fwd, grad, samples.length).grads)), loss };
 }
 
 /**

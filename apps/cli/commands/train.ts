@@ -9,7 +9,7 @@ import { resolve } from 'node:path';
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 
-import { AVERAGING_LAYOUTS, DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption } from 'sapipe';
+import { AVERAGING_LAYOUTS, DATA_PARALLEL_MODES, DATA_PARALLEL_SCHEDULES, InvalidArgumentError, OPTIMIZER_KINDS, OPTIMIZERS, RUNTIME_SCHEDULES, type RuntimeSchedule, type RuntimeScheduleName, SCHEDULES, type ScheduleOptionName, type ScheduleTrainerOption, WAVELET_FORMS } from 'sapipe';
 import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
@@ -33,6 +33,7 @@ interface TrainCliOptions extends GptSizeCliOptions {
   dpMode?: string;
   advance?: string;
   averagingLayout?: string;
+  form?: string;
   spikeCompensation: boolean;
   weightPrediction: boolean;
   boundaries: string;
@@ -92,6 +93,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.advance === undefined ? {} : { advance: num(o.advance, '--advance') }),
     ...(o.dpMode === undefined ? {} : { dataParallel: o.dpMode as MnistPipelineConfig['dataParallel'] }),
     ...(o.averagingLayout === undefined ? {} : { averagingLayout: o.averagingLayout as MnistPipelineConfig['averagingLayout'] }),
+    ...(o.form === undefined ? {} : { form: o.form as MnistPipelineConfig['form'] }),
     ...(o.spikeCompensation ? {} : { spikeCompensation: false }),
     ...(o.weightPrediction ? {} : { weightPrediction: false }),
     boundaries,
@@ -117,7 +119,8 @@ function hyperparameters(o: TrainCliOptions): { lr: number; momentum: number; de
 function samplesPerRound(result: { config: MnistPipelineConfig; measured: { schedule: { pipelines: number; microBatches: number } } }): number {
   const c = result.config;
   const coupling = SCHEDULES[c.schedule].runtime.coupling;
-  const copies = coupling === 'workers' ? c.stages : coupling === 'elastic-averaging' ? result.measured.schedule.pipelines : (c.pipelines ?? 1);
+  // (Wavelet's data-parallel workers: two waves each, the schedule's 2S pipelines.)
+  const copies = coupling === 'workers' ? c.stages : coupling === 'elastic-averaging' || c.form === 'data-parallel' ? result.measured.schedule.pipelines : (c.pipelines ?? 1);
   return copies * result.measured.schedule.microBatches * c.microBatchSize;
 }
 
@@ -148,6 +151,10 @@ export function registerTrainCommand(program: Command): void {
       `${owning('averaging')}: where its N pipelines run: ${AVERAGING_LAYOUTS[0]} (default, the paper's form: S worker threads, each running its stage's row for every pipeline) or ${AVERAGING_LAYOUTS[1]} (N x S worker threads, each pipeline on its own)`,
     )
     .option('--dp-mode <mode>', `how stage replicas combine gradients: ${DATA_PARALLEL_MODES.join(', ')} (sync by default; ${DATA_PARALLEL_SCHEDULES.join(', ')}); for ${workerSchedules()} its workers' staleness-1 mode (default sapipe-wp)`)
+    .option(
+      '--form <form>',
+      `${owning('form')}: ${WAVELET_FORMS[1]} (default: S stages, the model cut in S parts) or ${WAVELET_FORMS[0]} (S workers, each with a tick and a tock replica of the whole model, each wave all-reduced over the workers; the report shows each wave's and the worker's peak activations)`,
+    )
     .option('--no-spike-compensation', `${owning('pipelinedBackprop')}: plain SGD-momentum on the late gradients`)
     .option('--no-weight-prediction', `${owning('pipelinedBackprop')}: forwards read the current weights, not the linear prediction`)
     .option('--boundaries <how>', "where to cut: 'measured' (balance measured layer times), 'params', or layer indices like 2,4,6", 'measured')
@@ -199,6 +206,7 @@ export function registerTrainCommand(program: Command): void {
                 peakActivations: result.peakActivations,
                 peakActivationBytes: result.measured.peakActivationBytes,
                 peakMemoryBytes: result.measured.peakMemoryBytes,
+                ...(result.waves ? { waves: result.waves } : {}),
               },
               report,
             },
@@ -224,6 +232,13 @@ export function registerTrainCommand(program: Command): void {
       console.log(compare.toString());
       const note = parallelPipelinesNote(c);
       if (note) console.log(note);
+      if (result.waves) {
+        const waves = cliTable(['worker', 'tick peak', 'tock peak', 'worker peak', 'x plain DP at b', `per-wave b in plain DP's memory (b = ${c.microBatchSize})`]);
+        const cell = (p: { peakActivations: number; peakActivationBytes: number }): string => `${p.peakActivations} mb, ${p.peakActivationBytes} B`;
+        result.waves.forEach((w, x) => waves.push([x, cell(w.tick), cell(w.tock), cell(w.worker), w.comparison ? w.comparison.ratio.toFixed(2) : '-', w.comparison ? w.comparison.sameMemoryMicroBatch : '-']));
+        console.log(waves.toString());
+        console.log("stored activations per worker: each wave's peak is plain data parallelism's at the same micro-batch (one replica's forward); the worker runs one pass at a time, so it holds the tick's and the tock's at once");
+      }
       console.log(`runtime overhead: ${result.overhead.perActionMs.toFixed(3)} ms per action, ${(result.overhead.shareOfRound * 100).toFixed(1)}% of a round`);
       console.log(`report: ${report}`);
     });

@@ -181,3 +181,42 @@ export async function profileLayers(layers: readonly LayerSpec[], microBatchSize
     for (const m of models) m.dispose();
   }
 }
+
+/** Wavelet's data-parallel worker against plain data parallelism, from measured peaks: see {@link waveletMemory}. @category Pipeline runtime */
+export interface WaveletMemory {
+  /** Each wave's own peak stored activation bytes on the worker (tick, tock). */
+  readonly waves: readonly [number, number];
+  /** The worker's peak of both together (what it must hold). */
+  readonly worker: number;
+  /** `worker / (tick + tock)`: 1 where both waves' peaks coincide, 0.5 where each fills the other's trough. */
+  readonly overlap: number;
+  /** `worker / plain`: the worker's activation memory over plain data parallelism's at the same micro-batch. */
+  readonly ratio: number;
+  /**
+   * The micro-batch per wave whose worker peak fits in plain data parallelism's measured peak
+   * (stored activations scale linearly with the micro-batch): `floor(b x plain / worker)`. A wave
+   * of it trains `2 x` that many samples per worker iteration, against plain's `b`.
+   */
+  readonly sameMemoryMicroBatch: number;
+}
+
+/**
+ * Wavelet's data-parallel memory against plain data parallelism at the same micro-batch `b`, from
+ * a {@link RoundReport}'s measured peaks: `waves` the worker's tick and tock peaks
+ * (`replicaPeaks[x][i].peakActivationBytes`), `worker` its `peakActivationBytes[x]`, `plain` the
+ * `peakActivationBytes` of one replica training on `b` samples per step (GPipe on 1 stage, 1
+ * micro-batch). Stored activations are linear in the micro-batch for sapipe's layers, so the
+ * larger batch that fits is derived from the bytes alone.
+ *
+ * @category Pipeline runtime
+ */
+export function waveletMemory(measured: { waves: readonly [number, number]; worker: number; plain: number; microBatchSize: number }): WaveletMemory {
+  checkOptions(measured, ['waves', 'worker', 'plain', 'microBatchSize'], 'waveletMemory(measured)');
+  const { waves, worker, plain } = measured;
+  if (!Array.isArray(waves) || waves.length !== 2) throw new InvalidArgumentError(`waveletMemory: waves must be the tick and tock peaks [tick, tock], got ${describeValue(waves)}`);
+  const [tick, tock] = waves.map((w, i) => checkInteger(w, `waveletMemory: waves[${i}]`, 1, Number.MAX_SAFE_INTEGER)) as [number, number];
+  checkInteger(worker, 'waveletMemory: worker', Math.max(tick, tock), tick + tock);
+  checkInteger(plain, 'waveletMemory: plain', 1, Number.MAX_SAFE_INTEGER);
+  const b = checkInteger(measured.microBatchSize, 'waveletMemory: microBatchSize', 1, Number.MAX_SAFE_INTEGER);
+  return { waves: [tick, tock], worker, overlap: worker / (tick + tock), ratio: worker / plain, sameMemoryMicroBatch: Math.floor((b * plain) / worker) };
+}

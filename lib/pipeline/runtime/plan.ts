@@ -13,7 +13,7 @@ import type { Device } from '../../nn/ops.js';
 import { balancedBoundaries, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { checkInteger, checkKnownKeys, checkNumber, checkObject, checkOneOf, checkOptions, describeValue, optionKeys } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
-import { limits } from '../schedules/options.js';
+import { WAVELET_FORMS, limits, type WaveletForm } from '../schedules/options.js';
 import { generateSchedule, scheduleEntry, scheduleNames, type RuntimeSchedule, type ScheduleName, type ScheduleTrainerOption } from '../schedules/registry.js';
 import { validateSchedule } from '../validate.js';
 import { profileLayers } from './measure.js';
@@ -91,6 +91,13 @@ export interface PipelineTrainerOptions {
   /** AvgPipe: A, the advance forward propagation depth. Default S-1. */
   advance?: number;
   /**
+   * Wavelet: its form (one of WAVELET_FORMS). `model-parallel` (default): S stages, the model cut
+   * in S parts, every stage running every part. `data-parallel`: S workers (`stages`), each holding
+   * the tick and the tock replica of the whole model with an optimizer each; each round, worker x's
+   * wave w (pipeline 2x + w) takes the (2x + w)-th M x microBatchSize samples.
+   */
+  form?: WaveletForm;
+  /**
    * AvgPipe: elastic averaging of each stage's replicas with their center copy, and where the
    * pipelines run (`layout`: `shared-stages`, the default, S workers each running its row for
    * every pipeline; or `worker-per-replica`, N x S workers).
@@ -146,6 +153,7 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   dataParallel: true,
   advance: true,
   averaging: true,
+  form: true,
   pipelinedBackprop: true,
   device: true,
   loss: true,
@@ -205,7 +213,10 @@ export async function planPipeline(
     throw new InvalidArgumentError(`${what}: the runtime does not run '${name}' yet (${entry.runtime.planned}); use one of ${RUNTIME_SCHEDULES.join(', ')}`);
   const runtime: RuntimeSchedule = entry.runtime;
   const stages = checkInteger(options.stages, `${what}: stages`, 1, limits.stages);
-  const rowsAreWorkers = runtime.coupling === 'workers';
+  // Wavelet's data-parallel form: its rows are workers too, each with two replicas (tick, tock).
+  const form = options.form === undefined || !runtime.trainerOptions.includes('form') ? undefined : checkOneOf(options.form, `${what}: form`, WAVELET_FORMS);
+  const waves = runtime.trainerOptions.includes('form') && (form ?? runtime.generatorOptions?.form) === 'data-parallel';
+  const rowsAreWorkers = runtime.coupling === 'workers' || waves;
   if (rowsAreWorkers && options.pipelines !== undefined && options.pipelines !== stages)
     throw new InvalidArgumentError(`${what}: '${name}' runs one data-parallel worker per row, its stages (${stages}); leave out pipelines (got ${describeValue(options.pipelines)})`);
   const pipelines = rowsAreWorkers ? stages : checkInteger(options.pipelines ?? runtime.defaultPipelines, `${what}: pipelines`, 1, limits.pipelines);
@@ -229,10 +240,13 @@ export async function planPipeline(
     ...(averaged ? { pipelines } : {}),
     ...(options.advance !== undefined ? { advance: options.advance } : {}),
     ...runtime.generatorOptions,
+    ...(form !== undefined ? { form } : {}),
   });
   validateSchedule(schedule);
   checkOptimizer(options.optimizer, name, runtime, what);
-  const dataParallel = averaged
+  if (waves && options.dataParallel !== undefined)
+    throw new InvalidArgumentError(`${what}: Wavelet's data-parallel form all-reduces each wave's gradient itself (synchronous); leave out dataParallel`);
+  const dataParallel = averaged || waves
     ? undefined
     : rowsAreWorkers
       ? checkWorkersMode(options.dataParallel, pipelines, name, options.optimizer, what)
@@ -255,10 +269,11 @@ export async function planPipeline(
   const targetsPerSample = labels.length / samples;
   if (!Number.isInteger(targetsPerSample) || targetsPerSample < 1)
     throw new SizeMismatchError(`${what}: data.labels holds ${labels.length} values for ${samples} samples (${inputs.length} values of data.inputs / ${features} features); give the same number of targets for every sample`);
-  const perRound = pipelines * schedule.microBatches * microBatchSize;
+  // (Wavelet's data-parallel workers: two waves each, 2S pipelines.)
+  const perRound = (waves ? schedule.pipelines : pipelines) * schedule.microBatches * microBatchSize;
   if (samples < perRound)
     throw new InvalidArgumentError(
-      `${what}: one round needs ${pipelines > 1 ? `${pipelines} pipelines x ` : ''}${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${samples}; use fewer or smaller micro-batches`,
+      `${what}: one round needs ${waves ? `${pipelines} workers x 2 waves x ` : pipelines > 1 ? `${pipelines} pipelines x ` : ''}${schedule.microBatches} micro-batches x ${microBatchSize} samples = ${perRound}, the data set holds ${samples}; use fewer or smaller micro-batches`,
     );
 
   // The model: resolved to data every stage can build, and checked part to part.
@@ -307,6 +322,7 @@ export async function planPipeline(
     ...(dataParallel ? { dataParallel } : {}),
     ...(averaging ? { averaging } : {}),
     ...(pipelinedBackprop ? { pipelinedBackprop } : {}),
+    ...(waves ? { waves: true } : {}),
     ...(device !== 'cpu' ? { device } : {}),
   }));
   const workers = rowsAreWorkers || averaging?.layout === 'shared-stages' ? schedule.stages : pipelines * schedule.stages;

@@ -92,6 +92,12 @@ export interface StageDescription {
   dataParallel?: PipelineDataParallelOptions;
   /** AvgPipe: elastic averaging of this stage's replicas with their center (with `shared-stages`, the N replicas are all on this stage). */
   averaging?: Required<PipelineAveragingOptions>;
+  /**
+   * Wavelet's data-parallel form: this worker holds two replicas of the whole model (tick =
+   * pipeline 2 x stage, tock = 2 x stage + 1), an optimizer each, and all-reduces each wave's
+   * gradient over the workers' communicator.
+   */
+  waves?: boolean;
   /** Pipelined Backpropagation: which of its delay compensations are on. */
   pipelinedBackprop?: { spikeCompensation: boolean; weightPrediction: boolean };
   /** The device the stage runs on (absent: the CPU). */
@@ -236,6 +242,10 @@ export class StageHost {
         return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
       }
       if (Array.isArray(comm)) throw new InvalidArgumentError('StageHost: one transport per pipeline is for AvgPipe\'s shared-stages layout');
+      if (description.waves) {
+        const runner = await StageHost.buildWaves(description, comm as Communicator<FlatBuffer> | StageTransport | undefined, parts);
+        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
+      }
       if ((description.dataParallel || description.averaging) && !replicas)
         throw new InvalidArgumentError('StageHost: parallel pipelines need the communicator of the stage\'s replicas');
       for (const part of description.parts) {
@@ -312,6 +322,31 @@ export class StageHost {
     return new StageRunner(description.stage, schedule, comm, parts, 'every');
   }
 
+  /**
+   * Wavelet's data-parallel form: the whole model built twice from the same seed (tick, then
+   * tock), an optimizer each, and a runner of the worker's row, its waves' all-reduces over `comm`
+   * (the S workers).
+   */
+  private static async buildWaves(
+    description: StageDescription,
+    comm: Communicator<FlatBuffer> | StageTransport | undefined,
+    parts: StagePart[],
+  ): Promise<StageRunner> {
+    const { schedule, stage } = description;
+    if (description.device) throw new InvalidArgumentError(`StageHost: Wavelet's data-parallel form on ${description.device} is planned`);
+    for (const pipeline of [2 * stage, 2 * stage + 1]) {
+      const model = await buildStageModel(description.model, 0);
+      try {
+        const optimizer = buildOptimizer(model, description.optimizer, schedule, 0, description.pipelinedBackprop);
+        parts.push({ part: 0, pipeline, model, optimizer, backwardPredictionRatio: 0 });
+      } catch (error) {
+        model.dispose();
+        throw error;
+      }
+    }
+    return new StageRunner(stage, schedule, comm, parts, 'every');
+  }
+
   async runRound(samples: Int32Array, startAt: number): Promise<StageRoundResult> {
     this.source.startRound(samples);
     return this.runner.runRound(this.source, startAt);
@@ -320,7 +355,7 @@ export class StageHost {
   /** Each part's weights; for AvgPipe, the center the pipelines average with (the model they agree on). */
   weights(): { part: number; weights: Float32Array }[] {
     for (const p of this.parts) p.device?.copyToHost();
-    return this.parts.filter((p) => (p.pipeline ?? 0) === 0).map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
+    return this.parts.filter((p) => (p.pipeline ?? 0) === (this.parts[0]?.pipeline ?? 0)).map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
   }
 
   setLr(lr: number): void {
@@ -391,7 +426,7 @@ export function readyMessage(host: StageHost, pipeline: number): FromStage {
     stage: host.description.stage,
     pipeline,
     // (AvgPipe's shared stages hold a replica per pipeline: pipeline 0's describes the part.)
-    parts: host.parts.filter((p) => (p.pipeline ?? 0) === 0).map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
+    parts: host.parts.filter((p) => (p.pipeline ?? 0) === (host.parts[0]?.pipeline ?? 0)).map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
   };
 }
 

@@ -33,6 +33,15 @@
  * Passes read the trainer's forward weights (predicted in `sapipe-wp`), so `predictWeights` is the
  * trainer's work.
  *
+ * Two waves per worker (Wavelet's data-parallel form: 2S pipelines, worker x's row holding
+ * pipelines 2x (tick) and 2x+1 (tock) of the one part, and `allReduce` actions naming wave 0 or 1).
+ * Given `pipeline: 'every'` and the worker's two replicas, a runner runs its row: a wave's
+ * `allReduce` keeps a copy of the wave's gradient (its latest), averages the gradient with the
+ * other wave's latest of the round on this worker (none before the tock's first backward: the
+ * tick's first goes alone), and starts a sum over `comm` (the S workers; tick and tock reductions
+ * alternate in the same order on every worker); the wave's next `optimizerStep` waits for it and
+ * applies the sum over S. Wave w's micro-batch m is the source's micro-batch `w x M + m`.
+ *
  * Every pipeline of a row (AvgPipe's `shared-stages` layout). Given `pipeline: 'every'`, a runner
  * executes its whole row as the generator interleaved it, holding a replica of each of its parts
  * per pipeline (`StagePart.pipeline`): each action goes to its pipeline's replica, its messages
@@ -159,6 +168,12 @@ export interface StageRoundResult {
   readonly peakActivations: number;
   /** Most bytes of stored activations held at once (0 when the models do not say: StageModel.activationFloats). */
   readonly peakActivationBytes: number;
+  /**
+   * A runner of every pipeline of its row (Wavelet's data-parallel worker: tick, tock; AvgPipe's
+   * shared stages): each replica's own peak stored micro-batches and bytes, by pipeline. The
+   * stage's `peakActivations` is the peak of their sum (held at once), at most the sum of these.
+   */
+  readonly replicaPeaks?: readonly { readonly pipeline: number; readonly peakActivations: number; readonly peakActivationBytes: number }[];
   /** Most bytes of stashed weight copies held at once. */
   readonly peakStashedBytes: number;
   /** Bytes of the parts' weights, gradients and optimizer state (held throughout). */
@@ -217,9 +232,15 @@ export class StageRunner {
   private readonly reductionCounts: readonly number[] = [];
   /** Parts whose replicas' exchange the row's allReduce actions drive (data-parallel workers). */
   private readonly workerExchange = new Set<number>();
-  /** The runner runs every pipeline of its row (`pipeline: 'every'`): parts are keyed by pipeline and part. */
+  /** The runner runs every pipeline of its row (`pipeline: 'every'`), AvgPipe's: one transport per pipeline. */
   private readonly shared: boolean;
+  /** Wavelet's data-parallel worker: its row's two waves (`pipeline: 'every'`), one communicator over the workers. */
+  private readonly waves: boolean;
+  /** Parts are keyed by pipeline and part (`pipeline: 'every'`). */
+  private readonly byPipeline: boolean;
   private readonly partCount: number;
+  /** The schedule's rows (Wavelet's data-parallel form: its workers, over which each wave sums). */
+  private readonly workers: number;
   private readonly microBatches: number;
   /** Each part's input and output widths (any replica's). */
   private readonly sizes = new Map<number, { inputSize: number; outputSize: number }>();
@@ -228,7 +249,9 @@ export class StageRunner {
    * `pipeline`: which of the schedule's pipelines this runner executes (AvgPipe's action lists hold
    * N; in the `worker-per-replica` layout each pipeline's stages run on their own workers and
    * exchange through their own `comm`), or `'every'`: the whole row, every pipeline's actions on
-   * its own replica of the part (`parts[].pipeline`), `comm` then one transport per pipeline.
+   * its own replica of the part (`parts[].pipeline`), `comm` then one transport per pipeline (for
+   * a Wavelet data-parallel worker, whose row holds its two waves: its tick and tock replicas, and
+   * `comm` the one communicator over the workers).
    */
   constructor(
     readonly stage: number,
@@ -242,10 +265,13 @@ export class StageRunner {
       throw new InvalidArgumentError(`StageRunner: schedule must be a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
     validateSchedule(schedule);
     checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
-    this.shared = pipeline === 'every';
+    this.waves = pipeline === 'every' && twoWaves(schedule);
+    this.shared = pipeline === 'every' && !this.waves;
+    this.byPipeline = pipeline === 'every';
     this.partCount = schedule.parts;
+    this.workers = schedule.stages;
     this.microBatches = schedule.microBatches;
-    if (!this.shared) checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
+    if (!this.byPipeline) checkInteger(pipeline, 'StageRunner: pipeline', 0, schedule.pipelines - 1);
     const badLink = (x: unknown): boolean => {
       const link = x as Partial<StageTransport> | null;
       return link === null || typeof link !== 'object' || typeof link.send !== 'function' || typeof link.recv !== 'function' || !Number.isInteger(link.size);
@@ -259,7 +285,8 @@ export class StageRunner {
     for (const [i, p] of parts.entries()) {
       checkObject(p, `StageRunner: parts[${i}]`);
       checkInteger(p.part, `StageRunner: parts[${i}].part`, 0, schedule.parts - 1);
-      if (this.shared) checkInteger(p.pipeline, `StageRunner: parts[${i}].pipeline (a runner of every pipeline takes a replica per pipeline)`, 0, schedule.pipelines - 1);
+      if (this.waves) checkInteger(p.pipeline, `StageRunner: parts[${i}].pipeline (a Wavelet data-parallel worker takes its tick and tock replicas)`, 2 * stage, 2 * stage + 1);
+      else if (this.shared) checkInteger(p.pipeline, `StageRunner: parts[${i}].pipeline (a runner of every pipeline takes a replica per pipeline)`, 0, schedule.pipelines - 1);
       else if (p.pipeline !== undefined) throw new InvalidArgumentError(`StageRunner: parts[${i}].pipeline is for a runner of every pipeline (pipeline 'every'); leave it out`);
       if (!(p.optimizer instanceof Optimizer)) throw new InvalidArgumentError(`StageRunner: parts[${i}].optimizer must be an Optimizer (SGD, Adam, AdamW)`);
       const m = p.model as Partial<StageModel> | null;
@@ -283,10 +310,10 @@ export class StageRunner {
     if (devices.size > 1) throw new InvalidArgumentError(`StageRunner: a stage's parts run in one memory, got ${[...devices].join(' and ')}`);
     this.memory = modelDevice([...devices][0] ?? 'cpu');
     const row = schedule.actions[stage] ?? [];
-    this.actions = this.shared || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
+    this.actions = this.byPipeline || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     for (const spec of parts) {
       const key = this.key(spec.pipeline ?? 0, spec.part);
-      if (this.parts.has(key)) throw new InvalidArgumentError(`StageRunner: part ${spec.part}${this.shared ? ` of pipeline ${spec.pipeline}` : ''} is given twice`);
+      if (this.parts.has(key)) throw new InvalidArgumentError(`StageRunner: part ${spec.part}${this.byPipeline ? ` of pipeline ${spec.pipeline}` : ''} is given twice`);
       this.sizes.set(spec.part, { inputSize: spec.model.inputSize, outputSize: spec.model.outputSize });
       this.parts.set(key, {
         spec,
@@ -305,10 +332,10 @@ export class StageRunner {
     for (const a of this.actions) {
       if (a.kind === 'allReduce' && this.shared)
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)}: a runner of every pipeline of its row runs no all-reduces (AvgPipe's rows have none)`);
-      if (a.kind === 'allReduce' && !this.parts.has(a.part)) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
+      if (a.kind === 'allReduce' && this.partOf(a) === undefined) throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}, which this stage was not given`);
       if (a.kind === 'allReduce' && this.memory.device !== 'cpu')
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)}: all-reduces between stages on a device (Wavelet's model-parallel form) are planned; run the schedule on the CPU`);
-      if (a.kind === 'allReduce' && this.parts.get(a.part)!.spec.replicas) {
+      if (a.kind === 'allReduce' && this.partOf(a)!.spec.replicas) {
         if (!rowsAreWorkers(schedule))
           throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part without data-parallel replicas of its own (a row of data-parallel workers excepted)`);
         if (this.parts.get(a.part)!.spec.replicas!.staleness !== 1)
@@ -318,11 +345,17 @@ export class StageRunner {
       if (a.kind === 'elasticAverage' && this.partOf(a)?.spec.average === undefined)
         throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} needs the part's replicas (parts[].average; PipelineTrainer gives it for avgpipe)`);
       if ((a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad' || a.kind === 'optimizerStep') && this.partOf(a) === undefined)
-        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}${this.shared ? ` of pipeline ${a.pipeline}` : ''}, which this stage was not given`);
+        throw new InvalidScheduleError(`stage ${stage}: ${formatAction(a)} concerns part ${a.part}${this.byPipeline ? ` of pipeline ${a.pipeline}` : ''}, which this stage was not given`);
+    }
+    if (this.waves && this.actions.some((a) => a.kind === 'allReduce')) {
+      const link = comm as Partial<Communicator<FlatBuffer>> | undefined;
+      if (link === undefined || link.size !== schedule.stages || typeof link.allreduce !== 'function')
+        throw new InvalidScheduleError(`stage ${stage}: a Wavelet data-parallel worker all-reduces each wave over every worker: give the runner the workers' communicator (${schedule.stages} ranks)`);
+      if (this.memory.device !== 'cpu') throw new InvalidScheduleError(`stage ${stage}: Wavelet's data-parallel form on a device is planned; run it on the CPU`);
     }
     if (comm === undefined && this.actions.some((a) => messageOf(a) !== undefined))
       throw new InvalidScheduleError(`stage ${stage} sends or receives but has no communicator`);
-    if (!this.shared && this.actions.some((a) => a.kind === 'allReduce' && !this.workerExchange.has(a.part)))
+    if (!this.byPipeline && this.actions.some((a) => a.kind === 'allReduce' && !this.workerExchange.has(a.part)))
       this.reductionCounts = reductionCounts(schedule, stage, pipeline as number, comm as Communicator<FlatBuffer> | StageTransport | undefined);
   }
 
@@ -375,9 +408,18 @@ export class StageRunner {
     let liveBytes = 0;
     let peakActivationBytes = 0;
     let peakStashedBytes = 0;
+    /** Per replica (a runner of every pipeline of its row): stored micro-batches and bytes now, and their peaks. */
+    const replicaLive = new Map<number, { live: number; bytes: number; peak: number; peakBytes: number }>();
+    const replicaOf = (pipeline: number): { live: number; bytes: number; peak: number; peakBytes: number } => {
+      let r = replicaLive.get(pipeline);
+      if (!r) replicaLive.set(pipeline, (r = { live: 0, bytes: 0, peak: 0, peakBytes: 0 }));
+      return r;
+    };
+    /** Wavelet's waves: each replica's latest local gradient of the round (by replica key). */
+    const latestGrads = new Map<number, FlatBuffer>();
     /** Stored activation bytes by pipeline:micro-batch:part, until the backward releases them. */
     const stored = new Map<string, number>();
-    /** Part -> its all-reduce in flight (and the count it sums), awaited by the part's next step. */
+    /** Part (its replica's key) -> its all-reduce in flight (and the count it sums), awaited by the part's next step. */
     const reductions = new Map<number, { done: Promise<unknown>; count: number }>();
     let reductionIndex = 0;
     /** Part -> the data-parallel step an allReduce started (data-parallel workers), awaited by the part's next step. */
@@ -456,6 +498,11 @@ export class StageRunner {
             const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
             stored.set(`${a.pipeline}:${a.microBatch}:${a.part}`, bytes);
             peakActivationBytes = Math.max(peakActivationBytes, (liveBytes += bytes));
+            if (this.byPipeline) {
+              const r = replicaOf(a.pipeline);
+              r.peak = Math.max(r.peak, ++r.live);
+              r.peakBytes = Math.max(r.peakBytes, (r.bytes += bytes));
+            }
             break;
           }
           case 'backward':
@@ -508,6 +555,11 @@ export class StageRunner {
               live--;
               const id = `${a.pipeline}:${a.microBatch}:${a.part}`;
               liveBytes -= stored.get(id) ?? 0;
+              if (this.byPipeline) {
+                const r = replicaOf(a.pipeline);
+                r.live--;
+                r.bytes -= stored.get(id) ?? 0;
+              }
               stored.delete(id);
             }
             break;
@@ -525,12 +577,35 @@ export class StageRunner {
               part.accumulated = 0;
               break;
             }
+            if (this.waves) {
+              // A wave's gradient, averaged with the other wave's latest on this worker, summed over the workers.
+              if (part.accumulated !== 1)
+                throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): a Wavelet wave's all-reduce follows exactly one backward of its replica, not ${part.accumulated}`);
+              const grads = part.spec.model.params.grads;
+              const mine = this.keyOf(a);
+              const other = this.key(2 * this.stage + 1 - a.pipeline, a.part);
+              let latest = latestGrads.get(mine);
+              if (!latest) latestGrads.set(mine, (latest = this.take(grads.length) as FlatBuffer));
+              const otherLatest = latestGrads.get(other);
+              const addon = nativeAddon();
+              callNative(() => {
+                addon.copy(latest.handle, grads.handle);
+                if (otherLatest) {
+                  addon.scale(grads.handle, 0.5);
+                  addon.axpy(grads.handle, otherLatest.handle, 0.5);
+                }
+              });
+              const done = (this.comm as Communicator<FlatBuffer>).allreduce(grads, { op: 'sum' });
+              done.catch(() => undefined); // awaited by the wave's step, or at the end of the round
+              reductions.set(mine, { done, count: this.workers });
+              break;
+            }
             const grads = part.spec.model.params.grads; // host only: the constructor refuses all-reduces on a device
             // A stage that ran no backward of the part since its last step adds zeros, not old gradients.
             if (part.accumulated === 0) grads.array.fill(0);
             const done = (this.comm as Communicator<FlatBuffer>).allreduce(grads, { op: 'sum' });
             done.catch(() => undefined); // awaited by the part's step, or at the end of the round
-            reductions.set(a.part, { done, count: this.reductionCounts[reductionIndex++]! });
+            reductions.set(this.keyOf(a), { done, count: this.reductionCounts[reductionIndex++]! });
             break;
           }
           case 'optimizerStep': {
@@ -545,9 +620,9 @@ export class StageRunner {
               part.updates++;
               break;
             }
-            const reduction = reductions.get(a.part);
+            const reduction = reductions.get(this.keyOf(a));
             if (reduction) {
-              reductions.delete(a.part);
+              reductions.delete(this.keyOf(a));
               await reduction.done;
               part.accumulated = reduction.count;
             }
@@ -642,6 +717,7 @@ export class StageRunner {
     if (sendError !== undefined) throw sendError;
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
+    for (const buffer of latestGrads.values()) this.free.push(buffer);
     // One read of the round's losses (waits for the device once).
     for (const [microBatch, buffer] of deviceLosses) {
       const rows = this.memory.read(buffer, buffer.length);
@@ -650,7 +726,10 @@ export class StageRunner {
     }
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
     const predictedCopies = [...this.parts.values()].filter((p) => p.spec.optimizer.stateBuffer('predicted') !== undefined).length;
-    return { stage: this.stage, timeline, losses, versions, peakStashed, predictedCopies, peakActivations, peakActivationBytes, peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
+    const replicaPeaks = this.byPipeline
+      ? [...new Set([...this.parts.values()].map((p) => p.spec.pipeline!))].sort((a, b) => a - b).map((pipeline) => ({ pipeline, peakActivations: replicaLive.get(pipeline)?.peak ?? 0, peakActivationBytes: replicaLive.get(pipeline)?.peakBytes ?? 0 }))
+      : undefined;
+    return { stage: this.stage, timeline, losses, versions, peakStashed, predictedCopies, peakActivations, peakActivationBytes, ...(replicaPeaks ? { replicaPeaks } : {}), peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
   }
 
   /** @internal A part's counters between rounds (what a checkpoint keeps besides weights and optimizer state). */
@@ -703,7 +782,7 @@ export class StageRunner {
     let count = 0;
     const predictedNext = new Set<number>();
     this.actions.forEach((a, i) => {
-      if (a.part !== spec.part || (this.shared && a.pipeline !== spec.pipeline)) return;
+      if (a.part !== spec.part || (this.byPipeline && a.pipeline !== spec.pipeline)) return;
       if (a.kind === 'optimizerStep') count++;
       else if (a.kind === 'predictWeights') predictedNext.add(a.microBatch);
       else if (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad') {
@@ -820,24 +899,44 @@ export class StageRunner {
 
   /** The key of a part's replica in `parts`: the part, or with a runner of every pipeline, (pipeline, part). */
   private key(pipeline: number, part: number): number {
-    return this.shared ? pipeline * this.partCount + part : part;
+    return this.byPipeline ? pipeline * this.partCount + part : part;
+  }
+  /** The key of the replica an action runs on (a Wavelet worker's `allReduce` names its wave, 0 or 1). */
+  private keyOf(a: Action): number {
+    return this.waves && a.kind === 'allReduce' ? this.key(2 * this.stage + a.pipeline, a.part) : this.key(a.pipeline, a.part);
   }
   /** The state of the replica an action runs on. */
   private partOf(a: Action): PartState | undefined {
-    return this.parts.get(this.key(a.pipeline, a.part));
+    return this.parts.get(this.keyOf(a));
   }
-  /** The source's micro-batch of an action: its own, or with a runner of every pipeline, pipeline x M + its own. */
+  /**
+   * The source's micro-batch of an action: its own, or with a runner of every pipeline, pipeline x
+   * M + its own (a Wavelet worker: wave x M + its own).
+   */
   private sampleOf(a: Action): number {
+    if (this.waves) return (a.pipeline - 2 * this.stage) * this.microBatches + a.microBatch;
     return this.shared ? a.pipeline * this.microBatches + a.microBatch : a.microBatch;
   }
   private pipelineOf(a: Action): { pipeline?: number } {
-    return this.shared ? { pipeline: a.pipeline } : {};
+    return this.byPipeline ? { pipeline: a.pipeline } : {};
   }
   /** The transport of an action's pipeline. */
   private linkOf(a: Action): StageTransport {
     const comm = this.comm as StageTransport | readonly StageTransport[];
     return Array.isArray(comm) ? (comm as readonly StageTransport[])[a.pipeline]! : (comm as StageTransport);
   }
+}
+
+/**
+ * Whether the schedule's rows are Wavelet's data-parallel workers: one part, 2S pipelines, row x's
+ * passes and steps on pipelines 2x and 2x+1, its all-reduces naming wave 0 or 1.
+ */
+function twoWaves(schedule: Schedule): boolean {
+  return (
+    schedule.parts === 1 &&
+    schedule.pipelines === 2 * schedule.stages &&
+    schedule.actions.every((row, x) => row.every((a) => (a.kind === 'allReduce' ? a.pipeline === 0 || a.pipeline === 1 : a.pipeline === 2 * x || a.pipeline === 2 * x + 1)))
+  );
 }
 
 /**

@@ -52,7 +52,8 @@ async function main(): Promise<void> {
         comm = links;
       }
     } else {
-      comm = stages > 1 ? await join(`pipeline-${pipeline}`, description.stage, stages) : undefined;
+      // Wavelet's data-parallel workers all-reduce each wave's gradient over the S workers.
+      comm = description.waves ? await join('workers', description.stage, descriptions.length) : stages > 1 ? await join(`pipeline-${pipeline}`, description.stage, stages) : undefined;
       if (description.dataParallel || description.averaging) replicas = await join(rowsAreWorkers ? 'workers' : `stage-${description.stage}`, pipeline, pipelines);
     }
     host = await StageHost.create(description, comm, data, replicas, pipeline);

@@ -44,6 +44,13 @@ export interface RoundReport {
   readonly versions: readonly (readonly VersionRead[])[];
   /** Per stage of pipeline 0 (AvgPipe's shared stages: per stage, every pipeline's replicas together). */
   readonly peakActivations: readonly number[];
+  /**
+   * Per worker row that holds a replica per pipeline (Wavelet's data-parallel form: the worker's
+   * tick and tock; AvgPipe's shared stages: every pipeline's), each replica's own peak stored
+   * micro-batches and bytes. `peakActivations` is the peak of their sum; compare it with
+   * `peakActivations` of plain data parallelism (waveletMemory). Absent for the other schedules.
+   */
+  readonly replicaPeaks?: readonly (NonNullable<StageRoundResult['replicaPeaks']>)[];
   readonly peakStashed: readonly number[];
   /** Per stage of pipeline 0: predicted weight copies kept beside the weights (PipeOptim, SpecTrain, ...). */
   readonly predictedCopies: readonly number[];
@@ -215,7 +222,9 @@ export class PipelineTrainer {
     return Math.floor(this.samples / this.samplesPerRound);
   }
   private get samplesPerRound(): number {
-    return this.options.pipelines * this.schedule.microBatches * this.options.microBatchSize;
+    // (Wavelet's data-parallel workers: two waves each, the schedule's 2S pipelines.)
+    const pipelines = this.options.rowsAreWorkers ? this.schedule.pipelines : this.options.pipelines;
+    return pipelines * this.schedule.microBatches * this.options.microBatchSize;
   }
 
   /** Runs one round (one pass over the schedule) on the next samples. */
@@ -470,6 +479,7 @@ export class PipelineTrainer {
       timeline: results.map((r) => r.timeline),
       versions: results.map((r) => r.versions),
       peakActivations: results.map((r: StageRoundResult) => r.peakActivations),
+      ...(results.every((r) => r.replicaPeaks) ? { replicaPeaks: results.map((r) => r.replicaPeaks!) } : {}),
       peakStashed: results.map((r) => r.peakStashed),
       predictedCopies: results.map((r) => r.predictedCopies),
       peakActivationBytes: results.map((r) => r.peakActivationBytes),
@@ -549,7 +559,7 @@ export class PipelineTrainer {
   /** Checkpoints cover one pipeline whose parts each live on one stage. */
   private checkCheckpointable(what: string): void {
     if (this.options.rowsAreWorkers)
-      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose data-parallel workers each hold a DataParallelTrainer, are planned`);
+      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose rows are data-parallel workers, are planned`);
     if (this.options.pipelines > 1) throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
     if (this.partHolders.some((stages) => stages.length > 1))
       throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);

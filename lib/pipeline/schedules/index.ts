@@ -4,6 +4,6 @@
  */
 export { advanceForwardOrder, forwardsBeforeBackward } from './advance-forward.js';
 export type { Step } from './advance-forward.js';
-export { limits as generatorLimits, type ScheduleOptions } from './options.js';
+export { limits as generatorLimits, type ScheduleOptions, WAVELET_FORMS, type WaveletForm } from './options.js';
 export { AVGPIPE_DEFAULT_PIPELINES } from './avgpipe.js';
 export * from './registry.js';

@@ -18,9 +18,20 @@ export interface ScheduleOptions {
   readonly virtualStages?: number;
   /** Batches of M micro-batches (PipeDream-2BW). Default 3, so that steady state shows. */
   readonly iterations?: number;
-  /** Wavelet form. Default `data-parallel`. */
-  readonly form?: 'data-parallel' | 'model-parallel';
+  /** Wavelet form (one of {@link WAVELET_FORMS}). Default `data-parallel`. */
+  readonly form?: WaveletForm;
 }
+
+/**
+ * Wavelet's forms: `data-parallel` (S workers, each holding the tick and the tock replica of the
+ * whole model) and `model-parallel` (S devices, S parts). The one list of them: the generator,
+ * the runtime's `form` option and the CLI's `--form` read it.
+ *
+ * @category Pipeline schedules
+ */
+export const WAVELET_FORMS = ['data-parallel', 'model-parallel'] as const;
+/** @category Pipeline schedules */
+export type WaveletForm = (typeof WAVELET_FORMS)[number];
 
 /**
  * Largest sizes accepted. Schedules are data: `units` bounds the (pipeline, micro-batch, part)

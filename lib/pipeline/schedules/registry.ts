@@ -40,7 +40,7 @@ export type ScheduleOptionName = Exclude<keyof ScheduleOptions, 'stages' | 'micr
  *
  * @category Pipeline schedules
  */
-export type ScheduleTrainerOption = 'advance' | 'averaging' | 'pipelinedBackprop';
+export type ScheduleTrainerOption = 'advance' | 'averaging' | 'pipelinedBackprop' | 'form';
 
 /**
  * Which weights a schedule's passes read, besides the current version:
@@ -85,7 +85,7 @@ export type PipelineCoupling = 'data-parallel' | 'elastic-averaging' | 'workers'
  * @category Pipeline schedules
  */
 export interface RuntimeSchedule {
-  /** Generator options the runtime always sets (Wavelet: its model-parallel form). */
+  /** Generator options the runtime sets where the user gives none (Wavelet: its model-parallel form, unless the trainer's `form` says otherwise). */
   readonly generatorOptions?: Partial<Pick<ScheduleOptions, ScheduleOptionName>>;
   /** The trainer options only this schedule takes. */
   readonly trainerOptions: readonly ScheduleTrainerOption[];
@@ -268,8 +268,11 @@ export const SCHEDULES = {
     costs: ['allReduce'],
     rowName: (params) => (params.form === 'data-parallel' ? 'worker' : 'stage'),
     weights: 'current',
-    // The data-parallel form holds two replicas of the model per worker: planned.
-    runtime: { ...synchronous, generatorOptions: { form: 'model-parallel' }, coupling: 'none' },
+    // Both forms run. The trainer's `form` picks one; model-parallel by default (S stages of one
+    // model split in S parts, like every other schedule's `stages`). The data-parallel form's rows
+    // are workers (S of them, each holding the tick and tock replica of the whole model), its
+    // waves' all-reduces run by the runner itself (docs/pipeline.md, "Wavelet").
+    runtime: { ...synchronous, trainerOptions: ['form'], generatorOptions: { form: 'model-parallel' }, coupling: 'none' },
   },
   'pipelined-backprop': {
     title: 'Pipelined Backpropagation',

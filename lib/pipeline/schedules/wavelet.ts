@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 import { withCommunication } from '../communication.js';
 import { type Action, type Schedule, buildSchedule, makeAction } from '../schedule.js';
-import { type ScheduleOptions, checkOptions, checkUnits } from './options.js';
+import { type ScheduleOptions, WAVELET_FORMS, checkOptions, checkUnits } from './options.js';
 import { describeValue } from '../../validate.js';
 
 /**
@@ -12,7 +12,11 @@ import { describeValue } from '../../validate.js';
  * `data-parallel` (default): S workers, each with two model replicas (tick = pipeline 2x, tock =
  * pipeline 2x+1), M batches per wave. Per worker: tick F(t), tock B(t-1), tick B(t), tock F(t);
  * each wave's gradient is all-reduced across workers while the other wave computes, and applied
- * before that wave's next forward.
+ * before that wave's next forward. What a wave's `allReduce` sums (ALGORITHMS.md section 5): on
+ * each worker, the wave's gradient averaged with the other wave's latest gradient of the round on
+ * that worker (tick's first has none, and goes alone), summed over the S workers of its wave
+ * (`allReduce` pipeline 0: the tick replicas, 1: the tock replicas); the wave's `optimizerStep`
+ * applies that sum over S.
  *
  * `model-parallel`: S devices and S model parts; micro-batches go in waves of S. At forward step
  * t device x runs part t on micro-batch `(x - t) mod S` of the current wave (so a micro-batch
@@ -34,7 +38,7 @@ export function wavelet(options: ScheduleOptions): Schedule {
     return waveletDataParallel(S, M);
   }
   if (form === 'model-parallel') return waveletModelParallel(S, M);
-  throw new InvalidArgumentError(`wavelet: form must be "data-parallel" or "model-parallel", got ${describeValue(form)}`);
+  throw new InvalidArgumentError(`wavelet: form must be one of ${WAVELET_FORMS.map((f) => `"${f}"`).join(', ')}, got ${describeValue(form)}`);
 }
 
 function waveletDataParallel(S: number, M: number): Schedule {
