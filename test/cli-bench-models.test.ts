@@ -31,7 +31,7 @@ function pythonWithTorch(): string | undefined {
 
 t.test('bench models --help names the models, the PyTorch options and --quick', async (t) => {
   const { stdout } = await sapipe(['bench', 'models', '--help']);
-  for (const text of ['mlp', 'cnn', '--python', '--sapipe-only', '--quick', '--threads', '--openblas-coretype', 'PyTorch']) t.ok(stdout.includes(text), `mentions ${text}`);
+  for (const text of ['mlp', 'cnn', '--python', '--sapipe-only', '--quick', '--threads', '--openblas-coretype', '--device', 'cuda:N', 'PyTorch']) t.ok(stdout.includes(text), `mentions ${text}`);
 });
 
 t.test('bench models --quick --json: every model, positive times', async (t) => {

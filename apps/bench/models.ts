@@ -1,6 +1,8 @@
 /**
  * `sapipe bench models`: one training step (forward, softmax cross-entropy, backward, SGD with
- * momentum) of sapipe's Sequential against PyTorch eager on the CPU, the same model, batch,
+ * momentum) of sapipe's Sequential against PyTorch eager on the CPU, or on one CUDA device
+ * (`device: 'cuda:N'`: sapipe's device path, the weights, gradients and optimizer state in a
+ * DeviceParamSet, against PyTorch eager on the same GPU), the same model, batch,
  * initialisation scale and thread count, in one run. The PyTorch side is torch-models.py in a
  * child process, built from the same layer list (LayerSpec JSON); the two sides' repeats
  * alternate (sapipe first on even repeats, PyTorch first on odd ones) so that a busy machine's
@@ -13,8 +15,31 @@
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 
-import { FlatBuffer, InvalidArgumentError, SGD, Sequential, cnnLayers, gptLayers, layerParams, mlpLayers, nativeInfo, sgemm, softmaxXent, type LayerSpec } from 'sapipe';
+import {
+  BackendUnavailableError,
+  DeviceParamSet,
+  FlatBuffer,
+  InvalidArgumentError,
+  SGD,
+  Sequential,
+  backendStatuses,
+  chooseDevice,
+  cnnLayers,
+  gptLayers,
+  layerParams,
+  mlpLayers,
+  modelDevice,
+  nativeInfo,
+  sgemm,
+  softmaxXent,
+  type LayerSpec,
+  DeviceBuffer,
+  type ModelDevice,
+} from 'sapipe';
 import { median } from './timing.js';
+
+/** A buffer of the model's memory: the host's or a device's. */
+type Buffer = FlatBuffer | DeviceBuffer;
 import { TorchProcess, openblasCoretype, torchScriptPath, type TorchSetup } from './torch-child.js';
 
 /** A model of the comparison: everything both sides build it from. */
@@ -76,6 +101,11 @@ export interface ModelsBenchOptions {
   batch?: number;
   /** Time sapipe alone. */
   sapipeOnly?: boolean;
+  /**
+   * Where both sides run: `cpu` (the default), `cuda:N`, or `auto` (chooseDevice: cuda:0 where it
+   * can run models, else cpu). An unusable device is BackendUnavailableError.
+   */
+  device?: string;
   /** Interpreters to try in order (the first that imports torch runs the PyTorch side). */
   pythons: readonly string[];
   torchScript?: string;
@@ -110,6 +140,12 @@ export interface ModelRow {
 }
 
 export interface ModelsBenchResult {
+  /** Where both sides ran: cpu or cuda:N. */
+  device: 'cpu' | `cuda:${number}`;
+  /** Why that device (chooseDevice's reason: "asked for", or what `auto` found). */
+  deviceReason: string;
+  /** The GPU as the CUDA plugin names it (on a device). */
+  deviceName?: string;
   threads: number;
   simd: string;
   cores: number;
@@ -130,14 +166,21 @@ function spread(samples: number[]): Spread {
   return { medianMs: median(samples), minMs: Math.min(...samples), maxMs: Math.max(...samples), samples };
 }
 
-/** sapipe's side of one model: Sequential, native softmax cross-entropy, SGD, one fixed batch. */
+/**
+ * sapipe's side of one model: Sequential, native softmax cross-entropy, SGD, one fixed batch. On a
+ * device the model runs there, its weights, gradients and SGD's momentum in a DeviceParamSet, and
+ * the batch is copied there once.
+ */
 class SapipeModel {
-  readonly model: Sequential;
+  readonly model: Sequential<Buffer>;
   readonly optimizer: SGD;
-  private readonly input: FlatBuffer;
-  private readonly labels: FlatBuffer;
-  private readonly losses: FlatBuffer;
-  private readonly dlogits: FlatBuffer;
+  /** The device's weights, gradients and optimizer state (on a device). */
+  private readonly state: DeviceParamSet | undefined;
+  private readonly memory: ModelDevice;
+  private readonly input: Buffer;
+  private readonly labels: Buffer;
+  private readonly losses: Buffer;
+  private readonly dlogits: Buffer;
 
   /** Loss rows of a batch: batch x rowsPerSample. */
   private readonly rows: number;
@@ -146,67 +189,114 @@ class SapipeModel {
     layers: LayerSpec[],
     readonly batch: number,
     readonly entry: BenchModel,
-    options: { seed: number; lr: number; momentum: number },
+    options: { seed: number; lr: number; momentum: number; device: 'cpu' | `cuda:${number}` },
   ) {
     const { classes } = entry;
     const perSample = entry.rowsPerSample ?? 1;
-    this.model = new Sequential(layers, { seed: options.seed });
-    if (this.model.outputSize !== perSample * classes)
-      throw new InvalidArgumentError(`bench models: ${entry.name} gives ${this.model.outputSize} outputs per sample, its entry says ${perSample} row(s) of ${classes} classes`);
-    this.optimizer = new SGD(this.model.params, { lr: options.lr, momentum: options.momentum });
-    this.input = FlatBuffer.allocate(batch * this.model.inputSize);
-    // Values in [0, 1) (or token ids) and labels r % classes, as the PyTorch side draws its batch.
-    let s = options.seed >>> 0 || 1;
-    for (let i = 0; i < this.input.length; i++) {
-      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-      const u = s / 2 ** 32;
-      this.input.array[i] = entry.vocab !== undefined ? Math.floor(u * entry.vocab) : u;
+    this.memory = modelDevice(options.device);
+    this.model = new Sequential<Buffer>(layers, { seed: options.seed, device: options.device });
+    const made: Buffer[] = [];
+    let optimizer: SGD | undefined;
+    let state: DeviceParamSet | undefined;
+    try {
+      if (this.model.outputSize !== perSample * classes)
+        throw new InvalidArgumentError(`bench models: ${entry.name} gives ${this.model.outputSize} outputs per sample, its entry says ${perSample} row(s) of ${classes} classes`);
+      optimizer = new SGD(this.model.params, { lr: options.lr, momentum: options.momentum });
+      state = options.device === 'cpu' ? undefined : DeviceParamSet.create(this.model.params, { device: options.device, optimizer });
+      this.optimizer = optimizer;
+      this.state = state;
+      // Values in [0, 1) (or token ids) and labels r % classes, as the PyTorch side draws its batch;
+      // drawn on the host and copied to the model's memory once, before any timing.
+      const input = new Float32Array(batch * this.model.inputSize);
+      let s = options.seed >>> 0 || 1;
+      for (let i = 0; i < input.length; i++) {
+        s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+        const u = s / 2 ** 32;
+        input[i] = entry.vocab !== undefined ? Math.floor(u * entry.vocab) : u;
+      }
+      this.rows = batch * perSample;
+      const labels = new Float32Array(this.rows);
+      for (let r = 0; r < this.rows; r++) labels[r] = r % classes;
+      const allocate = (length: number): Buffer => {
+        const t = this.memory.allocate(length) as Buffer;
+        made.push(t);
+        return t;
+      };
+      this.input = allocate(input.length);
+      this.memory.write(this.input, input);
+      this.labels = allocate(this.rows);
+      this.memory.write(this.labels, labels);
+      this.losses = allocate(this.rows);
+      this.dlogits = allocate(this.rows * classes);
+    } catch (error) {
+      for (const t of made) t.dispose();
+      state?.dispose();
+      optimizer?.dispose();
+      this.model.dispose();
+      throw error;
     }
-    this.rows = batch * perSample;
-    this.labels = FlatBuffer.allocate(this.rows);
-    for (let r = 0; r < this.rows; r++) this.labels.array[r] = r % classes;
-    this.losses = FlatBuffer.allocate(this.rows);
-    this.dlogits = FlatBuffer.allocate(this.rows * classes);
   }
 
   step(): void {
-    const logits = this.model.forward(0, this.input, this.batch, this.optimizer.forwardWeights);
+    const weights = this.state ? this.state.forwardWeights : this.optimizer.forwardWeights;
+    const logits = this.model.forward(0, this.input, this.batch, weights);
     softmaxXent({ buffer: logits }, { buffer: this.labels }, this.rows, this.entry.classes, 1 / this.rows, { losses: { buffer: this.losses }, dlogits: { buffer: this.dlogits } });
-    this.model.backward(0, this.dlogits, { grads: this.model.params.grads, inputGrad: false });
-    this.optimizer.stepSync();
+    this.model.backward(0, this.dlogits, { grads: this.state ? this.state.grads : this.model.params.grads, inputGrad: false });
+    // On a device the fused update runs to completion (it reports its non-finite count).
+    if (this.state) this.state.step();
+    else this.optimizer.stepSync();
   }
 
-  /** Milliseconds per step over `steps` steps. */
+  /**
+   * Milliseconds per step over `steps` steps. On a device the block ends by reading a loss back
+   * to the host, which waits for every operation queued on the device, so the time is the device's.
+   */
   time(steps: number): number {
     const start = performance.now();
     for (let i = 0; i < steps; i++) this.step();
+    if (this.state) this.memory.read(this.losses, 1);
     return (performance.now() - start) / steps;
   }
 
   dispose(): void {
     for (const b of [this.input, this.labels, this.losses, this.dlogits]) b.dispose();
+    this.state?.dispose();
     this.optimizer.dispose();
     this.model.dispose();
   }
 }
 
-/** sapipe's SGEMM of size^3 (the same product as the PyTorch side's). */
+/**
+ * sapipe's SGEMM of size^3 (the same product as the PyTorch side's): the native kernel on the
+ * host, cuBLAS through sgemm on DeviceBuffers on a device (the block ends by reading a value back,
+ * which waits for the products).
+ */
 class SapipeGemm {
-  private readonly a: FlatBuffer;
-  private readonly b: FlatBuffer;
-  private readonly c: FlatBuffer;
-  constructor(readonly size: number) {
-    this.a = FlatBuffer.allocate(size * size);
-    this.b = FlatBuffer.allocate(size * size);
-    this.c = FlatBuffer.allocate(size * size);
-    for (let i = 0; i < this.a.length; i++) {
-      this.a.array[i] = ((i * 7919) % 1000) / 1000 - 0.5;
-      this.b.array[i] = ((i * 104729) % 1000) / 1000 - 0.5;
+  private readonly a: Buffer;
+  private readonly b: Buffer;
+  private readonly c: Buffer;
+  private readonly memory: ModelDevice;
+  constructor(
+    readonly size: number,
+    device: 'cpu' | `cuda:${number}`,
+  ) {
+    this.memory = modelDevice(device);
+    const a = new Float32Array(size * size);
+    const b = new Float32Array(size * size);
+    for (let i = 0; i < a.length; i++) {
+      a[i] = ((i * 7919) % 1000) / 1000 - 0.5;
+      b[i] = ((i * 104729) % 1000) / 1000 - 0.5;
     }
+    this.a = this.memory.allocate(a.length) as Buffer;
+    this.b = this.memory.allocate(b.length) as Buffer;
+    this.c = this.memory.allocate(a.length) as Buffer;
+    this.memory.write(this.a, a);
+    this.memory.write(this.b, b);
   }
   time(products: number): number {
     const start = performance.now();
     for (let i = 0; i < products; i++) sgemm({ m: this.size, n: this.size, k: this.size, a: this.a, b: this.b, c: this.c });
+    if (!(this.c instanceof FlatBuffer)) this.memory.read(this.c, 1);
     return (performance.now() - start) / products;
   }
   dispose(): void {
@@ -245,6 +335,20 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
   for (const [name, v] of Object.entries({ steps: options.steps, reps: options.reps }))
     if (!Number.isInteger(v) || v < 1) throw new InvalidArgumentError(`bench models: ${name} must be a positive integer, got ${v}`);
   if (!Number.isInteger(options.warmup) || options.warmup < 0) throw new InvalidArgumentError('bench models: warmup must be an integer of 0 or more');
+  // chooseDevice: cpu as given, cuda:N checked able to run models (BackendUnavailableError saying
+  // why not), auto resolved with its reason.
+  let choice: ReturnType<typeof chooseDevice>;
+  try {
+    choice = chooseDevice(options.device ?? 'cpu');
+  } catch (error) {
+    if (!(error instanceof BackendUnavailableError)) throw error;
+    throw new BackendUnavailableError(
+      `bench models: ${error.message}. Run it where an NVIDIA GPU, its driver and a CUDA plugin of sapipe (build/Release/sapipe_cuda*.so, or the package's prebuilds) are usable ` +
+        '(`npx sapipe info` says what each backend lacks; SAPIPE_CUDA_PLUGIN names another plugin file), or time the CPU with --device cpu',
+    );
+  }
+  const device = choice.device;
+  const deviceName = device === 'cpu' ? undefined : String(backendStatuses().find((b) => b.name === 'cuda')?.details?.[device] ?? 'unknown');
   const seed = options.seed ?? 1;
   const lr = options.lr ?? 0.01;
   const momentum = options.momentum ?? 0.9;
@@ -257,16 +361,19 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
   if (!options.sapipeOnly) {
     const { env, coretypeSource: source } = torchEnvironment(threads, options.openblasCoretype);
     coretypeSource = source;
-    torch = await TorchProcess.start(options.pythons, options.torchScript ?? torchScriptPath(), env);
+    env.SAPIPE_BENCH_DEVICE = device;
+    torch = await TorchProcess.start(options.pythons, options.torchScript ?? torchScriptPath(), env, device);
   }
   const sides: SapipeModel[] = [];
-  const gemm = new SapipeGemm(GEMM_SIZE);
+  let gemm: SapipeGemm | undefined;
   try {
+    const gemmSide = new SapipeGemm(GEMM_SIZE, device);
+    gemm = gemmSide;
     const rows: ModelRow[] = [];
     for (const entry of entries) {
       const batch = options.batch ?? entry.batch;
       const layers = entry.layers();
-      const side = new SapipeModel(layers, batch, entry, { seed, lr, momentum });
+      const side = new SapipeModel(layers, batch, entry, { seed, lr, momentum, device });
       sides.push(side);
       const row: ModelRow = { model: entry.name, description: entry.description, batch, params: layerParams(layers).reduce((a, b) => a + b, 0), sapipe: spread([]) };
       if (torch) {
@@ -289,9 +396,9 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
       rows.push(row);
     }
     // Warm-up: both sides, every model, and the products (about 20 ms of them).
-    const gemmOnce = gemm.time(1);
+    const gemmOnce = gemmSide.time(1);
     const products = Math.max(1, Math.min(200, Math.round(20 / Math.max(gemmOnce, 1e-3))));
-    gemm.time(products);
+    gemmSide.time(products);
     await torch?.request({ op: 'gemm', size: GEMM_SIZE, products });
     for (const [i, side] of sides.entries()) {
       if (options.warmup > 0) {
@@ -311,7 +418,7 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
         if (torch && !torchFirst) into.torch.push(await torchRun());
       };
       options.onProgress?.(done++, total, 'sgemm');
-      await pair(() => gemm.time(products), async () => Number((await torch!.request({ op: 'gemm', size: GEMM_SIZE, products })).ms), gemmSamples);
+      await pair(() => gemmSide.time(products), async () => Number((await torch!.request({ op: 'gemm', size: GEMM_SIZE, products })).ms), gemmSamples);
       for (const [i, side] of sides.entries()) {
         options.onProgress?.(done++, total, rows[i]!.model);
         await pair(() => side.time(options.steps), async () => Number((await torch!.request({ op: 'steps', name: rows[i]!.model, steps: options.steps })).ms), samples[i]!);
@@ -329,6 +436,9 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
     const flops = 2 * GEMM_SIZE ** 3;
     const withGflops = (s: Spread): Spread & { gflops: number } => ({ ...s, gflops: flops / (s.medianMs * 1e6) });
     return {
+      device,
+      deviceReason: choice.reason,
+      ...(deviceName !== undefined ? { deviceName } : {}),
       threads,
       simd: info.simd,
       cores: availableParallelism(),
@@ -344,7 +454,7 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
     };
   } finally {
     torch?.close();
-    gemm.dispose();
+    gemm?.dispose();
     for (const s of sides) s.dispose();
   }
 }

@@ -1,7 +1,8 @@
 /**
- * The PyTorch process of `sapipe bench models`: finds an interpreter with torch, starts
- * torch-models.py (beside this file in the repository; shipped at apps/bench/ in the package) with
- * the threads and the OpenBLAS core set, and exchanges JSON lines with it.
+ * The PyTorch process of `sapipe bench models`: finds an interpreter with torch (with CUDA, for a
+ * device run), starts torch-models.py (beside this file in the repository; shipped at apps/bench/
+ * in the package) with the threads, the OpenBLAS core and the device (SAPIPE_BENCH_DEVICE) set, and
+ * exchanges JSON lines with it.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -10,7 +11,10 @@ import { fileURLToPath } from 'node:url';
 
 import { BackendUnavailableError, InternalError } from 'sapipe';
 
-/** What the PyTorch process reports of itself before any request. */
+/**
+ * What the PyTorch process reports of itself before any request. On a device run the BLAS fields
+ * (blasInfo, mkl, mkldnn, cpuCapability, openblas) are not reported: the device fields are.
+ */
 export interface TorchSetup {
   torch: string;
   python: string;
@@ -29,6 +33,14 @@ export interface TorchSetup {
   cpuCapability: string;
   /** OpenBLAS's report of itself, when the BLAS library loaded is OpenBLAS. */
   openblas: { library: string; core: string; config: string; threads: number } | null;
+  /** Where the models and products run: cpu or cuda:N. */
+  device?: string;
+  /** On a device: torch.version.cuda. */
+  cuda?: string | null;
+  /** On a device: torch.cuda.get_device_name. */
+  gpu?: string;
+  /** On a device: whether TF32 is allowed for matmuls and for cuDNN (the script turns both off: sapipe computes in fp32). */
+  tf32?: { matmul: boolean; cudnn: boolean };
 }
 
 /** The script: beside this module when run from source, at apps/bench/ of the package root when run from dist/apps/bench/. */
@@ -92,7 +104,7 @@ export class TorchProcess {
    * Starts the script under the first interpreter of `pythons` that imports torch. Throws
    * BackendUnavailableError, saying what was tried and what to install, when none does.
    */
-  static async start(pythons: readonly string[], script: string, env: NodeJS.ProcessEnv): Promise<TorchProcess> {
+  static async start(pythons: readonly string[], script: string, env: NodeJS.ProcessEnv, device = 'cpu'): Promise<TorchProcess> {
     const tried: string[] = [];
     for (const python of pythons) {
       const child = spawn(python, [script], { env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -116,6 +128,12 @@ export class TorchProcess {
       child.kill();
       tried.push(`${python} (${reply?.error === 'no-torch' ? `Python ${String(reply.pythonVersion)}: ${String(reply.message)}` : (reply?.message ?? first.error)})`);
     }
+    if (device !== 'cpu')
+      throw new BackendUnavailableError(
+        `bench models: PyTorch with CUDA is not available for ${device}; tried ${tried.join(', ')}. Install a CUDA build of torch for one of these interpreters ` +
+          '(`pip install torch` on Linux x86-64, or the command for your CUDA version at https://pytorch.org/get-started/locally/), ' +
+          'pass --python <an interpreter whose torch.cuda.is_available() is True>, or time sapipe alone with --sapipe-only',
+      );
     throw new BackendUnavailableError(
       `bench models: PyTorch is not available; tried ${tried.join(', ')}. Install it for one of these interpreters ` +
         '(`pip install torch`, or `apt install python3-torch` on Debian and Ubuntu), pass --python <an interpreter that imports torch>, ' +

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The PyTorch side of `sapipe bench models`: PyTorch eager on the CPU, driven by the sapipe CLI.
+"""The PyTorch side of `sapipe bench models`: PyTorch eager on the CPU or on one CUDA device,
+driven by the sapipe CLI.
 
 The CLI starts this script and talks to it in JSON lines (one request on stdin, one reply on
 stdout), so that its runs interleave with sapipe's in one measurement:
 
-  first reply (unasked):  the setup: torch version, threads, BLAS and its core, or
-                          {"error": "no-torch", ...} (exit 3) when `import torch` fails
+  first reply (unasked):  the setup: torch version, threads, BLAS and its core (on a device:
+                          torch.version.cuda, the GPU, TF32 off), or {"error": "no-torch", ...}
+                          (exit 3) when `import torch` fails, {"error": "no-cuda", ...} (exit 3)
+                          when the device asked for is not usable by torch
   {"op": "build", "name": N, "layers": [LayerSpec...], "batch": B, "classes": C, "rowsPerSample": R,
    "vocab": V or null, "inputSize": F, "seed": S, "lr": LR, "momentum": M}
                           builds model N from sapipe's layer list (the same JSON), the same
@@ -15,7 +18,9 @@ stdout), so that its runs interleave with sapipe's in one measurement:
   {"op": "quit"}
 
 Threads come from the environment the CLI sets (SAPIPE_BENCH_THREADS; OMP_NUM_THREADS and
-OPENBLAS_NUM_THREADS alike). A layer kind this script does not know fails with its name: add it
+OPENBLAS_NUM_THREADS alike), the device from SAPIPE_BENCH_DEVICE ("cpu", the default, or
+"cuda:N"). On a device the model, its batch and the matrices live there, TF32 is off for matmuls
+and cuDNN (sapipe computes in fp32), and each timed block ends with torch.cuda.synchronize(). A layer kind this script does not know fails with its name: add it
 to `build_model` below when sapipe's Sequential gains one.
 """
 import ctypes
@@ -200,7 +205,9 @@ def build_model(torch, req):
             raise ValueError(f"layer {i}: kind {kind!r} has no PyTorch counterpart in this script yet (apps/bench/torch-models.py, build_model)")
     to_flat()
     model = Model()
-    model.net = nn.Sequential(*modules)
+    device = req["device"]
+    model.device = device
+    model.net = nn.Sequential(*modules).to(device)
     batch = int(req["batch"])
     classes = int(req["classes"])
     features = int(req["inputSize"])
@@ -208,8 +215,8 @@ def build_model(torch, req):
     vocab = req.get("vocab")
     # The same kind of batch as sapipe's side: values in [0, 1) (or token ids in [0, vocab)) and
     # labels r % classes, one per loss row (rowsPerSample of them a sample).
-    model.x = torch.randint(int(vocab), (batch, features)) if vocab else torch.rand(batch, features)
-    model.y = torch.arange(batch * rows) % classes
+    model.x = (torch.randint(int(vocab), (batch, features)) if vocab else torch.rand(batch, features)).to(device)
+    model.y = (torch.arange(batch * rows) % classes).to(device)
     model.classes = classes
     model.loss = nn.CrossEntropyLoss()
     model.opt = torch.optim.SGD(model.net.parameters(), lr=float(req["lr"]), momentum=float(req["momentum"]))
@@ -224,12 +231,35 @@ def step(model):
     model.opt.step()
 
 
+def synchronize(torch, device):
+    """Waits for the device's queued work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def main():
     try:
         import torch
     except ImportError as error:
         send({"error": "no-torch", "message": str(error), "python": sys.executable, "pythonVersion": sys.version.split()[0]})
         return 3
+    name = os.environ.get("SAPIPE_BENCH_DEVICE", "cpu") or "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        index = 0 if device.index is None else device.index
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            why = (
+                f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees {torch.cuda.device_count()} CUDA device(s)"
+                if torch.cuda.is_available()
+                else f"torch {torch.__version__} cannot use CUDA (torch.version.cuda {torch.version.cuda}, torch.cuda.is_available() is False)"
+            )
+            send({"error": "no-cuda", "message": f"{name}: {why}", "python": sys.executable, "pythonVersion": sys.version.split()[0]})
+            return 3
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+        # sapipe computes in fp32: no TF32 in PyTorch's matmuls and convolutions either.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     threads = int(os.environ.get("SAPIPE_BENCH_THREADS", "0") or 0)
     if threads > 0:
         torch.set_num_threads(threads)
@@ -242,7 +272,16 @@ def main():
         "openblasCoretype": os.environ.get("OPENBLAS_CORETYPE"),
         "ompWaitPolicy": os.environ.get("OMP_WAIT_POLICY"),
     }
-    setup.update(blas_setup(torch))
+    if device.type == "cuda":
+        setup.update({
+            "device": f"cuda:{device.index}",
+            "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name(device),
+            "tf32": {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn": bool(torch.backends.cudnn.allow_tf32)},
+        })
+    else:
+        setup["device"] = "cpu"
+        setup.update(blas_setup(torch))
     send(setup)
     models = {}
     matrices = {}
@@ -256,25 +295,29 @@ def main():
             if op == "quit":
                 break
             if op == "build":
-                models[req["name"]] = build_model(torch, req)
+                models[req["name"]] = build_model(torch, dict(req, device=device))
                 send({"params": models[req["name"]].params})
             elif op == "steps":
                 model = models[req["name"]]
                 n = int(req["steps"])
+                synchronize(torch, device)
                 start = time.perf_counter()
                 for _ in range(n):
                     step(model)
+                synchronize(torch, device)
                 send({"ms": (time.perf_counter() - start) * 1000 / max(n, 1)})
             elif op == "gemm":
                 size = int(req["size"])
                 if size not in matrices:
                     g = torch.Generator().manual_seed(0)
-                    matrices[size] = (torch.rand(size, size, generator=g) - 0.5, torch.rand(size, size, generator=g) - 0.5, torch.empty(size, size))
+                    matrices[size] = tuple(m.to(device) for m in (torch.rand(size, size, generator=g) - 0.5, torch.rand(size, size, generator=g) - 0.5, torch.empty(size, size)))
                 a, b, c = matrices[size]
                 n = int(req["products"])
+                synchronize(torch, device)
                 start = time.perf_counter()
                 for _ in range(n):
                     torch.mm(a, b, out=c)
+                synchronize(torch, device)
                 send({"ms": (time.perf_counter() - start) * 1000 / max(n, 1)})
             else:
                 send({"error": "bad-request", "message": f"unknown op {op!r}"})

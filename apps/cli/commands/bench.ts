@@ -141,6 +141,7 @@ interface ModelsOptions {
   torchScript?: string;
   openblasCoretype?: string;
   sapipeOnly?: boolean;
+  device: string;
   quick?: boolean;
   json?: boolean;
 }
@@ -149,23 +150,38 @@ const span = (s: { medianMs: number; minMs: number; maxMs: number }, digits = 2)
 
 function printModels(r: ModelsBenchResult): void {
   const load = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' ');
+  const onDevice = r.device !== 'cpu';
+  const where = onDevice ? `on ${r.device} (${r.deviceName ?? '?'})` : 'on the CPU';
   console.log(
-    `one training step (forward, softmax cross-entropy, backward, SGD momentum ${r.momentum}) on the CPU: ${r.steps} steps per repeat, ${r.reps} repeats after ${r.warmup} warm-up step${r.warmup === 1 ? "" : "s"}` +
+    `one training step (forward, softmax cross-entropy, backward, SGD momentum ${r.momentum}) ${where}: ${r.steps} steps per repeat, ${r.reps} repeats after ${r.warmup} warm-up step${r.warmup === 1 ? "" : "s"}` +
       (r.torch ? ', the two sides alternating (sapipe first on even repeats, PyTorch first on odd ones)' : ''),
   );
+  console.log(`device: ${r.device} (${r.deviceReason})`);
   console.log(`machine: ${r.cpu}, ${r.cores} cores; load average ${load(r.loadAverage.before)} before, ${load(r.loadAverage.after)} after (others' work on a shared machine spreads the figures; the ratios, measured side by side, spread less)`);
-  console.log(`sapipe: ${r.threads} threads (native pool; SAPIPE_NUM_THREADS or --threads), simd ${r.simd}`);
-  if (r.torch) {
+  if (onDevice)
+    console.log(
+      `sapipe on ${r.device}: Sequential on the device, weights, gradients and SGD's momentum in a DeviceParamSet, the batch copied there once; ` +
+        'each step waits for the device (the fused update runs to completion) and each timed block ends by reading a loss back',
+    );
+  else console.log(`sapipe on the CPU: ${r.threads} threads (native pool; SAPIPE_NUM_THREADS or --threads), simd ${r.simd}`);
+  if (r.torch && r.torch.device !== undefined && r.torch.device !== 'cpu') {
+    const t = r.torch;
+    console.log(
+      `PyTorch ${t.torch} eager on ${t.device} (${t.gpu ?? '?'}; ${t.python}, Python ${t.pythonVersion}): CUDA ${t.cuda ?? '?'}, ` +
+        `TF32 ${t.tf32?.matmul ? 'ALLOWED' : 'off'} for matmuls (torch.backends.cuda.matmul.allow_tf32 = False) and ${t.tf32?.cudnn ? 'ALLOWED' : 'off'} for cuDNN, as sapipe computes in fp32; ` +
+        'each timed block ends with torch.cuda.synchronize()',
+    );
+  } else if (r.torch) {
     const t = r.torch;
     const blas = t.openblas ? `OpenBLAS (${t.openblas.config}; core ${t.openblas.core}, ${t.openblas.threads} threads)` : `BLAS_INFO=${t.blasInfo}${t.mkl ? ', MKL' : ''}`;
     console.log(
-      `PyTorch ${t.torch} eager (${t.python}, Python ${t.pythonVersion}): ${t.threads} threads (torch.get_num_threads), ${blas}, ` +
+      `PyTorch ${t.torch} eager on the CPU (${t.python}, Python ${t.pythonVersion}): ${t.threads} threads (torch.get_num_threads), ${blas}, ` +
         `oneDNN ${t.mkldnn ? 'available' : 'absent'}, ATen CPU capability ${t.cpuCapability}; OPENBLAS_CORETYPE=${t.openblasCoretype ?? '(unset)'} (${t.openblasCoretypeSource}), OMP_WAIT_POLICY=${t.ompWaitPolicy ?? '(unset)'}`,
     );
   } else console.log('PyTorch: not run (--sapipe-only)');
   const g = r.gemm;
   console.log(
-    `sgemm ${g.size}x${g.size}x${g.size}: sapipe ${g.sapipe.gflops.toFixed(1)} GFLOP/s (${span(g.sapipe, 3)} ms)` +
+    `sgemm ${g.size}x${g.size}x${g.size}${onDevice ? ` on ${r.device} (cuBLAS through sapipe's sgemm on DeviceBuffers${g.torch ? "; PyTorch's torch.mm" : ''})` : ''}: sapipe ${g.sapipe.gflops.toFixed(1)} GFLOP/s (${span(g.sapipe, 3)} ms)` +
       (g.torch ? `, PyTorch ${g.torch.gflops.toFixed(1)} GFLOP/s (${span(g.torch, 3)} ms)` : ''),
   );
   const table = cliTable(['model', 'batch', 'params', 'sapipe ms/step (min-max)', 'PyTorch ms/step (min-max)', 'sapipe / PyTorch', 'per repeat (min-max)'], !process.stdout.isTTY);
@@ -200,6 +216,7 @@ async function runModels(options: ModelsOptions): Promise<void> {
       pythons: options.python !== undefined ? [options.python] : [...new Set([process.env.SAPIPE_PYTHON, 'python3', '/usr/bin/python3'].filter((p): p is string => !!p))],
       ...(options.torchScript !== undefined ? { torchScript: options.torchScript } : {}),
       ...(options.openblasCoretype !== undefined ? { openblasCoretype: options.openblasCoretype } : {}),
+      device: options.device,
       onProgress: bar.update,
     });
   } catch (error) {
@@ -230,7 +247,8 @@ export function registerBenchCommand(program: Command): void {
   bench
     .command('models')
     .description(
-      'one training step (forward, softmax cross-entropy, backward, SGD with momentum 0.9) of sapipe against PyTorch eager on the CPU: ' +
+      'one training step (forward, softmax cross-entropy, backward, SGD with momentum 0.9) of sapipe against PyTorch eager on the CPU ' +
+        "(or, with --device cuda:N, sapipe's device path against PyTorch on the same GPU): " +
         'the same models, batch, initialisation scale and threads, repeats alternating in one run; ms/step, spread and the ratio (goal: at most 1)',
     )
     .option('--models <list>', `comma-separated, of ${BENCH_MODEL_NAMES.join(', ')}`, BENCH_MODEL_NAMES.join(','))
@@ -243,6 +261,7 @@ export function registerBenchCommand(program: Command): void {
     .option('--torch-script <path>', 'the PyTorch side (default: apps/bench/torch-models.py of the package)')
     .option('--openblas-coretype <name>', "OpenBLAS's core for the PyTorch process (default: SkylakeX with AVX-512, Haswell with AVX2, from the CPU flags)")
     .option('--sapipe-only', 'time sapipe alone (no Python needed)')
+    .option('--device <device>', 'where both sides run: cpu, cuda:N (sapipe through the CUDA plugin, PyTorch with CUDA on the same GPU, TF32 off), or auto (cuda:0 where it can run models, else cpu)', 'cpu')
     .option('--quick', 'a tiny run: 2 steps x 2 repeats after 1 warm-up step (a smoke test, not a measurement)')
     .option('--json', 'print JSON')
     .action((options: ModelsOptions) => runModels(options));
