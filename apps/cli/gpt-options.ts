@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 
 import { InvalidArgumentError } from 'sapipe';
-import type { GptSize } from '../demo/gpt-size.js';
+import { checkGptSize, type GptSize } from '../demo/gpt-size.js';
 import { numberOption } from './parse.js';
 
 /** The four options as commander hands them over: strings, checked by gptSizeFromCli. */
@@ -29,8 +29,8 @@ export function addGptSizeOptions(command: Command, defaults: GptSize): Command 
 /**
  * The GPT's size from the command line, each option not given taken from `defaults`; undefined
  * unless `model` is `gpt`, where any of the four is a typed error (it would be silently ignored).
- * The ranges and heads dividing the width are checked with the rest of the configuration
- * (checkGptSize), so a size given through the API is checked the same way.
+ * The ranges and heads dividing the width are checked here and again with the rest of the
+ * configuration (checkGptSize), so a size given through the API is checked the same way.
  */
 export function gptSizeFromCli(o: GptSizeCliOptions, model: string, defaults: GptSize): GptSize | undefined {
   const given = { blocks: o.blocks, dim: o.dim, heads: o.heads, context: o.context };
@@ -38,10 +38,11 @@ export function gptSizeFromCli(o: GptSizeCliOptions, model: string, defaults: Gp
     if (value !== undefined && model !== 'gpt') throw new InvalidArgumentError(`--${key} sets the GPT's size; use it with --model gpt`);
   if (model !== 'gpt') return undefined;
   const pick = (value: string | undefined, name: string, fallback: number): number => (value === undefined ? fallback : numberOption(value, name));
-  return {
+  // Checked here too, so a command refuses a bad size before it prints or loads anything.
+  return checkGptSize({
     blocks: pick(o.blocks, '--blocks', defaults.blocks),
     dim: pick(o.dim, '--dim', defaults.dim),
     heads: pick(o.heads, '--heads', defaults.heads),
     context: pick(o.context, '--context', defaults.context),
-  };
+  });
 }

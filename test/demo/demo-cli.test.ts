@@ -78,7 +78,7 @@ t.test('demo --model cnn trains the CNN on Fashion-MNIST in each mode and names 
   // One epoch on 4000 images with 2 workers: about 0.75 here (chance: 0.1).
   for (const m of result.modes) t.ok(m.finalAccuracy > 0.6, `${m.mode}: ${m.finalAccuracy}`);
   t.match(readFileSync(report, 'utf8'), /CNN \(conv 8,16/);
-  await t.rejects(sapipe('demo', '--model', 'resnet'), /--model must be one of mlp, cnn, gpt/);
+  await t.rejects(sapipe('demo', '--model', 'resnet'), /--model must be one of 'mlp', 'cnn', 'gpt', got the string "resnet"/);
   await t.rejects(sapipe('demo', '--tfjs', '--model', 'cnn'), /--model picks sapipe's own model/);
 });
 

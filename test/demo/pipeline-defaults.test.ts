@@ -68,6 +68,9 @@ t.test('the GPT size options: the pipeline GPT by default, refused without --mod
   t.same(cli({ model: 'gpt', blocks: '1', context: '32' }).gpt, { blocks: 1, dim: 128, heads: 4, context: 32 });
   t.throws(() => cli({ heads: '2' }), { code: 'ERR_INVALID_ARGUMENT', message: /^--heads sets the GPT's size; use it with --model gpt$/ });
   t.throws(() => cli({ model: 'gpt', dim: 'wide' }), { code: 'ERR_INVALID_ARGUMENT', message: /--dim must be a number, got "wide"/ });
+  // Refused while parsing the command line, before the run prints or loads anything.
+  t.throws(() => cli({ model: 'gpt', dim: '30', heads: '4' }), { code: 'ERR_INVALID_ARGUMENT', message: /^--dim 30 must be a multiple of --heads 4/ });
+  t.throws(() => cli({ model: 'gpt', blocks: '0' }), { code: 'ERR_INVALID_ARGUMENT', message: /--blocks/ });
 });
 
 t.test('--form: Wavelet\'s form reaches the run, checked; the waves\' peaks in the report', async (t) => {

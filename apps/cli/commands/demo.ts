@@ -10,6 +10,7 @@ import { resolve } from 'node:path';
 import { MultiBar } from 'cli-progress';
 import { addGptSizeOptions, gptSizeFromCli, type GptSizeCliOptions } from '../gpt-options.js';
 import { numberOption } from '../parse.js';
+import { checkOneOf } from 'sapipe/validate';
 import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
@@ -52,9 +53,11 @@ const num = numberOption;
 export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
   const latencyUs = o.latencyUs === undefined ? undefined : num(o.latencyUs, '--latency-us');
   if (latencyUs !== undefined && o.gbps === undefined) throw new InvalidArgumentError('--latency-us needs --gbps (the emulated link speed)');
-  const gpt = gptSizeFromCli(o, o.model, DEMO_GPT_DEFAULTS);
+  // The model first: a size option beside an unknown model is the model's mistake, not the option's.
+  const model = checkOneOf(o.model, '--model', DEMO_MODELS);
+  const gpt = gptSizeFromCli(o, model, DEMO_GPT_DEFAULTS);
   return checkDemoConfig({
-    model: o.model as DemoModelName,
+    model: model as DemoModelName,
     ...(gpt ? { gpt } : {}),
     workers: num(o.workers, '--workers'),
     modes: parseModes(o.modes),
