@@ -15,15 +15,14 @@
 #include "nn_attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <new>
 #include <vector>
 
 #include "../core/thread_pool.h"
-#include "gemm.h"
 #include "nn_elementwise.h"
+#include "nn_jobs.h"
 #include "sapipe/nn.h"
 
 namespace sapipe::cpu {
@@ -76,38 +75,15 @@ class Strips {
 // keeps small problems on the calling thread.
 template <class Body>
 void for_units(size_t count, size_t work, Body&& body) {
-  ThreadPool::global().parallel_for(count * work, work, [&](int thread, size_t lo, size_t hi) {
-    for (size_t u = lo / work; u < hi / work; ++u) body(thread, u);
-  });
-}
-
-// The first failure of any product of a call (the SGEMM refuses an output overlapping its inputs:
-// gradients handed in over q, say, against the contract), returned by the entry.
-class FirstFailure {
- public:
-  void note(sapipe_status status) {
-    int expected = SAPIPE_OK;
-    if (status != SAPIPE_OK) first_.compare_exchange_strong(expected, status);
-  }
-  sapipe_status status() const { return static_cast<sapipe_status>(first_.load()); }
-
- private:
-  std::atomic<int> first_{SAPIPE_OK};
-};
-
-// C = alpha op(A) op(B) + beta C on the calling thread.
-sapipe_status product(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a, size_t lda, const float* b,
-                      size_t ldb, float beta, float* c, size_t ldc) {
-  GemmArgs g;
-  g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
-  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
-  return sgemm_serial(g);
+  split_units(count, [&](int thread, size_t lo, size_t hi) {
+    for (size_t u = lo; u < hi; ++u) body(thread, u);
+  }, work);
 }
 
 // Scores of a tile: strip[r, j] = scale (q_{first+r} . k_j) for j < keys.
 sapipe_status tile_scores(const AttentionShape& a, const Tile& t, size_t b, size_t h, const float* q, const float* k, float scale,
                           float* strip) {
-  return product(false, true, t.rows, t.keys, a.dim, scale, q + a.at(b, h, t.first), a.width(), k + a.at(b, h, 0), a.width(), 0.0f,
+  return serial_product(false, true, t.rows, t.keys, a.dim, scale, q + a.at(b, h, t.first), a.width(), k + a.at(b, h, 0), a.width(), 0.0f,
                  strip, t.keys);
 }
 
@@ -123,12 +99,12 @@ sapipe_status attention_forward(float* o, float* lse, const float* q, const floa
   if (!strips.allocate(seq, 1)) return SAPIPE_ERR_OUT_OF_MEMORY;
   const NnElementKernels& ek = active_nn_element_kernels();
   const size_t tiles = a.tiles();
-  FirstFailure failure;
+  FirstError failure;  // a product refused (an output over an input, against the contract) fails the call
   for_units(a.heads_total() * tiles, kQueryTile * seq * head_dim, [&](int thread, size_t unit) {
     const size_t bh = unit / tiles, b = bh / heads, h = bh % heads;
     const Tile t = tile_of(a, unit % tiles);
     float* strip = strips.of(thread);
-    failure.note(tile_scores(a, t, b, h, q, k, scale, strip));
+    failure.set(tile_scores(a, t, b, h, q, k, scale, strip));
     for (size_t r = 0; r < t.rows; ++r) {
       float* row = strip + r * t.keys;
       const size_t visible = t.first + r + 1;  // keys j <= i
@@ -140,10 +116,10 @@ sapipe_status attention_forward(float* o, float* lse, const float* q, const floa
       std::fill(row + visible, row + t.keys, 0.0f);
       lse[a.lse_at(b, h, t.first + r)] = m + std::log(sum);
     }
-    failure.note(product(false, false, t.rows, head_dim, t.keys, 1.0f, strip, t.keys, v + a.at(b, h, 0), a.width(), 0.0f,
+    failure.set(serial_product(false, false, t.rows, head_dim, t.keys, 1.0f, strip, t.keys, v + a.at(b, h, 0), a.width(), 0.0f,
                          o + a.at(b, h, t.first), a.width()));
   });
-  return failure.status();
+  return failure.get();
 }
 
 sapipe_status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
@@ -156,7 +132,7 @@ sapipe_status attention_backward(float* dq, float* dk, float* dv, const float* d
   Strips strips;  // per thread: the tile's probabilities, then their gradients
   if (!strips.allocate(seq, 2)) return SAPIPE_ERR_OUT_OF_MEMORY;
   const NnElementKernels& ek = active_nn_element_kernels();
-  FirstFailure failure;
+  FirstError failure;
   for_units(a.heads_total(), seq * seq * head_dim, [&](int thread, size_t bh) {
     const size_t b = bh / heads, h = bh % heads, w = a.width();
     float* p = strips.of(thread);
@@ -168,9 +144,9 @@ sapipe_status attention_backward(float* dq, float* dk, float* dv, const float* d
     for (size_t ti = 0; ti < a.tiles(); ++ti) {
       const Tile t = tile_of(a, ti);
       const float* dout_t = dout + a.at(b, h, t.first);
-      failure.note(tile_scores(a, t, b, h, q, k, scale, p));
+      failure.set(tile_scores(a, t, b, h, q, k, scale, p));
       // dp[r, j] = dout_i . v_j, into the second strip.
-      failure.note(product(false, true, t.rows, t.keys, head_dim, 1.0f, dout_t, w, v + a.at(b, h, 0), w, 0.0f, ds, t.keys));
+      failure.set(serial_product(false, true, t.rows, t.keys, head_dim, 1.0f, dout_t, w, v + a.at(b, h, 0), w, 0.0f, ds, t.keys));
       for (size_t r = 0; r < t.rows; ++r) {
         const size_t i = t.first + r, visible = i + 1;
         float* p_row = p + r * t.keys;
@@ -185,12 +161,12 @@ sapipe_status attention_backward(float* dq, float* dk, float* dv, const float* d
         std::fill(ds_row + visible, ds_row + t.keys, 0.0f);
       }
       // dq_t = scale ds K;  dk[0, keys) += scale ds^T q_t;  dv[0, keys) += p^T dout_t.
-      failure.note(product(false, false, t.rows, head_dim, t.keys, scale, ds, t.keys, k + a.at(b, h, 0), w, 0.0f, dq + a.at(b, h, t.first), w));
-      failure.note(product(true, false, t.keys, head_dim, t.rows, scale, ds, t.keys, q + a.at(b, h, t.first), w, 1.0f, dk + a.at(b, h, 0), w));
-      failure.note(product(true, false, t.keys, head_dim, t.rows, 1.0f, p, t.keys, dout_t, w, 1.0f, dv + a.at(b, h, 0), w));
+      failure.set(serial_product(false, false, t.rows, head_dim, t.keys, scale, ds, t.keys, k + a.at(b, h, 0), w, 0.0f, dq + a.at(b, h, t.first), w));
+      failure.set(serial_product(true, false, t.keys, head_dim, t.rows, scale, ds, t.keys, q + a.at(b, h, t.first), w, 1.0f, dk + a.at(b, h, 0), w));
+      failure.set(serial_product(true, false, t.keys, head_dim, t.rows, 1.0f, p, t.keys, dout_t, w, 1.0f, dv + a.at(b, h, 0), w));
     }
   });
-  return failure.status();
+  return failure.get();
 }
 
 }  // namespace sapipe::cpu

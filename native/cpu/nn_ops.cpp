@@ -8,7 +8,6 @@
 // order on one thread, the order the CUDA kernels sum in. GELU's element loop is vectorised per
 // instruction set (nn_elementwise.h); the attention is tiles of SGEMMs (nn_attention.cpp).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -19,6 +18,7 @@
 #include "gemm.h"
 #include "nn_attention.h"
 #include "nn_elementwise.h"
+#include "nn_jobs.h"
 #include "sapipe/nn.h"
 
 namespace sapipe::cpu {
@@ -344,33 +344,11 @@ void col2im(const ConvDims& d, const float* col, float* dx) {
       }
 }
 
-sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c,
-                        size_t ldc = 0) {
-  GemmArgs g;
-  g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = beta;
-  g.a = a, g.lda = ta ? m : k, g.b = b, g.ldb = tb ? k : n, g.c = c, g.ldc = ldc == 0 ? n : ldc;
-  // On the calling thread: the convolutions call this from jobs of the thread pool.
-  return sgemm_serial(g);
+// A product of tightly packed matrices on the calling thread: the convolutions call this from jobs
+// of the thread pool.
+sapipe_status gemm_rows(bool ta, bool tb, size_t m, size_t n, size_t k, float beta, const float* a, const float* b, float* c) {
+  return serial_product(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
-
-// Runs body(thread, begin, end) over [0, units) split across the thread pool (parallel_for runs
-// fewer than kInlineThreshold elements inline, so each unit counts as that many), each unit whole
-// in one call; every unit is written by one thread whatever the split.
-template <class Body>
-void split_units(size_t units, Body&& body) {
-  const size_t stride = ThreadPool::kInlineThreshold;
-  ThreadPool::global().parallel_for(units * stride, stride, [&](int t, size_t lo, size_t hi) { body(t, lo / stride, hi / stride); });
-}
-
-// The first error of the jobs, kept by whichever thread saw it.
-struct FirstError {
-  std::atomic<int> status{SAPIPE_OK};
-  void set(sapipe_status st) {
-    int ok = SAPIPE_OK;
-    if (st != SAPIPE_OK) status.compare_exchange_strong(ok, st);
-  }
-  sapipe_status get() const { return static_cast<sapipe_status>(status.load()); }
-};
 
 // The images are split over the thread pool, each thread with its own patch buffer; each image's
 // output is written by one thread in the order of the serial loop, so the result does not depend
