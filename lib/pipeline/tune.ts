@@ -8,7 +8,7 @@ import { AVERAGING_LAYOUTS, type AveragingLayout, avgpipe } from './schedules/av
 import { warmupForwards } from './schedules/advance-forward.js';
 import { limits } from './schedules/options.js';
 import { type SimulationCosts, simulateSchedule } from './simulate.js';
-import { checkInteger, describeValue } from '../validate.js';
+import { checkInteger, checkOneOf, describeValue } from '../validate.js';
 import { checkNumber as checkNumberArg } from '../validate.js';
 
 /** @category Pipeline schedules */
@@ -69,8 +69,7 @@ export function costsAt(profileInput: PipelineProfile, microBatchSize: number, l
   const overhead = profile.overheadMs ?? 0;
   const scaled = (ms: number): number => overhead + (ms - overhead) * ratio;
   const at = (fit: PassCost | undefined, ms: number): number => (fit === undefined ? scaled(ms) : fit.fixedMs + fit.perSampleMs * microBatchSize);
-  if (!(AVERAGING_LAYOUTS as readonly string[]).includes(layout))
-    throw new InvalidArgumentError(`costsAt: layout must be one of ${AVERAGING_LAYOUTS.map((l) => `'${l}'`).join(', ')}, got ${describeValue(layout)}`);
+  checkOneOf(layout, 'costsAt: layout', AVERAGING_LAYOUTS);
   const separate = layout === 'worker-per-replica';
   const machine = profile.machine;
   const latency = profile.p2pLatencyMs ?? 0;
@@ -125,8 +124,7 @@ export function simulateSetting(profileInput: PipelineProfile, setting: TuneSett
   const A = checkInteger(setting.advance, 'simulateSetting: advance', 0, limits.microBatches + S);
   const b = setting.microBatchSize;
   checkNumberArg(b, 'simulateSetting: microBatchSize', 0, Number.MAX_VALUE, { loOpen: true });
-  if (setting.layout !== undefined && !(AVERAGING_LAYOUTS as readonly string[]).includes(setting.layout))
-    throw new InvalidArgumentError(`simulateSetting: layout must be one of ${AVERAGING_LAYOUTS.map((l) => `'${l}'`).join(', ')}, got ${describeValue(setting.layout)}`);
+  if (setting.layout !== undefined) checkOneOf(setting.layout, 'simulateSetting: layout', AVERAGING_LAYOUTS);
   const atB = costs ?? costsAt(profile, b, setting.layout);
   // one pipeline has nothing to average with (its schedule still holds the exchange)
   const result = simulateSchedule(avgpipe({ stages: S, microBatches: M, pipelines: N, advance: A }), N === 1 ? { ...atB, elastic: 0 } : atB);

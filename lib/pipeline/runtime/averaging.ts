@@ -96,7 +96,6 @@ export class SharedElasticCenter extends CenterCopy {
   private readonly updates: number[];
   /** The exchange under way: which replicas have added their d_i to `sum`. */
   private readonly added: boolean[];
-  private pending = 0;
   private readonly sum: FlatBuffer;
 
   constructor(
@@ -123,12 +122,11 @@ export class SharedElasticCenter extends CenterCopy {
     if (this.added[pipeline])
       throw new InvalidScheduleError(`elastic averaging: pipeline ${pipeline} reached a second exchange before every replica of the part reached the first`);
     const d = this.difference(this.replicas[pipeline]!.weights);
-    if (this.pending === 0) callNative(() => nativeAddon().copy(this.sum.handle, d.handle));
+    if (!this.added.some(Boolean)) callNative(() => nativeAddon().copy(this.sum.handle, d.handle));
     else axpy(this.sum, 1, d);
     this.added[pipeline] = true;
-    if (++this.pending < this.replicas.length) return;
+    if (!this.added.every(Boolean)) return;
     axpy(this.center, 1, this.sum);
-    this.pending = 0;
     this.added.fill(false);
   }
 

@@ -300,16 +300,7 @@ export class StageHost {
     for (const part of description.parts) {
       // Each replica joins `parts` as soon as it is built (so a failure frees it), its averaging once the center exists.
       const first = parts.length;
-      for (let pipeline = 0; pipeline < schedule.pipelines; pipeline++) {
-        const model = await buildStageModel(description.model, part);
-        try {
-          const optimizer = buildOptimizer(model, description.optimizer, schedule, part, description.pipelinedBackprop);
-          parts.push({ part, pipeline, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(schedule.name, part, schedule.parts) });
-        } catch (error) {
-          model.dispose();
-          throw error;
-        }
-      }
+      for (let pipeline = 0; pipeline < schedule.pipelines; pipeline++) parts.push(await StageHost.buildReplica(description, part, pipeline));
       const replicas = parts.slice(first);
       const center = new SharedElasticCenter(
         replicas.map((r) => r.model.params),
@@ -334,17 +325,27 @@ export class StageHost {
   ): Promise<StageRunner> {
     const { schedule, stage } = description;
     if (description.device) throw new InvalidArgumentError(`StageHost: Wavelet's data-parallel form on ${description.device} is planned`);
-    for (const pipeline of [2 * stage, 2 * stage + 1]) {
-      const model = await buildStageModel(description.model, 0);
-      try {
-        const optimizer = buildOptimizer(model, description.optimizer, schedule, 0, description.pipelinedBackprop);
-        parts.push({ part: 0, pipeline, model, optimizer, backwardPredictionRatio: 0 });
-      } catch (error) {
-        model.dispose();
-        throw error;
-      }
-    }
+    for (const pipeline of [2 * stage, 2 * stage + 1]) parts.push(await StageHost.buildReplica(description, 0, pipeline));
     return new StageRunner(stage, schedule, comm, parts, 'every');
+  }
+
+  /** One pipeline's replica of `part` on the CPU, with an optimizer of its own (freed if that fails). */
+  private static async buildReplica(description: StageDescription, part: number, pipeline: number): Promise<StagePart> {
+    const { schedule } = description;
+    const model = await buildStageModel(description.model, part);
+    try {
+      const optimizer = buildOptimizer(model, description.optimizer, schedule, part, description.pipelinedBackprop);
+      return { part, pipeline, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(schedule.name, part, schedule.parts) };
+    } catch (error) {
+      model.dispose();
+      throw error;
+    }
+  }
+
+  /** One replica of each part (a runner of every pipeline holds one per pipeline): what describes the stage's parts. */
+  get modelParts(): StagePart[] {
+    const first = this.parts[0]?.pipeline ?? 0;
+    return this.parts.filter((p) => (p.pipeline ?? 0) === first);
   }
 
   async runRound(samples: Int32Array, startAt: number): Promise<StageRoundResult> {
@@ -355,7 +356,7 @@ export class StageHost {
   /** Each part's weights; for AvgPipe, the center the pipelines average with (the model they agree on). */
   weights(): { part: number; weights: Float32Array }[] {
     for (const p of this.parts) p.device?.copyToHost();
-    return this.parts.filter((p) => (p.pipeline ?? 0) === (this.parts[0]?.pipeline ?? 0)).map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
+    return this.modelParts.map((p) => ({ part: p.part, weights: (this.centers.get(p.part)?.weights ?? p.model.params.weights).array.slice() }));
   }
 
   setLr(lr: number): void {
@@ -426,7 +427,7 @@ export function readyMessage(host: StageHost, pipeline: number): FromStage {
     stage: host.description.stage,
     pipeline,
     // (AvgPipe's shared stages hold a replica per pipeline: pipeline 0's describes the part.)
-    parts: host.parts.filter((p) => (p.pipeline ?? 0) === (host.parts[0]?.pipeline ?? 0)).map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
+    parts: host.modelParts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
   };
 }
 

@@ -17,11 +17,11 @@ interface StageThreadData extends LocalRankData {
   pipelines: number;
   /** The schedule's rows are data-parallel workers (SAPipe): thread x runs row x as pipeline x. */
   rowsAreWorkers: boolean;
-  /** AvgPipe's shared-stages layout: thread k runs row k for every pipeline (rank = stage). */
-  sharedStages: boolean;
 }
 
-const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers, sharedStages } = workerData as StageThreadData;
+const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers } = workerData as StageThreadData;
+// AvgPipe's shared-stages layout: thread k runs row k for every pipeline (rank = stage).
+const sharedStages = descriptions[0]!.averaging?.layout === 'shared-stages';
 // Threads of one pipeline exchange activations; a worker row exchanges nothing but its all-reduces.
 const stages = rowsAreWorkers ? 1 : descriptions.length;
 // (A thread of shared stages runs every pipeline; it answers as pipeline 0.)

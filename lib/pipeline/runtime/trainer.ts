@@ -180,10 +180,9 @@ export class PipelineTrainer {
     // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe) or AvgPipe's
     // pipelines share the stages, worker x runs row x. On a device every stage runs in this process, on that device.
     const averagingLayout = plan.averaging?.layout;
-    const sharedStages = averagingLayout === 'shared-stages';
     const workers: StageWorker[] =
       device === 'cpu'
-        ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers, sharedStages } })
+        ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } })
         : startDeviceStages(descriptions, data, timeoutMs);
     const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
     try {
