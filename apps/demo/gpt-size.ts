@@ -29,6 +29,7 @@ export function checkGptSize(g: GptSize): GptSize {
   checkInteger(g.context, '--context', 1, 4096);
   // gptLayers would refuse this too, but naming the options says what to change.
   if (g.dim % g.heads !== 0) throw new InvalidArgumentError(`--dim ${g.dim} must be a multiple of --heads ${g.heads} (each head takes dim/heads values)`);
+  gptSizeLayers(g); // the library's own checks of the stack (a head's size, among them)
   return g;
 }
 

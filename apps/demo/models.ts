@@ -34,8 +34,8 @@ export interface DemoModel {
   backward(grads: FlatBuffer): void;
   /** Test accuracy on the model's own weights (per row of classes: the GPT's next bytes). */
   accuracy(inputs: Float32Array, labels: ArrayLike<number>): number;
-  /** The mean cross-entropy on test data with the model's own weights (absent: the model does not say). */
-  testLoss?(inputs: Float32Array, labels: ArrayLike<number>): number;
+  /** Accuracy and the mean cross-entropy on test data with the model's own weights, in one pass (absent: the model gives accuracy alone). */
+  evaluate?(inputs: Float32Array, labels: ArrayLike<number>): { accuracy: number; loss: number };
   dispose(): void;
 }
 
@@ -48,8 +48,11 @@ export function createDemoModel(name: DemoModelName, seed: number, gpt: GptSize 
 /** The model (the GPT of size `gpt`) and its data in words, for tables and reports. */
 export function describeDemoModel(name: DemoModelName, gpt: GptSize = DEMO_GPT_DEFAULTS): string {
   if (name === 'gpt') return describeGpt(gpt);
-  return name === 'mlp' ? `MLP ${DEMO_LAYERS.join('-')} on MNIST` : `CNN (conv ${CNN_CHANNELS.join(',')}, 3x3, max-pool 2; linear to 10) on Fashion-MNIST`;
+  return name === 'mlp' ? `MLP ${DEMO_LAYERS.join('-')} on ${DEMO_DATASETS.mlp}` : `CNN (conv ${CNN_CHANNELS.join(',')}, 3x3, max-pool 2; linear to 10) on ${DEMO_DATASETS.cnn}`;
 }
+
+/** The data set each model trains on, in words (titles). */
+export const DEMO_DATASETS: Readonly<Record<DemoModelName, string>> = { mlp: 'MNIST', cnn: 'Fashion-MNIST', gpt: 'the fortunes text' };
 
 /** Parameters (weights and biases) of the model `name` (the GPT of size `gpt`). */
 export function demoModelParams(name: DemoModelName, gpt: GptSize = DEMO_GPT_DEFAULTS): number {
@@ -100,12 +103,8 @@ class SequentialClassifier implements DemoModel {
     return this.evaluate(inputs, labels).accuracy;
   }
 
-  testLoss(inputs: Float32Array, labels: ArrayLike<number>): number {
-    return this.evaluate(inputs, labels).loss;
-  }
-
   /** Accuracy and mean cross-entropy over every row of the test data, in chunks of samples. */
-  private evaluate(inputs: Float32Array, labels: ArrayLike<number>): { accuracy: number; loss: number } {
+  evaluate(inputs: Float32Array, labels: ArrayLike<number>): { accuracy: number; loss: number } {
     const { inputSize: features, outputSize } = this.model;
     const [rows, classes] = [this.rows, this.classes];
     const samples = inputs.length / features;

@@ -51,20 +51,21 @@ export function gaussianInit(out: Float32Array, std: number, next: () => number)
 
 /** Floats per sample the block's forward keeps: LN1 out, its mean and rstd, q k v, o, lse, h, LN2 out, its mean and rstd, fc1 out, gelu out. @internal */
 export function blockSavedFloats(context: number, dim: number, heads: number, hidden: number): number {
-  return context * (7 * dim + 2 * hidden + 4) + heads * context;
+  return savedLayout({ batch: 1, context, dim, heads, hidden }).total;
 }
 
-/** Offsets of what the forward keeps in `saved` for a pass of `s`. */
-function savedLayout(s: BlockShape): Record<'ln1' | 'mean1' | 'rstd1' | 'q' | 'k' | 'v' | 'o' | 'lse' | 'h' | 'ln2' | 'mean2' | 'rstd2' | 'f1' | 'g', number> {
+/** Offsets of what the forward keeps in `saved` for a pass of `s`, and the floats in all (`total`). */
+function savedLayout(s: BlockShape): Record<'ln1' | 'mean1' | 'rstd1' | 'q' | 'k' | 'v' | 'o' | 'lse' | 'h' | 'ln2' | 'mean2' | 'rstd2' | 'f1' | 'g' | 'total', number> {
   const rows = s.batch * s.context;
   const [n, hid] = [rows * s.dim, rows * s.hidden];
   const sizes = [['ln1', n], ['mean1', rows], ['rstd1', rows], ['q', n], ['k', n], ['v', n], ['o', n], ['lse', s.batch * s.heads * s.context], ['h', n], ['ln2', n], ['mean2', rows], ['rstd2', rows], ['f1', hid], ['g', hid]] as const;
-  const out = {} as Record<(typeof sizes)[number][0], number>;
+  const out = {} as Record<(typeof sizes)[number][0] | 'total', number>;
   let at = 0;
   for (const [name, size] of sizes) {
     out[name] = at;
     at += size;
   }
+  out.total = at;
   return out;
 }
 

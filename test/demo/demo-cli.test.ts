@@ -119,6 +119,7 @@ t.test('demo --model gpt --blocks --dim --heads --context trains a GPT of that s
   t.equal(result.modes[0]!.steps, 1);
   t.equal(result.modes[0]!.epochLoss.length, 1);
   t.ok(readFileSync(report, 'utf8').includes(description), 'the report names the size');
+  t.match(readFileSync(report, 'utf8'), /<h1>sapipe demo: data-parallel the fortunes text<\/h1>/, 'the report is titled by its data set');
 });
 
 t.test('the GPT size options: defaults, and typed errors as train pipeline gives them', async (t) => {
