@@ -53,19 +53,7 @@ export class Linear {
   /** Y[batch, out] = X[batch, in] W^T + b, with W and b read from `weights`. */
   forward(x: MatrixRef, batch: number, y: MatrixRef, weights: Tensor = this.params.weights): void {
     this.checkWeights(weights, 'forward');
-    sgemm({
-      transB: true,
-      m: batch,
-      n: this.outFeatures,
-      k: this.inFeatures,
-      a: x.buffer,
-      aOffset: x.offset ?? 0,
-      b: weights,
-      bOffset: this.weight.offset,
-      c: y.buffer,
-      cOffset: y.offset ?? 0,
-    });
-    biasAdd(y, { buffer: weights, offset: this.bias.offset }, batch, this.outFeatures);
+    denseForward(y, x, { buffer: weights, offset: this.weight.offset }, { buffer: weights, offset: this.bias.offset }, batch, this.inFeatures, this.outFeatures);
   }
 
   /**
@@ -92,36 +80,13 @@ export class Linear {
   /** dW = dY^T X and db = column sums of dY, written (or added, when `accumulate`) into `grads`. */
   weightGrad(x: MatrixRef, dy: MatrixRef, batch: number, grads: Tensor, accumulate = false): void {
     this.checkWeights(grads, 'weightGrad (grads)');
-    sgemm({
-      transA: true,
-      m: this.outFeatures,
-      n: this.inFeatures,
-      k: batch,
-      a: dy.buffer,
-      aOffset: dy.offset ?? 0,
-      b: x.buffer,
-      bOffset: x.offset ?? 0,
-      c: grads,
-      cOffset: this.weight.offset,
-      beta: accumulate ? 1 : 0,
-    });
-    biasGrad({ buffer: grads, offset: this.bias.offset }, dy, batch, this.outFeatures, accumulate);
+    denseWeightGrad({ buffer: grads, offset: this.weight.offset }, { buffer: grads, offset: this.bias.offset }, x, dy, batch, this.inFeatures, this.outFeatures, accumulate);
   }
 
   /** dX[batch, in] = dY W, with W read from `weights` (the buffer the forward pass read). */
   inputGrad(dy: MatrixRef, batch: number, dx: MatrixRef, weights: Tensor = this.params.weights): void {
     this.checkWeights(weights, 'inputGrad');
-    sgemm({
-      m: batch,
-      n: this.inFeatures,
-      k: this.outFeatures,
-      a: dy.buffer,
-      aOffset: dy.offset ?? 0,
-      b: weights,
-      bOffset: this.weight.offset,
-      c: dx.buffer,
-      cOffset: dx.offset ?? 0,
-    });
+    denseInputGrad(dx, dy, { buffer: weights, offset: this.weight.offset }, batch, this.inFeatures, this.outFeatures);
   }
 
   private checkWeights(buffer: Tensor, what: string): void {
@@ -133,4 +98,24 @@ export class Linear {
         `Linear.${what}: the buffer has ${buffer.length} elements but the ParamSet ${this.params.length}; pass a buffer with the ParamSet's layout`,
       );
   }
+}
+
+/**
+ * A dense layer's three products on views (a `Linear`'s parameters, or a transformer block's):
+ * y[rows, out] = x[rows, in] W^T + b. @internal
+ */
+export function denseForward(y: TensorView, x: TensorView, w: TensorView, b: TensorView, rows: number, inF: number, outF: number): void {
+  sgemm({ transB: true, m: rows, n: outF, k: inF, a: x.buffer, aOffset: x.offset ?? 0, b: w.buffer, bOffset: w.offset ?? 0, c: y.buffer, cOffset: y.offset ?? 0 });
+  biasAdd(y, b, rows, outF);
+}
+
+/** dW = dY^T X and db = column sums of dY, added to dW and db when `accumulate`. @internal */
+export function denseWeightGrad(dw: TensorView, db: TensorView, x: TensorView, dy: TensorView, rows: number, inF: number, outF: number, accumulate: boolean): void {
+  sgemm({ transA: true, m: outF, n: inF, k: rows, a: dy.buffer, aOffset: dy.offset ?? 0, b: x.buffer, bOffset: x.offset ?? 0, c: dw.buffer, cOffset: dw.offset ?? 0, beta: accumulate ? 1 : 0 });
+  biasGrad(db, dy, rows, outF, accumulate);
+}
+
+/** dX = dY W (added to dX when `accumulate`). @internal */
+export function denseInputGrad(dx: TensorView, dy: TensorView, w: TensorView, rows: number, inF: number, outF: number, accumulate = false): void {
+  sgemm({ m: rows, n: inF, k: outF, a: dy.buffer, aOffset: dy.offset ?? 0, b: w.buffer, bOffset: w.offset ?? 0, c: dx.buffer, cOffset: dx.offset ?? 0, beta: accumulate ? 1 : 0 });
 }

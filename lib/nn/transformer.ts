@@ -10,8 +10,8 @@
  *   w = LN2(h); f = w W1^T + b1; g = gelu(f); y = h + g W2^T + b2
  * What the forward keeps for the backward lies in one `saved` tensor (see {@link blockSavedFloats}).
  */
-import { sgemm } from './gemm.js';
-import { add, attention, attentionGrad, biasAdd, biasGrad, gelu, geluGrad, layerNorm, layerNormGrad, type Tensor, type TensorView } from './ops.js';
+import { denseForward, denseInputGrad, denseWeightGrad } from './linear.js';
+import { add, attention, attentionGrad, gelu, geluGrad, layerNorm, layerNormGrad, type Tensor, type TensorView } from './ops.js';
 
 /** The shape of a transformer block's pass. @internal */
 export interface BlockShape {
@@ -69,23 +69,6 @@ function savedLayout(s: BlockShape): Record<'ln1' | 'mean1' | 'rstd1' | 'q' | 'k
   return out;
 }
 
-/** y[rows, out] = x[rows, in] W^T + b. */
-function dense(y: TensorView, x: TensorView, w: TensorView, b: TensorView, rows: number, inF: number, outF: number): void {
-  sgemm({ transB: true, m: rows, n: outF, k: inF, a: x.buffer, aOffset: x.offset ?? 0, b: w.buffer, bOffset: w.offset ?? 0, c: y.buffer, cOffset: y.offset ?? 0 });
-  biasAdd(y, b, rows, outF);
-}
-
-/** dW = dY^T X and db = column sums of dY, added to dW and db when `accumulate`. @internal */
-export function denseWeightGrad(dw: TensorView, db: TensorView, x: TensorView, dy: TensorView, rows: number, inF: number, outF: number, accumulate: boolean): void {
-  sgemm({ transA: true, m: outF, n: inF, k: rows, a: dy.buffer, aOffset: dy.offset ?? 0, b: x.buffer, bOffset: x.offset ?? 0, c: dw.buffer, cOffset: dw.offset ?? 0, beta: accumulate ? 1 : 0 });
-  biasGrad(db, dy, rows, outF, accumulate);
-}
-
-/** dX = dY W (added to dX when `accumulate`). */
-function denseInputGrad(dx: TensorView, dy: TensorView, w: TensorView, rows: number, inF: number, outF: number, accumulate = false): void {
-  sgemm({ m: rows, n: inF, k: outF, a: dy.buffer, aOffset: dy.offset ?? 0, b: w.buffer, bOffset: w.offset ?? 0, c: dx.buffer, cOffset: dx.offset ?? 0, beta: accumulate ? 1 : 0 });
-}
-
 /**
  * The block's forward: y [R, dim] from x [R, dim], what the backward needs written into `saved`
  * ({@link blockSavedFloats} per sample), the parameters read through `w(name)`. @internal
@@ -97,14 +80,14 @@ export function blockForward(y: Tensor, x: Tensor, saved: Tensor, w: (name: stri
   const v = (name: keyof typeof at): TensorView => ({ buffer: saved, offset: at[name] });
   const [xv, yv] = [{ buffer: x }, { buffer: y }];
   layerNorm({ y: v('ln1'), mean: v('mean1'), rstd: v('rstd1') }, xv, w('ln1.gamma'), w('ln1.beta'), rows, s.dim);
-  for (const p of ['q', 'k', 'v'] as const) dense(v(p), v('ln1'), w(`${p}.weight`), w(`${p}.bias`), rows, s.dim, s.dim);
+  for (const p of ['q', 'k', 'v'] as const) denseForward(v(p), v('ln1'), w(`${p}.weight`), w(`${p}.bias`), rows, s.dim, s.dim);
   attention({ o: v('o'), lse: v('lse') }, v('q'), v('k'), v('v'), { batch: s.batch, seq: s.context, heads: s.heads, headDim: s.dim / s.heads });
-  dense(yv, v('o'), w('proj.weight'), w('proj.bias'), rows, s.dim, s.dim);
+  denseForward(yv, v('o'), w('proj.weight'), w('proj.bias'), rows, s.dim, s.dim);
   add(v('h'), xv, yv, n);
   layerNorm({ y: v('ln2'), mean: v('mean2'), rstd: v('rstd2') }, v('h'), w('ln2.gamma'), w('ln2.beta'), rows, s.dim);
-  dense(v('f1'), v('ln2'), w('fc1.weight'), w('fc1.bias'), rows, s.dim, s.hidden);
+  denseForward(v('f1'), v('ln2'), w('fc1.weight'), w('fc1.bias'), rows, s.dim, s.hidden);
   gelu(v('g'), v('f1'), rows * s.hidden);
-  dense(yv, v('g'), w('fc2.weight'), w('fc2.bias'), rows, s.hidden, s.dim);
+  denseForward(yv, v('g'), w('fc2.weight'), w('fc2.bias'), rows, s.hidden, s.dim);
   add(yv, yv, v('h'), n);
 }
 
