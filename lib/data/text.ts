@@ -11,6 +11,7 @@ import { join } from 'node:path';
 
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { checkInteger, checkNumber, checkOptions, describeValue, optionKeys } from '../validate.js';
+import { tokenSource } from './loader.js';
 
 /** Where Debian's `fortunes` package puts the collection. @category Data */
 export const FORTUNES_DIR = '/usr/share/games/fortunes';
@@ -90,16 +91,11 @@ export function textWindows(bytes: Uint8Array, context: number, most: number = N
   checkInteger(context, 'textWindows: context', 1, 1 << 20);
   checkInteger(most, 'textWindows: most', 1, Number.MAX_SAFE_INTEGER);
   if (bytes.length < context + 1) throw new InvalidArgumentError(`textWindows: ${bytes.length} bytes make no window of ${context} and their next bytes; give at least ${context + 1}`);
-  const available = Math.floor((bytes.length - 1) / context);
-  const count = Math.min(available, most);
+  // The windows are tokenSource's at stride `context`; `most` of them picked evenly.
+  const source = tokenSource(bytes, { context });
+  const count = Math.min(source.count, most);
   const inputs = new Float32Array(count * context);
-  const labels = new Uint8Array(count * context);
-  for (let i = 0; i < count; i++) {
-    const at = Math.floor((i * available) / count) * context;
-    for (let k = 0; k < context; k++) {
-      inputs[i * context + k] = bytes[at + k]!;
-      labels[i * context + k] = bytes[at + k + 1]!;
-    }
-  }
-  return { inputs, labels, count, features: context, classes: 256 };
+  const targets = new Float32Array(count * context);
+  for (let i = 0; i < count; i++) source.read(Math.floor((i * source.count) / count), inputs, i * context, targets, i * context);
+  return { inputs, labels: Uint8Array.from(targets), count, features: context, classes: 256 };
 }
