@@ -4,7 +4,7 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit, WAVELET_FORMS, type WaveletForm, waveletMemory, type WaveletMemory } from 'sapipe';
+import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, type ScheduleTrainerOption, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit, WAVELET_FORMS, type WaveletForm, waveletMemory, type WaveletMemory } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
 import { checkGptSize, describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
@@ -59,6 +59,12 @@ export interface MnistPipelineConfig {
 
 /** How the runtime runs a schedule: its registry entry's runtime part. */
 const runtimeOf = (schedule: RuntimeScheduleName): RuntimeSchedule => SCHEDULES[schedule].runtime;
+
+/** Refuses an option of `schedule` that only some schedules' runs take (their registry entry's trainerOptions), naming them. */
+function requireOwner(schedule: RuntimeScheduleName, option: ScheduleTrainerOption, message: (owners: RuntimeScheduleName[]) => string): void {
+  if (runtimeOf(schedule).trainerOptions.includes(option)) return;
+  throw new InvalidArgumentError(message(RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes(option))));
+}
 
 /** The reference of Pipelined Backpropagation's small-batch rule, from its registry entry (bench/RESULTS.md). */
 export const PIPELINED_BACKPROP_REFERENCE: SmallBatchHyperparameters = (() => {
@@ -200,22 +206,14 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
   if (c.dataParallel !== undefined) checkOneOf(c.dataParallel, '--dp-mode', DATA_PARALLEL_MODES);
   if (c.averagingLayout !== undefined) {
     checkOneOf(c.averagingLayout, '--averaging-layout', AVERAGING_LAYOUTS);
-    if (runtimeOf(c.schedule).coupling !== 'elastic-averaging') {
-      const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).coupling === 'elastic-averaging');
-      throw new InvalidArgumentError(`--averaging-layout sets where ${owners.join(', ')}'s pipelines run; use it with --schedule ${owners[0]}`);
-    }
+    requireOwner(c.schedule, 'averaging', (owners) => `--averaging-layout sets where ${owners.join(', ')}'s pipelines run; use it with --schedule ${owners[0]}`);
   }
   if (c.form !== undefined) {
     checkOneOf(c.form, '--form', WAVELET_FORMS);
-    if (!runtimeOf(c.schedule).trainerOptions.includes('form')) {
-      const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes('form'));
-      throw new InvalidArgumentError(`--form picks ${owners.join(', ')}'s form; use it with --schedule ${owners[0]}`);
-    }
+    requireOwner(c.schedule, 'form', (owners) => `--form picks ${owners.join(', ')}'s form; use it with --schedule ${owners[0]}`);
   }
-  if ((c.spikeCompensation === false || c.weightPrediction === false) && !runtimeOf(c.schedule).trainerOptions.includes('pipelinedBackprop')) {
-    const owners = RUNTIME_SCHEDULES.filter((name) => runtimeOf(name).trainerOptions.includes('pipelinedBackprop'));
-    throw new InvalidArgumentError(`--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
-  }
+  if (c.spikeCompensation === false || c.weightPrediction === false)
+    requireOwner(c.schedule, 'pipelinedBackprop', (owners) => `--no-spike-compensation and --no-weight-prediction switch off parts of ${owners.join(', ')}; use them with --schedule ${owners[0]}`);
   if (c.sizes.length - 1 < 1) throw new InvalidArgumentError('the model needs at least one layer');
   if (c.model !== undefined) checkOneOf(c.model, '--model', PIPELINE_MODELS);
   if (c.gpt !== undefined) checkGptSize(c.gpt);
