@@ -8,9 +8,10 @@
  * alternate (sapipe first on even repeats, PyTorch first on odd ones) so that a busy machine's
  * drift falls on both, and a 512^3 SGEMM of each BLAS is timed the same way beside them.
  *
- * A model is one entry of {@link BENCH_MODELS}: its layers, batch and classes (and, for a language
- * model, its vocabulary and loss rows per sample). A new layer kind needs its PyTorch counterpart
- * in torch-models.py (`build_model`), which fails naming the kind until it has one.
+ * A model is one entry of {@link BENCH_MODELS}: its layers and batch (its classes, loss rows per
+ * sample and vocabulary come from the layers: {@link lossShape}). A new layer kind needs its
+ * PyTorch counterpart in torch-models.py (`build_model`), which fails naming the kind until it has
+ * one.
  */
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -47,15 +48,6 @@ export interface BenchModel {
   readonly name: string;
   readonly description: string;
   readonly batch: number;
-  /** Classes of the labels: the logits of one loss row. */
-  readonly classes: number;
-  /**
-   * Loss rows per sample (default 1): the model gives rowsPerSample x classes logits per sample,
-   * each row with its label (a language model's positions).
-   */
-  readonly rowsPerSample?: number;
-  /** Inputs are token ids in [0, vocab) (as floats, as sapipe's embedding reads them; int64 for PyTorch) instead of values in [0, 1). */
-  readonly vocab?: number;
   layers(): LayerSpec[];
 }
 
@@ -65,28 +57,34 @@ export const BENCH_MODELS: readonly BenchModel[] = [
     name: 'mlp',
     description: 'MLP 784 -> 6 x 512 (ReLU) -> 10',
     batch: 256,
-    classes: 10,
     layers: () => mlpLayers([784, 512, 512, 512, 512, 512, 512, 10]),
   },
   {
     name: 'cnn',
     description: 'CNN conv3x3(1->8) ReLU maxpool2, conv3x3(8->16) ReLU maxpool2, linear(784->10)',
     batch: 64,
-    classes: 10,
     layers: () => cnnLayers({ channels: 1, height: 28, width: 28 }, [8, 16], 10),
   },
   {
     name: 'gpt',
     description: 'byte-level GPT: 4 pre-LN blocks of width 128, 4 heads, context 128 (gptLayers), per-token loss',
     batch: 16,
-    classes: 256,
-    rowsPerSample: 128,
-    vocab: 256,
     layers: () => gptLayers({ vocab: 256, context: 128, dim: 128, heads: 4, layers: 4 }),
   },
 ];
 
 export const BENCH_MODEL_NAMES = BENCH_MODELS.map((m) => m.name);
+
+/**
+ * What a model's loss reads, from its layers: the classes of a loss row (the last linear layer's
+ * outputs), loss rows per sample (its `rows`: a language model's positions), and, when the first
+ * layer is an embedding, the vocabulary its token ids are drawn from.
+ */
+export function lossShape(layers: readonly LayerSpec[]): { classes: number; rowsPerSample: number; vocab?: number } {
+  const [first, last] = [layers[0], layers.at(-1)];
+  if (last?.kind !== 'linear') throw new InvalidArgumentError('bench models: a model ends with a linear layer, its logits');
+  return { classes: last.out, rowsPerSample: last.rows ?? 1, ...(first?.kind === 'embedding' ? { vocab: first.vocab } : {}) };
+}
 
 export interface ModelsBenchOptions {
   /** Names from BENCH_MODELS. */
@@ -184,23 +182,22 @@ class SapipeModel {
 
   /** Loss rows of a batch: batch x rowsPerSample. */
   private readonly rows: number;
+  /** Classes of a loss row. */
+  private readonly classes: number;
 
   constructor(
     layers: LayerSpec[],
     readonly batch: number,
-    readonly entry: BenchModel,
     options: { seed: number; lr: number; momentum: number; device: 'cpu' | `cuda:${number}` },
   ) {
-    const { classes } = entry;
-    const perSample = entry.rowsPerSample ?? 1;
+    const { classes, rowsPerSample: perSample, vocab } = lossShape(layers);
+    this.classes = classes;
     this.memory = modelDevice(options.device);
     this.model = new Sequential<Buffer>(layers, { seed: options.seed, device: options.device });
     const made: Buffer[] = [];
     let optimizer: SGD | undefined;
     let state: DeviceParamSet | undefined;
     try {
-      if (this.model.outputSize !== perSample * classes)
-        throw new InvalidArgumentError(`bench models: ${entry.name} gives ${this.model.outputSize} outputs per sample, its entry says ${perSample} row(s) of ${classes} classes`);
       optimizer = new SGD(this.model.params, { lr: options.lr, momentum: options.momentum });
       state = options.device === 'cpu' ? undefined : DeviceParamSet.create(this.model.params, { device: options.device, optimizer });
       this.optimizer = optimizer;
@@ -212,7 +209,7 @@ class SapipeModel {
       for (let i = 0; i < input.length; i++) {
         s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
         const u = s / 2 ** 32;
-        input[i] = entry.vocab !== undefined ? Math.floor(u * entry.vocab) : u;
+        input[i] = vocab !== undefined ? Math.floor(u * vocab) : u;
       }
       this.rows = batch * perSample;
       const labels = new Float32Array(this.rows);
@@ -240,7 +237,7 @@ class SapipeModel {
   step(): void {
     const weights = this.state ? this.state.forwardWeights : this.optimizer.forwardWeights;
     const logits = this.model.forward(0, this.input, this.batch, weights);
-    softmaxXent({ buffer: logits }, { buffer: this.labels }, this.rows, this.entry.classes, 1 / this.rows, { losses: { buffer: this.losses }, dlogits: { buffer: this.dlogits } });
+    softmaxXent({ buffer: logits }, { buffer: this.labels }, this.rows, this.classes, 1 / this.rows, { losses: { buffer: this.losses }, dlogits: { buffer: this.dlogits } });
     this.model.backward(0, this.dlogits, { grads: this.state ? this.state.grads : this.model.params.grads, inputGrad: false });
     // On a device the fused update runs to completion (it reports its non-finite count).
     if (this.state) this.state.step();
@@ -373,18 +370,19 @@ export async function benchModels(options: ModelsBenchOptions): Promise<ModelsBe
     for (const entry of entries) {
       const batch = options.batch ?? entry.batch;
       const layers = entry.layers();
-      const side = new SapipeModel(layers, batch, entry, { seed, lr, momentum, device });
+      const side = new SapipeModel(layers, batch, { seed, lr, momentum, device });
       sides.push(side);
       const row: ModelRow = { model: entry.name, description: entry.description, batch, params: layerParams(layers).reduce((a, b) => a + b, 0), sapipe: spread([]) };
       if (torch) {
+        const loss = lossShape(layers);
         const built = await torch.request({
           op: 'build',
           name: entry.name,
           layers,
           batch,
-          classes: entry.classes,
-          rowsPerSample: entry.rowsPerSample ?? 1,
-          vocab: entry.vocab ?? null,
+          classes: loss.classes,
+          rowsPerSample: loss.rowsPerSample,
+          vocab: loss.vocab ?? null,
           inputSize: side.model.inputSize,
           seed,
           lr,
