@@ -4,8 +4,9 @@
  * after each, and the measured timeline of a round next to what the simulator predicts from the
  * stage costs the runtime measured.
  */
-import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, loadTextCorpus, splitText, textWindows, DATA_PARALLEL_MODES, type LayerSpec, loadFashionMnist, profileOnMachine, generatorLimits, type RuntimeSchedule, type ScheduleTrainerOption, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, loadMnist, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, trainTestSplit, WAVELET_FORMS, type WaveletForm, waveletMemory, type WaveletMemory } from 'sapipe';
+import { AVERAGING_LAYOUTS, type AveragingLayout, calibrateProfile, checkLayers, cnnLayers, type Dataset, DATA_PARALLEL_MODES, type LayerSpec, profileOnMachine, generatorLimits, type RuntimeSchedule, type ScheduleTrainerOption, SCHEDULES, type SmallBatchHyperparameters, type DataParallelMode, InvalidArgumentError, layerParams, measuredCosts, measuredResult, mlpLayers, OPTIMIZER_KINDS, type OptimizerKindName, OPTIMIZERS, partRanges, type PerPart, pipelinedBackpropScaling, type PipelineOptimizerSpec, type PipelineProfile, PipelineTrainer, type PipelineTrainerOptions, type RoundReport, RUNTIME_SCHEDULES, type RuntimeScheduleName, type Schedule, simulateSchedule, type SimulationCosts, type SimulationResult, WAVELET_FORMS, type WaveletForm, waveletMemory, type WaveletMemory } from 'sapipe';
 import { checkInteger, checkNumber, checkOneOf } from 'sapipe/validate';
+import { modelDataSets } from './datasets.js';
 import { checkGptSize, describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
 /** The layer widths of the pipeline demo's MLP: deep enough that 4 stages each hold real work. */
@@ -103,8 +104,6 @@ export type PipelineModelName = (typeof PIPELINE_MODELS)[number];
 export type PipelineGptConfig = GptSize;
 /** @internal The GPT the issue's study asks for: 4 blocks of width 128, 4 heads, 128 bytes of context. */
 export const PIPELINE_GPT_DEFAULTS: PipelineGptConfig = { blocks: 4, dim: 128, heads: 4, context: 128 };
-/** Validation windows of the GPT's held-out text evaluated per epoch. */
-const GPT_VALIDATION_WINDOWS = 256;
 /** @internal The CNN's default convolution channels. */
 export const PIPELINE_CNN_CHANNELS = [8, 16] as const;
 
@@ -125,14 +124,7 @@ export function describeModel(c: MnistPipelineConfig): string {
 
 /** The training and test sets of the run's model. */
 function modelData(c: MnistPipelineConfig): { train: Dataset; test: Dataset } {
-  if ((c.model ?? 'mlp') === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed: c.seed });
-  if (c.model === 'gpt') {
-    // Windows of `context` bytes and their next bytes, one after another (stride = context); the last 10 % of the text is held out.
-    const { context } = c.gpt ?? PIPELINE_GPT_DEFAULTS;
-    const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
-    return { train: textWindows(train, context), test: textWindows(validation, context, GPT_VALIDATION_WINDOWS) };
-  }
-  return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
+  return modelDataSets(c.model ?? 'mlp', c.seed, (c.gpt ?? PIPELINE_GPT_DEFAULTS).context);
 }
 
 /** @internal */

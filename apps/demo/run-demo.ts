@@ -6,9 +6,9 @@
  */
 import type { Worker } from 'node:worker_threads';
 
-import { type Dataset, InvalidArgumentError, loadFashionMnist, loadMnist, loadTextCorpus, spawnLocalRanks, splitText, textWindows, trainTestSplit } from 'sapipe';
+import { type Dataset, InvalidArgumentError, spawnLocalRanks } from 'sapipe';
 import { checkDemoConfig, type DemoConfig, type DemoVariant } from './config.js';
-import type { GptSize } from './gpt-size.js';
+import { modelDataSets } from './datasets.js';
 import { DEMO_GPT_DEFAULTS, demoModelParams, describeDemoModel, type DemoModelName } from './models.js';
 // Types only: importing worker.ts for real would run a rank in this thread.
 import type { DemoWorkerData, DemoWorkerMessage } from './worker.js';
@@ -152,14 +152,6 @@ export function gatherRanks<D extends { kind: 'done'; rank: number }>(workers: r
   });
 }
 
-/** The model's training and test sets: the digits split 80/20 (seeded); Fashion-MNIST's own 60 000 / 10 000; the fortunes text's windows of the GPT's context, its last 10 % held out. */
-function demoData(model: DemoModelName, seed: number, gpt: GptSize): { train: Dataset; test: Dataset } {
-  if (model === 'mlp') return trainTestSplit(loadMnist(), { testFraction: 0.2, seed });
-  if (model === 'cnn') return { train: loadFashionMnist({ split: 'train' }), test: loadFashionMnist({ split: 'test' }) };
-  const { train, validation } = splitText(loadTextCorpus().bytes, 0.1);
-  return { train: textWindows(train, gpt.context), test: textWindows(validation, gpt.context, 256) };
-}
-
 export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) => void = () => {}): Promise<DemoResult> {
   checkDemoConfig(config);
   // Each worker is one thread; a multi-threaded GEMM per worker would oversubscribe the cores.
@@ -167,7 +159,7 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
   const model = config.model ?? 'mlp';
   const gpt = config.gpt ?? DEMO_GPT_DEFAULTS;
   // The MLP's digits are split 80/20 (seeded); Fashion-MNIST comes with its 60 000 / 10 000 split.
-  const { train: fullTrain, test: testSet } = demoData(model, config.seed, gpt);
+  const { train: fullTrain, test: testSet } = modelDataSets(model, config.seed, gpt.context);
   const trainSamples = Math.min(config.trainSamples ?? fullTrain.count, fullTrain.count);
   const train = shared({
     ...fullTrain,
