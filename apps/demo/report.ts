@@ -91,7 +91,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 <html lang="en"><head><meta charset="utf-8"><title>sapipe demo report</title>
 <style>body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}h2{margin-top:1.6em}</style>
 </head><body>
-<h1>sapipe demo: data-parallel ${esc(DEMO_DATASETS[c.model])}</h1>
+<h1>sapipe demo: data-parallel ${esc(DEMO_DATASETS[c.model ?? 'mlp'])}</h1>
 <p>Generated ${esc(generatedAt.toISOString())}. Communication: ${esc(network)}.</p>
 <h2 id="configuration">Configuration</h2>
 <table>${configRows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join('')}</table>
