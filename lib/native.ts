@@ -190,6 +190,10 @@ export interface NativeAddon {
   topkExact(x: NativeBufferHandle, k: number): { indices: Int32Array; values: Float32Array };
   scatterAdd(out: NativeBufferHandle, indices: Int32Array, values: Float32Array, scale: number): void;
   info(): NativeInfo;
+  /** The calling thread's kernels on a pool of `threads` of their own (0: the process-wide pool); returns the threads they now use. */
+  bindKernelThreads(threads: number): number;
+  /** The calling thread's own pool's threads, or 0 on the process-wide pool. */
+  kernelThreads(): number;
   sgemm(args: NativeGemmArgs): void;
   // The model operations (native/include/sapipe/nn.h; native/addon/nn_binding.cpp): operands are
   // all host buffers (the CPU table) or all buffers of one CUDA device (the plugin's table).

@@ -19,6 +19,8 @@ export interface PipelineBenchOptions {
   sizes: readonly number[];
   rounds: number;
   warmup: number;
+  /** Each stage worker's kernel threads (PipelineTrainerOptions.kernelThreads); default auto. */
+  kernelThreads?: number | 'auto' | 'shared';
 }
 
 export interface PipelineBenchRow {
@@ -46,6 +48,8 @@ export interface PipelineBenchRow {
   /** The cores the simulation shared, and the cores a pass was measured to use. */
   cores: number;
   passCores: number;
+  /** Each stage worker's kernel threads (resolved). */
+  kernelThreads: number | 'shared';
 }
 
 
@@ -67,6 +71,7 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       model: { layers: mlpLayers(o.sizes), seed: 1, boundaries: 'measured' },
       optimizer: { kind: 'sgd', lr: 0.01, momentum: 0.9 },
       data: { inputs, labels, features },
+      ...(o.kernelThreads !== undefined ? { kernelThreads: o.kernelThreads } : {}),
     });
     try {
       for (let i = 0; i < o.warmup; i++) await trainer.trainRound();
@@ -82,7 +87,7 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       const boundaries = trainer.model.kind === 'sequential' ? [...trainer.model.boundaries] : [];
       let profile = profiles.get(boundaries.join(','));
       if (profile === undefined) {
-        profile = await profileOnMachine(mlpLayers(o.sizes), boundaries, { microBatchSize: o.microBatchSize, batchSize: o.microBatches * o.microBatchSize });
+        profile = await profileOnMachine(mlpLayers(o.sizes), boundaries, { microBatchSize: o.microBatchSize, batchSize: o.microBatches * o.microBatchSize, kernelThreads: trainer.kernelThreads });
         profiles.set(boundaries.join(','), profile);
       }
       const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize));
@@ -108,6 +113,7 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         ratioShared: median(makespans) / sharedMs,
         cores: profile.machine!.cores,
         passCores: profile.machine!.passCores ?? 1,
+        kernelThreads: trainer.kernelThreads,
       };
       rows.push(row);
       onRow?.(row);

@@ -56,6 +56,8 @@ export interface MnistPipelineConfig {
   weightPrediction?: boolean;
   /** Where the stages run: `cpu` (default), `cuda:N`, or `auto` (see PipelineTrainerOptions.device). */
   device?: PipelineTrainerOptions['device'];
+  /** Each worker thread's native kernel threads (see PipelineTrainerOptions.kernelThreads). */
+  kernelThreads?: PipelineTrainerOptions['kernelThreads'];
 }
 
 /** How the runtime runs a schedule: its registry entry's runtime part. */
@@ -214,6 +216,7 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));
   }
   if (c.device !== undefined && typeof c.device !== 'string') throw new InvalidArgumentError(`--device must be cpu, cuda:N or auto, got ${typeof c.device}`);
+  if (c.kernelThreads !== undefined && c.kernelThreads !== 'auto' && c.kernelThreads !== 'shared') checkInteger(c.kernelThreads, "--kernel-threads (or 'auto', 'shared')", 1, 1024);
   return c;
 }
 
@@ -234,6 +237,8 @@ export interface MnistPipelineResult {
   config: MnistPipelineConfig;
   /** Where the stages ran, and why there. */
   device: { readonly device: string; readonly reason: string };
+  /** Each worker thread's kernel threads (`auto` resolved), or `shared`. */
+  kernelThreads: number | 'shared';
   /** AvgPipe: the layout that ran (PipelineTrainer.averagingLayout); undefined for the other schedules. */
   averagingLayout: AveragingLayout | undefined;
   boundaries: readonly number[];
@@ -347,6 +352,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     seed: c.seed,
     timeoutMs: 60_000,
     ...(c.device !== undefined ? { device: c.device } : {}),
+    ...(c.kernelThreads !== undefined ? { kernelThreads: c.kernelThreads } : {}),
   });
   try {
     const epochs: MnistPipelineEpoch[] = [];
@@ -381,6 +387,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
         microBatchSize: c.microBatchSize,
         batchSize: c.microBatches * c.microBatchSize,
         optimizerStateCopies: OPTIMIZERS[c.optimizer].stateBuffers({ momentum: c.momentum }),
+        kernelThreads: trainer.kernelThreads,
       });
       profile = calibrateProfile(machine, trainer.schedule, last.map((r) => r.timeline));
       // what a round costs beyond its timeline (starting it on every worker, collecting its report)
@@ -390,6 +397,7 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
     return {
       config: c,
       device: trainer.device,
+      kernelThreads: trainer.kernelThreads,
       averagingLayout: trainer.averagingLayout,
       boundaries,
       epochs,

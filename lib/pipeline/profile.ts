@@ -62,6 +62,11 @@ export interface MachineProfile {
   readonly poolThreads?: number;
   /** Cores one pass uses when it runs alone (measured speed-up over one thread); default 1. */
   readonly passCores?: number;
+  /**
+   * The kernel threads each worker thread had when the passes were timed (PipelineTrainerOptions'
+   * `kernelThreads`); absent: the process-wide pool. Run what the profile predicts with the same.
+   */
+  readonly kernelThreads?: number;
 }
 
 /**
@@ -156,12 +161,14 @@ export function parseProfile(input: unknown): PipelineProfile {
     }
   });
   if (p.machine !== undefined) {
-    if (p.machine === null || typeof p.machine !== 'object') throw new InvalidArgumentError(`profile.machine must be { cores, poolThreads?, passCores? }, got ${describeValue(p.machine)}`);
+    if (p.machine === null || typeof p.machine !== 'object') throw new InvalidArgumentError(`profile.machine must be { cores, poolThreads?, passCores?, kernelThreads? }, got ${describeValue(p.machine)}`);
     const m = p.machine as Record<string, unknown>;
     if (typeof m.cores !== 'number' || !(m.cores > 0) || !Number.isFinite(m.cores)) throw new InvalidArgumentError(`profile.machine.cores must be a number > 0, got ${describeValue(m.cores)}`);
     nonNegative('profile.machine.poolThreads', m.poolThreads, true);
     if (m.passCores !== undefined && (typeof m.passCores !== 'number' || !(m.passCores > 0) || !Number.isFinite(m.passCores)))
       throw new InvalidArgumentError(`profile.machine.passCores must be a number > 0, got ${describeValue(m.passCores)}`);
+    if (m.kernelThreads !== undefined && (typeof m.kernelThreads !== 'number' || !Number.isInteger(m.kernelThreads) || m.kernelThreads < 1))
+      throw new InvalidArgumentError(`profile.machine.kernelThreads must be an integer >= 1 (leave it out for the process-wide pool), got ${describeValue(m.kernelThreads)}`);
   }
   for (const key of ['microBatchSize', 'batchSize']) {
     if (typeof p[key] !== 'number' || !Number.isInteger(p[key]) || (p[key] as number) < 1) {

@@ -39,6 +39,30 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// bindKernelThreads(n): the calling JS thread's kernels get a pool of n threads of their own
+// (0: the process-wide pool again); returns the threads its kernels now use. The argument is
+// checked in lib/kernel-threads.ts.
+Napi::Value BindKernelThreads(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsNumber()) {
+    Napi::TypeError::New(env, "bindKernelThreads(threads)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const int threads = info[0].As<Napi::Number>().Int32Value();
+  try {
+    return Napi::Number::New(env, ThreadPool::bind_to_this_thread(threads));
+  } catch (const std::bad_alloc&) {
+    Napi::Error::New(env, "bindKernelThreads: out of memory").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+}
+
+// The calling thread's own pool's threads, or 0 where its kernels use the process-wide pool.
+Napi::Value KernelThreads(const Napi::CallbackInfo& info) {
+  const std::shared_ptr<ThreadPool> own = ThreadPool::bound();
+  return Napi::Number::New(info.Env(), own ? own->size() : 0);
+}
+
 // Native threads of this library outlive any one environment: the global thread pool is never
 // destroyed, and an execution queue's worker may finish an operation after its environment's
 // cleanup. Node.js unloads an addon when the last environment that loaded it goes away (the last
@@ -77,6 +101,8 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitCommLocal(env, exports);
   InitCommUcx(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));
+  exports.Set("bindKernelThreads", Napi::Function::New(env, BindKernelThreads, "bindKernelThreads"));
+  exports.Set("kernelThreads", Napi::Function::New(env, KernelThreads, "kernelThreads"));
   return exports;
 }
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "thread_pool.h"
+
 namespace sapipe {
 
 ExecutionQueue::ExecutionQueue() : worker_([this] { run(); }) {}
@@ -20,6 +22,12 @@ void ExecutionQueue::join() {
 }
 
 bool ExecutionQueue::submit(Task task) {
+  // A task runs on its submitter's cores: the pool bound to the submitting thread, if any.
+  if (std::shared_ptr<ThreadPool> pool = ThreadPool::bound())
+    task = [pool = std::move(pool), inner = std::move(task)](bool previous_failed) {
+      ThreadPool::Scope scope(pool);
+      return inner(previous_failed);
+    };
   bool taken = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);

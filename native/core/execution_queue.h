@@ -25,6 +25,7 @@ class ExecutionQueue {
   using Task = std::function<bool(bool previous_failed)>;
 
   // Returns false, and destroys the task at once without running it, after shutdown() or close().
+  // The task's kernels use the submitting thread's pool (ThreadPool::bound()), if it has one.
   bool submit(Task task);
 
   // Stops taking tasks, runs those already queued, then ends the worker thread; its last act is

@@ -29,6 +29,10 @@ bool spin_until(Ready ready) {
   }
 }
 
+// The calling thread's own pool. A shared_ptr: queued tasks keep it alive after the thread rebinds.
+thread_local std::shared_ptr<ThreadPool> t_bound;
+thread_local int t_requested = 0;  // what t_bound was asked for (it may hold fewer threads)
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
@@ -116,6 +120,35 @@ int ThreadPool::configured_threads() {
   }
   unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+ThreadPool& ThreadPool::current() { return t_bound ? *t_bound : global(); }
+
+int ThreadPool::bind_to_this_thread(int threads) {
+  if (threads <= 0) {
+    t_bound.reset();
+    t_requested = 0;
+    return global().size();
+  }
+  if (!t_bound || t_requested != threads) {
+    t_bound.reset();  // its workers end before the new ones start
+    t_bound = std::make_shared<ThreadPool>(threads);
+    t_requested = threads;
+  }
+  return t_bound->size();
+}
+
+std::shared_ptr<ThreadPool> ThreadPool::bound() { return t_bound; }
+
+ThreadPool::Scope::Scope(std::shared_ptr<ThreadPool> pool) : active_(pool != nullptr) {
+  if (active_) {
+    saved_ = std::move(t_bound);
+    t_bound = std::move(pool);
+  }
+}
+
+ThreadPool::Scope::~Scope() {
+  if (active_) t_bound = std::move(saved_);
 }
 
 ThreadPool& ThreadPool::global() {

@@ -7,12 +7,20 @@
 // Waking a sleeping thread costs tens of microseconds on virtual machines, and one optimizer step
 // is two jobs back to back (the non-finite scan, then the update), so workers and the caller spin
 // briefly before they sleep.
+//
+// Several threads computing at once (pipeline stages as worker threads) would queue for the one
+// process-wide pool, job by job, each waiting while the other's job runs and its spinning workers
+// take the cores. So a thread can have a pool of its own (bind_to_this_thread): a "core set" of
+// that many threads, 1 meaning its kernels run on the calling thread alone. The kernels ask for
+// current(): the calling thread's own pool if it has one, else the global one. An execution queue
+// carries its submitter's pool to the task (bound()), so a queued step runs on the same cores.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -36,6 +44,29 @@ class ThreadPool {
   static ThreadPool& global();
   // Threads the global pool was (or will be) created with.
   static int configured_threads();
+
+  // The pool the kernels called on this thread use: its own (bind_to_this_thread, or a Scope) if
+  // it has one, else global().
+  static ThreadPool& current();
+  // Gives the calling thread a pool of its own of `threads` threads (the caller and threads - 1
+  // workers; 1: no workers), or none with 0 (back to the global pool). Returns the size it got
+  // (fewer where threads cannot be created). Throws std::bad_alloc.
+  static int bind_to_this_thread(int threads);
+  // The calling thread's own pool (null without one), for a queue to run its tasks on.
+  static std::shared_ptr<ThreadPool> bound();
+
+  // Runs a scope on `pool` (null: leaves the thread's binding as it is), restoring the binding after.
+  class Scope {
+   public:
+    explicit Scope(std::shared_ptr<ThreadPool> pool);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    std::shared_ptr<ThreadPool> saved_;
+    bool active_;
+  };
 
   // Jobs smaller than this many elements run on one thread: waking workers costs more.
   static constexpr size_t kInlineThreshold = 1 << 15;

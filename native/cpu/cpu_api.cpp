@@ -30,7 +30,7 @@ constexpr size_t kAlign = 16;
 constexpr size_t kStreamThreshold = size_t{1} << 22;
 
 int64_t parallel_count_non_finite(const KernelTable& k, const float* x, size_t n) {
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   std::vector<int64_t> partial(static_cast<size_t>(pool.size()), 0);
   pool.parallel_for(n, kAlign, [&](int t, size_t lo, size_t hi) {
     partial[static_cast<size_t>(t)] = k.count_non_finite(x + lo, hi - lo);
@@ -73,7 +73,7 @@ sapipe_status sapipe_cpu_update(const sapipe_update_config* config, const sapipe
   UpdatePlan plan = make_update_plan(*config);
   plan.stream_predicted = config->prediction != SAPIPE_PREDICTION_NONE && b.count >= kStreamThreshold;
   const size_t o = b.offset;
-  ThreadPool::global().parallel_for(b.count, kAlign, [&](int, size_t lo, size_t hi) {
+  ThreadPool::current().parallel_for(b.count, kAlign, [&](int, size_t lo, size_t hi) {
     const size_t s = o + lo;
     UpdatePointers ptrs{b.weights + s,      b.grad + s,         at(b.momentum, s),
                         at(b.second_moment, s), at(b.backup, s), at(b.predicted, s),
@@ -89,7 +89,7 @@ sapipe_status sapipe_cpu_elastic_average(float* worker, float* center, size_t co
   if (!std::isfinite(alpha) || alpha < 0.0f || alpha > 1.0f) return SAPIPE_ERR_INVALID_ARGUMENT;
   if (worker < center + count && center < worker + count) return SAPIPE_ERR_ALIASING;
   const KernelTable& k = active_kernels();
-  ThreadPool::global().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) {
+  ThreadPool::current().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) {
     k.elastic_average(worker + lo, center + lo, hi - lo, alpha);
   });
   return SAPIPE_OK;
@@ -105,7 +105,7 @@ sapipe_status sapipe_cpu_sum(float* out, const float* const* inputs, size_t num_
     if (i > 0 && inputs[i] == out) return SAPIPE_ERR_ALIASING;
   }
   const KernelTable& k = active_kernels();
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   std::vector<int64_t> partial(static_cast<size_t>(pool.size()), 0);
   pool.parallel_for(count, kAlign, [&](int t, size_t lo, size_t hi) {
     std::vector<const float*> shifted(num_inputs);
@@ -122,21 +122,21 @@ sapipe_status sapipe_cpu_sum(float* out, const float* const* inputs, size_t num_
 sapipe_status sapipe_cpu_scale(float* x, size_t count, float scale) {
   if (x == nullptr || !std::isfinite(scale)) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
-  ThreadPool::global().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.scale(x + lo, hi - lo, scale); });
+  ThreadPool::current().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.scale(x + lo, hi - lo, scale); });
   return SAPIPE_OK;
 }
 
 sapipe_status sapipe_cpu_axpy(float* y, const float* x, size_t count, float a) {
   if (y == nullptr || x == nullptr || !std::isfinite(a)) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
-  ThreadPool::global().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.axpy(y + lo, x + lo, hi - lo, a); });
+  ThreadPool::current().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.axpy(y + lo, x + lo, hi - lo, a); });
   return SAPIPE_OK;
 }
 
 sapipe_status sapipe_cpu_squared_norm(const float* x, size_t count, double* out) {
   if (x == nullptr || out == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   std::vector<double> partial(static_cast<size_t>(pool.size()), 0.0);
   pool.parallel_for(count, kAlign, [&](int t, size_t lo, size_t hi) {
     partial[static_cast<size_t>(t)] = k.squared_norm(x + lo, hi - lo);
@@ -156,14 +156,14 @@ sapipe_status sapipe_cpu_triad(double* a, const double* b, const double* c, size
   if (a == nullptr || b == nullptr || c == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
   // 8 doubles per cache line.
-  ThreadPool::global().parallel_for(count, 8, [&](int, size_t lo, size_t hi) { k.triad(a + lo, b + lo, c + lo, hi - lo, s); });
+  ThreadPool::current().parallel_for(count, 8, [&](int, size_t lo, size_t hi) { k.triad(a + lo, b + lo, c + lo, hi - lo, s); });
   return SAPIPE_OK;
 }
 
 sapipe_status sapipe_cpu_copy(float* dst, const float* src, size_t count) {
   if (dst == nullptr || src == nullptr) return SAPIPE_ERR_INVALID_ARGUMENT;
   const KernelTable& k = active_kernels();
-  ThreadPool::global().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.copy(dst + lo, src + lo, hi - lo); });
+  ThreadPool::current().parallel_for(count, kAlign, [&](int, size_t lo, size_t hi) { k.copy(dst + lo, src + lo, hi - lo); });
   return SAPIPE_OK;
 }
 

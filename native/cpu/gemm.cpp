@@ -151,7 +151,7 @@ static sapipe_status sgemm_on(const GemmArgs& g, SimdLevel level, bool serial) {
   if (level > best_supported_simd()) level = best_supported_simd();
   size_t rows_unit = 1, cols_unit = 1;
   const RegionFn region = region_fn(level, &rows_unit, &cols_unit);
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   if (serial || pool.size() == 1 || macs < kParallelMacs) {
     region(g, 0, g.m, 0, g.n);

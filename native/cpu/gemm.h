@@ -25,12 +25,13 @@ struct GemmArgs {
 };
 
 // Checks the arguments (null pointers, leading dimensions too small, non-finite alpha or beta,
-// C overlapping A or B) and runs the kernel of the active instruction set over the thread pool.
+// C overlapping A or B) and runs the kernel of the active instruction set over the calling thread's
+// pool (ThreadPool::current()).
 sapipe_status sgemm(const GemmArgs& args);
 // The same with an explicit instruction set (tests and benchmarks); a level the CPU lacks is lowered.
 sapipe_status sgemm_with(const GemmArgs& args, SimdLevel level);
 // The same product on the calling thread only: for callers that are themselves a job of the
-// thread pool (the pool runs one job at a time), such as a convolution split over its images.
+// thread pool (a pool runs one job at a time), such as a convolution split over its images.
 sapipe_status sgemm_serial(const GemmArgs& args);
 
 }  // namespace sapipe::cpu

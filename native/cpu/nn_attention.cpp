@@ -58,7 +58,7 @@ class Strips {
   bool allocate(size_t seq, size_t count) {
     per_thread_ = count * kQueryTile * seq;
     try {
-      data_.resize(per_thread_ * static_cast<size_t>(ThreadPool::global().size()));
+      data_.resize(per_thread_ * static_cast<size_t>(ThreadPool::current().size()));
     } catch (const std::bad_alloc&) {
       return false;
     }

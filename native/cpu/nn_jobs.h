@@ -20,7 +20,7 @@ namespace sapipe::cpu {
 // calling thread).
 template <class Body>
 void split_units(size_t units, Body&& body, size_t work = ThreadPool::kInlineThreshold) {
-  ThreadPool::global().parallel_for(units * work, work, [&](int t, size_t lo, size_t hi) { body(t, lo / work, hi / work); });
+  ThreadPool::current().parallel_for(units * work, work, [&](int t, size_t lo, size_t hi) { body(t, lo / work, hi / work); });
 }
 
 // C = alpha op(A) op(B) + beta C on the calling thread.

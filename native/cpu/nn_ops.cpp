@@ -112,7 +112,7 @@ sapipe_status nn_softmax_xent(const float* logits, const float* labels, size_t r
 // Runs body(begin, end) over [0, n) on the thread pool, ranges aligned to `align` elements.
 template <class Body>
 void split(size_t n, size_t align, Body&& body) {
-  ThreadPool::global().parallel_for(n, align, [&](int, size_t lo, size_t hi) { body(lo, hi); });
+  ThreadPool::current().parallel_for(n, align, [&](int, size_t lo, size_t hi) { body(lo, hi); });
 }
 
 sapipe_status nn_gelu(float* y, const float* x, size_t count, void*) {
@@ -360,7 +360,7 @@ sapipe_status nn_conv2d(float* y, const float* x, const float* w, const float* b
   if (y == nullptr || w == nullptr || (d.c > 0 && x == nullptr)) return SAPIPE_ERR_INVALID_ARGUMENT;
   try {
     const size_t per = d.patch() * d.out_area();
-    std::vector<float> cols(static_cast<size_t>(ThreadPool::global().size()) * per);
+    std::vector<float> cols(static_cast<size_t>(ThreadPool::current().size()) * per);
     FirstError error;
     split_units(d.n, [&](int t, size_t lo, size_t hi) {
       float* col = cols.data() + static_cast<size_t>(t) * per;
@@ -413,7 +413,7 @@ sapipe_status nn_conv2d_backward(float* dx, float* dw, float* db, const float* d
   const size_t sums = wlen + d.k;  // a part's dW, then its db
   try {
     std::vector<float> partial(parts * sums, 0.0f);
-    const size_t threads = static_cast<size_t>(ThreadPool::global().size());
+    const size_t threads = static_cast<size_t>(ThreadPool::current().size());
     std::vector<float> cols(threads * per);
     std::vector<float> dcols(dx != nullptr ? threads * per : 0);
     FirstError error;

@@ -108,7 +108,7 @@ struct Range {
 
 // x = grad + residual into residual (error feedback) and the range of |x|.
 Range form_and_range(const float* grad, float* residual, size_t n) {
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   std::vector<Range> part(static_cast<size_t>(pool.size()));
   pool.parallel_for(n, kChunkAlign, [&](int t, size_t lo, size_t hi) {
     // Eight independent lanes (form_block), so the sums and maxima vectorise; each block's
@@ -130,7 +130,7 @@ Range form_and_range(const float* grad, float* residual, size_t n) {
 
 // counts[j] = #{ |x_i| > thresholds[j] } for m thresholds, one read of x.
 void count_above(const float* x, size_t n, const float* thresholds, int m, int64_t* counts) {
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   std::vector<int64_t> part(static_cast<size_t>(pool.size()) * kSamples, 0);
   pool.parallel_for(n, kChunkAlign, [&](int t, size_t lo, size_t hi) {
     int64_t c[kSamples] = {0, 0, 0, 0, 0, 0, 0};
@@ -195,7 +195,7 @@ sapipe_status sapipe_cpu_topk_select(const float* grad, float* residual, size_t 
   int passes = br.passes;
   // Per chunk: how many above hi and in the band (lo, hi], then each chunk's share of the band
   // fill in index order and its output offset.
-  ThreadPool& pool = ThreadPool::global();
+  ThreadPool& pool = ThreadPool::current();
   const size_t chunks = static_cast<size_t>(pool.size());
   std::vector<int64_t> above(chunks, 0), band(chunks, 0);
   if (k > 0) {

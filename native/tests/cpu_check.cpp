@@ -477,6 +477,7 @@ int main(int argc, char** argv) {
   check_execution_queue(t);
   check_latches(t);
   check_queued_update(t);
+  check_thread_pools(t);
   check_local_ops(t);
   check_nccl_ops(t, fakes);
   check_cuda_plugin_reports(t, fakes);

@@ -14,6 +14,8 @@
 #include "../core/execution_queue.h"
 #include "../core/latch.h"
 #include "../core/queued_update.h"
+#include "../core/thread_pool.h"
+#include "../cpu/gemm.h"
 #include "sapipe/kernels.h"
 #include "variants.h"
 
@@ -258,6 +260,85 @@ void check_queued_update(Checks& t) {
     huge[0] = 3e38f;
     t.expect(core::guard_verdict(huge.data(), huge.size(), 2, gate) == SAPIPE_OK && gate[0] == 0.0f && gate[1] == 1.0f,
              "finite elements whose squares overflow are a risk, not a skip");
+  }
+}
+
+void check_thread_pools(Checks& t) {
+  // Binding: the calling thread's kernels move to a pool of their own and back.
+  t.expect(&ThreadPool::current() == &ThreadPool::global() && ThreadPool::bound() == nullptr, "thread pools: a thread starts on the global pool");
+  t.expect(ThreadPool::bind_to_this_thread(3) == 3 && ThreadPool::current().size() == 3 && &ThreadPool::current() != &ThreadPool::global(), "thread pools: bound to 3 threads");
+  t.expect(ThreadPool::bind_to_this_thread(1) == 1 && ThreadPool::current().size() == 1, "thread pools: bound to 1 thread");
+  t.expect(ThreadPool::bind_to_this_thread(0) == ThreadPool::global().size() && &ThreadPool::current() == &ThreadPool::global(), "thread pools: unbound");
+
+  // A product large enough to be split gives the same bits on every pool, and on two threads
+  // computing at once, each on its own pool (the split is over C's rows; each element's sum runs
+  // in one order).
+  const size_t m = 257, n = 193, k = 311;
+  std::vector<float> a(m * k), b(k * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 40503u) % 777) / 388.0f - 1.0f;
+  auto product = [&](std::vector<float>& c) {
+    cpu::GemmArgs g;
+    g.m = m, g.n = n, g.k = k, g.a = a.data(), g.lda = k, g.b = b.data(), g.ldb = n, g.c = c.data(), g.ldc = n;
+    return cpu::sgemm(g);
+  };
+  std::vector<float> on_global(m * n);
+  t.expect(product(on_global) == SAPIPE_OK, "thread pools: product on the global pool");
+  std::vector<float> results[2] = {std::vector<float>(m * n), std::vector<float>(m * n)};
+  sapipe_status statuses[2] = {SAPIPE_ERR_INTERNAL, SAPIPE_ERR_INTERNAL};
+  int sizes[2] = {0, 0};
+  {
+    std::thread threads[2];
+    for (int i = 0; i < 2; ++i)
+      threads[i] = std::thread([&, i] {
+        sizes[i] = ThreadPool::bind_to_this_thread(i + 1);
+        for (int r = 0; r < 5 && (r == 0 || statuses[i] == SAPIPE_OK); ++r) statuses[i] = product(results[i]);
+      });
+    for (auto& th : threads) th.join();
+  }
+  for (int i = 0; i < 2; ++i) {
+    t.expect(sizes[i] == i + 1 && statuses[i] == SAPIPE_OK, "thread pools: a product on a thread's own pool of " + std::to_string(i + 1));
+    t.expect(results[i] == on_global, "thread pools: the same bits on a pool of " + std::to_string(i + 1) + " as on the global pool");
+  }
+
+  // A queue runs a task on its submitter's pool, which the task keeps alive after the submitter
+  // rebinds; a task submitted by an unbound thread runs on the global pool.
+  {
+    ExecutionQueue q;
+    std::promise<void> go;
+    std::shared_future<void> started = go.get_future().share();
+    ThreadPool::bind_to_this_thread(3);
+    ThreadPool* submitter_pool = ThreadPool::bound().get();
+    std::atomic<ThreadPool*> seen{nullptr};
+    std::atomic<int> seen_size{0};
+    std::vector<float> queued(m * n);
+    std::atomic<int> queued_status{SAPIPE_ERR_INTERNAL};
+    q.submit([&, started](bool) {
+      started.wait();
+      seen = &ThreadPool::current();
+      seen_size = ThreadPool::current().size();
+      queued_status = product(queued);
+      return false;
+    });
+    ThreadPool::bind_to_this_thread(0);  // the submitter lets go of its pool while the task waits
+    std::atomic<ThreadPool*> unbound_seen{nullptr};
+    q.submit([&](bool) {
+      unbound_seen = &ThreadPool::current();
+      return false;
+    });
+    go.set_value();
+    std::promise<void> done;
+    std::atomic<bool> queue_thread_unbound{false};
+    q.submit([&](bool) {
+      queue_thread_unbound = ThreadPool::bound() == nullptr;
+      done.set_value();
+      return false;
+    });
+    done.get_future().wait();
+    t.expect(seen.load() == submitter_pool && seen_size.load() == 3, "thread pools: a queued task runs on its submitter's pool");
+    t.expect(queued_status.load() == SAPIPE_OK && queued == on_global, "thread pools: the pool outlives its thread's binding while a task holds it");
+    t.expect(unbound_seen.load() == &ThreadPool::global(), "thread pools: a task from an unbound thread runs on the global pool");
+    t.expect(queue_thread_unbound.load(), "thread pools: a queued task leaves the queue thread's binding as it was");
   }
 }
 

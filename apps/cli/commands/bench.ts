@@ -16,7 +16,7 @@ import { benchStepOverhead } from '../../bench/step-overhead.js';
 import { benchTopk } from '../../bench/topk.js';
 import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
 import { RUNTIME_SCHEDULES, SapipeError } from 'sapipe';
-import { checkOneOf } from 'sapipe/validate';
+import { checkInteger, checkOneOf } from 'sapipe/validate';
 import { availableParallelism } from 'node:os';
 import { InvalidArgumentError } from 'commander';
 
@@ -389,18 +389,20 @@ export function registerBenchCommand(program: Command): void {
     .option('--layers <sizes>', 'MLP widths', PIPELINE_DEMO_SIZES.join(','))
     .option('--rounds <n>', 'measured rounds', parsePositiveInt, 20)
     .option('--warmup <n>', 'unmeasured rounds first (0 or more)', parseNonNegativeInt, 5)
+    .option('--kernel-threads <n>', "each stage worker's native kernel threads: auto (the cores split among the workers), a number, or shared (the process-wide pool)", 'auto')
     .option('--json', 'print JSON')
-    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; json?: boolean }) => {
+    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; kernelThreads: string; json?: boolean }) => {
       const schedules = options.schedules.split(',').map((name) => checkOneOf(name.trim(), '--schedules', RUNTIME_SCHEDULES));
       const sizes = options.layers.split(',').map((x) => numberOption(x, '--layers'));
-      const rows = await benchPipeline({ schedules, stages: options.stages, microBatches: options.microbatches, microBatchSize: options.microbatchSize, sizes, rounds: options.rounds, warmup: options.warmup });
+      const kernelThreads = options.kernelThreads === 'auto' || options.kernelThreads === 'shared' ? options.kernelThreads : checkInteger(numberOption(options.kernelThreads, '--kernel-threads'), "--kernel-threads (or 'auto', 'shared')", 1, 1024);
+      const rows = await benchPipeline({ schedules, stages: options.stages, microBatches: options.microbatches, microBatchSize: options.microbatchSize, sizes, rounds: options.rounds, warmup: options.warmup, kernelThreads });
       if (options.json) {
         console.log(JSON.stringify(rows, null, 2));
         return;
       }
       console.log(
         `MLP ${sizes.join('-')}, ${options.stages} stages (worker threads, local), M=${options.microbatches} x ${options.microbatchSize} samples, ` +
-          `median of ${options.rounds} rounds after ${options.warmup}; ${availableParallelism()} cores`,
+          `median of ${options.rounds} rounds after ${options.warmup}; ${availableParallelism()} cores, kernel threads per worker: ${rows[0]?.kernelThreads ?? kernelThreads}`,
       );
       const table = cliTable(['schedule', 'measured ms (min-max)', 'simulated ms', 'measured / simulated', 'shared cores: simulated ms', 'measured / simulated', 'bubble measured / simulated', 'overhead per action ms', 'overhead share']);
       for (const r of rows)

@@ -45,6 +45,7 @@ interface TrainCliOptions extends GptSizeCliOptions {
   profileOut?: string;
   json?: boolean;
   device?: string;
+  kernelThreads?: string;
 }
 
 const num = numberOption;
@@ -102,6 +103,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.channels === undefined ? {} : { channels: o.channels.split(',').map((x) => num(x, '--channels')) }),
     ...(gpt ? { gpt } : {}),
     device: o.device as MnistPipelineConfig['device'],
+    ...(o.kernelThreads === undefined ? {} : { kernelThreads: o.kernelThreads === 'auto' || o.kernelThreads === 'shared' ? o.kernelThreads : num(o.kernelThreads, '--kernel-threads') }),
   };
 }
 
@@ -170,6 +172,10 @@ export function registerTrainCommand(program: Command): void {
         '(fixed + per-sample fit, brought to the run\'s costs), the cores and how many a pass uses, the local link',
     )
     .option('--device <where>', 'where the stages run: cpu (a worker thread each), cuda:N (every stage on that GPU, in this process), or auto (cuda:0 where it is usable, else cpu)', 'cpu')
+    .option(
+      '--kernel-threads <n>',
+      "native kernel threads of each worker thread: auto (this machine's cores split among the workers, at least 1 each), a number, or shared (every worker on the process-wide pool, one job at a time)",
+    )
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
       const { defaultsNote, ...config } = pipelineConfigFromCli(o);
@@ -221,7 +227,7 @@ export function registerTrainCommand(program: Command): void {
         `${describeModel(c)} (${result.trainSamples} train / ${result.testSamples} test), ${c.schedule} on ${c.stages} stages${pipelinesCoupling(c) ? ` (${pipelinesCoupling(c)})` : ''}, ` +
           `M=${c.microBatches} x ${c.microBatchSize} samples, cut at layers [${result.boundaries.join(', ')}], ${c.optimizer} lr ${c.lr}, seed ${c.seed}`,
       );
-      console.log(`device: ${result.device.device} (${result.device.reason})`);
+      console.log(`device: ${result.device.device} (${result.device.reason})${result.device.device === 'cpu' ? `; kernel threads per worker: ${result.kernelThreads === 'shared' ? "the process-wide pool's" : result.kernelThreads}` : ''}`);
       const lm = c.model === 'gpt';
       const epochs = cliTable(['epoch', 'mean loss', ...(lm ? ['validation loss', 'perplexity', 'next-byte accuracy'] : ['test accuracy']), 'wall s']);
       for (const e of result.epochs)

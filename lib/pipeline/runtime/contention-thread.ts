@@ -5,6 +5,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
+import { useKernelThreads } from '../../kernel-threads.js';
 import { FlatBuffer } from '../../tensor.js';
 import { Sequential, type LayerSpec } from '../../nn/sequential.js';
 
@@ -13,9 +14,12 @@ interface ContentionData {
   range: [number, number];
   microBatchSize: number;
   passes: number;
+  /** This thread's kernel threads, as a stage worker's. */
+  kernelThreads: number | 'shared';
 }
 
-const { layers, range, microBatchSize, passes } = workerData as ContentionData;
+const { layers, range, microBatchSize, passes, kernelThreads } = workerData as ContentionData;
+useKernelThreads(kernelThreads);
 const model = new Sequential(layers, { seed: 0, range });
 const input = FlatBuffer.allocate(microBatchSize * model.inputSize);
 const gradOutput = FlatBuffer.allocate(microBatchSize * model.outputSize);

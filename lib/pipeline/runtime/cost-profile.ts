@@ -12,6 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { LocalCommunicator } from '../../comm/local.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { nativeInfo } from '../../info.js';
+import { ownKernelThreads, useKernelThreads } from '../../kernel-threads.js';
 import { Sequential, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { SGD } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
@@ -39,6 +40,26 @@ export interface PartCostOptions {
   /** Timed calls per pass and size (the median is kept). Default 7. */
   readonly repeats?: number;
   readonly seed?: number;
+  /** The kernel threads each pass runs on (a stage worker's `kernelThreads`), or `shared` (the process-wide pool, the default). */
+  readonly kernelThreads?: number | 'shared';
+}
+
+/** `kernelThreads` of a profiling option, checked (`shared` by default). */
+function checkProfileThreads(given: unknown, what: string): number | 'shared' {
+  if (given === undefined || given === 'shared') return 'shared';
+  return checkInteger(given, `${what}: options.kernelThreads (or 'shared')`, 1, 1024);
+}
+
+/** Runs `fn` on the calling thread with `threads` kernel threads, then restores what it had. */
+function withKernelThreads<T>(threads: number | 'shared', fn: () => T): T {
+  if (threads === 'shared') return fn();
+  const before = ownKernelThreads();
+  useKernelThreads(threads);
+  try {
+    return fn();
+  } finally {
+    useKernelThreads(before);
+  }
 }
 
 /** The largest micro-batch a profile times (its buffers are allocated at once). */
@@ -70,13 +91,14 @@ function timeMs(fn: () => void, warmup: number, repeats: number): number {
  */
 export function profilePartCosts(layers: readonly LayerSpec[], boundaries: readonly number[], options: PartCostOptions): PartCostProfile[] {
   checkLayers(layers, 'profilePartCosts(layers)');
-  checkOptions(options, ['microBatchSizes', 'repeats', 'seed'], 'profilePartCosts(layers, boundaries, options)');
+  checkOptions(options, ['microBatchSizes', 'repeats', 'seed', 'kernelThreads'], 'profilePartCosts(layers, boundaries, options)');
+  const threads = checkProfileThreads(options.kernelThreads, 'profilePartCosts');
   const sizes = options.microBatchSizes;
   if (!Array.isArray(sizes) || new Set(sizes).size < 2) throw new InvalidArgumentError(`profilePartCosts: options.microBatchSizes must hold two or more different sizes, got ${describeValue(sizes)}`);
   for (const b of sizes) checkInteger(b, 'profilePartCosts: options.microBatchSizes[i]', 1, MAX_PROFILED_BATCH);
   const repeats = checkInteger(options.repeats ?? 7, 'profilePartCosts: options.repeats', 1, 1000);
   const ranges = partRanges(layers.length, boundaries);
-  return ranges.map((range, j) => {
+  return withKernelThreads(threads, () => ranges.map((range, j) => {
     const model = new Sequential(layers, { seed: options.seed ?? 0, range });
     const optimizer = new SGD(model.params, { lr: 1e-6, momentum: 0.9 });
     try {
@@ -121,7 +143,7 @@ export function profilePartCosts(layers: readonly LayerSpec[], boundaries: reado
       optimizer.dispose();
       model.dispose();
     }
-  });
+  }));
 }
 
 /**
@@ -136,23 +158,32 @@ export function machineCores(): { cores: number; poolThreads: number } {
 
 /**
  * How many cores a pass uses, measured: the forward + backward of one part (layers `range`) at
- * `microBatchSize` samples runs `passes` times on one worker thread alone, then on `cores` worker
- * threads at once (three turns of each, the medians kept). Under processor sharing, k passes at once that each use d cores take
- * `max(1, k*d/cores)` times as long, so `d = cores * (time at once / time alone) / k`, at least 1
- * and at most `cores`.
+ * `microBatchSize` samples runs `passes` times on one worker thread alone, then on k worker threads
+ * at once (three turns of each, the medians kept). Each thread runs its kernels on
+ * `kernelThreads` threads of its own (or, `shared`, the process-wide pool), and k fills the
+ * machine: `cores / kernelThreads` threads (with the shared pool, `cores`). Under processor
+ * sharing, k passes at once that each use d cores take `max(1, k*d/cores)` times as long, so
+ * `d = cores * (time at once / time alone) / k`, at least 1 and at most `cores`.
  *
  * @category Pipeline runtime
  */
-export async function measurePassCores(layers: readonly LayerSpec[], range: readonly [number, number], microBatchSize: number, options: { passes?: number; cores?: number } = {}): Promise<{ passCores: number; aloneMs: number; sharedMs: number; threads: number }> {
+export async function measurePassCores(
+  layers: readonly LayerSpec[],
+  range: readonly [number, number],
+  microBatchSize: number,
+  options: { passes?: number; cores?: number; kernelThreads?: number | 'shared' } = {},
+): Promise<{ passCores: number; aloneMs: number; sharedMs: number; threads: number }> {
   checkLayers(layers, 'measurePassCores(layers)');
   if (!Array.isArray(range) || range.length !== 2 || !Number.isInteger(range[0]) || !Number.isInteger(range[1]) || !(range[0] >= 0 && range[0] < range[1] && range[1] <= layers.length))
     throw new InvalidArgumentError(`measurePassCores: range must be [first layer, end] with 0 <= first < end <= ${layers.length}, got ${describeValue(range)}`);
   checkInteger(microBatchSize, 'measurePassCores: microBatchSize', 1, MAX_PROFILED_BATCH);
-  checkOptions(options, ['passes', 'cores'], 'measurePassCores(layers, range, microBatchSize, options)');
+  checkOptions(options, ['passes', 'cores', 'kernelThreads'], 'measurePassCores(layers, range, microBatchSize, options)');
   const passes = checkInteger(options.passes ?? 20, 'measurePassCores: options.passes', 1, 1 << 16);
   const cores = checkInteger(options.cores ?? availableParallelism(), 'measurePassCores: options.cores', 1, 1024);
+  const kernelThreads = checkProfileThreads(options.kernelThreads, 'measurePassCores');
+  const atOnce = kernelThreads === 'shared' ? cores : Math.max(1, Math.floor(cores / kernelThreads));
   const run = async (k: number): Promise<number> => {
-    const workers = Array.from({ length: k }, () => new Worker(new URL('./contention-thread.js', import.meta.url), { workerData: { layers, range: [...range], microBatchSize, passes } }));
+    const workers = Array.from({ length: k }, () => new Worker(new URL('./contention-thread.js', import.meta.url), { workerData: { layers, range: [...range], microBatchSize, passes, kernelThreads } }));
     try {
       const message = (w: Worker, type: string): Promise<{ ms: number }> =>
         new Promise((resolve, reject) => {
@@ -180,13 +211,12 @@ export async function measurePassCores(layers: readonly LayerSpec[], range: read
   const shared: number[] = [];
   for (let turn = 0; turn < 3; turn++) {
     alone.push(await run(1));
-    shared.push(cores > 1 ? await run(cores) : alone[turn]!);
+    shared.push(atOnce > 1 ? await run(atOnce) : alone[turn]!);
   }
   const aloneMs = median(alone);
   const sharedMs = median(shared);
-  // k = cores passes at once: d = cores * (sharedMs / aloneMs) / cores
-  const passCores = Math.min(cores, Math.max(1, sharedMs / aloneMs));
-  return { passCores, aloneMs: aloneMs / passes, sharedMs: sharedMs / passes, threads: cores };
+  const passCores = Math.min(cores, Math.max(1, (cores * (sharedMs / aloneMs)) / atOnce));
+  return { passCores, aloneMs: aloneMs / passes, sharedMs: sharedMs / passes, threads: atOnce };
 }
 
 /**
@@ -241,6 +271,8 @@ export interface MachineProfileOptions {
   readonly optimizerStateCopies?: number;
   readonly repeats?: number;
   readonly seed?: number;
+  /** The kernel threads of each stage worker the profile is for (their `kernelThreads`, resolved), or `shared` (the default): passes are timed with as many. */
+  readonly kernelThreads?: number | 'shared';
 }
 
 /**
@@ -253,18 +285,19 @@ export interface MachineProfileOptions {
  */
 export async function profileOnMachine(layers: readonly LayerSpec[], boundaries: readonly number[], options: MachineProfileOptions): Promise<PipelineProfile> {
   const widths = checkLayers(layers, 'profileOnMachine(layers)');
-  checkOptions(options, ['microBatchSize', 'batchSize', 'microBatchSizes', 'optimizerStateCopies', 'repeats', 'seed'], 'profileOnMachine(layers, boundaries, options)');
+  checkOptions(options, ['microBatchSize', 'batchSize', 'microBatchSizes', 'optimizerStateCopies', 'repeats', 'seed', 'kernelThreads'], 'profileOnMachine(layers, boundaries, options)');
+  const kernelThreads = checkProfileThreads(options.kernelThreads, 'profileOnMachine');
   const b = checkInteger(options.microBatchSize, 'profileOnMachine: options.microBatchSize', 1, MAX_PROFILED_BATCH / 2);
   const batchSize = checkInteger(options.batchSize, 'profileOnMachine: options.batchSize', 1, 1 << 24);
   const copies = checkInteger(options.optimizerStateCopies ?? 1, 'profileOnMachine: options.optimizerStateCopies', 0, 8);
   const sizes = options.microBatchSizes ?? [...new Set([Math.max(1, Math.round(b / 4)), Math.max(1, Math.round(b / 2)), b, 2 * b])];
-  const parts = profilePartCosts(layers, boundaries, { microBatchSizes: sizes, ...(options.repeats !== undefined ? { repeats: options.repeats } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}) });
+  const parts = profilePartCosts(layers, boundaries, { microBatchSizes: sizes, kernelThreads, ...(options.repeats !== undefined ? { repeats: options.repeats } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}) });
   const ranges = partRanges(layers.length, boundaries);
   const params = layerParams(layers);
   const at = (c: PassCost): number => c.fixedMs + c.perSampleMs * b;
   const heaviest = parts.reduce((best, p, j) => (at(p.forward) + at(p.backward) > at(parts[best]!.forward) + at(parts[best]!.backward) ? j : best), 0);
   const { cores, poolThreads } = machineCores();
-  const { passCores } = await measurePassCores(layers, ranges[heaviest]!, b, { cores });
+  const { passCores } = await measurePassCores(layers, ranges[heaviest]!, b, { cores, kernelThreads });
   const link = await measureLocalLink();
   const stages: StageProfile[] = parts.map((p, j) => {
     const [lo, hi] = ranges[j]!;
@@ -286,7 +319,7 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
     batchSize,
     p2pLatencyMs: link.latencyMs,
     ...(Number.isFinite(link.bytesPerMs) ? { p2pBandwidthGBps: link.bytesPerMs / 1e6 } : {}),
-    machine: { cores, poolThreads, passCores },
+    machine: { cores, poolThreads, passCores, ...(kernelThreads !== 'shared' ? { kernelThreads } : {}) },
   });
 }
 

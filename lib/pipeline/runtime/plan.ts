@@ -3,6 +3,8 @@
  * once before any stage starts, and what each stage is given. Shared by the trainer of worker
  * threads and by stages started as processes (`sapipe launch`).
  */
+import { availableParallelism } from 'node:os';
+
 import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../optim/registry.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
 import { resolveMode, type ResolvedMode } from '../../dataparallel/mode.js';
@@ -126,6 +128,14 @@ export interface PipelineTrainerOptions {
    * one pipeline, schedules without all-reduces between stages; the rest is planned.
    */
   device?: Device | 'auto';
+  /**
+   * The native kernel threads of each worker thread (docs/pipeline.md, "Stages sharing cores"):
+   * `auto` (default) splits this process's cores among the workers, `floor(cores / workers)` each
+   * and at least 1, so each worker computes on a core set of its own; a number gives every worker
+   * that many; `shared` leaves every worker on the process-wide pool, where their kernels take
+   * turns job by job. Stages on a device run in this process and take none.
+   */
+  kernelThreads?: number | 'auto' | 'shared';
 }
 
 /** Pipelined Backpropagation's delay compensations, each on (true) by default. @category Pipeline runtime */
@@ -157,6 +167,7 @@ export const TRAINER_OPTION_KEYS = optionKeys<PipelineTrainerOptions>({
   pipelinedBackprop: true,
   device: true,
   loss: true,
+  kernelThreads: true,
 });
 
 const isSequential = (m: PipelineModelOptions): m is Extract<PipelineModelOptions, { layers: readonly LayerSpec[] }> =>
@@ -194,6 +205,8 @@ export interface PipelinePlan {
   /** Where the stages run (`auto` resolved), and why. */
   device: Device;
   deviceReason: string;
+  /** Each worker thread's kernel threads (`auto` resolved), or `shared`: the process-wide pool. */
+  kernelThreads: number | 'shared';
 }
 
 /**
@@ -326,7 +339,22 @@ export async function planPipeline(
     ...(device !== 'cpu' ? { device } : {}),
   }));
   const workers = rowsAreWorkers || averaging?.layout === 'shared-stages' ? schedule.stages : pipelines * schedule.stages;
-  return { schedule, model, descriptions, data, samples, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, workers, rowsAreWorkers, device, deviceReason };
+  const kernelThreads = resolveKernelThreads(options.kernelThreads, workers, device, what);
+  return { schedule, model, descriptions, data, samples, microBatchSize, shuffle, seed, timeoutMs, pipelines, dataParallel, averaging, workers, rowsAreWorkers, device, deviceReason, kernelThreads };
+}
+
+/**
+ * `kernelThreads` resolved for `workers` worker threads: `auto` splits the cores this process may
+ * use (`os.availableParallelism()`) among them, at least one each. Stages on a device run on the
+ * calling thread and keep the shared pool.
+ *
+ * @internal
+ */
+export function resolveKernelThreads(given: unknown, workers: number, device: Device, what: string): number | 'shared' {
+  if (given === 'shared') return 'shared';
+  if (given === undefined || given === 'auto') return device === 'cpu' ? Math.max(1, Math.floor(availableParallelism() / workers)) : 'shared';
+  if (typeof given !== 'number') throw new InvalidArgumentError(`${what}: kernelThreads must be 'auto', 'shared' or a number of threads per worker, got ${describeValue(given)}`);
+  return checkInteger(given, `${what}: kernelThreads`, 1, 1024);
 }
 
 /** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { LocalCommunicator, type LocalRankData } from '../../comm/local.js';
+import { useKernelThreads } from '../../kernel-threads.js';
 import { type FromStage, type PipelineData, type StageDescription, type ToStage, StageHost, answerStage, describeError, readyMessage } from './stage-host.js';
 
 interface StageThreadData extends LocalRankData {
@@ -17,9 +18,11 @@ interface StageThreadData extends LocalRankData {
   pipelines: number;
   /** The schedule's rows are data-parallel workers (SAPipe): thread x runs row x as pipeline x. */
   rowsAreWorkers: boolean;
+  /** This thread's kernel threads (its core set), or `shared`: the process-wide pool. */
+  kernelThreads: number | 'shared';
 }
 
-const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers } = workerData as StageThreadData;
+const { sapipeLocal, descriptions, data, timeoutMs, pipelines, rowsAreWorkers, kernelThreads } = workerData as StageThreadData;
 // AvgPipe's shared-stages layout: thread k runs row k for every pipeline (rank = stage).
 const sharedStages = descriptions[0]!.averaging?.layout === 'shared-stages';
 // Threads of one pipeline exchange activations; a worker row exchanges nothing but its all-reduces.
@@ -30,6 +33,7 @@ const description = descriptions[rowsAreWorkers || sharedStages ? sapipeLocal.ra
 const post = (message: FromStage): void => parentPort!.postMessage(message);
 
 async function main(): Promise<void> {
+  useKernelThreads(kernelThreads);
   // Two groups per thread: the stages of its pipeline (transfers) and, with parallel pipelines,
   // its stage's replicas (gradient all-reduces, or AvgPipe's averaging). Every thread joins them in
   // the same order. AvgPipe's shared stages: every pipeline's group of the S stages (the

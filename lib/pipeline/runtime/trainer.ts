@@ -157,6 +157,8 @@ export class PipelineTrainer {
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
+    /** Each worker thread's kernel threads (`auto` resolved), or `shared` (the process-wide pool). */
+    readonly kernelThreads: number | 'shared',
   ) {
     this.learningRate = lr;
     this.analysis = validateSchedule(schedule);
@@ -176,15 +178,15 @@ export class PipelineTrainer {
    */
   static async create(options: PipelineTrainerOptions): Promise<PipelineTrainer> {
     const plan = await planPipeline(options, 'PipelineTrainer');
-    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, device } = plan;
+    const { schedule, model, descriptions, data, microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, device, kernelThreads } = plan;
     // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe) or AvgPipe's
     // pipelines share the stages, worker x runs row x. On a device every stage runs in this process, on that device.
     const averagingLayout = plan.averaging?.layout;
     const workers: StageWorker[] =
       device === 'cpu'
-        ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers } })
+        ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers, kernelThreads } })
         : startDeviceStages(descriptions, data, timeoutMs);
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason });
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason }, kernelThreads);
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)

@@ -233,8 +233,8 @@ int64_t update_from_parts(const core::HostKernels& k, int rank, const std::vecto
   const sapipe_update_buffers& own = job.buffers;
   // The whole model is this rank's to update. With at least a core per rank, every rank runs on
   // its own thread at once (as the reductions do); with more cores than ranks, each rank's update
-  // takes the process's thread pool in turn, as a standalone step would.
-  ThreadPool& pool = ThreadPool::global();
+  // takes the calling thread's pool in turn, as a standalone step would.
+  ThreadPool& pool = ThreadPool::current();
   const bool spread = pool.size() > n;
   for (int q = 0; q < n; ++q) {
     auto [lo, hi] = partition(me.input_count, n, q);

@@ -1,0 +1,38 @@
+/**
+ * The cores a thread's native kernels use. By default every thread's kernels share one
+ * process-wide pool that runs one job at a time, so two threads computing at once (pipeline
+ * stages as worker threads) take turns job by job, each waiting while the other's job runs. A
+ * thread given kernel threads of its own computes beside the others, like a device of its own: a
+ * set of cores. Queued native work (an optimizer's `step()`) runs on the submitting thread's set.
+ */
+import { nativeInfo } from './info.js';
+import { nativeAddon } from './native.js';
+import { checkInteger } from './validate.js';
+
+/** The most threads one thread's kernels may be given. */
+const MAX_KERNEL_THREADS = 1024;
+
+/**
+ * Gives the calling thread (the main thread, or a worker thread) `threads` kernel threads of its
+ * own: the caller and `threads - 1` workers; with 1 every kernel it calls runs on the calling
+ * thread alone. `'shared'` returns it to the process-wide pool. Returns the threads its kernels
+ * now use (fewer than asked where the system refuses to start threads).
+ *
+ * @category Backends
+ */
+export function useKernelThreads(threads: number | 'shared'): number {
+  if (threads === 'shared') return nativeAddon().bindKernelThreads(0);
+  return nativeAddon().bindKernelThreads(checkInteger(threads, "useKernelThreads: threads (or 'shared')", 1, MAX_KERNEL_THREADS));
+}
+
+/** The threads the calling thread's kernels use: its own set, or the process-wide pool's. @category Backends */
+export function kernelThreads(): number {
+  const own = nativeAddon().kernelThreads();
+  return own > 0 ? own : nativeInfo().threads;
+}
+
+/** @internal The calling thread's own kernel threads, or `shared` where it has none. */
+export function ownKernelThreads(): number | 'shared' {
+  const own = nativeAddon().kernelThreads();
+  return own > 0 ? own : 'shared';
+}
