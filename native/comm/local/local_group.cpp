@@ -313,7 +313,13 @@ int64_t work(int rank, const std::vector<CollectiveArgs>& a) {
 
 Group::Group(std::string name, int size)
     : name_(std::move(name)), size_(size), ranks_(static_cast<size_t>(size)),
-      channels_(static_cast<size_t>(size) * static_cast<size_t>(size) * kChannels) {}
+      channels_(static_cast<size_t>(size) * static_cast<size_t>(size) * kChannels),
+      channel_cvs_(new std::condition_variable[channels_.size()]) {}
+
+void Group::notify_everyone() {
+  cv_.notify_all();
+  for (size_t i = 0; i < channels_.size(); ++i) channel_cvs_[i].notify_all();
+}
 
 sapipe_status Group::join(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -357,7 +363,7 @@ void Group::break_group(const std::string& reason) {
     broken_ = true;
     broken_reason_ = "group \"" + name_ + "\": " + reason;
   }
-  cv_.notify_all();
+  notify_everyone();
 }
 
 void Group::wait_quiet(std::unique_lock<std::mutex>& lock) {
@@ -370,6 +376,12 @@ bool Group::wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline de
   // report a peer that left right after arriving.
   std::string ignored;
   return cv_.wait_until(lock, deadline, [&] { return ready() || failure(rank, &ignored, peer) != SAPIPE_OK; }) && ready();
+}
+
+template <class Ready>
+bool Group::wait_until_on(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready, int peer) {
+  std::string ignored;
+  return cv.wait_until(lock, deadline, [&] { return ready() || failure(rank, &ignored, peer) != SAPIPE_OK; }) && ready();
 }
 
 sapipe_status Group::wait_ready(int rank, Deadline deadline, std::string* detail) {
@@ -458,22 +470,24 @@ sapipe_status Group::post_send(int rank, int peer, int tag, const float* data, s
   auto s = std::make_shared<SendSlot>();
   s->data = data;
   s->count = count;
-  channels_[channel_index(rank, peer, tag)].push_back(s);
+  const size_t index = channel_index(rank, peer, tag);
+  channels_[index].push_back(s);
   *slot = s;
-  cv_.notify_all();
+  channel_cvs_[index].notify_all();
   return SAPIPE_OK;
 }
 
 sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_ptr<SendSlot>& slot, Deadline deadline,
                                std::string* detail) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (wait_until(lock, rank, deadline, [&] { return slot->done; }, peer)) {
+  std::condition_variable& cv = channel_cvs_[channel_index(rank, peer, tag)];
+  if (wait_until_on(cv, lock, rank, deadline, [&] { return slot->done; }, peer)) {
     if (slot->status == SAPIPE_ERR_SIZE_MISMATCH)
       *detail = "send to rank " + std::to_string(peer) + ": the receiver expected another number of elements";
     return slot->status;
   }
   // Withdraw the message, or wait for a receiver that is copying it (bounded: a copy never blocks).
-  cv_.wait(lock, [&] { return !slot->taken || slot->done; });
+  cv.wait(lock, [&] { return !slot->taken || slot->done; });
   auto& channel = channels_[channel_index(rank, peer, tag)];
   channel.erase(std::remove(channel.begin(), channel.end(), slot), channel.end());
   if (sapipe_status s = failure(rank, detail, peer); s != SAPIPE_OK) return s;
@@ -484,8 +498,10 @@ sapipe_status Group::wait_send(int rank, int peer, int tag, const std::shared_pt
 
 sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count, Deadline deadline, std::string* detail) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto& channel = channels_[channel_index(peer, rank, tag)];
-  if (!wait_until(lock, rank, deadline, [&] { return !channel.empty(); }, peer)) {
+  const size_t index = channel_index(peer, rank, tag);
+  auto& channel = channels_[index];
+  std::condition_variable& cv = channel_cvs_[index];
+  if (!wait_until_on(cv, lock, rank, deadline, [&] { return !channel.empty(); }, peer)) {
     if (sapipe_status s = failure(rank, detail, peer); s != SAPIPE_OK) return s;
     *detail = "recv from rank " + std::to_string(peer) + ": no message within the timeout";
     break_group("rank " + std::to_string(rank) + " timed out receiving from rank " + std::to_string(peer));
@@ -496,7 +512,7 @@ sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count
   if (slot->count != count) {
     slot->status = SAPIPE_ERR_SIZE_MISMATCH;
     slot->done = true;
-    cv_.notify_all();
+    cv.notify_all();
     *detail = "recv from rank " + std::to_string(peer) + ": the message has " + std::to_string(slot->count) +
               " elements, the buffer " + std::to_string(count) + "; sender and receiver must agree on the size";
     return SAPIPE_ERR_SIZE_MISMATCH;
@@ -506,7 +522,7 @@ sapipe_status Group::recv(int rank, int peer, int tag, float* data, size_t count
   if (count) core::host_kernels().copy(data, slot->data, count);
   lock.lock();
   slot->done = true;
-  cv_.notify_all();
+  cv.notify_all();
   return SAPIPE_OK;
 }
 
@@ -521,7 +537,7 @@ void Group::leave(int rank, bool lost) {
   // A lost rank may have died inside any operation: the whole group breaks. A rank that left
   // fails what waits on it (see failure()), and nothing between the others.
   if (others && lost) break_group("rank " + std::to_string(rank) + " was lost (its thread or process ended)");
-  cv_.notify_all();
+  notify_everyone();
 }
 
 }  // namespace sapipe::comm::local

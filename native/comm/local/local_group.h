@@ -87,6 +87,11 @@ class Group {
   void wait_quiet(std::unique_lock<std::mutex>& lock);
   template <class Ready>
   bool wait_until(std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready, int peer = kAnyPeer);
+  // The same on a channel's own condition variable (point-to-point waits).
+  template <class Ready>
+  bool wait_until_on(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, int rank, Deadline deadline, Ready ready, int peer);
+  // Wakes every waiter, collective or point-to-point (a rank left, the group broke).
+  void notify_everyone();
 
   const std::string name_;
   const int size_;
@@ -94,6 +99,10 @@ class Group {
   std::condition_variable cv_;
   std::vector<RankState> ranks_;
   std::vector<std::deque<std::shared_ptr<SendSlot>>> channels_;  // [(from * size + to) * kChannels + tag]
+  // One per channel, so that a message posted or taken wakes the two ranks of its channel, not
+  // every thread waiting in the group: on a machine with fewer cores than waiting threads, waking
+  // them all takes the cores from the stages that compute.
+  std::unique_ptr<std::condition_variable[]> channel_cvs_;
   size_t channel_index(int from, int to, int tag) const {
     return (static_cast<size_t>(from) * static_cast<size_t>(size_) + static_cast<size_t>(to)) * kChannels + static_cast<size_t>(tag);
   }
