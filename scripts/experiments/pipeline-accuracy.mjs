@@ -35,6 +35,8 @@ const STUDY = [
   ['gpipe', ['--schedule', 'gpipe']],
   ['1f1b', ['--schedule', '1f1b']],
   ['wavelet', ['--schedule', 'wavelet']],
+  // Wavelet's data-parallel form: `stages` workers, each with a tick and a tock replica of the whole model.
+  ['wavelet-dp', ['--schedule', 'wavelet', '--form', 'data-parallel']],
   ['pipedream', ['--schedule', 'pipedream']],
   // 2BW's delay of one batch shows only between the batches of a round: 8 of them per round.
   ['pipedream-2bw', ['--schedule', 'pipedream-2bw', '--iterations', '8']],
