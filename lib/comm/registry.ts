@@ -55,6 +55,12 @@ export interface CommCapabilities {
   readonly sparseCollectives: boolean;
   /** Ranks are processes, on one machine or many (else threads of one process). */
   readonly multiProcess: boolean;
+  /**
+   * Each send waits for its receiver on its own (a queue per peer and direction), holding up none
+   * of the rank's other operations, so a send may be posted ahead of receives that come before it
+   * in a pipeline row. False where operations run in one order (NCCL's stream).
+   */
+  readonly independentSends: boolean;
 }
 
 /** @internal A communicator of any backend: host buffers or device buffers. */
@@ -92,7 +98,7 @@ export interface CommBackendEntry<C extends AnyCommunicator = AnyCommunicator> {
 const local: CommBackendEntry<LocalCommunicator> = {
   className: 'LocalCommunicator',
   memory: 'host',
-  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: false },
+  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: false, independentSends: true },
   builtIn: true,
   autoRank: 2,
   installHint: 'the in-process transport is part of the addon: make the addon load (see the cpu backend)',
@@ -103,7 +109,7 @@ const local: CommBackendEntry<LocalCommunicator> = {
 const ucx: CommBackendEntry<UcxCommunicator> = {
   className: 'UcxCommunicator',
   memory: 'host',
-  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: true },
+  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: true, independentSends: true },
   builtIn: false,
   autoRank: 1,
   installHint:
@@ -116,7 +122,7 @@ const ucx: CommBackendEntry<UcxCommunicator> = {
 const nccl: CommBackendEntry<NcclCommunicator> = {
   className: 'NcclCommunicator',
   memory: 'device',
-  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: true },
+  capabilities: { sendRecv: true, sparseCollectives: true, multiProcess: true, independentSends: false },
   builtIn: false,
   autoRank: undefined,
   installHint:

@@ -9,8 +9,7 @@ import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 
-import { LocalCommunicator } from '../../comm/local.js';
-import { InvalidArgumentError } from '../../errors.js';
+import { InternalError, InvalidArgumentError } from '../../errors.js';
 import { nativeInfo } from '../../info.js';
 import { ownKernelThreads, useKernelThreads } from '../../kernel-threads.js';
 import { Sequential, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
@@ -21,7 +20,7 @@ import { type PassCost, type PipelineProfile, type StageProfile, fitPassCost, pa
 import type { Schedule } from '../schedule.js';
 import type { SimulationCosts } from '../simulate.js';
 import type { TimedAction } from '../timeline.js';
-import { measuredCosts } from './measure.js';
+import { WORK_KINDS, measuredCosts } from './measure.js';
 
 /** One part's costs measured alone. @category Pipeline runtime */
 export interface PartCostProfile {
@@ -220,9 +219,12 @@ export async function measurePassCores(
 }
 
 /**
- * The in-process `local` link measured: two ranks of one group in this thread exchange messages of
- * `sizes` floats (`repeats` each, the median kept), and a line is fitted through the times:
- * latency (ms) + bytes / bytesPerMs.
+ * The in-process `local` link measured as the runtime's stages use it: two ranks of one group, each
+ * in a worker thread of its own, send messages of `sizes` floats back and forth (`repeats` round
+ * trips each, the median kept), and a line is fitted through the one-way times (half a round
+ * trip): latency (ms) + bytes / bytesPerMs. The latency is mostly waking the threads on each side
+ * (the sender's queue, the receiver's queue, the receiver's JavaScript thread), which a stage waits
+ * for on every transfer.
  *
  * @category Pipeline runtime
  */
@@ -232,30 +234,23 @@ export async function measureLocalLink(options: { sizes?: readonly number[]; rep
   for (const n of sizes) checkInteger(n, 'measureLocalLink: options.sizes[i]', 1, 1 << 28);
   const repeats = checkInteger(options.repeats ?? 9, 'measureLocalLink: options.repeats', 1, 1000);
   const group = `sapipe-link-${process.pid}-${Math.random().toString(36).slice(2)}`;
-  const [a, b] = await Promise.all([LocalCommunicator.create({ group, rank: 0, size: 2 }), LocalCommunicator.create({ group, rank: 1, size: 2 })]);
+  const workers = ([0, 1] as const).map((rank) => new Worker(new URL('./link-thread.js', import.meta.url), { workerData: { group, rank, sizes: [...sizes], repeats } }));
   try {
-    const samples: { microBatchSize: number; ms: number }[] = [];
-    for (const n of sizes) {
-      const src = FlatBuffer.allocate(n);
-      const dst = FlatBuffer.allocate(n);
-      try {
-        src.fill(1);
-        const times: number[] = [];
-        for (let i = 0; i < repeats + 2; i++) {
-          const start = performance.now();
-          await Promise.all([a!.send(src, 1), b!.recv(dst, 0)]);
-          if (i >= 2) times.push(performance.now() - start);
-        }
-        samples.push({ microBatchSize: n * 4, ms: median(times) });
-      } finally {
-        src.dispose();
-        dst.dispose();
-      }
-    }
+    const replies = workers.map(
+      (w) =>
+        new Promise<{ type: string; roundTripMs?: number[]; message?: string }>((resolve, reject) => {
+          w.once('message', resolve);
+          w.once('error', reject);
+          w.once('exit', (code) => reject(new InternalError(`measureLocalLink: a link thread exited (code ${code}) before it answered`)));
+        }),
+    );
+    const [first, second] = await Promise.all(replies);
+    for (const r of [first!, second!]) if (r.type === 'error') throw new InternalError(`measureLocalLink: ${r.message}`);
+    const samples = sizes.map((n, k) => ({ microBatchSize: n * 4, ms: first!.roundTripMs![k]! / 2 }));
     const fit = fitPassCost(samples);
     return { latencyMs: fit.fixedMs, bytesPerMs: fit.perSampleMs > 0 ? 1 / fit.perSampleMs : Infinity };
   } finally {
-    await Promise.all([a!.destroy(), b!.destroy()]);
+    await Promise.all(workers.map((w) => w.terminate()));
   }
 }
 
@@ -323,8 +318,6 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
   });
 }
 
-/** Kinds that occupy a stage's thread with work (as measure.ts counts them). */
-const WORK: ReadonlySet<string> = new Set(['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'stashWeights', 'restoreWeights']);
 
 /**
  * A measured timeline with every work action's duration replaced by its work alone under processor
@@ -336,7 +329,7 @@ function decontend(timeline: readonly (readonly TimedAction[])[], cores: number,
   const points: { t: number; delta: number; id: number }[] = [];
   const items = timeline.flat();
   items.forEach((x, id) => {
-    if (!WORK.has(x.action.kind) || !(x.end > x.start)) return;
+    if (!WORK_KINDS.has(x.action.kind) || !(x.end > x.start)) return;
     points.push({ t: x.start, delta: 1, id }, { t: x.end, delta: -1, id });
   });
   points.sort((a, b) => a.t - b.t || a.delta - b.delta);
@@ -355,7 +348,7 @@ function decontend(timeline: readonly (readonly TimedAction[])[], cores: number,
   let id = 0;
   return timeline.map((row) => row.map((x) => {
     const w = work[id++]!;
-    return WORK.has(x.action.kind) && x.end > x.start ? { ...x, end: x.start + w } : x;
+    return WORK_KINDS.has(x.action.kind) && x.end > x.start ? { ...x, end: x.start + w } : x;
   }));
 }
 
@@ -417,7 +410,7 @@ export function sharedCoresCosts(schedule: Schedule, timelines: readonly (readon
   // (a pass the machine's other load delayed took that long for the round too).
   const parts = schedule.parts;
   const sums: Record<string, { total: number[]; count: number[] }> = {};
-  for (const kind of ['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights']) sums[kind] = { total: new Array<number>(parts).fill(0), count: new Array<number>(parts).fill(0) };
+  for (const kind of ['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'elasticAverage']) sums[kind] = { total: new Array<number>(parts).fill(0), count: new Array<number>(parts).fill(0) };
   for (const timeline of timelines)
     for (const row of decontend(timeline, cores, passCores))
       for (const t of row) {
@@ -434,6 +427,7 @@ export function sharedCoresCosts(schedule: Schedule, timelines: readonly (readon
     weightGrad,
     optimizerStep: mean('optimizerStep'),
     predict: mean('predictWeights'),
+    elastic: mean('elasticAverage'),
     sharedCores: { cores, passCores },
     p2pLatency: measuredP2pLatency(timelines),
     ...extra,

@@ -14,8 +14,8 @@ import { type SimulationCosts, type SimulationResult } from '../simulate.js';
 import type { TimedAction } from '../timeline.js';
 import type { ScheduleAnalysis } from '../validate.js';
 
-/** Kinds that occupy a stage's thread with work (receives wait, sends are posted and return). */
-const WORK: ReadonlySet<string> = new Set(['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'stashWeights', 'restoreWeights']);
+/** @internal Kinds that occupy a stage's thread with work (receives and all-reduces wait, sends are posted and return). */
+export const WORK_KINDS: ReadonlySet<string> = new Set(['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'stashWeights', 'restoreWeights', 'elasticAverage']);
 
 /**
  * A measured timeline as a simulation result: makespan, busy time (work actions only; waiting in
@@ -55,7 +55,7 @@ export function measuredResult(
     let sum = 0;
     for (const t of row) {
       makespan = Math.max(makespan, t.end);
-      if (WORK.has(t.action.kind)) sum += t.end - t.start;
+      if (WORK_KINDS.has(t.action.kind)) sum += t.end - t.start;
     }
     return sum;
   });
@@ -117,6 +117,7 @@ export function measuredCosts(schedule: Schedule, timelines: readonly (readonly 
     weightGrad: by(),
     optimizerStep: by(),
     predictWeights: by(),
+    elasticAverage: by(),
   };
   for (const timeline of timelines)
     for (const row of timeline) for (const t of row) samples[t.action.kind]?.[t.action.part]?.push(t.end - t.start);
@@ -132,6 +133,7 @@ export function measuredCosts(schedule: Schedule, timelines: readonly (readonly 
     weightGrad,
     optimizerStep: per('optimizerStep'),
     predict: per('predictWeights'),
+    elastic: per('elasticAverage'),
     ...extra,
   };
 }

@@ -51,7 +51,8 @@
  */
 import { performance } from 'node:perf_hooks';
 
-import type { Communicator } from '../../comm/communicator.js';
+import { Communicator } from '../../comm/communicator.js';
+import { commBackendEntry } from '../../comm/registry.js';
 import { DataParallelTrainer, type DataParallelStepResult } from '../../dataparallel/trainer.js';
 import { DeviceParamSet } from '../../device/param-set.js';
 import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
@@ -138,6 +139,14 @@ export interface StageTransport<B extends Tensor = Tensor> {
   send(buffer: B, peer: number): Promise<void>;
   recv(buffer: B, peer: number): Promise<void>;
   allreduce?(buffer: B, options: { op: 'sum' }): Promise<unknown>;
+  /**
+   * Whether a send may be posted ahead of the receives its row puts before it (default false):
+   * true where each send waits for its receiver on its own, holding up nothing else. The runner
+   * then posts every send as soon as its message exists (see StageRunner.runRound). A transport
+   * that runs its sends and receives in one order (NCCL's stream) must leave it false: a send
+   * posted before a receive its peer is waiting to complete first would deadlock.
+   */
+  readonly independentSends?: boolean;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -218,6 +227,8 @@ const now = (): number => performance.timeOrigin + performance.now();
  */
 export class StageRunner {
   private readonly actions: readonly Action[];
+  /** Positions of the row's sends, in row order. */
+  private readonly sendIndices: readonly number[];
   private readonly parts = new Map<number, PartState>();
   private readonly lastPart: number;
   private readonly classes: number;
@@ -311,6 +322,7 @@ export class StageRunner {
     this.memory = modelDevice([...devices][0] ?? 'cpu');
     const row = schedule.actions[stage] ?? [];
     this.actions = this.byPipeline || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
+    this.sendIndices = this.actions.flatMap((a, i) => (a.kind === 'sendActivation' || a.kind === 'sendGradient' ? [i] : []));
     for (const spec of parts) {
       const key = this.key(spec.pipeline ?? 0, spec.part);
       if (this.parts.has(key)) throw new InvalidArgumentError(`StageRunner: part ${spec.part}${this.byPipeline ? ` of pipeline ${spec.pipeline}` : ''} is given twice`);
@@ -471,6 +483,51 @@ export class StageRunner {
       }
     };
 
+    const postSend = (a: Action, index: number): void => {
+      const id = messageOf(a)!;
+      const m = messages.get(id);
+      if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
+      const isGradient = a.kind === 'sendGradient';
+      const sent = this.linkOf(a).send(m.buffer, a.peer).then(
+        () => {
+          // A sent gradient is not read again here; a sent activation stays with the model until its backward.
+          if (isGradient) dropMessage(id);
+        },
+        (error: unknown) => {
+          sendError ??= error;
+        },
+      );
+      sends.push(sent);
+      posted.add(index);
+      if (!isGradient) {
+        messages.delete(id);
+        activationSends.set(id, sent);
+      }
+    };
+    // Sends go out as soon as their message exists, not where the row puts them: a row may place a
+    // gradient's send after a receive that waits for the next activation, which would hold the
+    // gradient back for the whole wait (the simulator, like an isend, sends at once). Each peer's
+    // sends keep their row order, so its receives match them in order; a transport whose sends
+    // are not independent of its other operations (independentSends) sends in row order.
+    const posted = new Set<number>();
+    let sendCursor = 0;
+    const postEarlySends = (): void => {
+      const held = new Set<string>();
+      let prefixPosted = true;
+      for (let k = sendCursor; k < this.sendIndices.length; k++) {
+        const i = this.sendIndices[k]!;
+        if (posted.has(i)) {
+          if (prefixPosted) sendCursor = k + 1;
+          continue;
+        }
+        prefixPosted = false;
+        const a = this.actions[i]!;
+        const link = `${a.pipeline}>${a.peer}`;
+        if (held.has(link)) continue;
+        if (!this.independentSends(a) || !messages.has(messageOf(a)!)) held.add(link);
+        else postSend(a, i);
+      }
+    };
     try {
       for (const [index, a] of this.actions.entries()) {
         if (sendError !== undefined) throw sendError;
@@ -663,27 +720,9 @@ export class StageRunner {
           case 'restoreWeights':
             break;
           case 'sendActivation':
-          case 'sendGradient': {
-            const id = messageOf(a)!;
-            const m = messages.get(id);
-            if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): nothing to send (its producer has not run)`);
-            const isGradient = a.kind === 'sendGradient';
-            const sent = this.linkOf(a).send(m.buffer, a.peer).then(
-                () => {
-                  // A sent gradient is not read again here; a sent activation stays with the model until its backward.
-                  if (isGradient) dropMessage(id);
-                },
-                (error: unknown) => {
-                  sendError ??= error;
-                },
-              );
-            sends.push(sent);
-            if (!isGradient) {
-              messages.delete(id);
-              activationSends.set(id, sent);
-            }
+          case 'sendGradient':
+            if (!posted.has(index)) postSend(a, index);
             break;
-          }
           case 'recvActivation':
           case 'recvGradient': {
             const id = messageOf(a)!;
@@ -697,6 +736,7 @@ export class StageRunner {
             throw new InvalidScheduleError(`stage ${this.stage}: the runtime cannot run ${formatAction(a)} (${a.kind})`);
         }
         if (p && (a.kind === 'forward' || a.kind === 'backward' || a.kind === 'weightGrad')) releaseStashes(p, index);
+        if (a.kind === 'forward' || a.kind === 'backward') postEarlySends();
         timeline.push({ action: a, start, end: now() - startAt, index });
       }
     } catch (error) {
@@ -921,6 +961,13 @@ export class StageRunner {
     return this.byPipeline ? { pipeline: a.pipeline } : {};
   }
   /** The transport of an action's pipeline. */
+  /** Whether `a`'s transport lets a send go ahead of its row (see StageTransport.independentSends). */
+  private independentSends(a: Action): boolean {
+    const link = this.linkOf(a) as StageTransport | Communicator<FlatBuffer>;
+    if (link instanceof Communicator) return commBackendEntry(link.backend, 'StageRunner: comm').capabilities.independentSends;
+    return link.independentSends === true;
+  }
+
   private linkOf(a: Action): StageTransport {
     const comm = this.comm as StageTransport | readonly StageTransport[];
     return Array.isArray(comm) ? (comm as readonly StageTransport[])[a.pipeline]! : (comm as StageTransport);
