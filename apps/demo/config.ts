@@ -149,8 +149,6 @@ function checkDemoDevice(c: DemoConfig): void {
   if (d.ranks.length !== c.workers) throw new InvalidArgumentError(`device: ${d.ranks.length} GPU(s) for ${c.workers} workers; each worker needs a GPU of its own`);
   if (new Set(d.ranks).size !== d.ranks.length) throw new InvalidArgumentError(`device: the workers' GPUs must differ (NCCL cannot put two ranks on one GPU), got ${d.ranks.join(', ')}`);
   const where = `--device ${d.ranks.length === 1 ? d.ranks[0] : 'cuda'}`;
-  if (c.model !== undefined && c.model !== 'mlp')
-    throw new InvalidArgumentError(`--model ${c.model} trains on the CPU only in the demo; use --device cpu, or --model mlp on the GPU (\`sapipe train pipeline --model ${c.model} --device cuda:0\` trains it on one GPU)`);
   if (c.topk !== undefined) throw new InvalidArgumentError(`--topk is not offered with ${where}: the compressed exchange reduces host buffers; leave --topk out, or use --device cpu`);
   if (c.emulate !== undefined) throw new InvalidArgumentError(`--gbps and --latency-us are not offered with ${where}: the network emulation delays the local backend's collectives, not NCCL's; leave them out, or use --device cpu`);
   if (c.overlap === false) throw new InvalidArgumentError(`--no-overlap is not offered with ${where}: over NCCL the staleness-1 modes always update behind the all-reduce; leave it out, or use --device cpu`);

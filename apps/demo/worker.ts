@@ -3,16 +3,16 @@
  * set with one data-parallel mode, reporting per step how long step() waited for communication.
  * Rank 0 also measures test accuracy after every epoch (outside the timed region, behind a
  * barrier, so evaluation never counts as training or communication time). On a GPU the rank is
- * an NCCL rank whose MLP, weights, gradients and optimizer state live on its device; only each
- * batch goes in, and nothing but the accuracy comes back.
+ * an NCCL rank whose model, weights, gradients and optimizer state live on its device; only each
+ * batch goes in, and nothing but the test figures comes back.
  */
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { type CudaDevice, createRendezvous, DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, MLP, NcclCommunicator, type NetworkEmulation, shuffledIndices } from 'sapipe';
+import { type CudaDevice, createRendezvous, DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, NcclCommunicator, type NetworkEmulation, shuffledIndices } from 'sapipe';
 import { demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
 import type { GptSize } from './gpt-size.js';
-import { createDemoModel, DEMO_LAYERS, type DemoModelName } from './models.js';
+import { createDemoModel, createDeviceDemoModel, type DemoModelName } from './models.js';
 
 export interface DemoWorkerData extends LocalRankData, DemoSharedData {
   model: DemoModelName;
@@ -93,18 +93,13 @@ async function onGpu(gpu: NonNullable<DemoWorkerData['gpu']>): Promise<RankModel
     // The clique is up (or failed): the store is not needed again.
     await job.close();
   }
-  const model = new MLP(DEMO_LAYERS, { seed: data.seed, device: comm.device });
+  const model = createDeviceDemoModel(data.model, data.seed, comm.device, data.gpt);
   const trainer = await DataParallelTrainer.create({ comm, params: model.params, model, device: comm.device, ...demoTrainerOptions(data.variant, data) });
   return {
     comm,
     trainer,
-    computeGradient(x, batch, labels) {
-      model.forwardLogits(x.array.subarray(0, batch * FEATURES), batch, trainer.deviceForwardWeights);
-      // The loss stays on the device: reading it would wait for the device every step.
-      model.loss(labels, { read: false });
-      model.backward(trainer.deviceGrads);
-    },
-    evaluate: () => ({ accuracy: model.accuracy(data.testInputs, data.testLabels, trainer.deviceWeights), loss: undefined }),
+    computeGradient: (x, batch, labels) => model.computeGradient(x.array.subarray(0, batch * FEATURES), batch, labels, trainer.deviceForwardWeights, trainer.deviceGrads),
+    evaluate: () => model.evaluate(data.testInputs, data.testLabels, trainer.deviceWeights),
     async dispose() {
       await trainer.dispose();
       model.dispose();

@@ -2,7 +2,8 @@
  * `sapipe demo --device`: the workers as NCCL ranks on GPUs, here on the CUDA plugin over host
  * memory (build/Release/test-fakes/sapipe_test_plugin_host_memory.so, named by SAPIPE_CUDA_PLUGIN,
  * as test/cuda/emulated.test.ts runs the device tests). That fake's NCCL has one rank, so the run
- * end to end is `--device cuda:0 --workers 1`, in every mode, against the same run on the CPU; the
+ * end to end is `--device cuda:0 --workers 1`, in every mode, against the same run on the CPU (the
+ * GPT and the CNN: test/demo/demo-device-models.test.ts); the
  * refusals (more workers than GPUs, options the GPU path does not offer, bad device strings) are
  * checked with their codes, and `sapipe info` says where the demo would run. Several GPUs need a
  * machine with them: docs/cuda.md, "GPU checks still owed", item 9.
@@ -37,9 +38,9 @@ interface DemoJson {
 }
 
 // Every mode the GPU path runs, sapipe-wp with delay compensation among them; small enough for a
-// few seconds: 2 epochs of 256 samples, batches of 32 (8 steps an epoch).
+// few seconds: 2 epochs of 128 samples, batches of 32 (4 steps an epoch).
 const MODES = 'sync,pipe-sgd,sapipe-dc,sapipe-wp,sapipe-wp:prev-sync+dc';
-const small = ['--workers', '1', '--modes', MODES, '--epochs', '2', '--train-samples', '256', '--seed', '3', '--json'];
+const small = ['--workers', '1', '--modes', MODES, '--epochs', '2', '--train-samples', '128', '--seed', '3', '--json'];
 
 t.test('--device cuda:0 --workers 1 trains every mode as the CPU does, and says where it ran', { skip }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-demo-device-'));
@@ -66,7 +67,8 @@ t.test('--device cuda:0 --workers 1 trains every mode as the CPU does, and says 
     t.equal(g.steps, c.steps, `${g.mode}: the same steps`);
     t.ok(g.samplesPerSec > 0 && g.exposedCommMs >= 0, `${g.mode}: timed`);
   }
-  t.ok(gpu.modes[0]!.finalAccuracy > 0.5, `sync learns on the device (${gpu.modes[0]!.finalAccuracy})`);
+  // 8 steps of 32 digits: far above the 10 % of guessing, short of a trained model.
+  t.ok(gpu.modes[0]!.finalAccuracy > 0.3, `sync learns on the device (${gpu.modes[0]!.finalAccuracy})`);
   const html = readFileSync(gpu.report, 'utf8');
   t.match(html, /<th>device<\/th><td>worker 0 on cuda:0 \(asked for\)<\/td>/, 'the report says where the worker ran');
   t.match(html, /Communication: NCCL between cuda:0/);
@@ -124,8 +126,6 @@ t.test('refusals: typed errors with their codes, saying what to pass', { skip },
     [{ device: 'cuda:0', overlap: false }, 'ERR_INVALID_ARGUMENT', /^--no-overlap is not offered with --device cuda:0/],
     [{ device: 'cuda:0', modes: 'sapipe-wp:local' }, 'ERR_INVALID_ARGUMENT', /^--modes: sapipe-wp:local is not offered with --device cuda:0: .*use sapipe-wp \(estimate prev-sync\)/],
     [{ device: 'cuda:0', modes: 'sync,sapipe-wp:local-prev-sync+dc' }, 'ERR_INVALID_ARGUMENT', /sapipe-wp:local-prev-sync\+dc is not offered .*or sapipe-wp:prev-sync\+dc/],
-    [{ device: 'cuda:0', model: 'cnn' }, 'ERR_INVALID_ARGUMENT', /^--model cnn trains on the CPU only in the demo; use --device cpu, or --model mlp on the GPU/],
-    [{ device: 'cuda:0', model: 'gpt' }, 'ERR_INVALID_ARGUMENT', /^--model gpt trains on the CPU only/],
   ];
   for (const [extra, code, message] of cases) {
     const e = failure(extra);

@@ -77,5 +77,5 @@ t.test('demo --help says which options --tfjs does not take', async (t) => {
   t.match(flat, /--report <file> where to write the HTML report \(not with --tfjs/);
   t.match(flat, /--profile-out <file> .*\(not with --tfjs\)/);
   t.match(flat, /--device <where> where the workers compute, one of cpu, cuda:N, cuda or auto/);
-  t.match(flat, /A GPU run takes --model mlp and dense exchange \(not --topk, --gbps, --no-overlap, the local sapipe-wp estimates, --profile-out or --tfjs\)/);
+  t.match(flat, /A GPU run trains every --model with the dense exchange \(not --topk, --gbps, --no-overlap, the local sapipe-wp estimates, --profile-out or --tfjs\)/);
 });

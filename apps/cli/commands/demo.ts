@@ -231,7 +231,7 @@ export function registerDemoCommand(program: Command): void {
     .option('--workers <n>', `data-parallel workers: threads on the CPU (default ${DEMO_DEFAULTS.workers}); with a GPU --device, one per GPU (default: one per usable GPU; 1 with --device cuda:N)`)
     .option(
       '--device <where>',
-      `where the workers compute, one of ${DEMO_DEVICE_SPELLINGS}: cpu (default; threads over the local backend), cuda:N (one worker on that GPU), cuda (worker r on cuda:r, over NCCL), auto (cuda where a GPU can run models and NCCL is there, else cpu). A GPU run takes --model mlp and dense exchange (not --topk, --gbps, --no-overlap, the local sapipe-wp estimates, --profile-out or --tfjs)`,
+      `where the workers compute, one of ${DEMO_DEVICE_SPELLINGS}: cpu (default; threads over the local backend), cuda:N (one worker on that GPU), cuda (worker r on cuda:r, over NCCL), auto (cuda where a GPU can run models and NCCL is there, else cpu). A GPU run trains every --model with the dense exchange (not --topk, --gbps, --no-overlap, the local sapipe-wp estimates, --profile-out or --tfjs)`,
     )
     .option(
       '--modes <list>',
