@@ -1,7 +1,7 @@
 /**
- * The demo's configuration: which data-parallel modes train the MLP on MNIST, on how many local
- * workers, for how long, and over which (optionally emulated) network. Validated once here so the
- * workers can trust every field.
+ * The demo's configuration: which data-parallel modes train the MLP on MNIST, on how many
+ * workers (threads on the CPU, or one GPU each), for how long, and over which (optionally
+ * emulated) network. Validated once here so the workers can trust every field.
  */
 import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';

@@ -4,7 +4,7 @@
  * mode, and each mode's mean step split into compute and exposed communication.
  */
 import { DEMO_DATASETS } from './models.js';
-import { speedupNote, type DemoResult } from './run-demo.js';
+import { deviceWaitNote, speedupNote, type DemoResult } from './run-demo.js';
 
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
 
@@ -103,7 +103,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 ${accuracyChart(result)}
 <h2 id="step-time">Time per step: compute and exposed communication</h2>
 ${stepChart(result)}
-<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. ${esc(speedupNote(result))}</p>
+<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. ${esc([deviceWaitNote(result), speedupNote(result)].filter(Boolean).join(' '))}</p>
 </body></html>
 `;
 }

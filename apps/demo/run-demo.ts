@@ -205,6 +205,16 @@ export async function runDemo(config: DemoConfig, onProgress: (p: DemoProgress) 
 }
 
 /**
+ * How to read the exposed communication of a run on GPUs (empty on the CPU): the model's
+ * operations are enqueued without waiting, and the NCCL step starts once the device has finished
+ * the backward, so what step() waited for can hold some of the device's compute too.
+ */
+export function deviceWaitNote(result: DemoResult): string {
+  if ((result.config.device as DemoDevice | undefined)?.kind !== 'cuda') return '';
+  return 'On a GPU the forward and backward are enqueued without waiting and the all-reduce starts once the device has finished them, so the time step() waited can hold some of their compute as well.';
+}
+
+/**
  * What the measured speedups say, for the table's footnote and the report: the fastest staleness-1
  * mode against sync, within a 10 % band called "about the same" (this is one run on a shared
  * machine), and why.

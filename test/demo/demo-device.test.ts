@@ -76,6 +76,7 @@ t.test('--device cuda:0 --workers 1 trains every mode as the CPU does, and says 
   t.equal(text.code, 0, text.stderr);
   t.match(text.stdout, /^device: worker 0 on cuda:0 \(asked for; --workers not given: one worker per usable GPU \(1\)\)$/m, '--workers not given: one per usable GPU, and the output says so');
   t.match(text.stdout, /1 workers x batch 32, .*communication: NCCL/);
+  t.match(text.stdout, /On a GPU the forward and backward are enqueued without waiting/, 'the footnote says how to read the exposed communication there');
 });
 
 t.test('--device auto: the GPUs where the plugin can run models, else the CPU with the reason', { skip }, async (t) => {

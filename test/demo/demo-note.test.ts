@@ -51,6 +51,8 @@ t.test('the report says where the workers ran', async (t) => {
   const gpu = renderDemoReport(resultWith({ 'sapipe-wp': 1.2 }, false, ['cuda:0', 'cuda:1']));
   t.match(gpu, /<th>device<\/th><td>worker 0 on cuda:0, worker 1 on cuda:1 \(asked for\)<\/td>/);
   t.match(gpu, /Device: cuda:0, cuda:1\. Communication: NCCL between cuda:0, cuda:1\./);
+  t.match(gpu, /On a GPU the forward and backward are enqueued without waiting .*can hold some of their compute as well\./, 'how to read the exposed communication on a GPU');
+  t.notMatch(cpu, /On a GPU/, 'not on the CPU');
 });
 
 t.test('demo --help states the defaults the demo uses', async (t) => {

@@ -19,7 +19,7 @@ import { type DataParallelProfile, DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, 
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
 import { DEMO_CPU, DEMO_DEVICE_SPELLINGS, type DemoDevice, resolveDemoDevice } from '../../demo/device.js';
 import { renderDemoReport } from '../../demo/report.js';
-import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
+import { deviceWaitNote, runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
 // TensorFlow.js itself is loaded only when --tfjs asks for it (demo/tfjs-model.ts).
 import { runTfjsDemo, TFJS_DEMO_DEFAULTS, type TfjsDemoConfig } from '../../demo/tfjs-run.js';
 
@@ -159,7 +159,7 @@ function printTable(result: DemoResult): void {
   console.log(
     'Exposed comm: time step() waited for communication, summed over steps, per worker, averaged. ' +
       'Step ms: steady-state time per step (the end-of-epoch flush and evaluation excluded). ' +
-      speedupNote(result),
+      [deviceWaitNote(result), speedupNote(result)].filter(Boolean).join(' '),
   );
 }
 
