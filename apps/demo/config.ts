@@ -3,7 +3,7 @@
  * workers (threads on the CPU, or one GPU each), for how long, and over which (optionally
  * emulated) network. Validated once here so the workers can trust every field.
  */
-import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
+import { cudaDeviceIndex, DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';
 import { checkGptSize, type GptSize } from './gpt-size.js';
 import type { DemoDevice } from './device.js';
@@ -146,6 +146,7 @@ function checkDemoDevice(c: DemoConfig): void {
     if (d.ranks.length !== 0) throw new InvalidArgumentError('device: the CPU has no GPU ranks');
     return;
   }
+  d.ranks.forEach((r, i) => cudaDeviceIndex(r, `device.ranks[${i}]`));
   if (d.ranks.length !== c.workers) throw new InvalidArgumentError(`device: ${d.ranks.length} GPU(s) for ${c.workers} workers; each worker needs a GPU of its own`);
   if (new Set(d.ranks).size !== d.ranks.length) throw new InvalidArgumentError(`device: the workers' GPUs must differ (NCCL cannot put two ranks on one GPU), got ${d.ranks.join(', ')}`);
   const where = `--device ${d.ranks.length === 1 ? d.ranks[0] : 'cuda'}`;

@@ -134,6 +134,26 @@ t.test('refusals: typed errors with their codes, saying what to pass', { skip },
     t.match(e.message, message, JSON.stringify(extra));
   }
 
+  // runDemo's own check of a device it is handed (the API, not the command line).
+  const { checkDemoConfig, parseModes } = await import('../../dist/apps/demo/config.js');
+  const config = { workers: 1, modes: parseModes('sync'), epochs: 1, batch: 32, lr: 0.05, momentum: 0.9, seed: 1, trainSamples: undefined, emulate: undefined, lambda: undefined, dcKind: undefined };
+  for (const [device, workers, message] of [
+    [{ kind: 'cuda', ranks: ['gpu0'], reason: '' }, 1, /"cpu" or "cuda:N"/],
+    [{ kind: 'cuda', ranks: ['cuda:0', 'cuda:0'], reason: '' }, 2, /the workers' GPUs must differ/],
+    [{ kind: 'cuda', ranks: ['cuda:0'], reason: '' }, 2, /1 GPU\(s\) for 2 workers/],
+    [{ kind: 'tpu', ranks: [] }, 1, /a resolved demo device/],
+    [null, 1, /a resolved demo device/],
+  ] as const) {
+    let error: { code?: string; message?: string } | undefined;
+    try {
+      checkDemoConfig({ ...config, workers, device: device as never });
+    } catch (e) {
+      error = e as typeof error;
+    }
+    t.equal(error?.code, 'ERR_INVALID_ARGUMENT', `${JSON.stringify(device)}: ${error?.message}`);
+    t.match(error?.message, message);
+  }
+
   // Through the command: the code is printed, the exit code is 1, and nothing trains.
   const command: [string[], RegExp][] = [
     [['--device', 'cuda', '--workers', '2'], /^ERR_INVALID_ARGUMENT: --workers 2 needs 2 GPUs/],
