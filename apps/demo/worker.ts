@@ -12,7 +12,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { type CudaDevice, createRendezvous, DataParallelTrainer, FlatBuffer, LocalCommunicator, type LocalRankData, NcclCommunicator, type NetworkEmulation, shuffledIndices } from 'sapipe';
 import { demoTrainerOptions, type DemoSharedData, type DemoVariant } from './config.js';
 import type { GptSize } from './gpt-size.js';
-import { createDemoModel, createDeviceDemoModel, type DemoModelName } from './models.js';
+import { createDemoModel, createDeviceDemoModel, type DemoModelName, type DeviceDemoModel } from './models.js';
 
 export interface DemoWorkerData extends LocalRankData, DemoSharedData {
   model: DemoModelName;
@@ -93,8 +93,17 @@ async function onGpu(gpu: NonNullable<DemoWorkerData['gpu']>): Promise<RankModel
     // The clique is up (or failed): the store is not needed again.
     await job.close();
   }
-  const model = createDeviceDemoModel(data.model, data.seed, comm.device, data.gpt);
-  const trainer = await DataParallelTrainer.create({ comm, params: model.params, model, device: comm.device, ...demoTrainerOptions(data.variant, data) });
+  let model: DeviceDemoModel | undefined;
+  let trainer: DataParallelTrainer;
+  try {
+    model = createDeviceDemoModel(data.model, data.seed, comm.device, data.gpt);
+    trainer = await DataParallelTrainer.create({ comm, params: model.params, model, device: comm.device, ...demoTrainerOptions(data.variant, data) });
+  } catch (error) {
+    // The other ranks learn of it from their collectives' timeouts; this one lets go of its GPU.
+    model?.dispose();
+    await comm.destroy();
+    throw error;
+  }
   return {
     comm,
     trainer,
