@@ -1,11 +1,12 @@
 /**
- * The demo's configuration: which data-parallel modes train the MLP on MNIST, on how many local
- * workers, for how long, and over which (optionally emulated) network. Validated once here so the
- * workers can trust every field.
+ * The demo's configuration: which data-parallel modes train the MLP on MNIST, on how many
+ * workers (threads on the CPU, or one GPU each), for how long, and over which (optionally
+ * emulated) network. Validated once here so the workers can trust every field.
  */
-import { DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
+import { cudaDeviceIndex, DATA_PARALLEL_MODES, type DataParallelMode, DC_LAMBDA_MAX, type DataParallelTrainerOptions, DEFAULT_WP_ESTIMATE, type GradientEstimate, InvalidArgumentError, type NetworkEmulation } from 'sapipe';
 import { describeValue } from 'sapipe/validate';
 import { checkGptSize, type GptSize } from './gpt-size.js';
+import type { DemoDevice } from './device.js';
 import { DEMO_MODELS, type DemoModelName } from './models.js';
 
 export { DEMO_LAYERS } from './models.js';
@@ -50,6 +51,8 @@ export interface DemoConfig {
   overlap?: boolean;
   /** Top-k compressed exchange (DataParallelTrainer's compression): the density each worker sends, with or without error feedback; undefined: dense. */
   topk?: { density: number; errorFeedback: boolean } | undefined;
+  /** Where the workers compute (resolveDemoDevice); undefined: the CPU, threads over the local backend. */
+  device?: DemoDevice | undefined;
 }
 
 /** The defaults keep the four-mode run on 2 cores under two minutes while sync clears 90%. */
@@ -127,7 +130,32 @@ export function checkDemoConfig(c: DemoConfig): DemoConfig {
     if (latencyUs !== undefined && (!Number.isFinite(latencyUs) || latencyUs < 0))
       throw new InvalidArgumentError(`--latency-us must be a non-negative number, got ${describeValue(latencyUs)}`);
   }
+  if (c.device !== undefined) checkDemoDevice(c);
   return c;
+}
+
+/**
+ * On GPUs the workers are NCCL ranks whose model computes on the device: what the data-parallel
+ * trainer does not offer there is refused here, before any worker starts, with what to pass instead.
+ */
+function checkDemoDevice(c: DemoConfig): void {
+  const d = c.device!;
+  if (d === null || typeof d !== 'object' || (d.kind !== 'cpu' && d.kind !== 'cuda') || !Array.isArray(d.ranks))
+    throw new InvalidArgumentError(`device must be a resolved demo device (resolveDemoDevice), got ${describeValue(d)}`);
+  if (d.kind === 'cpu') {
+    if (d.ranks.length !== 0) throw new InvalidArgumentError('device: the CPU has no GPU ranks');
+    return;
+  }
+  d.ranks.forEach((r, i) => cudaDeviceIndex(r, `device.ranks[${i}]`));
+  if (d.ranks.length !== c.workers) throw new InvalidArgumentError(`device: ${d.ranks.length} GPU(s) for ${c.workers} workers; each worker needs a GPU of its own`);
+  if (new Set(d.ranks).size !== d.ranks.length) throw new InvalidArgumentError(`device: the workers' GPUs must differ (NCCL cannot put two ranks on one GPU), got ${d.ranks.join(', ')}`);
+  const where = `--device ${d.ranks.length === 1 ? d.ranks[0] : 'cuda'}`;
+  if (c.topk !== undefined) throw new InvalidArgumentError(`--topk is not offered with ${where}: the compressed exchange reduces host buffers; leave --topk out, or use --device cpu`);
+  if (c.emulate !== undefined) throw new InvalidArgumentError(`--gbps and --latency-us are not offered with ${where}: the network emulation delays the local backend's collectives, not NCCL's; leave them out, or use --device cpu`);
+  if (c.overlap === false) throw new InvalidArgumentError(`--no-overlap is not offered with ${where}: over NCCL the staleness-1 modes always update behind the all-reduce; leave it out, or use --device cpu`);
+  for (const m of c.modes)
+    if (m.mode === 'sapipe-wp' && m.estimate !== 'prev-sync')
+      throw new InvalidArgumentError(`--modes: ${m.label} is not offered with ${where}: the '${m.estimate}' estimate reads each rank's next gradient on the host; use sapipe-wp (estimate prev-sync)${m.compensate ? ' or sapipe-wp:prev-sync+dc' : ''}, or --device cpu`);
 }
 
 /** The MNIST split every demo rank reads: SharedArrayBuffer-backed, so N workers do not each copy it. */

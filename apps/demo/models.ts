@@ -5,7 +5,7 @@
  * CNN and the GPT (`Sequential`s, whose loss the caller owns) get them from SequentialClassifier,
  * whose cross-entropy runs over every row of classes (the GPT: each position's next byte).
  */
-import { cnnLayers, FlatBuffer, layerParams, MLP, type ParamSet, Sequential, softmaxCrossEntropy } from 'sapipe';
+import { cnnLayers, type CudaDevice, DeviceBuffer, FlatBuffer, layerParams, MLP, modelDevice, type ModelDevice, type ParamSet, Sequential, softmaxCrossEntropy, softmaxXent } from 'sapipe';
 import { describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
 /** The models `sapipe demo --model` takes. */
@@ -43,6 +43,42 @@ export interface DemoModel {
 export function createDemoModel(name: DemoModelName, seed: number, gpt: GptSize = DEMO_GPT_DEFAULTS): DemoModel {
   if (name === 'mlp') return new MLP(DEMO_LAYERS, { seed });
   return new SequentialClassifier(new Sequential(name === 'cnn' ? cnn() : gptSizeLayers(gpt), { seed }), name === 'gpt' ? gpt.context : 1);
+}
+
+/**
+ * What a demo worker trains on a GPU: the model's weights and gradients are the trainer's device
+ * buffers (a DeviceParamSet's), each batch is copied in from the host, and the loss stays on the
+ * device (reading it would wait for the device every step).
+ */
+export interface DeviceDemoModel {
+  /** The host copy: the layout and the initial weights the trainer puts on the device. */
+  readonly params: ParamSet;
+  readonly numParams: number;
+  readonly device: CudaDevice;
+  /** Forward of `batch` samples of `x` on `weights`, softmax cross-entropy against `labels`, and the parameter gradients into `grads`. */
+  computeGradient(x: Float32Array, batch: number, labels: ArrayLike<number>, weights: DeviceBuffer, grads: DeviceBuffer): void;
+  /** Accuracy (per row of classes) on test data with `weights`, and the mean cross-entropy where the host model gives it too. */
+  evaluate(inputs: Float32Array, labels: ArrayLike<number>, weights: DeviceBuffer): { accuracy: number; loss: number | undefined };
+  dispose(): void;
+}
+
+/** The model `name` on `device`, initialised from `seed` as createDemoModel initialises it on the host. */
+export function createDeviceDemoModel(name: DemoModelName, seed: number, device: CudaDevice, gpt: GptSize = DEMO_GPT_DEFAULTS): DeviceDemoModel {
+  if (name !== 'mlp') return new DeviceSequentialClassifier(new Sequential<DeviceBuffer>(name === 'cnn' ? cnn() : gptSizeLayers(gpt), { seed, device }), name === 'gpt' ? gpt.context : 1, device);
+  const mlp = new MLP(DEMO_LAYERS, { seed, device });
+  return {
+    params: mlp.params,
+    numParams: mlp.numParams,
+    device,
+    computeGradient(x, batch, labels, weights, grads) {
+      mlp.forwardLogits(x, batch, weights);
+      mlp.loss(labels, { read: false });
+      mlp.backward(grads);
+    },
+    // As on the host, the MLP gives accuracy alone.
+    evaluate: (inputs, labels, weights) => ({ accuracy: mlp.accuracy(inputs, labels, weights), loss: undefined }),
+    dispose: () => mlp.dispose(),
+  };
 }
 
 /** The model (the GPT of size `gpt`) and its data in words, for tables and reports. */
@@ -136,5 +172,102 @@ class SequentialClassifier implements DemoModel {
   dispose(): void {
     this.dlogits?.dispose();
     this.model.dispose();
+  }
+}
+
+/**
+ * SequentialClassifier on a device: the same forward, cross-entropy over every row of classes,
+ * backward and evaluation in chunks, with the loss computed by the model-operation table's
+ * softmaxXent on the device instead of on the host.
+ */
+class DeviceSequentialClassifier implements DeviceDemoModel {
+  private readonly memory: ModelDevice;
+  private readonly classes: number;
+  /** Grown to the largest batch seen: the input, its labels (as floats), per-row losses and hits, dLogits. */
+  private buffers: { samples: number; input: DeviceBuffer; labels: DeviceBuffer; losses: DeviceBuffer; correct: DeviceBuffer; dlogits: DeviceBuffer } | undefined;
+
+  constructor(
+    private readonly model: Sequential<DeviceBuffer>,
+    private readonly rows: number,
+    readonly device: CudaDevice,
+  ) {
+    this.memory = modelDevice(device);
+    this.classes = model.outputSize / rows;
+  }
+
+  get params(): ParamSet {
+    return this.model.params;
+  }
+  get numParams(): number {
+    return this.model.params.numParams;
+  }
+
+  computeGradient(x: Float32Array, batch: number, labels: ArrayLike<number>, weights: DeviceBuffer, grads: DeviceBuffer): void {
+    const b = this.reserve(batch);
+    this.model.release(0);
+    const logits = this.forward(0, x, batch, weights, labels);
+    const rows = batch * this.rows;
+    softmaxXent({ buffer: logits }, { buffer: b.labels }, rows, this.classes, 1 / rows, { losses: { buffer: b.losses }, dlogits: { buffer: b.dlogits } });
+    this.model.backward(0, b.dlogits, { grads, inputGrad: false });
+  }
+
+  evaluate(inputs: Float32Array, labels: ArrayLike<number>, weights: DeviceBuffer): { accuracy: number; loss: number } {
+    const { inputSize: features, outputSize } = this.model;
+    const samples = inputs.length / features;
+    // The host classifier's chunks: about 2^20 logits at a time.
+    const chunk = Math.max(1, Math.floor(2 ** 20 / outputSize));
+    let correct = 0;
+    let total = 0;
+    try {
+      for (let start = 0; start < samples; start += chunk) {
+        const n = Math.min(chunk, samples - start);
+        const b = this.reserve(n);
+        this.model.release(1);
+        const rowLabels = Array.prototype.slice.call(labels, start * this.rows, (start + n) * this.rows) as number[];
+        const logits = this.forward(1, inputs.subarray(start * features, (start + n) * features), n, weights, rowLabels);
+        const rows = n * this.rows;
+        softmaxXent({ buffer: logits }, { buffer: b.labels }, rows, this.classes, 1 / rows, { losses: { buffer: b.losses }, correct: { buffer: b.correct } });
+        for (const v of this.memory.read(b.losses, rows)) total += v;
+        for (const v of this.memory.read(b.correct, rows)) correct += v;
+      }
+    } finally {
+      this.model.release(1);
+    }
+    return { accuracy: correct / labels.length, loss: total / labels.length };
+  }
+
+  dispose(): void {
+    this.freeBuffers();
+    this.model.dispose();
+  }
+
+  /** Copies `batch` samples of `x` and their labels in and runs slot `slot`'s forward on `weights`. */
+  private forward(slot: number, x: Float32Array, batch: number, weights: DeviceBuffer, labels: ArrayLike<number>): DeviceBuffer {
+    const b = this.buffers!;
+    this.memory.write(b.input, x.subarray(0, batch * this.model.inputSize));
+    this.memory.write(b.labels, Float32Array.from({ length: batch * this.rows }, (_, i) => labels[i]!));
+    return this.model.forward(slot, b.input, batch, weights);
+  }
+
+  private reserve(samples: number): NonNullable<DeviceSequentialClassifier['buffers']> {
+    if (this.buffers && this.buffers.samples >= samples) return this.buffers;
+    this.freeBuffers();
+    const rows = samples * this.rows;
+    const allocate = (length: number): DeviceBuffer => this.memory.allocate(length) as DeviceBuffer;
+    this.buffers = {
+      samples,
+      input: allocate(samples * this.model.inputSize),
+      labels: allocate(rows),
+      losses: allocate(rows),
+      correct: allocate(rows),
+      dlogits: allocate(samples * this.model.outputSize),
+    };
+    return this.buffers;
+  }
+
+  private freeBuffers(): void {
+    if (!this.buffers) return;
+    for (const buffer of [this.buffers.input, this.buffers.labels, this.buffers.losses, this.buffers.correct, this.buffers.dlogits]) buffer.dispose();
+    this.buffers = undefined;
   }
 }

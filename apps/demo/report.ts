@@ -4,7 +4,7 @@
  * mode, and each mode's mean step split into compute and exposed communication.
  */
 import { DEMO_DATASETS } from './models.js';
-import { speedupNote, type DemoResult } from './run-demo.js';
+import { deviceWaitNote, speedupNote, type DemoResult } from './run-demo.js';
 
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
 
@@ -65,9 +65,11 @@ function stepChart(result: DemoResult): string {
 
 export function renderDemoReport(result: DemoResult, generatedAt = new Date()): string {
   const c = result.config;
-  const network = c.emulate ? `emulated network: ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} µs latency` : 'local shared memory (no network emulation)';
+  const onGpu = c.device.kind === 'cuda';
+  const network = onGpu ? `NCCL between ${c.device.ranks.join(', ')}` : c.emulate ? `emulated network: ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} µs latency` : 'local shared memory (no network emulation)';
   const configRows: [string, string][] = [
     ['model', `${c.description}, SGD momentum ${c.momentum}`],
+    ['device', `${onGpu ? c.device.ranks.map((d, r) => `worker ${r} on ${d}`).join(', ') : 'cpu (every worker a thread)'} (${c.device.reason})`],
     ['data', `${c.trainSamples} training, ${c.testSamples} test samples (seed ${c.seed})`],
     ['workers', String(c.workers)],
     ['epochs', String(c.epochs)],
@@ -92,7 +94,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 <style>body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}h2{margin-top:1.6em}</style>
 </head><body>
 <h1>sapipe demo: data-parallel ${esc(DEMO_DATASETS[c.model ?? 'mlp'])}</h1>
-<p>Generated ${esc(generatedAt.toISOString())}. Communication: ${esc(network)}.</p>
+<p>Generated ${esc(generatedAt.toISOString())}. Device: ${esc(onGpu ? c.device.ranks.join(', ') : 'cpu')}. Communication: ${esc(network)}.</p>
 <h2 id="configuration">Configuration</h2>
 <table>${configRows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join('')}</table>
 <h2 id="results">Results</h2>
@@ -101,7 +103,7 @@ export function renderDemoReport(result: DemoResult, generatedAt = new Date()): 
 ${accuracyChart(result)}
 <h2 id="step-time">Time per step: compute and exposed communication</h2>
 ${stepChart(result)}
-<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. ${esc(speedupNote(result))}</p>
+<p>Exposed communication is the time step() waited for an all-reduce (the whole fused all-reduce and update in sync), per worker, averaged over the workers. ${esc([deviceWaitNote(result), speedupNote(result)].filter(Boolean).join(' '))}</p>
 </body></html>
 `;
 }

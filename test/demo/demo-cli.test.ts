@@ -234,6 +234,7 @@ t.test('demoProfile: the sync run\'s compute time, scaled when workers shared th
     config: {
       workers, modes: modes.map((m) => m.variant), epochs: 1, batch: 16, lr: 0.1, momentum: 0.9, seed: 1, trainSamples: 100,
       emulate: undefined, lambda: undefined, dcKind: undefined, model: 'mlp', description: 'MLP 4-3-2 on MNIST', params: 23, testSamples: 10,
+      device: { kind: 'cpu', ranks: [], reason: 'the default --device' },
     },
     modes,
   });

@@ -1,6 +1,7 @@
 /**
- * `sapipe demo`: trains an MLP on MNIST with N local workers in each data-parallel mode and
- * compares accuracy, speed and exposed communication, in a table and an HTML report.
+ * `sapipe demo`: trains an MLP on MNIST with N data-parallel workers (threads on the CPU, or one
+ * GPU each over NCCL with --device) in each mode and compares accuracy, speed and exposed
+ * communication, in a table and an HTML report.
  */
 import { DEMO_GPT_DEFAULTS, DEMO_MODELS, type DemoModelName } from '../../demo/models.js';
 import { writeFileSync } from 'node:fs';
@@ -10,20 +11,24 @@ import { resolve } from 'node:path';
 import { MultiBar } from 'cli-progress';
 import { addGptSizeOptions, gptSizeFromCli, type GptSizeCliOptions } from '../gpt-options.js';
 import { numberOption } from '../parse.js';
-import { checkOneOf } from 'sapipe/validate';
+import { checkInteger, checkOneOf } from 'sapipe/validate';
 import { cliTable } from '../table.js';
 import type { Command } from 'commander';
 
-import { type DataParallelProfile, DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, emulatedMs, InvalidArgumentError, RUNTIME_SCHEDULES, type RuntimeScheduleName } from 'sapipe';
+import { type DataParallelProfile, DEFAULT_ADAPTIVE_DC_LAMBDA, DEFAULT_DC_KIND, DEFAULT_ELEMENTWISE_DC_LAMBDA, DEFAULT_WP_ESTIMATE, emulatedMs, InvalidArgumentError, SapipeError, RUNTIME_SCHEDULES, type RuntimeScheduleName } from 'sapipe';
 import { checkDemoConfig, DEMO_DEFAULTS, parseModes, type DemoConfig } from '../../demo/config.js';
+import { DEMO_CPU, DEMO_DEVICE_SPELLINGS, type DemoDevice, resolveDemoDevice } from '../../demo/device.js';
 import { renderDemoReport } from '../../demo/report.js';
-import { runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
+import { deviceWaitNote, runDemo, speedupNote, type DemoProgress, type DemoResult } from '../../demo/run-demo.js';
 // TensorFlow.js itself is loaded only when --tfjs asks for it (demo/tfjs-model.ts).
 import { runTfjsDemo, TFJS_DEMO_DEFAULTS, type TfjsDemoConfig } from '../../demo/tfjs-run.js';
 
 interface DemoCliOptions extends GptSizeCliOptions {
   model: string;
-  workers: string;
+  /** Undefined: not given (the device decides: 4 on the CPU, one per usable GPU). */
+  workers?: string;
+  /** Undefined: cpu. */
+  device?: string;
   modes: string;
   epochs: string;
   batch: string;
@@ -56,10 +61,15 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
   // The model first: a size option beside an unknown model is the model's mistake, not the option's.
   const model = checkOneOf(o.model, '--model', DEMO_MODELS);
   const gpt = gptSizeFromCli(o, model, DEMO_GPT_DEFAULTS);
+  const given = o.workers === undefined ? undefined : num(o.workers, '--workers');
+  // A count no device could take is the count's mistake, whatever the device.
+  if (given !== undefined) checkInteger(given, '--workers', 1, 64);
+  const { device, workers } = o.device === undefined ? { device: DEMO_CPU, workers: given ?? DEMO_DEFAULTS.workers } : resolveDemoDevice(o.device, given, DEMO_DEFAULTS.workers);
   return checkDemoConfig({
     model: model as DemoModelName,
     ...(gpt ? { gpt } : {}),
-    workers: num(o.workers, '--workers'),
+    device,
+    workers,
     modes: parseModes(o.modes),
     epochs: num(o.epochs, '--epochs'),
     batch: num(o.batch, '--batch'),
@@ -82,6 +92,7 @@ export function demoConfigFromCli(o: DemoCliOptions): DemoConfig {
  * on a core of its own.
  */
 export function demoProfile(result: DemoResult, cores = availableParallelism()): DataParallelProfile {
+  refuseProfileOnGpu(result.config.device);
   const m = result.modes.find((r) => r.variant.mode === 'sync') ?? result.modes[0]!;
   const c = result.config;
   const share = Math.min(1, cores / c.workers);
@@ -97,6 +108,11 @@ export function demoProfile(result: DemoResult, cores = availableParallelism()):
 }
 
 
+/** The profile models workers sharing a machine's cores; a GPU's compute time is no such thing. */
+function refuseProfileOnGpu(device: DemoDevice): void {
+  if (device.kind !== 'cpu') throw new InvalidArgumentError('--profile-out is not offered with a GPU --device: the profile models workers sharing CPU cores; leave it out, or use --device cpu');
+}
+
 function progress(enabled: boolean, config: DemoConfig): { update: (p: DemoProgress) => void; stop: () => void } {
   if (!enabled || !process.stderr.isTTY) return { update: () => {}, stop: () => {} };
   const bars = new MultiBar({ format: '{mode} {bar} epoch {value}/{total}  test accuracy {accuracy}', stream: process.stderr, hideCursor: true });
@@ -109,7 +125,9 @@ function progress(enabled: boolean, config: DemoConfig): { update: (p: DemoProgr
 
 function printTable(result: DemoResult): void {
   const c = result.config;
-  const network = c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
+  const onGpu = c.device.kind === 'cuda';
+  const network = onGpu ? `NCCL` : c.emulate ? `emulated network ${c.emulate.gbps} Gbit/s, ${c.emulate.latencyUs ?? 0} us latency` : 'local shared memory';
+  console.log(`device: ${onGpu ? c.device.ranks.map((d, r) => `worker ${r} on ${d}`).join(', ') : 'cpu (every worker a thread)'} (${c.device.reason})`);
   console.log(
     `${c.description} (${c.trainSamples} train / ${c.testSamples} test), ${c.workers} workers x batch ${c.batch}, ` +
       `${c.epochs} epoch(s), lr ${c.lr}${c.lambda === undefined ? '' : `, DC lambda ${c.lambda}`}${c.dcKind === undefined ? '' : `, DC ${c.dcKind}`}, seed ${c.seed}, communication: ${network}${c.topk ? `, top-k density ${c.topk.density}${c.topk.errorFeedback ? '' : ' without error feedback'}` : ''}`,
@@ -141,7 +159,7 @@ function printTable(result: DemoResult): void {
   console.log(
     'Exposed comm: time step() waited for communication, summed over steps, per worker, averaged. ' +
       'Step ms: steady-state time per step (the end-of-epoch flush and evaluation excluded). ' +
-      speedupNote(result),
+      [deviceWaitNote(result), speedupNote(result)].filter(Boolean).join(' '),
   );
 }
 
@@ -206,11 +224,15 @@ function parseSchedules(list: string): RuntimeScheduleName[] {
 export function registerDemoCommand(program: Command): void {
   const demo = program
     .command('demo')
-    .description('Train an MLP on MNIST with local data-parallel workers in each mode and compare accuracy, speed and exposed communication')
+    .description('Train an MLP on MNIST with data-parallel workers (threads on the CPU, or one GPU each with --device) in each mode and compare accuracy, speed and exposed communication')
     .option('--model <kind>', `${DEMO_MODELS.join(', ')}: the MLP on the MNIST digits, sapipe's small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist), or a small byte-level GPT on the text of Debian's fortunes (next-byte accuracy, test loss and perplexity)`, 'mlp');
   // The GPT's size, as `sapipe train pipeline` takes it (its defaults: the demo's small GPT).
   addGptSizeOptions(demo, DEMO_GPT_DEFAULTS)
-    .option('--workers <n>', 'local workers (threads)', String(DEMO_DEFAULTS.workers))
+    .option('--workers <n>', `data-parallel workers: threads on the CPU (default ${DEMO_DEFAULTS.workers}); with a GPU --device, one per GPU (default: one per usable GPU; 1 with --device cuda:N)`)
+    .option(
+      '--device <where>',
+      `where the workers compute, one of ${DEMO_DEVICE_SPELLINGS}: cpu (default; threads over the local backend), cuda:N (one worker on that GPU), cuda (worker r on cuda:r, over NCCL), auto (cuda where a GPU can run models and NCCL is there, else cpu). A GPU run trains every --model with the dense exchange (not --topk, --gbps, --no-overlap, the local sapipe-wp estimates, --profile-out or --tfjs)`,
+    )
     .option(
       '--modes <list>',
       `comma-separated modes: sync, pipe-sgd, sapipe-dc, sapipe-wp (estimate ${DEFAULT_WP_ESTIMATE}); sapipe-wp:<local|prev-sync|local-prev-sync>[+dc] picks the estimate and adds delay compensation`,
@@ -245,29 +267,43 @@ export function registerDemoCommand(program: Command): void {
     .option('--schedules <list>', '--tfjs: pipeline schedules for the CNN cut into --stages parts (empty: none)', TFJS_DEMO_DEFAULTS.schedules)
     .option('--stages <n>', '--tfjs: pipeline stages (2 or 3)', String(TFJS_DEMO_DEFAULTS.stages))
     .action(async (options: DemoCliOptions, command: Command) => {
-      if (options.tfjs) {
-        if (command.getOptionValueSource('model') === 'cli') throw new InvalidArgumentError("--model picks sapipe's own model; --tfjs trains its TensorFlow.js CNN on MNIST");
-        for (const name of ['blocks', 'dim', 'heads', 'context'])
-          if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} sets the size of sapipe's GPT (--model gpt); --tfjs trains its TensorFlow.js CNN on MNIST`);
-        return tfjsDemo(options, command);
-      }
-      for (const name of ['schedules', 'stages'])
-        if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} belongs to --tfjs (the TensorFlow.js demo)`);
-      const config = demoConfigFromCli(options);
-      const bar = progress(!options.json, config);
-      let result: DemoResult;
       try {
-        result = await runDemo(config, bar.update);
-      } finally {
-        bar.stop();
-      }
-      const reportPath = resolve(options.report);
-      writeFileSync(reportPath, renderDemoReport(result));
-      if (options.profileOut !== undefined) writeFileSync(resolve(options.profileOut), JSON.stringify(demoProfile(result), null, 2) + '\n');
-      if (options.json) console.log(JSON.stringify({ ...result, report: reportPath }, null, 2));
-      else {
-        printTable(result);
-        console.log(`report: ${reportPath}`);
+        await demoAction(options, command);
+      } catch (error) {
+        // Typed errors say their code, as `sapipe bench` does, so that scripts can tell them apart.
+        if (!(error instanceof SapipeError)) throw error;
+        console.error(`${error.code}: ${error.message}`);
+        process.exitCode = 1;
       }
     });
+}
+
+async function demoAction(options: DemoCliOptions, command: Command): Promise<void> {
+  if (options.tfjs) {
+    if (options.device !== undefined && options.device !== 'cpu') throw new InvalidArgumentError(`--device ${options.device} is not offered with --tfjs: the TensorFlow.js demo trains on the CPU; leave --device out, or drop --tfjs to train sapipe's MLP on the GPU`);
+    if (command.getOptionValueSource('model') === 'cli') throw new InvalidArgumentError("--model picks sapipe's own model; --tfjs trains its TensorFlow.js CNN on MNIST");
+    for (const name of ['blocks', 'dim', 'heads', 'context'])
+      if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} sets the size of sapipe's GPT (--model gpt); --tfjs trains its TensorFlow.js CNN on MNIST`);
+    return tfjsDemo(options, command);
+  }
+  for (const name of ['schedules', 'stages'])
+    if (command.getOptionValueSource(name) === 'cli') throw new InvalidArgumentError(`--${name} belongs to --tfjs (the TensorFlow.js demo)`);
+  const config = demoConfigFromCli(options);
+  // Before training, not after it: the profile is written once the run is done.
+  if (options.profileOut !== undefined) refuseProfileOnGpu(config.device ?? DEMO_CPU);
+  const bar = progress(!options.json, config);
+  let result: DemoResult;
+  try {
+    result = await runDemo(config, bar.update);
+  } finally {
+    bar.stop();
+  }
+  const reportPath = resolve(options.report);
+  writeFileSync(reportPath, renderDemoReport(result));
+  if (options.profileOut !== undefined) writeFileSync(resolve(options.profileOut), JSON.stringify(demoProfile(result), null, 2) + '\n');
+  if (options.json) console.log(JSON.stringify({ ...result, report: reportPath }, null, 2));
+  else {
+    printTable(result);
+    console.log(`report: ${reportPath}`);
+  }
 }

@@ -3,6 +3,8 @@ import type { Command } from 'commander';
 import { type BackendStatus, backendStatuses, COMM_BACKENDS, COMPUTE_BACKENDS, installHint, selectBackend, selectCommBackend } from 'sapipe/backends';
 import { chooseDevice, packageVersion } from 'sapipe';
 import { nativeAddon, nativeUnavailableReason } from 'sapipe/kernels';
+import { DEMO_DEFAULTS } from '../../demo/config.js';
+import { resolveDemoDevice } from '../../demo/device.js';
 
 export interface SapipeInfo {
   version: string;
@@ -34,8 +36,19 @@ function commandDevices(): CommandDevice[] {
   return [
     { command: 'train pipeline', device: 'cpu', why: 'the default --device; --device cuda:N or auto runs every stage on one GPU', auto: pick },
     { command: 'bench kernels', device: 'cpu', why: 'the default --device; --device cuda:N times the plugin\'s update kernels' },
-    { command: 'demo', device: 'cpu', why: 'its data-parallel workers are threads over the local backend, each computing on the CPU' },
+    { command: 'demo', device: 'cpu', why: 'the default --device: its data-parallel workers are threads over the local backend; --device cuda:N, cuda or auto puts each worker on a GPU of its own, over NCCL', auto: demoAuto(pick) },
   ];
+}
+
+/** What `sapipe demo --device auto` would run on: the GPUs it puts a worker on each, or the CPU and why. */
+function demoAuto(cpuPick: string): string {
+  try {
+    const { device } = resolveDemoDevice('auto', undefined, DEMO_DEFAULTS.workers);
+    if (device.kind === 'cpu') return device.reason.includes('NCCL') ? `cpu (${device.reason.replace(/^--device auto: /, '')})` : cpuPick;
+    return `${device.ranks.join(', ')}, one worker each (${device.reason.replace(/^--device auto: /, '')})`;
+  } catch (error) {
+    return `none: ${(error as Error).message}`;
+  }
 }
 
 export type SelectedBackend = { name: string; why: string } | { name: null; error: string };
