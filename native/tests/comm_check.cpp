@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,12 +237,57 @@ void check_nccl_ops(Checks& t, const std::string& fakes) {
   busy->in_flight.store(0);
   t.expect(deferred && busy->comm == nullptr && busy->broken == "destroyed", "destroy() in flight is finished by the operation");
 
+  // An id this plugin did not make fails at once (a live one would wait for the other rank).
   auto two = make_state(2);
-  out = nccl::init_communicator(*two, id);
+  uint8_t foreign[SAPIPE_NCCL_UNIQUE_ID_BYTES] = {};
+  out = nccl::init_communicator(*two, foreign);
   t.expect(out.status != SAPIPE_OK && out.message.rfind("ncclCommInitRank: ", 0) == 0 && two->comm_stream == nullptr,
            "a failed NCCL init names the call and frees the streams: " + out.message);
   for (float* p : memory) cuda->free_device(p);
   cuda->free_device(device);
+
+  // Two ranks as threads of this process (the emulation joins them over Unix sockets): an
+  // all-reduce, a send matched by its recv, and a rank that aborts failing the other at once.
+  uint8_t pair[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(pair);
+  std::vector<float> values[2] = {std::vector<float>(n, 1.0f), std::vector<float>(n, 2.0f)};
+  nccl::Outcome results[2][4];
+  auto rank = [&](int32_t r) {
+    auto mine = make_state(2);
+    mine->rank = r;
+    nccl::Outcome* res = results[r];
+    res[0] = nccl::init_communicator(*mine, pair);
+    if (res[0].status != SAPIPE_OK) return;
+    float* x = nullptr;
+    cuda->malloc_device(reinterpret_cast<void**>(&x), n * sizeof(float));
+    cuda->copy_to_device(x, values[r].data(), n * sizeof(float), nullptr);
+    nccl::NcclCollective op;
+    op.kind = nccl::kNcclAllReduce, op.a = x, op.count = n;
+    int64_t bad = 0;
+    res[1] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    op.kind = r == 0 ? nccl::kNcclSend : nccl::kNcclRecv, op.arg = 1 - r, op.count = 1;
+    if (r == 0) values[0][0] = 10.0f, cuda->copy_to_device(x, values[0].data(), sizeof(float), nullptr);
+    res[2] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    cuda->copy_to_host(values[r].data(), x, n * sizeof(float), nullptr);
+    if (r == 1) {
+      std::lock_guard<std::mutex> lock(mine->mutex);
+      mine->release_locked("left");
+    } else {
+      op.kind = nccl::kNcclAllReduce, op.count = n;
+      res[3] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    }
+    cuda->free_device(x);
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  t.expect(results[0][0].status == SAPIPE_OK && results[1][0].status == SAPIPE_OK,
+           "two ranks in threads join one clique: " + results[0][0].message + results[1][0].message);
+  t.expect(results[0][1].status == SAPIPE_OK && results[1][1].status == SAPIPE_OK && values[0][n - 1] == 3.0f && values[1][n - 1] == 3.0f,
+           "an all-reduce over two ranks sums both: " + results[0][1].message + results[1][1].message);
+  t.expect(results[0][2].status == SAPIPE_OK && results[1][2].status == SAPIPE_OK && values[1][0] == 10.0f,
+           "a send arrives at the matching recv: " + results[0][2].message + results[1][2].message);
+  t.expect(results[0][3].status == SAPIPE_ERR_PEER_LOST, "a rank that aborts fails its peer's collective with ERR_PEER_LOST: " + results[0][3].message);
 }
 
 }  // namespace sapipe::tests
