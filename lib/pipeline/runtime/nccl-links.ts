@@ -13,8 +13,8 @@ import { InvalidArgumentError } from '../../errors.js';
 import type { StageTransport } from './stage-runner.js';
 
 /**
- * The schedules whose launched stages run on GPUs: one part per stage, part s on stage s, so that
- * a transfer to a later stage is an activation and one to an earlier stage a gradient.
+ * @internal The schedules whose launched stages run on GPUs: one part per stage, part s on stage
+ * s, so that a transfer to a later stage is an activation and one to an earlier stage a gradient.
  */
 export const NCCL_STAGE_SCHEDULES: readonly string[] = ['gpipe', '1f1b', 'pipeoptim'];
 
