@@ -288,6 +288,50 @@ void check_nccl_ops(Checks& t, const std::string& fakes) {
   t.expect(results[0][2].status == SAPIPE_OK && results[1][2].status == SAPIPE_OK && values[1][0] == 10.0f,
            "a send arrives at the matching recv: " + results[0][2].message + results[1][2].message);
   t.expect(results[0][3].status == SAPIPE_ERR_PEER_LOST, "a rank that aborts fails its peer's collective with ERR_PEER_LOST: " + results[0][3].message);
+
+  // Three ranks through the table itself: every collective, in place where NCCL allows it.
+  uint8_t trio[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(trio);
+  constexpr int32_t kRanks = 3;
+  constexpr size_t kPart = 4;
+  bool ok[kRanks] = {};
+  std::string why[kRanks];
+  auto member = [&](int32_t r) {
+    void* comm = nullptr;
+    if (cuda->nccl_comm_init_rank(&comm, kRanks, trio, r) != SAPIPE_OK) {
+      why[r] = std::string("init: ") + cuda->last_error();
+      return;
+    }
+    std::vector<float> x(kRanks * kPart);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * static_cast<float>(i + 1);
+    bool good = cuda->nccl_all_reduce(comm, x.data(), x.data(), x.size(), SAPIPE_NCCL_AVG, nullptr) == SAPIPE_OK;
+    // (1 + 2 + 3) / 3 = 2 times (i + 1) on every rank.
+    for (size_t i = 0; good && i < x.size(); ++i) good = x[i] == 2.0f * static_cast<float>(i + 1);
+    float* own = x.data() + static_cast<size_t>(r) * kPart;
+    good = good && cuda->nccl_reduce_scatter(comm, x.data(), own, kPart, SAPIPE_NCCL_SUM, nullptr) == SAPIPE_OK;
+    for (size_t i = 0; good && i < kPart; ++i) good = own[i] == 6.0f * static_cast<float>(static_cast<size_t>(r) * kPart + i + 1);
+    good = good && cuda->nccl_all_gather(comm, own, x.data(), kPart, nullptr) == SAPIPE_OK;
+    for (size_t i = 0; good && i < x.size(); ++i) good = x[i] == 6.0f * static_cast<float>(i + 1);
+    float word = static_cast<float>(r);
+    good = good && cuda->nccl_broadcast(comm, &word, &word, 1, 2, nullptr) == SAPIPE_OK && word == 2.0f;
+    // A ring of sends: each rank sends to the next and receives from the one before.
+    float token = static_cast<float>(10 + r);
+    float got = 0;
+    const int32_t next = (r + 1) % kRanks, before = (r + kRanks - 1) % kRanks;
+    if (r == 0)
+      good = good && cuda->nccl_send(comm, &token, 1, next, nullptr) == SAPIPE_OK && cuda->nccl_recv(comm, &got, 1, before, nullptr) == SAPIPE_OK;
+    else
+      good = good && cuda->nccl_recv(comm, &got, 1, before, nullptr) == SAPIPE_OK && cuda->nccl_send(comm, &token, 1, next, nullptr) == SAPIPE_OK;
+    good = good && got == static_cast<float>(10 + before);
+    if (!good) why[r] = cuda->last_error();
+    ok[r] = good;
+    cuda->nccl_comm_destroy(comm);
+  };
+  std::thread second(member, 1), third(member, 2);
+  member(0);
+  second.join();
+  third.join();
+  t.expect(ok[0] && ok[1] && ok[2], "three ranks: average, reduce-scatter, all-gather, broadcast and a ring of sends: " + why[0] + why[1] + why[2]);
 }
 
 }  // namespace sapipe::tests
