@@ -129,9 +129,20 @@ t.test('a device stage SIGKILLed mid-training fails the others with ERR_PEER_LOS
   t.ok(launched.elapsedMs < 5000 + timeoutMs + 15000, `the job ended in ${launched.elapsedMs} ms`);
 });
 
-t.test('launched device stages refuse the schedules they do not run, and a given communicator, saying what runs', async (t) => {
+t.test("launched device stages refuse the schedules they do not run and a given communicator, saying what runs; 'cuda' and 'auto' take the local rank's GPU", async (t) => {
   const { inputs, labels } = dataset(SAMPLES);
   const base = { stages: 2, microBatches: 4, microBatchSize: 4, model: { layers: LAYERS, seed: 3, boundaries: [4] }, optimizer, data: { inputs, labels, features: FEATURES }, epochs: 1, device: 'cuda:0' as const };
   await t.rejects(trainPipelineStage({ ...base, schedule: 'pipedream' }), { name: InvalidArgumentError.name, code: 'ERR_INVALID_ARGUMENT', message: /run gpipe, 1f1b, pipeoptim; 'pipedream' runs launched on the CPU/ });
   await t.rejects(trainPipelineStage({ ...base, schedule: '1f1b', comm: {} as never }), { code: 'ERR_INVALID_ARGUMENT', message: /create their communicators .* leave out comm/ });
+  // 'cuda' and 'auto' take the GPU of the local rank: the plugin has only cuda:0.
+  const saved = { RANK: process.env.RANK, WORLD_SIZE: process.env.WORLD_SIZE, LOCAL_RANK: process.env.LOCAL_RANK };
+  Object.assign(process.env, { RANK: '1', WORLD_SIZE: '2', LOCAL_RANK: '1' });
+  t.teardown(() => {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+  for (const device of ['cuda', 'auto'])
+    await t.rejects(trainPipelineStage({ ...base, schedule: '1f1b', device: device as never }), { code: 'ERR_BACKEND_UNAVAILABLE', message: /cuda:1 does not exist/ }, `'${device}' on local rank 1`);
 });

@@ -62,7 +62,7 @@ export interface PipelineStageReport {
  * stage's replicas (gradient all-reduces or elastic averaging). They are created here, so `comm`
  * cannot be given then.
  *
- * On GPUs (`device: 'cuda:N'`, or `'auto'`, which picks `cuda:<local rank>` where CUDA is usable):
+ * On GPUs (`device: 'cuda:N'`; `'cuda'`: `cuda:<local rank>`; `'auto'`: the same where CUDA is usable):
  * each stage keeps its part's weights, activations and optimizer state on its device and sends
  * activations and gradients to its neighbours by NCCL send/recv (two NCCL communicators created
  * from the launcher's environment, one per direction); the losses and the weights gathered at the
@@ -74,8 +74,9 @@ export interface PipelineStageReport {
 export async function trainPipelineStage(options: PipelineStageOptions): Promise<PipelineStageReport> {
   checkObject(options, 'trainPipelineStage(options)');
   const { epochs: epochsOption, test, comm: given, roundsPerEpoch: roundsOption, ...trainerOptions } = options;
-  // 'auto' on a machine with CUDA: every stage on the GPU of its local rank.
-  if (trainerOptions.device === 'auto') trainerOptions.device = autoStageDevice();
+  // 'cuda', and 'auto' on a machine with CUDA: every stage on the GPU of its local rank.
+  const requested: unknown = trainerOptions.device;
+  if (requested === 'auto' || requested === 'cuda') trainerOptions.device = localStageDevice(requested);
   // Launched processes run AvgPipe's pipelines each on its own ranks (N x S).
   const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS, 'worker-per-replica');
   if (plan.averaging?.layout === 'shared-stages')
@@ -180,9 +181,13 @@ interface StageGroups {
   close(): void;
 }
 
-/** `device: 'auto'` of a launched stage: the GPU of its local rank where CUDA is usable, else the CPU. */
-function autoStageDevice(): 'cpu' | CudaDevice {
-  if (chooseDevice('auto').device === 'cpu') return 'cpu';
+/**
+ * `device: 'cuda'` of a launched stage: the GPU of its local rank; `'auto'`: the same where CUDA is
+ * usable, else the CPU. (A rank whose GPU is missing fails when the plan checks it, with
+ * ERR_BACKEND_UNAVAILABLE: the stages of one job run all on GPUs or all on CPUs.)
+ */
+function localStageDevice(requested: 'auto' | 'cuda'): 'cpu' | CudaDevice {
+  if (requested === 'auto' && chooseDevice('auto').device === 'cpu') return 'cpu';
   return `cuda:${fromEnv().localRank}`;
 }
 
