@@ -230,7 +230,8 @@ sapipe_cuda_plugin_v1 make_table() {
     *result = c != nullptr && c->ranks != nullptr && c->ranks->broken() ? 2 : 0;
     return SAPIPE_OK;
   };
-  // One rank: a sum or an average of one contribution is that contribution.
+  // The collectives: with one rank, a copy (a sum or an average of one contribution is that
+  // contribution); with more, over the ranks (host_nccl.h).
   t.nccl_all_reduce = [](void* comm, const float* send, float* recv, size_t count, int32_t op, void*) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
     if (send == nullptr || recv == nullptr || !valid_op(op)) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "all_reduce: null buffer or unknown op");
