@@ -2,8 +2,8 @@
  * Pipeline stages as processes: every rank of a job started with `sapipe launch --nproc S` (or
  * torchrun, mpirun, Slurm) calls {@link trainPipelineStage} with the same options and runs the
  * stage of its rank over the `ucx` backend, or with `device`, on a GPU of its own with activations
- * and gradients sent by NCCL between neighbouring stages (nccl-links.ts). No coordinator: the stages agree on the sample order
- * (seeded) and meet only through their transfers, as the worker threads of
+ * and gradients sent by NCCL between neighbouring stages (nccl-links.ts). No coordinator: the
+ * stages agree on the sample order (seeded) and meet only through their transfers, as the worker threads of
  * {@link PipelineTrainer} do; at the end of each epoch, every stage sends its weights (and the last
  * stage its losses) to rank 0, which evaluates the whole model when test data is given. Parallel
  * pipelines run as N x S ranks, each joining its pipeline's and its stage's groups.
@@ -198,8 +198,7 @@ function localStageDevice(requested: 'auto' | 'cuda'): 'cpu' | CudaDevice {
  */
 async function joinDevicePipeline(stages: number, device: CudaDevice, timeoutMs: number): Promise<StageGroups> {
   const env = fromEnv();
-  if (env.worldSize !== stages)
-    throw new InvalidArgumentError(`trainPipelineStage: the job has ${env.worldSize} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
+  if (env.worldSize !== stages) throw oneRankPerStage(env.worldSize, stages);
   const store = await createRendezvous({ ...env, timeoutMs });
   let comm: Communicator<FlatBuffer> | undefined;
   const nccl: NcclCommunicator[] = [];
@@ -220,12 +219,16 @@ async function joinDevicePipeline(stages: number, device: CudaDevice, timeoutMs:
   return { comm, replicas: undefined, pipeline: 0, stage: env.rank, links: ncclStageTransport(env.rank, nccl[0]!, nccl[1]!) as StageTransport, close };
 }
 
+function oneRankPerStage(ranks: number, stages: number): InvalidArgumentError {
+  return new InvalidArgumentError(`trainPipelineStage: the job has ${ranks} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
+}
+
 /** One pipeline: the job's communicator (given, or created here and destroyed by close()). */
 async function joinPipeline(given: Communicator<FlatBuffer> | undefined, stages: number, timeoutMs: number): Promise<StageGroups> {
   const comm = given ?? ((await createCommunicator('auto', { timeoutMs })) as Communicator<FlatBuffer>);
   if (comm.size !== stages) {
     if (given === undefined) comm.destroy();
-    throw new InvalidArgumentError(`trainPipelineStage: the job has ${comm.size} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
+    throw oneRankPerStage(comm.size, stages);
   }
   return { comm, replicas: undefined, pipeline: 0, stage: comm.rank, close: () => given === undefined && comm.destroy() };
 }
