@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -332,6 +333,28 @@ void check_nccl_ops(Checks& t, const std::string& fakes) {
   second.join();
   third.join();
   t.expect(ok[0] && ok[1] && ok[2], "three ranks: average, reduce-scatter, all-gather, broadcast and a ring of sends: " + why[0] + why[1] + why[2]);
+
+  // A peer that stays joined but never calls: the collective fails at the bound, and so does every
+  // later call (the bound is read when a rank joins).
+  setenv("SAPIPE_HOST_NCCL_TIMEOUT_MS", "200", 1);
+  uint8_t quiet[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(quiet);
+  void* silent = nullptr;
+  std::thread joiner([&] { cuda->nccl_comm_init_rank(&silent, 2, quiet, 1); });
+  void* waiting = nullptr;
+  const bool joined = cuda->nccl_comm_init_rank(&waiting, 2, quiet, 0) == SAPIPE_OK;
+  joiner.join();
+  unsetenv("SAPIPE_HOST_NCCL_TIMEOUT_MS");
+  float word = 1;
+  const auto start = std::chrono::steady_clock::now();
+  const sapipe_status first = joined ? cuda->nccl_all_reduce(waiting, &word, &word, 1, SAPIPE_NCCL_SUM, nullptr) : SAPIPE_ERR_INTERNAL;
+  const std::string first_why = cuda->last_error();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const sapipe_status later = joined ? cuda->nccl_all_reduce(waiting, &word, &word, 1, SAPIPE_NCCL_SUM, nullptr) : SAPIPE_ERR_INTERNAL;
+  t.expect(joined && silent != nullptr && first == SAPIPE_ERR_TIMEOUT && waited >= 200 && waited < 5000 && later == SAPIPE_ERR_PEER_LOST,
+           "a silent peer fails the collective with ERR_TIMEOUT at the bound, then ERR_PEER_LOST: " + first_why);
+  if (waiting != nullptr) cuda->nccl_comm_abort(waiting);
+  if (silent != nullptr) cuda->nccl_comm_abort(silent);
 }
 
 }  // namespace sapipe::tests
