@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,12 +238,123 @@ void check_nccl_ops(Checks& t, const std::string& fakes) {
   busy->in_flight.store(0);
   t.expect(deferred && busy->comm == nullptr && busy->broken == "destroyed", "destroy() in flight is finished by the operation");
 
+  // An id this plugin did not make fails at once (a live one would wait for the other rank).
   auto two = make_state(2);
-  out = nccl::init_communicator(*two, id);
+  uint8_t foreign[SAPIPE_NCCL_UNIQUE_ID_BYTES] = {};
+  out = nccl::init_communicator(*two, foreign);
   t.expect(out.status != SAPIPE_OK && out.message.rfind("ncclCommInitRank: ", 0) == 0 && two->comm_stream == nullptr,
            "a failed NCCL init names the call and frees the streams: " + out.message);
   for (float* p : memory) cuda->free_device(p);
   cuda->free_device(device);
+
+  // Two ranks as threads of this process (the emulation joins them over Unix sockets): an
+  // all-reduce, a send matched by its recv, and a rank that aborts failing the other at once.
+  uint8_t pair[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(pair);
+  std::vector<float> values[2] = {std::vector<float>(n, 1.0f), std::vector<float>(n, 2.0f)};
+  nccl::Outcome results[2][4];
+  auto rank = [&](int32_t r) {
+    auto mine = make_state(2);
+    mine->rank = r;
+    nccl::Outcome* res = results[r];
+    res[0] = nccl::init_communicator(*mine, pair);
+    if (res[0].status != SAPIPE_OK) return;
+    float* x = nullptr;
+    cuda->malloc_device(reinterpret_cast<void**>(&x), n * sizeof(float));
+    cuda->copy_to_device(x, values[r].data(), n * sizeof(float), nullptr);
+    nccl::NcclCollective op;
+    op.kind = nccl::kNcclAllReduce, op.a = x, op.count = n;
+    int64_t bad = 0;
+    res[1] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    op.kind = r == 0 ? nccl::kNcclSend : nccl::kNcclRecv, op.arg = 1 - r, op.count = 1;
+    if (r == 0) values[0][0] = 10.0f, cuda->copy_to_device(x, values[0].data(), sizeof(float), nullptr);
+    res[2] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    cuda->copy_to_host(values[r].data(), x, n * sizeof(float), nullptr);
+    if (r == 1) {
+      std::lock_guard<std::mutex> lock(mine->mutex);
+      mine->release_locked("left");
+    } else {
+      op.kind = nccl::kNcclAllReduce, op.count = n;
+      res[3] = nccl::run_collective(*mine, op, nccl::operation_deadline(*mine), &bad);
+    }
+    cuda->free_device(x);
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  t.expect(results[0][0].status == SAPIPE_OK && results[1][0].status == SAPIPE_OK,
+           "two ranks in threads join one clique: " + results[0][0].message + results[1][0].message);
+  t.expect(results[0][1].status == SAPIPE_OK && results[1][1].status == SAPIPE_OK && values[0][n - 1] == 3.0f && values[1][n - 1] == 3.0f,
+           "an all-reduce over two ranks sums both: " + results[0][1].message + results[1][1].message);
+  t.expect(results[0][2].status == SAPIPE_OK && results[1][2].status == SAPIPE_OK && values[1][0] == 10.0f,
+           "a send arrives at the matching recv: " + results[0][2].message + results[1][2].message);
+  t.expect(results[0][3].status == SAPIPE_ERR_PEER_LOST, "a rank that aborts fails its peer's collective with ERR_PEER_LOST: " + results[0][3].message);
+
+  // Three ranks through the table itself: every collective, in place where NCCL allows it.
+  uint8_t trio[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(trio);
+  constexpr int32_t kRanks = 3;
+  constexpr size_t kPart = 4;
+  bool ok[kRanks] = {};
+  std::string why[kRanks];
+  auto member = [&](int32_t r) {
+    void* comm = nullptr;
+    if (cuda->nccl_comm_init_rank(&comm, kRanks, trio, r) != SAPIPE_OK) {
+      why[r] = std::string("init: ") + cuda->last_error();
+      return;
+    }
+    std::vector<float> x(kRanks * kPart);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * static_cast<float>(i + 1);
+    bool good = cuda->nccl_all_reduce(comm, x.data(), x.data(), x.size(), SAPIPE_NCCL_AVG, nullptr) == SAPIPE_OK;
+    // (1 + 2 + 3) / 3 = 2 times (i + 1) on every rank.
+    for (size_t i = 0; good && i < x.size(); ++i) good = x[i] == 2.0f * static_cast<float>(i + 1);
+    float* own = x.data() + static_cast<size_t>(r) * kPart;
+    good = good && cuda->nccl_reduce_scatter(comm, x.data(), own, kPart, SAPIPE_NCCL_SUM, nullptr) == SAPIPE_OK;
+    for (size_t i = 0; good && i < kPart; ++i) good = own[i] == 6.0f * static_cast<float>(static_cast<size_t>(r) * kPart + i + 1);
+    good = good && cuda->nccl_all_gather(comm, own, x.data(), kPart, nullptr) == SAPIPE_OK;
+    for (size_t i = 0; good && i < x.size(); ++i) good = x[i] == 6.0f * static_cast<float>(i + 1);
+    float word = static_cast<float>(r);
+    good = good && cuda->nccl_broadcast(comm, &word, &word, 1, 2, nullptr) == SAPIPE_OK && word == 2.0f;
+    // A ring of sends: each rank sends to the next and receives from the one before.
+    float token = static_cast<float>(10 + r);
+    float got = 0;
+    const int32_t next = (r + 1) % kRanks, before = (r + kRanks - 1) % kRanks;
+    if (r == 0)
+      good = good && cuda->nccl_send(comm, &token, 1, next, nullptr) == SAPIPE_OK && cuda->nccl_recv(comm, &got, 1, before, nullptr) == SAPIPE_OK;
+    else
+      good = good && cuda->nccl_recv(comm, &got, 1, before, nullptr) == SAPIPE_OK && cuda->nccl_send(comm, &token, 1, next, nullptr) == SAPIPE_OK;
+    good = good && got == static_cast<float>(10 + before);
+    if (!good) why[r] = cuda->last_error();
+    ok[r] = good;
+    cuda->nccl_comm_destroy(comm);
+  };
+  std::thread second(member, 1), third(member, 2);
+  member(0);
+  second.join();
+  third.join();
+  t.expect(ok[0] && ok[1] && ok[2], "three ranks: average, reduce-scatter, all-gather, broadcast and a ring of sends: " + why[0] + why[1] + why[2]);
+
+  // A peer that stays joined but never calls: the collective fails at the bound, and so does every
+  // later call (the bound is read when a rank joins).
+  setenv("SAPIPE_HOST_NCCL_TIMEOUT_MS", "200", 1);
+  uint8_t quiet[SAPIPE_NCCL_UNIQUE_ID_BYTES];
+  cuda->nccl_get_unique_id(quiet);
+  void* silent = nullptr;
+  std::thread joiner([&] { cuda->nccl_comm_init_rank(&silent, 2, quiet, 1); });
+  void* waiting = nullptr;
+  const bool joined = cuda->nccl_comm_init_rank(&waiting, 2, quiet, 0) == SAPIPE_OK;
+  joiner.join();
+  unsetenv("SAPIPE_HOST_NCCL_TIMEOUT_MS");
+  float word = 1;
+  const auto start = std::chrono::steady_clock::now();
+  const sapipe_status first = joined ? cuda->nccl_all_reduce(waiting, &word, &word, 1, SAPIPE_NCCL_SUM, nullptr) : SAPIPE_ERR_INTERNAL;
+  const std::string first_why = cuda->last_error();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const sapipe_status later = joined ? cuda->nccl_all_reduce(waiting, &word, &word, 1, SAPIPE_NCCL_SUM, nullptr) : SAPIPE_ERR_INTERNAL;
+  t.expect(joined && silent != nullptr && first == SAPIPE_ERR_TIMEOUT && waited >= 200 && waited < 5000 && later == SAPIPE_ERR_PEER_LOST,
+           "a silent peer fails the collective with ERR_TIMEOUT at the bound, then ERR_PEER_LOST: " + first_why);
+  if (waiting != nullptr) cuda->nccl_comm_abort(waiting);
+  if (silent != nullptr) cuda->nccl_comm_abort(silent);
 }
 
 }  // namespace sapipe::tests

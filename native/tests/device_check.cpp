@@ -57,7 +57,7 @@ void check_cuda_plugin_reports(Checks& t, const std::string& fakes) {
                  std::strcmp(report.devices[0].info.name, "host memory (emulated device)") == 0,
              "a plugin with a device that runs its code is available and lists it");
     lib = report_cuda_library(host, "", CudaLibrary::kNccl);
-    t.expect(lib.available && lib.version == 22809 && lib.path == "host-memory emulation (one rank)",
+    t.expect(lib.available && lib.version == 22809 && lib.path == "host-memory emulation (ranks over Unix sockets)",
              "a library whose probe answers is available with its version and path");
   }
 }

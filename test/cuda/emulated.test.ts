@@ -1,12 +1,13 @@
 /**
  * The `GPU:` tests of test/cuda/device.test.ts, model-ops.test.ts, device-pipeline.test.ts,
  * device-trainer.test.ts and gpt-device.test.ts again, where no GPU is needed: on the CUDA plugin over
- * host memory (native/tests/fakes/plugin_host_memory.cpp: host memory as the device, a one-rank
- * NCCL, the CPU kernels behind every entry, every stream done as soon as it is enqueued on).
+ * host memory (native/tests/fakes/plugin_host_memory.cpp: host memory as the device, an NCCL of
+ * ranks over Unix sockets, the CPU kernels behind every entry, every stream done as soon as it is
+ * enqueued on).
  * The device and NCCL bindings and everything above them run for real: the order of queued
  * operations, the staging of host buffers, the device guard's outcomes and the recheck, the
  * data-parallel trainer over nccl (its exported state and resumption included). What this cannot
- * check is the GPU's own arithmetic and concurrency, and NCCL across ranks: device.test.ts checks
+ * check is the GPU's own arithmetic and concurrency, and NCCL's own transport: device.test.ts checks
  * those on a GPU, test/cuda/nccl-ranks.test.ts on two.
  */
 import { existsSync } from 'node:fs';

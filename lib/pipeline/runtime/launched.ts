@@ -1,8 +1,9 @@
 /**
  * Pipeline stages as processes: every rank of a job started with `sapipe launch --nproc S` (or
  * torchrun, mpirun, Slurm) calls {@link trainPipelineStage} with the same options and runs the
- * stage of its rank over the `ucx` backend. No coordinator: the stages agree on the sample order
- * (seeded) and meet only through their transfers, as the worker threads of
+ * stage of its rank over the `ucx` backend, or with `device`, on a GPU of its own with activations
+ * and gradients sent by NCCL between neighbouring stages (nccl-links.ts). No coordinator: the
+ * stages agree on the sample order (seeded) and meet only through their transfers, as the worker threads of
  * {@link PipelineTrainer} do; at the end of each epoch, every stage sends its weights (and the last
  * stage its losses) to rank 0, which evaluates the whole model when test data is given. Parallel
  * pipelines run as N x S ranks, each joining its pipeline's and its stage's groups.
@@ -11,15 +12,18 @@ import { performance } from 'node:perf_hooks';
 
 import { Communicator } from '../../comm/communicator.js';
 import { createCommunicator } from '../../comm/create.js';
+import { NcclCommunicator } from '../../comm/nccl.js';
 import { fromEnv } from '../../comm/rendezvous/env.js';
 import { createRendezvous } from '../../comm/rendezvous/rendezvous.js';
 import { commBackendEntry, processGroupBackend } from '../../comm/registry.js';
+import { chooseDevice, type CudaDevice } from '../../device/index.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
 import { epochOrder, planPipeline, TRAINER_OPTION_KEYS, type PipelineTrainerOptions } from './plan.js';
+import { NCCL_STAGE_SCHEDULES, ncclStageTransport } from './nccl-links.js';
 import { StageHost } from './stage-host.js';
-import type { VersionRead } from './stage-runner.js';
+import type { StageTransport, VersionRead } from './stage-runner.js';
 import { evaluateSequential } from './trainer.js';
 
 /** Options of {@link trainPipelineStage}: the trainer's, and how long to train. @category Pipeline runtime */
@@ -58,11 +62,21 @@ export interface PipelineStageReport {
  * stage's replicas (gradient all-reduces or elastic averaging). They are created here, so `comm`
  * cannot be given then.
  *
+ * On GPUs (`device: 'cuda:N'`; `'cuda'`: `cuda:<local rank>`; `'auto'`: the same where CUDA is usable):
+ * each stage keeps its part's weights, activations and optimizer state on its device and sends
+ * activations and gradients to its neighbours by NCCL send/recv (two NCCL communicators created
+ * from the launcher's environment, one per direction); the losses and the weights gathered at the
+ * end of each epoch go through the job's host communicator. GPipe, 1F1B and PipeOptim run so;
+ * one pipeline only, of sapipe's layers, with the cross-entropy loss, as on one GPU.
+ *
  * @category Pipeline runtime
  */
 export async function trainPipelineStage(options: PipelineStageOptions): Promise<PipelineStageReport> {
   checkObject(options, 'trainPipelineStage(options)');
   const { epochs: epochsOption, test, comm: given, roundsPerEpoch: roundsOption, ...trainerOptions } = options;
+  // 'cuda', and 'auto' on a machine with CUDA: every stage on the GPU of its local rank.
+  const requested: unknown = trainerOptions.device;
+  if (requested === 'auto' || requested === 'cuda') trainerOptions.device = localStageDevice(requested);
   // Launched processes run AvgPipe's pipelines each on its own ranks (N x S).
   const plan = await planPipeline(trainerOptions as PipelineTrainerOptions, 'trainPipelineStage', STAGE_OPTION_KEYS, 'worker-per-replica');
   if (plan.averaging?.layout === 'shared-stages')
@@ -71,8 +85,13 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
     );
   if (plan.rowsAreWorkers)
     throw new InvalidArgumentError(`trainPipelineStage: '${plan.schedule.name}' runs its data-parallel workers as PipelineTrainer threads; launched processes of it are planned`);
-  if (plan.device !== 'cpu')
-    throw new InvalidArgumentError(`trainPipelineStage: launched stages on ${plan.device} (one GPU per stage, NCCL send/recv between them) are planned; leave out device, or run every stage on one GPU with PipelineTrainer`);
+  const device = plan.device === 'cpu' ? undefined : plan.device;
+  if (device !== undefined && !NCCL_STAGE_SCHEDULES.includes(plan.schedule.name))
+    throw new InvalidArgumentError(
+      `trainPipelineStage: launched stages on ${device} run ${NCCL_STAGE_SCHEDULES.join(', ')}; '${plan.schedule.name}' runs launched on the CPU (leave out device) or with every stage on one GPU (PipelineTrainer)`,
+    );
+  if (device !== undefined && given !== undefined)
+    throw new InvalidArgumentError(`trainPipelineStage: stages on ${device} create their communicators (NCCL between the stages, the host's for the losses and weights) from the launcher's environment; leave out comm`);
   const epochs = checkInteger(epochsOption, 'trainPipelineStage: epochs', 1, 1 << 20);
   if (test !== undefined) {
     checkObject(test, 'trainPipelineStage: test');
@@ -89,10 +108,14 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
   const share = perRound / plan.pipelines;
   const fullEpoch = Math.floor(plan.samples / perRound);
   const rounds = roundsOption === undefined ? fullEpoch : checkInteger(roundsOption, 'trainPipelineStage: roundsPerEpoch', 1, fullEpoch);
-  const groups = withReplicas ? await joinParallelGroups(plan.pipelines, stages, plan.timeoutMs) : await joinPipeline(given, stages, plan.timeoutMs);
+  const groups = withReplicas
+    ? await joinParallelGroups(plan.pipelines, stages, plan.timeoutMs)
+    : device !== undefined && stages > 1
+      ? await joinDevicePipeline(stages, device, plan.timeoutMs)
+      : await joinPipeline(given, stages, plan.timeoutMs);
   const { comm, replicas, pipeline, stage } = groups;
   try {
-    const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? comm : undefined, plan.data, replicas, pipeline);
+    const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? (groups.links ?? comm) : undefined, plan.data, replicas, pipeline);
     try {
       const report: { epoch: number; loss: number; accuracy?: number; wallMs: number }[] = [];
       const versions: VersionRead[][] = [];
@@ -153,7 +176,51 @@ interface StageGroups {
   replicas: Communicator<FlatBuffer> | undefined;
   pipeline: number;
   stage: number;
+  /** The stages' transfers, where they do not go through `comm` (stages on GPUs: NCCL). */
+  links?: StageTransport;
   close(): void;
+}
+
+/**
+ * `device: 'cuda'` of a launched stage: the GPU of its local rank; `'auto'`: the same where CUDA is
+ * usable, else the CPU. (A rank whose GPU is missing fails when the plan checks it, with
+ * ERR_BACKEND_UNAVAILABLE: the stages of one job run all on GPUs or all on CPUs.)
+ */
+function localStageDevice(requested: 'auto' | 'cuda'): 'cpu' | CudaDevice {
+  if (requested === 'auto' && chooseDevice('auto').device === 'cpu') return 'cpu';
+  return `cuda:${fromEnv().localRank}`;
+}
+
+/**
+ * One pipeline of stages on GPUs: the job's host communicator (losses, weights) and the two NCCL
+ * communicators of the stages' transfers, all through one rendezvous store, in that order on
+ * every rank.
+ */
+async function joinDevicePipeline(stages: number, device: CudaDevice, timeoutMs: number): Promise<StageGroups> {
+  const env = fromEnv();
+  if (env.worldSize !== stages) throw oneRankPerStage(env.worldSize, stages);
+  const store = await createRendezvous({ ...env, timeoutMs });
+  let comm: Communicator<FlatBuffer> | undefined;
+  const nccl: NcclCommunicator[] = [];
+  const close = (): void => {
+    for (const c of nccl) c.destroy();
+    comm?.destroy();
+    // Rank 0 serves the store and waits (bounded) for the others to disconnect first.
+    void store.close().catch(() => {});
+  };
+  try {
+    comm = await processGroupBackend().joinStore(store.group('pipeline-0', env.rank, stages), { timeoutMs });
+    for (const direction of ['activations', 'gradients'])
+      nccl.push(await NcclCommunicator.create({ rank: env.rank, size: stages, device, store, key: `sapipe/pipeline-${direction}`, timeoutMs }));
+  } catch (error) {
+    close();
+    throw error;
+  }
+  return { comm, replicas: undefined, pipeline: 0, stage: env.rank, links: ncclStageTransport(env.rank, nccl[0]!, nccl[1]!) as StageTransport, close };
+}
+
+function oneRankPerStage(ranks: number, stages: number): InvalidArgumentError {
+  return new InvalidArgumentError(`trainPipelineStage: the job has ${ranks} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
 }
 
 /** One pipeline: the job's communicator (given, or created here and destroyed by close()). */
@@ -161,7 +228,7 @@ async function joinPipeline(given: Communicator<FlatBuffer> | undefined, stages:
   const comm = given ?? ((await createCommunicator('auto', { timeoutMs })) as Communicator<FlatBuffer>);
   if (comm.size !== stages) {
     if (given === undefined) comm.destroy();
-    throw new InvalidArgumentError(`trainPipelineStage: the job has ${comm.size} ranks for ${stages} stages; launch one rank per stage (--nproc ${stages})`);
+    throw oneRankPerStage(comm.size, stages);
   }
   return { comm, replicas: undefined, pipeline: 0, stage: comm.rank, close: () => given === undefined && comm.destroy() };
 }

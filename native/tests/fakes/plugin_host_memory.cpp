@@ -1,19 +1,23 @@
-// A CUDA plugin whose "device" is host memory and whose NCCL is one rank: every entry does on the
-// CPU what the real plugin does on a GPU, synchronously (a stream is done as soon as anything is
-// enqueued on it), with the CPU kernels. It lets the addon's device and NCCL bindings and the
+// A CUDA plugin whose "device" is host memory: every entry does on the CPU what the real plugin does
+// on a GPU, synchronously (a stream is done as soon as anything is enqueued on it), with the CPU
+// kernels; its NCCL joins any number of ranks, threads or processes of this machine, over Unix
+// domain sockets (host_nccl.h). It lets the addon's device and NCCL bindings and the
 // TypeScript above them (DeviceBuffer, DeviceParamSet, NcclCommunicator, the data-parallel trainer
 // over nccl) run where no GPU is: the ordering of queued operations, the staging of host buffers,
-// the guard's outcomes and the recheck are exercised for real; only the GPU's arithmetic is not
-// (test/cuda/device.test.ts checks that on a GPU). Errors are the real plugin's: sizes of more
-// than one rank, roots and peers that are no rank.
+// the guard's outcomes and the recheck, and pipeline stages or data-parallel ranks in several
+// processes are exercised for real; only the GPU's arithmetic and NCCL's own transport are not
+// (test/cuda/device.test.ts and nccl-ranks.test.ts check those on GPUs). Errors are the real
+// plugin's: roots and peers that are no rank, a lost peer (SAPIPE_ERR_PEER_LOST).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "../../core/update_plan.h"
+#include "host_nccl.h"
 #include "sapipe/kernels.h"
 #include "sapipe/nn.h"
 #include "sapipe/plugin.h"
@@ -30,8 +34,22 @@ sapipe_status fail(sapipe_status s, const std::string& why) {
 // A stream or event: a distinct heap address each (the fused steps refuse one stream as both).
 
 struct Comm {
+  sapipe::fakes::HostNccl* ranks = nullptr;  // null for one rank: nothing to join
+  int32_t rank = 0;
+  int32_t size = 1;
   sapipe_nccl_step_result last{};
+  ~Comm() { delete ranks; }
 };
+
+// Runs a collective over the ranks (none with one rank), recording its reason on failure.
+template <class Call>
+sapipe_status over_ranks(Comm* c, Call call) {
+  std::string why;
+  const sapipe_status s = call(*c->ranks, &why);
+  return s == SAPIPE_OK ? s : fail(s, why);
+}
+
+bool valid_op(int32_t op) { return op == SAPIPE_NCCL_SUM || op == SAPIPE_NCCL_AVG; }
 
 sapipe_status check_comm(void* comm) {
   return comm == nullptr ? fail(SAPIPE_ERR_INVALID_ARGUMENT, "the communicator is null") : SAPIPE_OK;
@@ -52,9 +70,9 @@ void copy_if_apart(float* dst, const float* src, size_t count) {
   if (dst != src && count > 0) std::memmove(dst, src, count * sizeof(float));
 }
 
-// The real fused step's guard for one rank: the non-finite inputs, and whether a sum of `size`
+// The real fused step's guard on one rank: the non-finite inputs, and whether a sum of `size`
 // inputs bounded by the norm could overflow (native/cuda/bucket_update.cu).
-void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, int64_t* bad, bool* risk) {
+void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, int32_t size, int64_t* bad, bool* risk) {
   int64_t n = 0;
   sapipe_cpu_count_non_finite(b.grad + b.offset, b.count, &n);
   if (sapipe::core::update_reads_local_grad(config)) {
@@ -65,7 +83,7 @@ void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, i
   double norm = 0;
   sapipe_cpu_squared_norm(b.grad + b.offset, b.count, &norm);
   *bad = n;
-  *risk = n == 0 && !(std::sqrt(norm) < static_cast<double>(FLT_MAX) / 2);
+  *risk = n == 0 && !(std::sqrt(norm) * size < static_cast<double>(FLT_MAX) / 2);
 }
 
 sapipe_status update_range(const sapipe_update_config& config, const sapipe_update_buffers& b, size_t offset, size_t count) {
@@ -76,6 +94,19 @@ sapipe_status update_range(const sapipe_update_config& config, const sapipe_upda
   part.count = count;
   sapipe_update_result r{};
   if (sapipe_status s = sapipe_cpu_update(&c, &part, &r); s != SAPIPE_OK) return fail(s, "fused step: the update refused its buffers");
+  return SAPIPE_OK;
+}
+
+// The sharded step's all-gathers in place: every rank's part of the weights and predicted weights.
+sapipe_status gather_parts(Comm* c, const sapipe_update_buffers& b) {
+  if (c->size == 1) return SAPIPE_OK;
+  const size_t part = b.count / static_cast<size_t>(c->size);
+  const size_t own = b.offset + static_cast<size_t>(c->rank) * part;
+  for (float* x : {b.weights, b.predicted})
+    if (x != nullptr)
+      if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_gather(x + own, x + b.offset, part, why); });
+          s != SAPIPE_OK)
+        return s;
   return SAPIPE_OK;
 }
 
@@ -158,7 +189,7 @@ sapipe_cuda_plugin_v1 make_table() {
   };
   t.nccl_probe = [](int32_t* version, const char** path) {
     if (version != nullptr) *version = 22809;
-    if (path != nullptr) *path = "host-memory emulation (one rank)";
+    if (path != nullptr) *path = "host-memory emulation (ranks over Unix sockets)";
     return SAPIPE_OK;
   };
   t.bench_update = [](const sapipe_update_config*, size_t, int32_t, int32_t, sapipe_cuda_bench_result*) {
@@ -170,13 +201,21 @@ sapipe_cuda_plugin_v1 make_table() {
     return SAPIPE_OK;
   };
   t.nccl_get_unique_id = [](uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES]) {
-    std::memset(id, 7, SAPIPE_NCCL_UNIQUE_ID_BYTES);
+    if (id == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_get_unique_id: null");
+    sapipe::fakes::HostNccl::unique_id(id);
     return SAPIPE_OK;
   };
-  t.nccl_comm_init_rank = [](void** comm, int32_t size, const uint8_t*, int32_t rank) {
-    if (comm == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_init_rank: null");
-    if (size != 1 || rank != 0) return fail(SAPIPE_ERR_INTERNAL, "the host-memory emulation has one rank");
-    *comm = new Comm();
+  t.nccl_comm_init_rank = [](void** comm, int32_t size, const uint8_t* id, int32_t rank) {
+    if (comm == nullptr || id == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_init_rank: null");
+    *comm = nullptr;
+    if (size < 1 || rank < 0 || rank >= size) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_init_rank: rank must be in [0, size)");
+    auto c = std::make_unique<Comm>();
+    c->rank = rank, c->size = size;
+    if (size > 1) {
+      std::string why;
+      if (sapipe_status s = sapipe::fakes::HostNccl::join(id, size, rank, &c->ranks, &why); s != SAPIPE_OK) return fail(s, why);
+    }
+    *comm = c.release();
     return SAPIPE_OK;
   };
   t.nccl_comm_destroy = [](void* comm) {
@@ -184,72 +223,149 @@ sapipe_cuda_plugin_v1 make_table() {
     return SAPIPE_OK;
   };
   t.nccl_comm_abort = t.nccl_comm_destroy;
-  t.nccl_comm_async_error = [](void*, int32_t* result) {
+  t.nccl_comm_async_error = [](void* comm, int32_t* result) {
     if (result == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "nccl_comm_async_error: null");
-    *result = 0;
+    const auto* c = static_cast<Comm*>(comm);
+    // ncclSystemError once a peer was lost (the entries themselves already failed then).
+    *result = c != nullptr && c->ranks != nullptr && c->ranks->broken() ? 2 : 0;
     return SAPIPE_OK;
   };
-  // One rank: a sum or an average of one contribution is that contribution.
-  t.nccl_all_reduce = [](void* comm, const float* send, float* recv, size_t count, int32_t, void*) {
+  // The collectives: with one rank, a copy (a sum or an average of one contribution is that
+  // contribution); with more, over the ranks (host_nccl.h).
+  t.nccl_all_reduce = [](void* comm, const float* send, float* recv, size_t count, int32_t op, void*) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
-    copy_if_apart(recv, send, count);
-    return SAPIPE_OK;
+    if (send == nullptr || recv == nullptr || !valid_op(op)) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "all_reduce: null buffer or unknown op");
+    auto* c = static_cast<Comm*>(comm);
+    if (c->size == 1) {
+      copy_if_apart(recv, send, count);
+      return SAPIPE_OK;
+    }
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(send, recv, count, op == SAPIPE_NCCL_AVG, why); });
   };
-  t.nccl_reduce_scatter = [](void* comm, const float* send, float* recv, size_t count, int32_t, void*) {
+  t.nccl_reduce_scatter = [](void* comm, const float* send, float* recv, size_t count, int32_t op, void*) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
-    copy_if_apart(recv, send, count);
-    return SAPIPE_OK;
+    if (send == nullptr || recv == nullptr || !valid_op(op))
+      return fail(SAPIPE_ERR_INVALID_ARGUMENT, "reduce_scatter: null buffer or unknown op");
+    auto* c = static_cast<Comm*>(comm);
+    if (c->size == 1) {
+      copy_if_apart(recv, send, count);
+      return SAPIPE_OK;
+    }
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.reduce_scatter(send, recv, count, op == SAPIPE_NCCL_AVG, why); });
   };
   t.nccl_all_gather = [](void* comm, const float* send, float* recv, size_t count, void*) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
-    copy_if_apart(recv, send, count);
-    return SAPIPE_OK;
+    if (send == nullptr || recv == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "all_gather: null buffer");
+    auto* c = static_cast<Comm*>(comm);
+    if (c->size == 1) {
+      copy_if_apart(recv, send, count);
+      return SAPIPE_OK;
+    }
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.all_gather(send, recv, count, why); });
   };
   t.nccl_broadcast = [](void* comm, const float* send, float* recv, size_t count, int32_t root, void*) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
-    if (root != 0) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "broadcast: root " + std::to_string(root) + " is no rank");
-    copy_if_apart(recv, send, count);
-    return SAPIPE_OK;
+    auto* c = static_cast<Comm*>(comm);
+    if (root < 0 || root >= c->size) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "broadcast: root " + std::to_string(root) + " is no rank");
+    if (c->size == 1) {
+      copy_if_apart(recv, send, count);
+      return SAPIPE_OK;
+    }
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.broadcast(send, recv, count, root, why); });
   };
-  t.nccl_send = [](void*, const float*, size_t, int32_t peer, void*) {
-    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "send: peer " + std::to_string(peer) + " is no other rank");
+  t.nccl_send = [](void* comm, const float* buffer, size_t count, int32_t peer, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    auto* c = static_cast<Comm*>(comm);
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+      return fail(SAPIPE_ERR_INVALID_ARGUMENT, "send: peer " + std::to_string(peer) + " is no other rank");
+    if (buffer == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "send: null buffer");
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.send(buffer, count, peer, why); });
   };
-  t.nccl_recv = [](void*, float*, size_t, int32_t peer, void*) {
-    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "recv: peer " + std::to_string(peer) + " is no other rank");
+  t.nccl_recv = [](void* comm, float* buffer, size_t count, int32_t peer, void*) {
+    if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
+    auto* c = static_cast<Comm*>(comm);
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+      return fail(SAPIPE_ERR_INVALID_ARGUMENT, "recv: peer " + std::to_string(peer) + " is no other rank");
+    if (buffer == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "recv: null buffer");
+    return over_ranks(c, [&](auto& r, std::string* why) { return r.recv(buffer, count, peer, why); });
   };
+  // The real fused steps (native/cuda/bucket_update.cu) over the ranks: the guard's two words
+  // summed over the ranks, then the buckets summed in place (config.grad_scale folds in 1/size)
+  // and updated in order; sharded, the gradient reduce-scattered, the own part updated and the
+  // weights (and predicted weights) gathered.
   t.nccl_fused_update = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
                            const size_t* bucket_counts, size_t num_buckets, int32_t sharded, void* comm_stream, void* compute_stream) {
     if (sapipe_status s = check_step(comm, config, buffers, comm_stream, compute_stream); s != SAPIPE_OK) return s;
+    auto* c = static_cast<Comm*>(comm);
     if (!sharded) {
       size_t total = 0;
       for (size_t i = 0; bucket_counts != nullptr && i < num_buckets; ++i) total += bucket_counts[i];
       if (bucket_counts == nullptr || num_buckets == 0 || total != buffers->count)
         return fail(SAPIPE_ERR_SIZE_MISMATCH, "fused step: the bucket counts must be at least one and sum to the element count");
+    } else if (buffers->count % static_cast<size_t>(c->size) != 0) {
+      return fail(SAPIPE_ERR_SIZE_MISMATCH, "sharded update: the element count must be a multiple of the world size");
     }
-    auto* c = static_cast<Comm*>(comm);
+    // The gradient is reduced in place, as the real step does (the ABI's const is the update's view of it).
+    float* grad = const_cast<float*>(buffers->grad);
     int64_t bad = 0;
     bool risk = false;
-    guard(*config, *buffers, &bad, &risk);
+    guard(*config, *buffers, c->size, &bad, &risk);
+    if (c->size > 1) {
+      float words[2] = {static_cast<float>(bad), risk ? 1.0f : 0.0f};
+      if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(words, words, 2, false, why); }); s != SAPIPE_OK)
+        return s;
+      bad = static_cast<int64_t>(words[0]);
+      risk = words[0] == 0.0f && words[1] != 0.0f;
+    }
     c->last = {bad == 0 && !risk ? 1 : 0, risk ? 1 : 0, bad};
     if (!c->last.applied) return SAPIPE_OK;
-    // The reductions of one rank change nothing; each bucket's update, in order.
+    if (sharded) {
+      const size_t part = buffers->count / static_cast<size_t>(c->size);
+      const size_t own = buffers->offset + static_cast<size_t>(c->rank) * part;
+      if (c->size > 1)
+        if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) {
+              return r.reduce_scatter(grad + buffers->offset, grad + own, part, false, why);
+            });
+            s != SAPIPE_OK)
+          return s;
+      if (sapipe_status s = update_range(*config, *buffers, own, part); s != SAPIPE_OK) return s;
+      return gather_parts(c, *buffers);
+    }
     size_t at = buffers->offset;
-    const size_t buckets = sharded ? 1 : num_buckets;
-    for (size_t i = 0; i < buckets; ++i) {
-      const size_t count = sharded ? buffers->count : bucket_counts[i];
+    for (size_t i = 0; i < num_buckets; ++i) {
+      const size_t count = bucket_counts[i];
+      if (c->size > 1)
+        if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) {
+              return r.all_reduce(grad + at, grad + at, count, false, why);
+            });
+            s != SAPIPE_OK)
+          return s;
       if (sapipe_status s = update_range(*config, *buffers, at, count); s != SAPIPE_OK) return s;
       at += count;
     }
     return SAPIPE_OK;
   };
-  t.nccl_fused_update_recheck = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, int32_t,
+  t.nccl_fused_update_recheck = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, int32_t sharded,
                                    void* comm_stream, void* compute_stream) {
     if (sapipe_status s = check_step(comm, config, buffers, comm_stream, compute_stream); s != SAPIPE_OK) return s;
     auto* c = static_cast<Comm*>(comm);
+    if (sharded && buffers->count % static_cast<size_t>(c->size) != 0)
+      return fail(SAPIPE_ERR_SIZE_MISMATCH, "update recheck: the element count must be a multiple of the world size");
+    const size_t part = sharded ? buffers->count / static_cast<size_t>(c->size) : buffers->count;
+    const size_t own = sharded ? buffers->offset + static_cast<size_t>(c->rank) * part : buffers->offset;
     int64_t bad = 0;
-    sapipe_cpu_count_non_finite(buffers->grad + buffers->offset, buffers->count, &bad);
+    sapipe_cpu_count_non_finite(buffers->grad + own, part, &bad);
+    // Replicated, every rank holds the same reduced gradient and count: no collective needed.
+    if (sharded && c->size > 1) {
+      float word = static_cast<float>(bad);
+      if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(&word, &word, 1, false, why); }); s != SAPIPE_OK)
+        return s;
+      bad = static_cast<int64_t>(word);
+    }
     c->last = {bad == 0 ? 1 : 0, 0, bad};
-    return bad == 0 ? update_range(*config, *buffers, buffers->offset, buffers->count) : SAPIPE_OK;
+    if (bad != 0) return SAPIPE_OK;
+    if (sapipe_status s = update_range(*config, *buffers, own, part); s != SAPIPE_OK) return s;
+    return sharded ? gather_parts(c, *buffers) : SAPIPE_OK;
   };
   t.nccl_fused_update_result = [](void* comm, sapipe_nccl_step_result* out) {
     if (sapipe_status s = check_comm(comm); s != SAPIPE_OK) return s;
