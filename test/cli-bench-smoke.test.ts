@@ -28,6 +28,21 @@ t.test('bench pipeline --json at an even number of rounds (its default is 20), w
   }
 });
 
+t.test('bench pipeline --json: AvgPipe worker per replica and Wavelet data-parallel, each worker on a kernel thread of its own', async (t) => {
+  const rows = (await sapipe('bench', 'pipeline', '--schedules', 'avgpipe,wavelet', '--averaging-layout', 'worker-per-replica', '--form', 'data-parallel', '--kernel-threads', '1', '--stages', '2', '--microbatches', '2', '--microbatch-size', '4', '--layers', '784,16,10', '--rounds', '2', '--warmup', '0', '--json')) as {
+    schedule: string;
+    ratioShared: number;
+    ratioMachine: number;
+    kernelThreads: number | 'shared';
+  }[];
+  t.same(rows.map((x) => x.schedule), ['avgpipe', 'wavelet']);
+  for (const x of rows) {
+    t.ok(finitePositive(x.ratioShared) && finitePositive(x.ratioMachine), `${x.schedule}: measured against both shared-cores simulations`);
+    t.equal(x.kernelThreads, 1, `${x.schedule}: the workers' kernel threads as asked`);
+  }
+  await t.rejects(sapipe('bench', 'pipeline', '--averaging-layout', 'sideways', '--json'), /averaging-layout/);
+});
+
 t.test('bench gemm --json', async (t) => {
   const r = (await sapipe('bench', 'gemm', '--m', '37', '--n', '29', '--k', '53', '--reps', '2', '--warmup', '1', '--json')) as Record<string, unknown>;
   t.ok(Object.values(r).some(finitePositive), `some positive figure: ${JSON.stringify(r).slice(0, 200)}`);

@@ -8,7 +8,7 @@
  * and the simulator's stages sharing the machine's cores (docs/pipeline.md, "Stages sharing cores").
  */
 import { roundOverhead } from '../demo/pipeline-run.js';
-import { costsAt, sharedCoresCosts, measuredCosts, measuredResult, mlpLayers, PipelineTrainer, type PipelineProfile, profileOnMachine, type RoundReport, type RuntimeScheduleName, simulateSchedule } from 'sapipe';
+import { type AveragingLayout, costsAt, sharedCoresCosts, measuredCosts, measuredResult, mlpLayers, PipelineTrainer, type PipelineProfile, profileOnMachine, type RoundReport, type RuntimeScheduleName, simulateSchedule, type WaveletForm } from 'sapipe';
 import { median } from './timing.js';
 
 export interface PipelineBenchOptions {
@@ -21,6 +21,10 @@ export interface PipelineBenchOptions {
   warmup: number;
   /** Each stage worker's kernel threads (PipelineTrainerOptions.kernelThreads); default auto. */
   kernelThreads?: number | 'auto' | 'shared';
+  /** AvgPipe's layout (its rows only; default the trainer's). */
+  averagingLayout?: AveragingLayout;
+  /** Wavelet's form (its rows only; default the trainer's). */
+  form?: WaveletForm;
 }
 
 export interface PipelineBenchRow {
@@ -56,7 +60,8 @@ export interface PipelineBenchRow {
 export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: PipelineBenchRow) => void): Promise<PipelineBenchRow[]> {
   const features = o.sizes[0]!;
   const classes = o.sizes[o.sizes.length - 1]!;
-  const samples = o.microBatches * o.microBatchSize * 4;
+  // enough for a round of every schedule here: Wavelet's data-parallel form trains 2S micro-batch sets per round
+  const samples = o.microBatches * o.microBatchSize * Math.max(4, 2 * o.stages);
   const inputs = Float32Array.from({ length: samples * features }, (_, i) => ((i * 2654435761) % 1000) / 1000);
   const labels = Int32Array.from({ length: samples }, (_, i) => i % classes);
   const rows: PipelineBenchRow[] = [];
@@ -72,6 +77,8 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       optimizer: { kind: 'sgd', lr: 0.01, momentum: 0.9 },
       data: { inputs, labels, features },
       ...(o.kernelThreads !== undefined ? { kernelThreads: o.kernelThreads } : {}),
+      ...(o.averagingLayout !== undefined && schedule === 'avgpipe' ? { averaging: { layout: o.averagingLayout } } : {}),
+      ...(o.form !== undefined && schedule === 'wavelet' ? { form: o.form } : {}),
     });
     try {
       for (let i = 0; i < o.warmup; i++) await trainer.trainRound();
@@ -90,11 +97,14 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         profile = await profileOnMachine(mlpLayers(o.sizes), boundaries, { microBatchSize: o.microBatchSize, batchSize: o.microBatches * o.microBatchSize, kernelThreads: trainer.kernelThreads });
         profiles.set(boundaries.join(','), profile);
       }
-      const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize));
+      const layout = trainer.averagingLayout;
+      const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize, layout));
       // each round from its own work (a round the machine's other load slowed is slowed in its costs
       // too), the median over rounds, as the measured figure is
       const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 };
-      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], sharing)).makespan));
+      // a worker per replica: each pipeline's actions of a row are a thread of their own
+      const threads = layout === 'worker-per-replica' ? { sharedCores: { ...sharing, threads: 'per-pipeline' as const } } : {};
+      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], sharing, threads)).makespan));
       const row: PipelineBenchRow = {
         schedule,
         measuredMs: median(makespans),

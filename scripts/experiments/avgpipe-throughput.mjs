@@ -1,11 +1,13 @@
 // AvgPipe's tuned setting against 1F1B and GPipe on the same work, measured, with the tuner's
 // prediction beside: a 1F1B run of `sapipe train pipeline` writes the profile it measured, `sapipe
 // tune` picks (N, M, A, micro-batch) from it, and each setting then trains the same epochs of the
-// same samples; throughput is samples trained per second of training wall time (median of the
-// repeats, run in turns so that a busy moment of the machine does not favour one setting).
+// same samples, once per seed (the settings in turns, so that a busy moment of the machine does not
+// favour one). Throughput is samples trained per second of training wall time over the epochs
+// after the first (the first warms up; with one epoch, that one), median over the runs; accuracy is
+// the test accuracy after the last epoch, per seed.
 //
 //   node scripts/experiments/avgpipe-throughput.mjs [--stages 4] [--max-pipelines 2] [--memory-gb 1]
-//        [--epochs 1] [--train-samples 4096] [--repeats 3]
+//        [--epochs 1] [--train-samples 4096] [--seeds 1,2,3]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -23,7 +25,7 @@ const maxPipelines = option('--max-pipelines', '2');
 const memoryGb = option('--memory-gb', '1');
 const epochs = Number(option('--epochs', '1'));
 const trainSamples = Number(option('--train-samples', '4096'));
-const repeats = Number(option('--repeats', '3'));
+const seeds = option('--seeds', '1,2,3').split(',').map(Number);
 
 const dir = mkdtempSync(join(tmpdir(), 'sapipe-avgpipe-tp-'));
 const sapipe = (args) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
@@ -43,24 +45,31 @@ try {
     { name: 'gpipe M=8 b=16', args: ['--schedule', 'gpipe', '--microbatches', '8', '--microbatch-size', '16'], predicted: find(8, true), perRound: 128 },
   ];
   const measured = settings.map(() => []);
-  for (let r = 0; r < repeats; r++) {
+  const accuracy = settings.map(() => []);
+  for (const seed of seeds) {
     settings.forEach((s, i) => {
-      const out = JSON.parse(sapipe(['train', 'pipeline', ...s.args, '--epochs', String(epochs), ...common, '--json']));
-      const samples = Math.floor(trainSamples / s.perRound) * s.perRound * epochs;
-      measured[i].push(samples / (out.epochs.reduce((a, e) => a + e.wallMs, 0) / 1000));
+      const out = JSON.parse(sapipe(['train', 'pipeline', ...s.args, '--epochs', String(epochs), '--seed', String(seed), ...common, '--json']));
+      const timed = out.epochs.length > 1 ? out.epochs.slice(1) : out.epochs;
+      const samples = Math.floor(trainSamples / s.perRound) * s.perRound * timed.length;
+      measured[i].push(samples / (timed.reduce((a, e) => a + e.wallMs, 0) / 1000));
+      accuracy[i].push(out.epochs[out.epochs.length - 1].accuracy * 100);
     });
-    process.stderr.write(`repeat ${r + 1}/${repeats} done\n`);
+    process.stderr.write(`seed ${seed} done\n`);
   }
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
   const baseline = median(measured[2]);
   console.log(`tuner: ${tuned.explanation.join('; ')}\n`);
-  console.log(`${stages} stages, ${trainSamples} training samples x ${epochs} epoch(s), ${repeats} repeats in turns\n`);
-  console.log('| setting | tuner, samples/s | measured samples/s, median (min-max) | tuner / measured | measured / 1F1B M=8 |');
-  console.log('|---|---:|---:|---:|---:|');
+  console.log(`${stages} stages, ${trainSamples} training samples x ${epochs} epoch(s), seeds ${seeds.join(', ')}, the settings in turns\n`);
+  console.log('| setting | tuner, samples/s | measured samples/s, median (min-max) | tuner / measured | measured / 1F1B M=8 | test accuracy, mean (per seed) |');
+  console.log('|---|---:|---:|---:|---:|---|');
   settings.forEach((s, i) => {
     const m = measured[i];
     const ratio = s.predicted === undefined ? '-' : (s.predicted / median(m)).toFixed(2);
-    console.log(`| ${s.name} | ${s.predicted === undefined ? '-' : s.predicted.toFixed(0)} | ${median(m).toFixed(0)} (${Math.min(...m).toFixed(0)}-${Math.max(...m).toFixed(0)}) | ${ratio} | ${(median(m) / baseline).toFixed(2)} |`);
+    console.log(
+      `| ${s.name} | ${s.predicted === undefined ? '-' : s.predicted.toFixed(0)} | ${median(m).toFixed(0)} (${Math.min(...m).toFixed(0)}-${Math.max(...m).toFixed(0)}) | ${ratio} | ${(median(m) / baseline).toFixed(2)} | ` +
+        `${mean(accuracy[i]).toFixed(2)}% (${accuracy[i].map((a) => a.toFixed(2)).join(', ')}) |`,
+    );
   });
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -15,7 +15,7 @@ import { benchPipeline } from '../../bench/pipeline.js';
 import { benchStepOverhead } from '../../bench/step-overhead.js';
 import { benchTopk } from '../../bench/topk.js';
 import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
-import { RUNTIME_SCHEDULES, SapipeError } from 'sapipe';
+import { AVERAGING_LAYOUTS, RUNTIME_SCHEDULES, SapipeError, WAVELET_FORMS } from 'sapipe';
 import { checkInteger, checkOneOf } from 'sapipe/validate';
 import { availableParallelism } from 'node:os';
 import { InvalidArgumentError } from 'commander';
@@ -390,12 +390,27 @@ export function registerBenchCommand(program: Command): void {
     .option('--rounds <n>', 'measured rounds', parsePositiveInt, 20)
     .option('--warmup <n>', 'unmeasured rounds first (0 or more)', parseNonNegativeInt, 5)
     .option('--kernel-threads <n>', "each stage worker's native kernel threads: auto (the cores split among the workers), a number, or shared (the process-wide pool)", 'auto')
+    .option('--averaging-layout <layout>', `AvgPipe's layout (${AVERAGING_LAYOUTS.join(', ')}; default the trainer's)`)
+    .option('--form <form>', `Wavelet's form (${WAVELET_FORMS.join(', ')}; default the trainer's)`)
     .option('--json', 'print JSON')
-    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; kernelThreads: string; json?: boolean }) => {
+    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; kernelThreads: string; averagingLayout?: string; form?: string; json?: boolean }) => {
       const schedules = options.schedules.split(',').map((name) => checkOneOf(name.trim(), '--schedules', RUNTIME_SCHEDULES));
       const sizes = options.layers.split(',').map((x) => numberOption(x, '--layers'));
       const kernelThreads = options.kernelThreads === 'auto' || options.kernelThreads === 'shared' ? options.kernelThreads : checkInteger(numberOption(options.kernelThreads, '--kernel-threads'), "--kernel-threads (or 'auto', 'shared')", 1, 1024);
-      const rows = await benchPipeline({ schedules, stages: options.stages, microBatches: options.microbatches, microBatchSize: options.microbatchSize, sizes, rounds: options.rounds, warmup: options.warmup, kernelThreads });
+      const averagingLayout = options.averagingLayout === undefined ? undefined : checkOneOf(options.averagingLayout, '--averaging-layout', AVERAGING_LAYOUTS);
+      const form = options.form === undefined ? undefined : checkOneOf(options.form, '--form', WAVELET_FORMS);
+      const rows = await benchPipeline({
+        schedules,
+        stages: options.stages,
+        microBatches: options.microbatches,
+        microBatchSize: options.microbatchSize,
+        sizes,
+        rounds: options.rounds,
+        warmup: options.warmup,
+        kernelThreads,
+        ...(averagingLayout ? { averagingLayout } : {}),
+        ...(form ? { form } : {}),
+      });
       if (options.json) {
         console.log(JSON.stringify(rows, null, 2));
         return;
