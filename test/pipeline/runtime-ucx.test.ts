@@ -8,6 +8,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
+import { availableParallelism } from 'node:os';
 import t from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
@@ -28,7 +29,7 @@ const needsUcx = status.available ? {} : { skip: `the ucx plugin is unavailable:
 
 interface Launched {
   exitCode: number;
-  result?: { epochs: { loss: number; accuracy?: number }[]; weights: number[][] };
+  result?: { epochs: { loss: number; accuracy?: number }[]; weights: number[][]; kernelThreads: number | 'shared' };
   failures: Map<number, { code?: string; message: string; ms: number }>;
   stderr: string;
   elapsedMs: number;
@@ -98,6 +99,7 @@ for (const c of parallel) {
       t.equal(launched.result!.epochs.length, 2);
       t.ok(Math.abs(launched.result!.epochs[1]!.loss - epochs[1]!.loss) <= 1e-5, `the mean loss over every pipeline's micro-batches (${launched.result!.epochs[1]!.loss} against ${epochs[1]!.loss})`);
       t.equal(launched.result!.epochs[1]!.accuracy, await trainer.evaluate(inputs, labels), 'rank 0 evaluated the whole model as the trainer does');
+      t.equal(launched.result!.kernelThreads, Math.max(1, Math.floor(availableParallelism() / ranks)), "each process's kernels on its share of the cores (LOCAL_WORLD_SIZE processes split them)");
     } finally {
       await trainer.dispose();
     }

@@ -20,7 +20,8 @@ import { chooseDevice, type CudaDevice } from '../../device/index.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
-import { epochOrder, planPipeline, TRAINER_OPTION_KEYS, type PipelineTrainerOptions } from './plan.js';
+import { ownKernelThreads, useKernelThreads } from '../../kernel-threads.js';
+import { epochOrder, planPipeline, resolveKernelThreads, TRAINER_OPTION_KEYS, type PipelineTrainerOptions } from './plan.js';
 import { NCCL_STAGE_SCHEDULES, ncclStageTransport } from './nccl-links.js';
 import { StageHost } from './stage-host.js';
 import type { StageTransport, VersionRead } from './stage-runner.js';
@@ -49,6 +50,8 @@ export interface PipelineStageReport {
   readonly weights: readonly (Float32Array | undefined)[];
   /** The versions this stage's passes read, per round. */
   readonly versions: readonly (readonly VersionRead[])[];
+  /** The kernel threads this process trained on (`kernelThreads` resolved), or `shared` (its process-wide pool). */
+  readonly kernelThreads: number | 'shared';
 }
 
 /**
@@ -114,6 +117,11 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
       ? await joinDevicePipeline(stages, device, plan.timeoutMs)
       : await joinPipeline(given, stages, plan.timeoutMs);
   const { comm, replicas, pipeline, stage } = groups;
+  // This process's share of the machine's cores: the launcher's LOCAL_WORLD_SIZE processes split them.
+  const threadsBefore = ownKernelThreads();
+  const localProcesses = Number(process.env.LOCAL_WORLD_SIZE);
+  const kernelThreads = Number.isInteger(localProcesses) && localProcesses >= 1 ? resolveKernelThreads(options.kernelThreads, localProcesses, plan.device, 'trainPipelineStage') : plan.kernelThreads;
+  useKernelThreads(kernelThreads);
   try {
     const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? (groups.links ?? comm) : undefined, plan.data, replicas, pipeline);
     try {
@@ -155,7 +163,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
             if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels, 'accuracy');
             report.push(entry);
           }
-          if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions };
+          if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions, kernelThreads };
         }
       } finally {
         lossBox.dispose();
@@ -165,6 +173,7 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
       await host.dispose();
     }
   } finally {
+    useKernelThreads(threadsBefore);
     groups.close();
   }
 }

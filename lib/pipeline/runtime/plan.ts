@@ -133,7 +133,9 @@ export interface PipelineTrainerOptions {
    * `auto` (default) splits this process's cores among the workers, `floor(cores / workers)` each
    * and at least 1, so each worker computes on a core set of its own; a number gives every worker
    * that many; `shared` leaves every worker on the process-wide pool, where their kernels take
-   * turns job by job. Stages on a device run in this process and take none.
+   * turns job by job. Stages on a device run in this process and take none. A launched stage
+   * (trainPipelineStage) is a process: `auto` splits the cores among the launcher's
+   * `LOCAL_WORLD_SIZE` processes on its machine.
    */
   kernelThreads?: number | 'auto' | 'shared';
 }
