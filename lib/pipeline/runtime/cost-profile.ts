@@ -260,7 +260,12 @@ export interface MachineProfileOptions {
   readonly microBatchSize: number;
   /** Samples per pipeline per iteration (the tuner splits it into M micro-batches). */
   readonly batchSize: number;
-  /** Sizes to time each part at. Default: a quarter, half, one and two times `microBatchSize` (distinct, at least 1). */
+  /**
+   * Sizes to time each part at. Default: a quarter, half, one and two times `microBatchSize`, and
+   * `batchSize` (distinct, at least 1): the tuner splits a pipeline's batch into M micro-batches,
+   * so the fit must hold from its smallest micro-batch up to the whole batch (M = 1), not only
+   * near the run's size.
+   */
   readonly microBatchSizes?: readonly number[];
   /** Copies of the weights the optimizer keeps (SGD-momentum 1, Adam 2). Default 1. */
   readonly optimizerStateCopies?: number;
@@ -285,7 +290,7 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
   const b = checkInteger(options.microBatchSize, 'profileOnMachine: options.microBatchSize', 1, MAX_PROFILED_BATCH / 2);
   const batchSize = checkInteger(options.batchSize, 'profileOnMachine: options.batchSize', 1, 1 << 24);
   const copies = checkInteger(options.optimizerStateCopies ?? 1, 'profileOnMachine: options.optimizerStateCopies', 0, 8);
-  const sizes = options.microBatchSizes ?? [...new Set([Math.max(1, Math.round(b / 4)), Math.max(1, Math.round(b / 2)), b, 2 * b])];
+  const sizes = options.microBatchSizes ?? [...new Set([Math.max(1, Math.round(b / 4)), Math.max(1, Math.round(b / 2)), b, 2 * b, Math.min(batchSize, MAX_PROFILED_BATCH)])];
   const parts = profilePartCosts(layers, boundaries, { microBatchSizes: sizes, kernelThreads, ...(options.repeats !== undefined ? { repeats: options.repeats } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}) });
   const ranges = partRanges(layers.length, boundaries);
   const params = layerParams(layers);
