@@ -313,7 +313,9 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     try {
       if (step.firstStep) params.prepareFirstStep();
       const config: NativeUpdateConfig = { ...step.config, gradScale: (step.config.gradScale ?? 1) / this.size };
-      let result: NcclStepResult = await this.fused(config, buffers, counts, sharded, false, events);
+      const first = this.fused(config, buffers, counts, sharded, false, events);
+      ready?.markWaited();
+      let result: NcclStepResult = await first;
       const rechecked = !result.applied && result.overflowRisk;
       if (rechecked) result = await this.fused(config, buffers, counts, sharded, true);
       return { ...step.finish(result.applied, result.nonFiniteCount), buckets: sharded ? 1 : counts.length, update, rechecked };
@@ -384,6 +386,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       if (ticket.firstStep) params.prepareFirstStep();
       if (targets.hostGrads) queued.push(this.stage(true, params.grads, targets.hostGrads, hostLength));
       fused = this.fused(config, buffers, counts, false, false, events);
+      targets.ready?.markWaited();
       queued.push(fused);
       stageOut(queued);
     } catch (error) {
@@ -466,8 +469,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
   /**
    * A backward pass's events for a step of `buckets` buckets: on this device, one per bucket, every
    * one recorded since the last step waited on them (on a GPU a wait on an event never recorded
-   * returns at once, and the bucket would be reduced before its gradient is written). They count
-   * as waited on from here.
+   * returns at once, and the bucket would be reduced before its gradient is written). The caller
+   * marks them waited on once the step is queued.
    */
   private readyEvents(ready: DeviceEvents, buckets: number, what: string): CudaEventsHandle {
     if (!(ready instanceof DeviceEvents)) throw new InvalidArgumentError(`${what}: ready must be DeviceEvents`);
@@ -478,7 +481,7 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       throw new InvalidArgumentError(
         `${what}: the event of bucket ${missing} was not recorded since the last step, so its reduction would not wait for its gradient; record every bucket's event once the backward pass has enqueued that bucket`,
       );
-    return ready.take(what, true);
+    return ready.handleFor(what);
   }
 
   /** Submits a fused step (or its recheck); throws at once when refused (nothing queued). */

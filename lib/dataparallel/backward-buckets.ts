@@ -37,8 +37,12 @@ class BufferProgress {
 /** @internal See the file comment. */
 export class BackwardBuckets {
   private readonly byBuffer = new Map<DeviceBuffer, BufferProgress>();
-  /** [start, end) of every tensor, by offset. */
-  private readonly tensors: Array<[number, number]>;
+  /** Every tensor's offset, in increasing order, its size, and the tensor elements before it. */
+  private readonly starts: number[];
+  private readonly sizes: number[];
+  private readonly before: number[];
+  /** Every bucket's offset, in increasing order. */
+  private readonly bucketStarts: number[];
 
   /**
    * `ranges`: the step's buckets ([offset, count], from offset 0, as bucketRanges cuts them);
@@ -50,7 +54,16 @@ export class BackwardBuckets {
     buffers: readonly DeviceBuffer[],
     device: CudaDevice,
   ) {
-    this.tensors = params.names.map((n) => params.layout(n)).map((l): [number, number] => [l.offset, l.offset + l.size]).sort((a, b) => a[0] - b[0]);
+    const layouts = params.names.map((n) => params.layout(n)).sort((a, b) => a.offset - b.offset);
+    this.starts = layouts.map((l) => l.offset);
+    this.sizes = layouts.map((l) => l.size);
+    this.before = [];
+    let total = 0;
+    for (const size of this.sizes) {
+      this.before.push(total);
+      total += size;
+    }
+    this.bucketStarts = ranges.map(([offset]) => offset);
     const expected = ranges.map(([offset, count]) => this.tensorElements(offset, offset + count));
     try {
       for (const b of buffers) this.byBuffer.set(b, new BufferProgress(device, expected));
@@ -80,13 +93,15 @@ export class BackwardBuckets {
         if (r === 0) p.events.record(k);
       });
     p.reported.push([offset, hi]);
-    this.ranges.forEach(([start, n], k) => {
+    // The buckets the range meets: from the one holding `offset` on.
+    for (let k = Math.max(0, lastAtOrBelow(this.bucketStarts, offset)); k < this.ranges.length && this.ranges[k]![0] < hi; k++) {
+      const [start, n] = this.ranges[k]!;
       const lo = Math.max(start, offset);
       const up = Math.min(start + n, hi);
-      if (lo >= up || p.remaining[k] === 0) return;
+      if (lo >= up || p.remaining[k] === 0) continue;
       p.remaining[k]! -= this.tensorElements(lo, up);
       if (p.remaining[k] === 0) p.events.record(k);
-    });
+    }
   }
 
   /**
@@ -123,11 +138,24 @@ export class BackwardBuckets {
 
   /** Elements of the tensors within [lo, hi). */
   private tensorElements(lo: number, hi: number): number {
-    let n = 0;
-    for (const [a, b] of this.tensors) {
-      if (a >= hi) break;
-      n += Math.max(0, Math.min(b, hi) - Math.max(a, lo));
-    }
-    return n;
+    return this.elementsBelow(hi) - this.elementsBelow(lo);
   }
+
+  /** Elements of the tensors below offset x. */
+  private elementsBelow(x: number): number {
+    const i = lastAtOrBelow(this.starts, x - 1);
+    return i < 0 ? 0 : this.before[i]! + Math.min(this.sizes[i]!, x - this.starts[i]!);
+  }
+}
+
+/** The index of the last of the increasing `values` at or below x, or -1. */
+function lastAtOrBelow(values: readonly number[], x: number): number {
+  let lo = 0;
+  let hi = values.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (values[mid]! <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo - 1;
 }

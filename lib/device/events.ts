@@ -61,11 +61,14 @@ export class DeviceEvents {
     return this.native === undefined;
   }
 
-  /** @internal The native events, for a step that waits on them; `waited` marks them all as waited on. */
-  take(what: string, waited: boolean): CudaEventsHandle {
-    const native = this.live(what);
-    if (waited) this.recorded.fill(false);
-    return native;
+  /** @internal The native events, for a step that waits on them. */
+  handleFor(what: string): CudaEventsHandle {
+    return this.live(what);
+  }
+
+  /** @internal A step that waits on the events was queued: each must be recorded again before the next. */
+  markWaited(): void {
+    this.recorded.fill(false);
   }
 
   /** Drops this object's events (a queued step that waits on them keeps them until it settles). Idempotent. */

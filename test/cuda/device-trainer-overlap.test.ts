@@ -206,6 +206,17 @@ gpuTest('a backward reported in another order, twice, or after zeroGrad gives th
       await trainer.dispose();
       base.dispose();
 
+      // One report of the whole gradient, padding included, once the last tensor is enqueued.
+      const whole = new MLP(sizes, { seed: 3, device: 'cuda:0' });
+      let seen = 0;
+      const once = reporting(whole, (report, g, _o, _c) => {
+        if (++seen % tensors === 0) report(g as never, 0, whole.params.length);
+      });
+      const onceTrainer = await DataParallelTrainer.create({ ...config, comm, params: whole.params, model: once, device: 'cuda:0' });
+      t.same((await runDevice(once, onceTrainer, STEPS_HERE)).weights, expected.weights, `${mode}: one report spanning every bucket and the padding, the same weights`);
+      await onceTrainer.dispose();
+      whole.dispose();
+
       // A second backward before the step (a new pass: every bucket reported again), and zeroGrad then backward.
       for (const [what, zero] of [
         ['twice', false],
