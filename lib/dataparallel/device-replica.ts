@@ -34,7 +34,7 @@
  * Either way the NCCL step is complete before its promise settles, and the next forward pass reads
  * its weights only after that.
  */
-import { BackendUnavailableError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { checkSameLayout } from './layout-check.js';
 import { DeviceBuffer, DeviceParamSet } from '../device/index.js';
 import type { NcclCommunicator, NcclStepResultInfo } from '../comm/nccl.js';
@@ -84,9 +84,12 @@ export class DeviceReplica {
 
   /**
    * The trainer's creation collectives over nccl, on device buffers: every rank's ParamSet layout
-   * is compared (layout-check.ts), and rank 0's weights are broadcast into every rank's host ParamSet.
+   * is compared (layout-check.ts), then whether each follows the backward (`followBackward`: the
+   * two steps issue their collectives in another order, so every rank must take the same one;
+   * InvalidArgumentError on every rank otherwise), and rank 0's weights are broadcast into every
+   * rank's host ParamSet.
    */
-  static async checkLayoutAndBroadcast(comm: NcclCommunicator, params: ParamSet, broadcast: boolean): Promise<void> {
+  static async checkLayoutAndBroadcast(comm: NcclCommunicator, params: ParamSet, broadcast: boolean, followBackward = false): Promise<void> {
     const device = { device: comm.device };
     await checkSameLayout(
       params,
@@ -104,6 +107,23 @@ export class DeviceReplica {
       },
       'DataParallelTrainer.create',
     );
+    if (comm.size > 1) {
+      const mine = DeviceBuffer.from(Float32Array.of(followBackward ? 1 : 0), device);
+      const all = DeviceBuffer.allocate(comm.size, device);
+      let choices: Float32Array;
+      try {
+        await comm.allgather(mine, all);
+        choices = all.copyToHost();
+      } finally {
+        mine.dispose();
+        all.dispose();
+      }
+      const differs = choices.findIndex((c) => c !== choices[0]);
+      if (differs >= 0)
+        throw new InvalidArgumentError(
+          `DataParallelTrainer.create: rank 0 ${choices[0] ? 'reduces each bucket behind the backward' : 'waits for the whole backward'} and rank ${differs} does not; the two issue their collectives in another order, so every rank must make the same choice (the same model kind, or the same overlapBackward)`,
+        );
+    }
     if (!broadcast) return;
     const weights = DeviceBuffer.from(params.weights, device);
     try {

@@ -470,7 +470,7 @@ export class DataParallelTrainer {
       );
     if (comm instanceof NcclCommunicator) {
       checkNcclOptions({ ...options, staleness: resolved.staleness, overlap: overlapApplies(options, resolved) });
-      await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast);
+      await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast, onDevice && followsBackward(options));
       return new DataParallelTrainer(options, resolved);
     }
     await checkSameLayout(params, comm.size, (words) => gatherHostWords(comm, words), 'DataParallelTrainer.create');

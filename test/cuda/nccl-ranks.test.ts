@@ -100,6 +100,8 @@ twoGpuTest('two ranks: DataParallelTrainer reducing each bucket behind the backw
     t.same(behind1!.weights, behind0!.weights, `${mode}: and on both ranks`);
     t.same(after1!.weights, after0!.weights, `${mode}: (the trainer waiting for the backward too)`);
   }
+  for (const r of [r0!, r1!])
+    t.match(r.mixed, /^ERR_INVALID_ARGUMENT: DataParallelTrainer\.create: rank 0 reduces each bucket behind the backward and rank 1 does not/, `rank ${String(r.rank)}: ranks that chose differently are refused on every rank`);
 });
 
 twoGpuTest('two ranks: a peer that dies fails the survivor within the timeout, never a hang', async (t) => {
