@@ -73,15 +73,17 @@ export class BackwardBuckets {
     }
   }
 
-  get buckets(): number {
-    return this.ranges.length;
+  /** Elements the buckets cover. */
+  private get length(): number {
+    const last = this.ranges[this.ranges.length - 1];
+    return last === undefined ? 0 : last[0] + last[1];
   }
 
   /** The GradientListener: [offset, offset + count) of `grads` is enqueued. Reports on other buffers are not this trainer's. */
   report(grads: unknown, offset: number, count: number): void {
     const p = this.byBuffer.get(grads as DeviceBuffer);
     if (!p) return;
-    const end = this.ranges.length === 0 ? 0 : this.ranges[this.ranges.length - 1]![0] + this.ranges[this.ranges.length - 1]![1];
+    const end = this.length;
     if (!Number.isInteger(offset) || !Number.isInteger(count) || offset < 0 || count < 0 || offset + count > end)
       throw new InvalidArgumentError(`DataParallelTrainer: the model reported gradients at [${describeValue(offset)}, + ${describeValue(count)}), outside the gradient's ${end} elements`);
     if (count === 0) return;
@@ -127,8 +129,7 @@ export class BackwardBuckets {
     const p = this.byBuffer.get(grads);
     if (!p) return;
     p.restart();
-    const end = this.ranges.length === 0 ? 0 : this.ranges[this.ranges.length - 1]![0] + this.ranges[this.ranges.length - 1]![1];
-    if (end > 0) this.report(grads, 0, end);
+    if (this.length > 0) this.report(grads, 0, this.length);
   }
 
   dispose(): void {

@@ -334,8 +334,8 @@ export class DataParallelTrainer {
   private readonly residual: FlatBuffer | undefined;
   /** Over nccl: the device copy of the weights and optimizer state, where every update runs. */
   private readonly replica: DeviceReplica | undefined;
-  /** The model whose backward the replica follows (its listener is removed by dispose()). */
-  private listening: NonNullable<DataParallelTrainerOptions['model']> | undefined;
+  /** The model whose backward the replica follows, and the listener the trainer gave it (removed by dispose()). */
+  private listening: { model: NonNullable<DataParallelTrainerOptions['model']>; listener: GradientListener } | undefined;
   /** Where the model computes (the `device` option): `cpu`, or the nccl communicator's device. */
   readonly device: 'cpu' | CudaDevice;
   private busy = false;
@@ -370,8 +370,11 @@ export class DataParallelTrainer {
         this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap, onDevice, follow ? buckets : undefined);
         if (follow) {
           const replica = this.replica;
-          this.listening = options.model!;
-          this.listening.setGradientListener!((grads, offset, count) => replica.reportGradients(grads, offset, count));
+          const model = options.model!;
+          const listener: GradientListener = (grads, offset, count) => replica.reportGradients(grads, offset, count);
+          model.setGradientListener!(listener);
+          listeners.set(model, listener);
+          this.listening = { model, listener };
         }
       }
     } catch (error) {
@@ -887,7 +890,11 @@ export class DataParallelTrainer {
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();
     this.residual?.dispose();
-    this.listening?.setGradientListener?.(undefined);
+    // Unless a later trainer of the same model gave it its own listener meanwhile.
+    if (this.listening && listeners.get(this.listening.model) === this.listening.listener) {
+      this.listening.model.setGradientListener?.(undefined);
+      listeners.delete(this.listening.model);
+    }
     this.listening = undefined;
     this.replica?.dispose();
   }
@@ -1099,6 +1106,9 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   device: true,
   overlapBackward: true,
 });
+
+/** The listener a trainer last gave each model (a model may outlive its trainer and serve the next). */
+const listeners = new WeakMap<object, GradientListener>();
 
 /** Whether the device replica follows the model's backward bucket by bucket (the overlapBackward option, checked by create()). */
 function followsBackward(options: DataParallelTrainerOptions): boolean {

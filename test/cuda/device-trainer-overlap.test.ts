@@ -236,6 +236,16 @@ gpuTest('a backward reported in another order, twice, or after zeroGrad gives th
         m.dispose();
       }
 
+      // A second trainer of the same model, the first disposed after it was made: the second
+      // keeps its listener.
+      const shared = new MLP(sizes, { seed: 3, device: 'cuda:0' });
+      const first = await DataParallelTrainer.create({ ...config, comm, params: shared.params, model: shared, device: 'cuda:0' });
+      const second = await DataParallelTrainer.create({ ...config, comm, params: shared.params, model: shared, device: 'cuda:0' });
+      await first.dispose();
+      t.same((await runDevice(shared, second, STEPS_HERE)).weights, expected.weights, `${mode}: a model's second trainer keeps following its backward once the first is disposed`);
+      await second.dispose();
+      shared.dispose();
+
       // One layer's weight never reported: the step is refused before anything is reduced.
       const partial = new MLP(sizes, { seed: 3, device: 'cuda:0' });
       const skipped = partial.params.layout('layer0.weight').offset;

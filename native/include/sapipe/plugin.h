@@ -215,9 +215,10 @@ typedef struct sapipe_cuda_plugin_v1 {
    * the whole backward is needed. The buckets are reduced from the last to the first, the order
    * a backward pass writes them in (the last layer's parameters lie at the end of the set). The
    * guard's counts are taken bucket by bucket before each reduction and all-reduced after the
-   * last one, so every update runs once every bucket is reduced; the results are those of
-   * nccl_fused_update. An event that was never recorded would make its wait a no-op: the caller
-   * records every bucket's event before this call. */
+   * last one, so every update runs once every bucket is reduced (all or nothing needs every
+   * count). The sums and updates are those of nccl_fused_update; only the squared norm that
+   * decides an overflow risk is summed in another order. An event that was never recorded would
+   * make its wait a no-op: the caller records every bucket's event before this call. */
   sapipe_status (*nccl_fused_update_after)(void* comm, const sapipe_update_config* config,
                                            const sapipe_update_buffers* buffers, const size_t* bucket_counts,
                                            void* const* ready, size_t num_buckets, void* comm_stream,
