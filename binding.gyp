@@ -8,6 +8,7 @@
         "native/addon/comm_ucx_binding.cpp",
         "native/addon/device/cuda_binding.cpp",
         "native/addon/device/cuda_buffer.cpp",
+        "native/addon/device/cuda_events.cpp",
         "native/addon/errors.cpp",
         "native/addon/js_args.cpp",
         "native/addon/kernels_binding.cpp",

@@ -5,7 +5,7 @@
  * CNN and the GPT (`Sequential`s, whose loss the caller owns) get them from SequentialClassifier,
  * whose cross-entropy runs over every row of classes (the GPT: each position's next byte).
  */
-import { cnnLayers, type CudaDevice, DeviceBuffer, FlatBuffer, layerParams, MLP, modelDevice, type ModelDevice, type ParamSet, Sequential, softmaxCrossEntropy, softmaxXent } from 'sapipe';
+import { cnnLayers, type CudaDevice, DeviceBuffer, FlatBuffer, type GradientListener, layerParams, MLP, modelDevice, type ModelDevice, type ParamSet, Sequential, softmaxCrossEntropy, softmaxXent } from 'sapipe';
 import { describeGpt, type GptSize, gptSizeLayers } from './gpt-size.js';
 
 /** The models `sapipe demo --model` takes. */
@@ -55,6 +55,8 @@ export interface DeviceDemoModel {
   readonly params: ParamSet;
   readonly numParams: number;
   readonly device: CudaDevice;
+  /** Reports each layer's gradients as the backward enqueues them (the trainer reduces each bucket behind the backward). */
+  setGradientListener(listener: GradientListener | undefined): void;
   /** Forward of `batch` samples of `x` on `weights`, softmax cross-entropy against `labels`, and the parameter gradients into `grads`. */
   computeGradient(x: Float32Array, batch: number, labels: ArrayLike<number>, weights: DeviceBuffer, grads: DeviceBuffer): void;
   /** Accuracy (per row of classes) on test data with `weights`, and the mean cross-entropy where the host model gives it too. */
@@ -70,6 +72,7 @@ export function createDeviceDemoModel(name: DemoModelName, seed: number, device:
     params: mlp.params,
     numParams: mlp.numParams,
     device,
+    setGradientListener: (listener) => mlp.setGradientListener(listener),
     computeGradient(x, batch, labels, weights, grads) {
       mlp.forwardLogits(x, batch, weights);
       mlp.loss(labels, { read: false });
@@ -200,6 +203,10 @@ class DeviceSequentialClassifier implements DeviceDemoModel {
   }
   get numParams(): number {
     return this.model.params.numParams;
+  }
+
+  setGradientListener(listener: GradientListener | undefined): void {
+    this.model.setGradientListener(listener);
   }
 
   computeGradient(x: Float32Array, batch: number, labels: ArrayLike<number>, weights: DeviceBuffer, grads: DeviceBuffer): void {

@@ -17,7 +17,7 @@
  * part, all-gather of the weights and predicted weights (sharded, ZeRO-1). All or nothing under
  * the non-finite guard on every rank (see native/cuda/bucket_update.h).
  */
-import { cudaAddon, cudaDeviceIndex, DeviceBuffer, DeviceParamSet, NcclCollective, type CudaDevice, type NcclCommHandle, type NcclStepResult } from '../device/index.js';
+import { cudaAddon, cudaDeviceIndex, DeviceBuffer, DeviceEvents, DeviceParamSet, NcclCollective, type CudaDevice, type CudaEventsHandle, type NcclCommHandle, type NcclStepResult } from '../device/index.js';
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { awaitNative, callNative, type NativeUpdateConfig } from '../native.js';
 import type { StepResult } from '../optim/optimizer.js';
@@ -100,6 +100,11 @@ export interface NcclOverlappedTargets {
   gradScaleFactor: number;
   bucketBytes?: number | undefined;
   firstBucketBytes?: number | undefined;
+  /**
+   * The set's device gradient is still being written by a backward pass on the device's default
+   * stream: one event per bucket, each recorded once its bucket was enqueued (see readyEvents).
+   */
+  ready?: DeviceEvents | undefined;
 }
 
 const SUM = 0;
@@ -272,6 +277,17 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
    * on the GPU (see the file comment). Every rank must call it with the same options.
    */
   async allreduceAndStep(params: DeviceParamSet, options: NcclStepOptions = {}): Promise<NcclStepResultInfo> {
+    return this.allreduceAndStepAfter(params, options, undefined);
+  }
+
+  /**
+   * @internal allreduceAndStep over a device gradient that a backward pass on the device's default
+   * stream may still be writing: `ready` holds one event per bucket, each recorded once its bucket
+   * was enqueued, and each bucket's reduction waits for its event on the GPU (buckets reduced from
+   * the last to the first, as a backward pass writes them; the update follows the last reduction).
+   * Undefined: the gradient is complete (the caller waited for the backward).
+   */
+  async allreduceAndStepAfter(params: DeviceParamSet, options: NcclStepOptions, ready: DeviceEvents | undefined): Promise<NcclStepResultInfo> {
     this.checkLive('allreduceAndStep');
     if (!(params instanceof DeviceParamSet)) throw new InvalidArgumentError('NcclCommunicator.allreduceAndStep(params) must be a DeviceParamSet');
     checkOptions(options, NCCL_STEP_OPTION_KEYS, 'NcclCommunicator.allreduceAndStep(params, options)');
@@ -291,11 +307,15 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       throw new SizeMismatchError(`allreduceAndStep: a sharded step splits the set evenly; create the DeviceParamSet with { shards: ${this.size} }`);
     const buffers = params.updateBuffers('allreduceAndStep', options.localGrad);
     const counts = sharded ? [] : bucketRanges(params.length, options.bucketBytes, options.firstBucketBytes).map(([, count]) => count);
+    if (ready !== undefined && sharded) throw new InvalidArgumentError("allreduceAndStep: a backward pass's events are for update 'replicated'");
+    const events = ready === undefined ? undefined : this.readyEvents(ready, counts.length, 'allreduceAndStep');
     const step = optimizer.beginStep('allreduceAndStep', { external: true });
     try {
       if (step.firstStep) params.prepareFirstStep();
       const config: NativeUpdateConfig = { ...step.config, gradScale: (step.config.gradScale ?? 1) / this.size };
-      let result: NcclStepResult = await this.fused(config, buffers, counts, sharded, false);
+      const first = this.fused(config, buffers, counts, sharded, false, events);
+      ready?.markWaited();
+      let result: NcclStepResult = await first;
       const rechecked = !result.applied && result.overflowRisk;
       if (rechecked) result = await this.fused(config, buffers, counts, sharded, true);
       return { ...step.finish(result.applied, result.nonFiniteCount), buckets: sharded ? 1 : counts.length, update, rechecked };
@@ -347,6 +367,9 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
       ...(targets.devicePredicted ? { predicted: targets.devicePredicted.handle } : {}),
     };
     const counts = bucketRanges(params.length, targets.bucketBytes, targets.firstBucketBytes).map(([, count]) => count);
+    if (targets.ready !== undefined && targets.hostGrads !== undefined)
+      throw new InvalidArgumentError('startOverlappedStep: events say where a backward pass on the device has got to; a host gradient has none');
+    const events = targets.ready === undefined ? undefined : this.readyEvents(targets.ready, counts.length, 'startOverlappedStep');
     const ticket = optimizer.beginStep('step', { external: true });
     const config: NativeUpdateConfig = { ...ticket.config, gradScale: ((ticket.config.gradScale ?? 1) * targets.gradScaleFactor) / this.size };
     // Operations are submitted one by one; a refused one throws at once (before anything later
@@ -362,7 +385,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     try {
       if (ticket.firstStep) params.prepareFirstStep();
       if (targets.hostGrads) queued.push(this.stage(true, params.grads, targets.hostGrads, hostLength));
-      fused = this.fused(config, buffers, counts, false, false);
+      fused = this.fused(config, buffers, counts, false, false, events);
+      targets.ready?.markWaited();
       queued.push(fused);
       stageOut(queued);
     } catch (error) {
@@ -442,6 +466,24 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     return awaitNative(callNative(() => this.handle.collective(this.queue.handle, kind, a.handle, aOffset, count, b?.handle ?? null, bOffset, arg)));
   }
 
+  /**
+   * A backward pass's events for a step of `buckets` buckets: on this device, one per bucket, every
+   * one recorded since the last step waited on them (on a GPU a wait on an event never recorded
+   * returns at once, and the bucket would be reduced before its gradient is written). The caller
+   * marks them waited on once the step is queued.
+   */
+  private readyEvents(ready: DeviceEvents, buckets: number, what: string): CudaEventsHandle {
+    if (!(ready instanceof DeviceEvents)) throw new InvalidArgumentError(`${what}: ready must be DeviceEvents`);
+    if (ready.device !== this.device) throw new InvalidArgumentError(`${what}: the events are on ${ready.device}, the communicator on ${this.device}`);
+    if (ready.count !== buckets) throw new SizeMismatchError(`${what}: ${ready.count} events for ${buckets} buckets; give one per bucket`);
+    const missing = ready.firstUnrecorded();
+    if (missing >= 0)
+      throw new InvalidArgumentError(
+        `${what}: the event of bucket ${missing} was not recorded since the last step, so its reduction would not wait for its gradient; record every bucket's event once the backward pass has enqueued that bucket`,
+      );
+    return ready.handleFor(what);
+  }
+
   /** Submits a fused step (or its recheck); throws at once when refused (nothing queued). */
   private fused(
     config: NativeUpdateConfig,
@@ -449,7 +491,8 @@ export class NcclCommunicator extends Communicator<DeviceBuffer> {
     counts: number[],
     sharded: boolean,
     recheck: boolean,
+    ready?: CudaEventsHandle,
   ): Promise<NcclStepResult> {
-    return awaitNative(callNative(() => this.handle.fusedUpdate(this.queue.handle, config, buffers, counts, sharded, recheck)));
+    return awaitNative(callNative(() => this.handle.fusedUpdate(this.queue.handle, config, buffers, counts, sharded, recheck, ready ?? null)));
   }
 }

@@ -19,17 +19,29 @@
  * exportState). The host optimizer's other state buffers are refreshed only by stateToHost().
  *
  * Ordering on a GPU: the model's operations run on the device's legacy default stream, the NCCL
- * step on the communicator's own (non-blocking) streams, which do not wait for it. So before a
- * device gradient is reduced, waitForModel() waits for the default stream (a synchronous copy of
- * one float on it); the NCCL step is then complete before its promise settles, and the next
- * forward pass reads its weights only after that.
+ * step on the communicator's own (non-blocking) streams, which do not wait for it. Two ways to
+ * order them, chosen when the trainer is made (`overlapBackward`):
+ *
+ * - following the backward (a model that reports its progress, GradientListener): the replica's
+ *   BackwardBuckets records each bucket's event on the default stream once the backward has
+ *   enqueued all of that bucket, and the NCCL step's reduction of the bucket waits for its event
+ *   on the GPU: bucket k is reduced while the backward still computes the layers below it, and the
+ *   host never waits for the backward. Each gradient buffer has its own events (two buffers in the
+ *   staleness-1 modes), so the events a queued step waits on are not recorded again meanwhile.
+ * - after the backward (any other model): waitForModel() waits for the default stream (a
+ *   synchronous copy of one float on it) before the step starts.
+ *
+ * Either way the NCCL step is complete before its promise settles, and the next forward pass reads
+ * its weights only after that.
  */
-import { BackendUnavailableError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { checkSameLayout } from './layout-check.js';
 import { DeviceBuffer, DeviceParamSet } from '../device/index.js';
 import type { NcclCommunicator, NcclStepResultInfo } from '../comm/nccl.js';
 import type { Optimizer, StepResult } from '../optim/optimizer.js';
 import { FlatBuffer, type ParamSet } from '../tensor.js';
+import { bucketRanges } from '../comm/buckets.js';
+import { BackwardBuckets } from './backward-buckets.js';
 
 /** @internal Bucket sizes of the device step (the NCCL step's own options). */
 export interface DeviceBucketOptions {
@@ -51,7 +63,19 @@ export class DeviceReplica {
     private readonly weightsIn: DeviceBuffer | undefined,
     /** Whether the backward pass writes the set's device gradient (else the host's is staged in). */
     readonly deviceGrads: boolean,
+    /** Device gradients reduced behind the backward, bucket by bucket (see the file comment); undefined: after it. */
+    private readonly backward: BackwardBuckets | undefined,
   ) {}
+
+  /** Whether each bucket is reduced behind the backward pass (the model reports its progress to reportGradients). */
+  get followsBackward(): boolean {
+    return this.backward !== undefined;
+  }
+
+  /** The model's GradientListener, when the replica follows the backward. */
+  reportGradients(grads: unknown, offset: number, count: number): void {
+    this.backward?.report(grads, offset, count);
+  }
 
   /** The device copy of the ParamSet (weights, gradients, optimizer state). */
   get deviceSet(): DeviceParamSet {
@@ -60,9 +84,12 @@ export class DeviceReplica {
 
   /**
    * The trainer's creation collectives over nccl, on device buffers: every rank's ParamSet layout
-   * is compared (layout-check.ts), and rank 0's weights are broadcast into every rank's host ParamSet.
+   * is compared (layout-check.ts), then whether each follows the backward (`followBackward`: the
+   * two steps issue their collectives in another order, so every rank must take the same one;
+   * InvalidArgumentError on every rank otherwise), and rank 0's weights are broadcast into every
+   * rank's host ParamSet.
    */
-  static async checkLayoutAndBroadcast(comm: NcclCommunicator, params: ParamSet, broadcast: boolean): Promise<void> {
+  static async checkLayoutAndBroadcast(comm: NcclCommunicator, params: ParamSet, broadcast: boolean, followBackward = false): Promise<void> {
     const device = { device: comm.device };
     await checkSameLayout(
       params,
@@ -80,6 +107,23 @@ export class DeviceReplica {
       },
       'DataParallelTrainer.create',
     );
+    if (comm.size > 1) {
+      const mine = DeviceBuffer.from(Float32Array.of(followBackward ? 1 : 0), device);
+      const all = DeviceBuffer.allocate(comm.size, device);
+      let choices: Float32Array;
+      try {
+        await comm.allgather(mine, all);
+        choices = all.copyToHost();
+      } finally {
+        mine.dispose();
+        all.dispose();
+      }
+      const differs = choices.findIndex((c) => c !== choices[0]);
+      if (differs >= 0)
+        throw new InvalidArgumentError(
+          `DataParallelTrainer.create: rank 0 ${choices[0] ? 'reduces each bucket behind the backward' : 'waits for the whole backward'} and rank ${differs} does not; the two issue their collectives in another order, so every rank must make the same choice (the same model kind, or the same overlapBackward)`,
+        );
+    }
     if (!broadcast) return;
     const weights = DeviceBuffer.from(params.weights, device);
     try {
@@ -93,11 +137,20 @@ export class DeviceReplica {
   /**
    * Moves the ParamSet's weights and the optimizer's state to the communicator's device. With
    * `deviceGrads` the backward pass writes the device gradient; `outOfPlace` (the staleness-1
-   * modes) then also allocates the second gradient buffer.
+   * modes) then also allocates the second gradient buffer. `followBackward` (device gradients
+   * only): the step's buckets, reduced each behind the backward (see the file comment).
    */
-  static create(comm: NcclCommunicator, params: ParamSet, optimizer: Optimizer, outOfPlace: boolean, deviceGrads = false): DeviceReplica {
+  static create(
+    comm: NcclCommunicator,
+    params: ParamSet,
+    optimizer: Optimizer,
+    outOfPlace: boolean,
+    deviceGrads = false,
+    followBackward?: DeviceBucketOptions,
+  ): DeviceReplica {
     const set = DeviceParamSet.create(params, { device: comm.device, optimizer });
     const made: DeviceBuffer[] = [];
+    let backward: BackwardBuckets | undefined;
     try {
       const spare = (): DeviceBuffer => {
         const b = DeviceBuffer.allocate(set.length, { device: comm.device });
@@ -108,8 +161,13 @@ export class DeviceReplica {
       const sparePredicted = outOfPlace && set.stateBuffer('predicted') ? spare() : undefined;
       const otherGrads = outOfPlace && deviceGrads ? spare() : undefined;
       const weightsIn = outOfPlace && deviceGrads ? spare() : undefined;
-      return new DeviceReplica(comm, set, spareWeights, sparePredicted, otherGrads, weightsIn, deviceGrads);
+      if (deviceGrads && followBackward) {
+        const ranges = bucketRanges(set.length, followBackward.bucketBytes, followBackward.firstBucketBytes);
+        backward = new BackwardBuckets(params, ranges, otherGrads ? [set.grads, otherGrads] : [set.grads], comm.device);
+      }
+      return new DeviceReplica(comm, set, spareWeights, sparePredicted, otherGrads, weightsIn, deviceGrads, backward);
     } catch (error) {
+      backward?.dispose();
       for (const b of made) b.dispose();
       set.dispose();
       throw error;
@@ -121,12 +179,17 @@ export class DeviceReplica {
    * gradients the host gradient goes to the device first and the new weights come back after.
    */
   async syncStep(buckets: DeviceBucketOptions): Promise<NcclStepResultInfo> {
-    if (this.deviceGrads) this.waitForModel();
-    else this.set.copyGradsFromHost();
-    const r = await this.comm.allreduceAndStep(this.set, {
-      ...(buckets.bucketBytes === undefined ? {} : { bucketBytes: buckets.bucketBytes }),
-      ...(buckets.firstBucketBytes === undefined ? {} : { firstBucketBytes: buckets.firstBucketBytes }),
-    });
+    const ready = this.backward?.take(this.set.grads);
+    if (!this.deviceGrads) this.set.copyGradsFromHost();
+    else if (!ready) this.waitForModel();
+    const r = await this.comm.allreduceAndStepAfter(
+      this.set,
+      {
+        ...(buckets.bucketBytes === undefined ? {} : { bucketBytes: buckets.bucketBytes }),
+        ...(buckets.firstBucketBytes === undefined ? {} : { firstBucketBytes: buckets.firstBucketBytes }),
+      },
+      ready,
+    );
     if (r.applied && !this.deviceGrads) this.set.weights.copyToHost(this.set.params.weights);
     return r;
   }
@@ -140,13 +203,21 @@ export class DeviceReplica {
    *
    * The step reads a copy of the weights (`weightsIn`), not the set's: a queued operation holds
    * every buffer it uses until it settles (ERR_BUSY for any other use, reads included), and the
-   * forward passes of the next gradient read the set's weights while this step runs. The copy
-   * (device to device, synchronous on the default stream) also waits for the backward pass that
-   * wrote the gradient (see the file comment).
+   * forward passes of the next gradient read the set's weights while this step runs. After the
+   * backward (see the file comment), the copy (device to device, synchronous on the default
+   * stream) also waits for the backward pass that wrote the gradient. Following the backward, the
+   * copy is enqueued on the default stream behind it, and bucket 0's event recorded again after
+   * the copy: bucket 0 is reduced last and every update follows its reduction, so no update reads
+   * the copy before it is done, and the host does not wait.
    */
   startOverlappedOnDevice(gradScaleFactor: number, buckets: DeviceBucketOptions): Promise<StepResult> {
-    this.weightsIn!.copyFrom(this.set.weights);
+    const ready = this.backward?.take(this.set.grads);
+    if (ready) {
+      this.weightsIn!.copyFromEnqueued(this.set.weights);
+      ready.record(0);
+    } else this.weightsIn!.copyFrom(this.set.weights);
     const done = this.comm.startOverlappedStep(this.set, {
+      ready,
       deviceWeightsIn: this.weightsIn,
       deviceWeights: this.spareWeights!,
       devicePredicted: this.sparePredicted,
@@ -186,6 +257,7 @@ export class DeviceReplica {
   /** Device gradients: zeroes the device gradient the next backward pass writes (zeros copied from the host). */
   zeroGrads(): void {
     this.set.grads.copyFromHost(new Float32Array(this.set.length));
+    this.backward?.markWritten(this.set.grads);
   }
 
   /**
@@ -235,6 +307,7 @@ export class DeviceReplica {
   }
 
   dispose(): void {
+    this.backward?.dispose();
     this.set.dispose();
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();

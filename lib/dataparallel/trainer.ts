@@ -13,6 +13,7 @@ import { checkOptimizerSpec, checkOptimizerValues, createOptimizer, type Optimiz
 import { FlatBuffer, ParamSet } from '../tensor.js';
 import { cudaDeviceIndex, parseDevice, type CudaDevice, type DeviceBuffer, type DeviceParamSet } from '../device/index.js';
 import { sparseAllreduce } from '../compress/sparse-allreduce.js';
+import type { GradientListener } from '../nn/gradient-listener.js';
 import { DeviceReplica, checkNcclOptions } from './device-replica.js';
 import { checkSameLayout, gatherHostWords } from './layout-check.js';
 import { resolveMode, type DataParallelModeOptions, type DataParallelOptimizerSpec, type ResolvedMode } from './mode.js';
@@ -48,7 +49,18 @@ export interface DataParallelTrainerOptions extends DataParallelModeOptions {
    * The model, checked against the ParamSet: an `MLP` (whose `params` must be `options.params`), or
    * anything with a `numParams` equal to the ParamSet's.
    */
-  model?: { readonly numParams: number; readonly params?: ParamSet; readonly device?: string };
+  model?: { readonly numParams: number; readonly params?: ParamSet; readonly device?: string; setGradientListener?: (listener: GradientListener | undefined) => void };
+  /**
+   * With device gradients: reduce each bucket of the gradient as soon as the model's backward pass
+   * has enqueued all of it, while the backward still computes the layers below (the reduction
+   * waits for the bucket on the GPU, not the host for the whole backward). Needs a `model` that
+   * reports its backward's progress (an `MLP` or `Sequential`: setGradientListener, which the
+   * trainer calls with its listener), whose backward writes `trainer.deviceGrads` before every
+   * step(). `false`: one wait for the whole backward before the step, for any model (one of one's
+   * own writing the gradient however it likes). Default: true when `model` reports its progress.
+   * The results are the same either way.
+   */
+  overlapBackward?: boolean;
   /** Copy rank 0's weights to every rank at creation so all replicas start equal. Default true. */
   broadcastWeights?: boolean;
   /** `sync`: bucket sizes of the fused all-reduce + update (see allreduceAndStep). */
@@ -322,6 +334,8 @@ export class DataParallelTrainer {
   private readonly residual: FlatBuffer | undefined;
   /** Over nccl: the device copy of the weights and optimizer state, where every update runs. */
   private readonly replica: DeviceReplica | undefined;
+  /** The model whose backward the replica follows, and the listener the trainer gave it (removed by dispose()). */
+  private listening: { model: NonNullable<DataParallelTrainerOptions['model']>; listener: GradientListener } | undefined;
   /** Where the model computes (the `device` option): `cpu`, or the nccl communicator's device. */
   readonly device: 'cpu' | CudaDevice;
   private busy = false;
@@ -350,7 +364,19 @@ export class DataParallelTrainer {
         if (this.optimizer.stateBuffer('predicted')) this.sparePredicted = options.params.allocateLike();
       }
       if (this.compression && this.compression.errorFeedback !== false) this.residual = FlatBuffer.allocate(options.params.length);
-      if (options.comm instanceof NcclCommunicator) this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap, onDevice);
+      if (options.comm instanceof NcclCommunicator) {
+        const follow = onDevice && followsBackward(options);
+        const buckets = { bucketBytes: options.bucketBytes, firstBucketBytes: options.firstBucketBytes };
+        this.replica = DeviceReplica.create(options.comm, options.params, this.optimizer, this.overlap, onDevice, follow ? buckets : undefined);
+        if (follow) {
+          const replica = this.replica;
+          const model = options.model!;
+          const listener: GradientListener = (grads, offset, count) => replica.reportGradients(grads, offset, count);
+          model.setGradientListener!(listener);
+          listeners.set(model, listener);
+          this.listening = { model, listener };
+        }
+      }
     } catch (error) {
       this.idle?.dispose();
       this.spareWeights?.dispose();
@@ -409,6 +435,16 @@ export class DataParallelTrainer {
         throw new InvalidArgumentError("DataParallelTrainer: clipGradNorm needs the whole gradient's norm on every rank; use update 'replicated'");
     }
     checkInteger(options.accumulationSteps ?? 1, 'DataParallelTrainer: accumulationSteps', 1, 1 << 20);
+    if (options.overlapBackward !== undefined) {
+      if (typeof options.overlapBackward !== 'boolean')
+        throw new InvalidArgumentError(`DataParallelTrainer: overlapBackward must be a boolean, got ${describeValue(options.overlapBackward)}`);
+      if (options.overlapBackward && !onDevice)
+        throw new InvalidArgumentError("DataParallelTrainer: overlapBackward is for device gradients (device: 'cuda:N' over the nccl communicator); a host gradient is complete when step() is called");
+      if (options.overlapBackward && typeof options.model?.setGradientListener !== 'function')
+        throw new InvalidArgumentError(
+          'DataParallelTrainer: overlapBackward needs options.model to report its backward pass (setGradientListener, as MLP and Sequential do); pass the model, or overlapBackward: false to wait for the whole backward',
+        );
+    }
     if (onDevice && (options.accumulationSteps ?? 1) > 1)
       throw new InvalidArgumentError(
         `DataParallelTrainer: accumulationSteps is not offered with device gradients (device '${options.device}'); average the micro-batches in the loss (one backward per update), or leave accumulationSteps unset`,
@@ -437,7 +473,7 @@ export class DataParallelTrainer {
       );
     if (comm instanceof NcclCommunicator) {
       checkNcclOptions({ ...options, staleness: resolved.staleness, overlap: overlapApplies(options, resolved) });
-      await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast);
+      await DeviceReplica.checkLayoutAndBroadcast(comm, params, broadcast, onDevice && followsBackward(options));
       return new DataParallelTrainer(options, resolved);
     }
     await checkSameLayout(params, comm.size, (words) => gatherHostWords(comm, words), 'DataParallelTrainer.create');
@@ -450,6 +486,14 @@ export class DataParallelTrainer {
   }
   get staleness(): 0 | 1 {
     return this.resolved.staleness;
+  }
+  /**
+   * With device gradients: whether each bucket of the gradient is reduced behind the model's
+   * backward pass as soon as the backward has enqueued it (`overlapBackward`), rather than after
+   * one wait for the whole backward. False for host gradients.
+   */
+  get overlapsBackward(): boolean {
+    return this.replica?.followsBackward ?? false;
   }
   /** step() calls so far. */
   get stepCalls(): number {
@@ -846,6 +890,12 @@ export class DataParallelTrainer {
     this.spareWeights?.dispose();
     this.sparePredicted?.dispose();
     this.residual?.dispose();
+    // Unless a later trainer of the same model gave it its own listener meanwhile.
+    if (this.listening && listeners.get(this.listening.model) === this.listening.listener) {
+      this.listening.model.setGradientListener?.(undefined);
+      listeners.delete(this.listening.model);
+    }
+    this.listening = undefined;
     this.replica?.dispose();
   }
 
@@ -1054,7 +1104,16 @@ const TRAINER_OPTION_KEYS = optionKeys<DataParallelTrainerOptions>({
   overlapUpdate: true,
   compression: true,
   device: true,
+  overlapBackward: true,
 });
+
+/** The listener a trainer last gave each model (a model may outlive its trainer and serve the next). */
+const listeners = new WeakMap<object, GradientListener>();
+
+/** Whether the device replica follows the model's backward bucket by bucket (the overlapBackward option, checked by create()). */
+function followsBackward(options: DataParallelTrainerOptions): boolean {
+  return options.overlapBackward ?? typeof options.model?.setGradientListener === 'function';
+}
 
 /**
  * Checks the `device` option against the communicator; true for device gradients. A GPU needs

@@ -131,12 +131,25 @@ export class DeviceBuffer {
 
   /** Copies all of `src` (same device, at most this long) into this buffer from element 0. */
   copyFrom(src: DeviceBuffer): void {
+    this.copyFromDevice(src, false);
+  }
+
+  /**
+   * @internal copyFrom enqueued on the device's default stream behind the model operations there,
+   * without waiting: whatever reads the copy on another stream must wait for an event recorded
+   * after it.
+   */
+  copyFromEnqueued(src: DeviceBuffer): void {
+    this.copyFromDevice(src, true);
+  }
+
+  private copyFromDevice(src: DeviceBuffer, enqueueOnly: boolean): void {
     this.checkLive('copyFrom');
     if (!(src instanceof DeviceBuffer)) throw new InvalidArgumentError('DeviceBuffer.copyFrom(src) must be a DeviceBuffer');
     src.checkLive('copyFrom (source)');
     if (src.length > this.length) throw new SizeMismatchError(`DeviceBuffer.copyFrom: the source has ${src.length} elements, this buffer ${this.length}`);
     if (src.deviceIndex !== this.deviceIndex) throw new InvalidArgumentError(`DeviceBuffer.copyFrom: the source is on ${src.device}, this buffer on ${this.device}`);
-    callNative(() => this.handle.copyFromDevice(src.handle, 0, 0, src.length));
+    callNative(() => this.handle.copyFromDevice(src.handle, 0, 0, src.length, enqueueOnly));
   }
 
   /** NaN/Inf elements of [offset, offset + count) (default: the whole buffer), counted on the device. */

@@ -50,7 +50,15 @@ export interface CudaBufferHandle {
   readonly disposed: boolean;
   copyFromHost(src: Float32Array, offset: number): void;
   copyToHost(dst: Float32Array, offset: number): void;
-  copyFromDevice(src: CudaBufferHandle, srcOffset: number, dstOffset: number, count: number): void;
+  /** enqueueOnly: enqueued on the device's default stream and not waited for. */
+  copyFromDevice(src: CudaBufferHandle, srcOffset: number, dstOffset: number, count: number, enqueueOnly?: boolean): void;
+  dispose(): void;
+}
+
+/** Events on one CUDA device, recorded on its default stream (native/addon/device/cuda_events.h). @category Backends */
+export interface CudaEventsHandle {
+  readonly count: number;
+  record(index: number): void;
   dispose(): void;
 }
 
@@ -99,6 +107,8 @@ export interface NcclCommHandle {
     bucketCounts: number[],
     sharded: boolean,
     recheck: boolean,
+    /** One event per bucket, each recorded once that bucket's gradient was enqueued: each bucket's reduction waits for its event on the GPU (replicated only). */
+    ready?: CudaEventsHandle | null,
   ): Promise<NcclStepResult>;
   /** Copies the first `count` floats of host to device (toDevice) or of device to host, in order with the queue's operations. */
   stage(queue: QueueHandle, toDevice: boolean, device: CudaBufferHandle, host: NativeBufferHandle, count: number): Promise<void>;
@@ -121,6 +131,7 @@ export interface CudaAddon {
   cudaTopkSelect(grad: CudaBufferHandle, residual: CudaBufferHandle | null, k: number, rounds: number, pack: CudaBufferHandle): { passes: number; lower: number; upper: number; band: number };
   /** out = (zeroFirst ? 0 : out) + scale * the pairs of each of `ranks` packs of `width` floats in `all`, in rank order. */
   cudaScatterAdd(out: CudaBufferHandle, all: CudaBufferHandle, width: number, k: number, ranks: number, scale: number, zeroFirst: boolean): void;
+  CudaEvents: new (device: number, count: number) => CudaEventsHandle;
   NcclComm: new (device: number, size: number, rank: number, timeoutMs: number) => NcclCommHandle;
   ncclUniqueId(): Uint8Array;
 }

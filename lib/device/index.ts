@@ -12,3 +12,4 @@ export * from './probe.js';
 export * from './buffer.js';
 export * from './param-set.js';
 export * from './kernels.js';
+export * from './events.js';

@@ -50,3 +50,4 @@ export { Sequential, balancedBoundaries, checkLayers, cnnLayers, layerParams, ml
 export { gptLayers, tokenCrossEntropy, type GptOptions } from './gpt.js';
 export type { StageBackwardOptions, StageModel } from './stage-model.js';
 export { rocAuc } from './metrics.js';
+export type { GradientListener, ReportsGradients } from './gradient-listener.js';

@@ -27,6 +27,7 @@ import { biasUniform, kaimingUniform } from './init.js';
 import { Linear } from './linear.js';
 import { modelDevice, relu, reluGrad, softmaxXent, type Device, type ModelDevice, type Tensor } from './ops.js';
 import { checkArrayLike, checkOptions, describeValue, optionKeys } from '../validate.js';
+import type { GradientListener, ReportsGradients } from './gradient-listener.js';
 
 /** @category Models */
 export interface MLPOptions {
@@ -53,7 +54,7 @@ const MLP_OPTION_KEYS = optionKeys<MLPOptions>({ seed: true, memory: true, devic
  *
  * @category Models
  */
-export class MLP {
+export class MLP implements ReportsGradients {
   readonly sizes: readonly number[];
   readonly params: ParamSet;
   readonly layers: readonly Linear[];
@@ -74,6 +75,7 @@ export class MLP {
   private last: { x: Tensor; batch: number; weights: Tensor } | undefined;
   private haveLossGrad = false;
   private isDisposed = false;
+  private gradientListener: GradientListener | undefined;
 
   constructor(sizes: readonly number[], options: MLPOptions = {}) {
     checkOptions(options, MLP_OPTION_KEYS, 'MLP(sizes, options)');
@@ -205,7 +207,13 @@ export class MLP {
       const layer = this.layers[i]!;
       const input = i === 0 ? x : this.activations[i - 1]!;
       const dInput = i === 0 ? (inputGrad === undefined ? undefined : { buffer: inputGrad }) : { buffer: dx };
-      layer.backward({ buffer: input }, { buffer: dy }, batch, dInput, g, weights);
+      // The parameter gradients first, so that the listener hears of them before dX is computed.
+      layer.weightGrad({ buffer: input }, { buffer: dy }, batch, g);
+      if (this.gradientListener) {
+        this.gradientListener(g, layer.weight.offset, layer.weight.size);
+        this.gradientListener(g, layer.bias.offset, layer.bias.size);
+      }
+      if (dInput) layer.inputGrad({ buffer: dy }, batch, dInput, weights);
       if (i > 0) {
         reluGrad({ buffer: dx }, { buffer: input }, { buffer: dx }, batch * layer.inFeatures);
         [dy, dx] = [dx, dy];
@@ -213,6 +221,18 @@ export class MLP {
     }
     // dLogits were consumed (overwritten by the ping-pong).
     this.haveLossGrad = false;
+  }
+
+  /**
+   * Calls `listener` in every later backward pass after each layer's weight and bias gradients are
+   * written (on a device: enqueued), from the last layer to the first, once per tensor with its
+   * range in the gradient buffer. The data-parallel trainer listens to reduce the gradient bucket
+   * by bucket while the backward runs. Undefined stops.
+   */
+  setGradientListener(listener: GradientListener | undefined): void {
+    if (listener !== undefined && typeof listener !== 'function')
+      throw new InvalidArgumentError(`MLP.setGradientListener: listener must be a function or undefined, got ${describeValue(listener)}`);
+    this.gradientListener = listener;
   }
 
   /** Fraction of rows whose largest logit is at the label, with `weights` (default the model's own on the CPU). */

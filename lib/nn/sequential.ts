@@ -22,6 +22,7 @@ import { Linear } from './linear.js';
 import { add, conv2d, conv2dGrad, embedding, embeddingGrad, gelu, geluGrad, layerNorm, layerNormGrad, MAX_HEAD_DIM, modelDevice, pool2d, pool2dGrad, relu, reluGrad, type Conv2dShape, type Device, type EmbeddingShape, type ModelDevice, type Pool2dShape, type Tensor, type TensorView } from './ops.js';
 import { blockBackward, blockForward, blockParams, blockSavedFloats, gaussianInit, type BlockShape } from './transformer.js';
 import type { StageBackwardOptions, StageModel } from './stage-model.js';
+import type { GradientListener, ReportsGradients } from './gradient-listener.js';
 
 /**
  * One layer of a {@link Sequential} model. Samples are rows of features; an image is its C*H*W
@@ -381,7 +382,7 @@ const SEQUENTIAL_OPTION_KEYS = optionKeys<SequentialOptions>({ seed: true, range
  *
  * @category Models
  */
-export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> {
+export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T>, ReportsGradients {
   readonly layers: readonly LayerSpec[];
   /** Index in the whole model of this part's first layer, and one past its last. */
   readonly start: number;
@@ -396,6 +397,8 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
   private readonly slots = new Map<number, SlotContext>();
   private readonly pool = new Map<number, Tensor[]>();
   private isDisposed = false;
+
+  private gradientListener: GradientListener | undefined;
 
   constructor(layers: readonly LayerSpec[], options: SequentialOptions = {}) {
     checkOptions(options, SEQUENTIAL_OPTION_KEYS, 'Sequential(layers, options)');
@@ -442,6 +445,27 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
 
   get disposed(): boolean {
     return this.isDisposed;
+  }
+
+  /**
+   * Calls `listener` after each layer's parameter gradients are written into the `grads` a
+   * backward (or, for a split backward, weightGrad) writes (on a device: enqueued), from the last
+   * layer to the first, once per tensor with its range. The data-parallel trainer listens to
+   * reduce the gradient bucket by bucket while the backward runs. Undefined stops.
+   */
+  setGradientListener(listener: GradientListener | undefined): void {
+    if (listener !== undefined && typeof listener !== 'function')
+      throw new InvalidArgumentError(`Sequential.setGradientListener: listener must be a function or undefined, got ${describeValue(listener)}`);
+    this.gradientListener = listener;
+  }
+
+  /** Tells the listener that layer `i`'s parameter gradients are in `grads`. */
+  private reportLayer(grads: Tensor, i: number): void {
+    if (!this.gradientListener) return;
+    for (const [name] of paramSpec(this.layers[i]!, i)) {
+      const { offset, size } = this.params.layout(name);
+      this.gradientListener(grads, offset, size);
+    }
   }
   /** Micro-batches whose forward ran and whose backward has not released them. */
   get liveSlots(): number {
@@ -551,8 +575,10 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
       if (l.kind === 'linear') {
         const linear = this.linears.get(i)!;
         const rows = batch * (l.rows ?? 1);
-        if (doWeights) linear.weightGrad({ buffer: input }, { buffer: dy }, rows, options.grads, accumulate);
-        else {
+        if (doWeights) {
+          linear.weightGrad({ buffer: input }, { buffer: dy }, rows, options.grads, accumulate);
+          this.reportLayer(options.grads, i);
+        } else {
           layerGrads!.set(i, dyOwned ? dy : this.copyOf(dy, rows * l.out));
           kept = dyOwned;
         }
@@ -586,6 +612,7 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
             dx = undefined;
           }
         }
+        if (doWeights) this.reportLayer(options.grads, i);
       } else if (needDx) {
         dx = this.take(batch * width);
         const [gx, gy] = [{ buffer: dx }, { buffer: dy }];
@@ -617,6 +644,7 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
       const input = j === 0 ? ctx.input : ctx.outputs[j - 1]!;
       const rows = ctx.batch * ((this.layers[i] as Spec<'linear'>).rows ?? 1);
       this.linears.get(i)!.weightGrad({ buffer: input }, { buffer: dy }, rows, options.grads, options.accumulate ?? false);
+      this.reportLayer(options.grads, i);
     }
     for (const [i, computed] of ctx.paramGrads ?? []) {
       let at = 0;
@@ -627,6 +655,7 @@ export class Sequential<T extends Tensor = FlatBuffer> implements StageModel<T> 
         else this.memory.copy(options.grads, computed, count, offset, at);
         at += count;
       }
+      this.reportLayer(options.grads, i);
     }
     this.release(slot);
   }

@@ -15,6 +15,7 @@
 #include "comm_local_binding.h"
 #include "comm_ucx_binding.h"
 #include "device/comm_nccl_binding.h"
+#include "device/cuda_events.h"
 #include "device/cuda_binding.h"
 #include "device/cuda_buffer.h"
 #include "kernels_binding.h"
@@ -98,6 +99,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitCuda(env, exports);
   InitCudaBuffer(env, exports);
   InitNcclComm(env, exports);
+  CudaEvents::Init(env, exports);
   InitCommLocal(env, exports);
   InitCommUcx(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));

@@ -10,6 +10,7 @@ struct AddonData {
   Napi::FunctionReference native_buffer_ctor;
   Napi::FunctionReference queue_ctor;
   Napi::FunctionReference cuda_buffer_ctor;
+  Napi::FunctionReference cuda_events_ctor;
   static AddonData& Get(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 };
 

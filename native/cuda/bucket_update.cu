@@ -22,12 +22,13 @@ struct Scratch {
   int64_t* recheck_bad;   // [4]: this rank's non-finite reduced values (recheck)
   float* recheck_global;  // [5]: their all-reduced count
   int64_t* recheck_flag;  // [6]: the recheck's skip flag
+  double* bucket_norm;    // [7]: one bucket's squared norm, before it is added to [2]
 };
 
 Scratch scratch_of(void* base) {
   auto* w = static_cast<int64_t*>(base);
   return {reinterpret_cast<float*>(w + 0), w + 1, reinterpret_cast<double*>(w + 2), w + 3,
-          w + 4, reinterpret_cast<float*>(w + 5), w + 6};
+          w + 4, reinterpret_cast<float*>(w + 5), w + 6, reinterpret_cast<double*>(w + 7)};
 }
 
 __global__ void guard_words_kernel(const int64_t* local_bad, const double* norm, float size, float* guard) {
@@ -36,6 +37,7 @@ __global__ void guard_words_kernel(const int64_t* local_bad, const double* norm,
   const double bound = sqrt(*norm) * static_cast<double>(size);
   guard[1] = (*local_bad == 0 && !(bound < static_cast<double>(FLT_MAX) / 2)) ? 1.0f : 0.0f;
 }
+__global__ void add_norm_kernel(const double* part, double* total) { *total += *part; }
 __global__ void guard_flag_kernel(const float* guard, int64_t* flag) { *flag = (guard[0] != 0.0f || guard[1] != 0.0f) ? 1 : 0; }
 __global__ void count_to_float_kernel(const int64_t* count, float* out) { *out = static_cast<float>(*count); }
 __global__ void float_to_flag_kernel(const float* global, int64_t* flag) { *flag = *global != 0.0f ? 1 : 0; }
@@ -50,6 +52,16 @@ sapipe_status from_nccl(const nccl::Api& api, nccl::Result r, const char* what) 
     if (sapipe_status s_ = (expr); s_ != SAPIPE_OK) return s_; \
   } while (0)
 
+// From this rank's count and squared norm: the two guard floats, all-reduced, and the skip flag.
+sapipe_status enqueue_guard_words(const FusedStepRun& run, const Scratch& s) {
+  cudaStream_t cs = run.comm_stream;
+  guard_words_kernel<<<1, 1, 0, cs>>>(s.local_bad, s.norm, static_cast<float>(run.size), s.guard);
+  SAPIPE_TRY(from_nccl(*run.nccl, run.nccl->AllReduce(s.guard, s.guard, 2, nccl::kFloat32, nccl::kSum, run.comm, cs),
+                       "ncclAllReduce (guard)"));
+  guard_flag_kernel<<<1, 1, 0, cs>>>(s.guard, s.flag);
+  return check_launch("fused step guard");
+}
+
 // Clears the scratch, counts and measures this rank's inputs, all-reduces the two guard floats and
 // derives the skip flag, all on the communication stream.
 sapipe_status enqueue_guard(const FusedStepRun& run, const sapipe_update_config& config, const sapipe_update_buffers& b) {
@@ -59,11 +71,7 @@ sapipe_status enqueue_guard(const FusedStepRun& run, const sapipe_update_config&
   enqueue_count_non_finite(b.grad + b.offset, b.count, s.local_bad, cs);
   if (core::update_reads_local_grad(config)) enqueue_count_non_finite(b.local_grad + b.offset, b.count, s.local_bad, cs);
   SAPIPE_TRY(enqueue_squared_norm(b.grad + b.offset, b.count, s.norm, cs));
-  guard_words_kernel<<<1, 1, 0, cs>>>(s.local_bad, s.norm, static_cast<float>(run.size), s.guard);
-  SAPIPE_TRY(from_nccl(*run.nccl, run.nccl->AllReduce(s.guard, s.guard, 2, nccl::kFloat32, nccl::kSum, run.comm, cs),
-                       "ncclAllReduce (guard)"));
-  guard_flag_kernel<<<1, 1, 0, cs>>>(s.guard, s.flag);
-  return check_launch("fused step guard");
+  return enqueue_guard_words(run, s);
 }
 
 sapipe_update_buffers part_of(const sapipe_update_buffers& b, size_t offset, size_t count) {
@@ -122,6 +130,43 @@ sapipe_status enqueue_bucketed_update(const FusedStepRun& run, const sapipe_upda
     at += bucket_counts[i];
   }
   return check_launch("bucketed update");
+}
+
+sapipe_status enqueue_bucketed_update_after(const FusedStepRun& run, const sapipe_update_config& config,
+                                            const sapipe_update_buffers& buffers, const size_t* bucket_counts,
+                                            const cudaEvent_t* ready, size_t num_buckets) {
+  if (run.nccl == nullptr || run.comm == nullptr || run.reduced == nullptr || run.scratch == nullptr ||
+      bucket_counts == nullptr || ready == nullptr || num_buckets == 0)
+    return fail(SAPIPE_ERR_INVALID_ARGUMENT, "bucketed update after events: missing communicator, events, scratch or buckets");
+  const Scratch s = scratch_of(run.scratch);
+  const nccl::Api& api = *run.nccl;
+  cudaStream_t cs = run.comm_stream;
+  const bool local = core::update_reads_local_grad(config);
+  SAPIPE_TRY(from_cuda(cudaMemsetAsync(run.scratch, 0, kFusedStepScratchBytes, cs), "fused step: clear scratch"));
+  // From the last bucket to the first, as the backward pass completes them. Each bucket's inputs
+  // are counted and measured before its reduction overwrites them; the guard decides once all are
+  // in, so no update can start before the last reduction (all or nothing needs every count).
+  size_t end = buffers.offset + buffers.count;
+  for (size_t k = num_buckets; k-- > 0;) {
+    const size_t at = end - bucket_counts[k];
+    SAPIPE_TRY(from_cuda(cudaStreamWaitEvent(cs, ready[k], 0), "cudaStreamWaitEvent (bucket ready)"));
+    enqueue_count_non_finite(buffers.grad + at, bucket_counts[k], s.local_bad, cs);
+    if (local) enqueue_count_non_finite(buffers.local_grad + at, bucket_counts[k], s.local_bad, cs);
+    SAPIPE_TRY(enqueue_squared_norm(buffers.grad + at, bucket_counts[k], s.bucket_norm, cs));
+    add_norm_kernel<<<1, 1, 0, cs>>>(s.bucket_norm, s.norm);
+    float* grad = const_cast<float*>(buffers.grad) + at;
+    SAPIPE_TRY(from_nccl(api, api.AllReduce(grad, grad, bucket_counts[k], nccl::kFloat32, nccl::kSum, run.comm, cs),
+                         "ncclAllReduce (bucket)"));
+    end = at;
+  }
+  SAPIPE_TRY(enqueue_guard_words(run, s));
+  SAPIPE_TRY(from_cuda(cudaEventRecord(run.reduced[0], cs), "cudaEventRecord"));
+  SAPIPE_TRY(from_cuda(cudaStreamWaitEvent(run.compute_stream, run.reduced[0], 0), "cudaStreamWaitEvent"));
+  // The update is elementwise: one launch over the whole set computes what one per bucket would.
+  sapipe_update_config c = config;
+  c.grad_checked = 1;
+  SAPIPE_TRY(enqueue_fused_update_guarded_by(c, buffers, nullptr, s.flag, run.compute_stream));
+  return check_launch("bucketed update after events");
 }
 
 sapipe_status enqueue_sharded_update(const FusedStepRun& run, const sapipe_update_config& config,

@@ -54,6 +54,15 @@ sapipe_status enqueue_bucketed_update(const FusedStepRun& run, const sapipe_upda
                                       const sapipe_update_buffers& buffers, const size_t* bucket_counts,
                                       size_t num_buckets);
 
+// As enqueue_bucketed_update, with bucket i's reduction waiting on comm_stream for ready[i] (its
+// gradient enqueued by a backward pass on another stream), the buckets reduced from the last to the
+// first, and the guard's counts taken per bucket before its reduction (the guard and every update
+// follow the last reduction). The same sums and updates as enqueue_bucketed_update (the squared
+// norm behind the overflow-risk test is summed per bucket).
+sapipe_status enqueue_bucketed_update_after(const FusedStepRun& run, const sapipe_update_config& config,
+                                            const sapipe_update_buffers& buffers, const size_t* bucket_counts,
+                                            const cudaEvent_t* ready, size_t num_buckets);
+
 // buffers.count must be a multiple of run.size; the set must not read a local gradient.
 sapipe_status enqueue_sharded_update(const FusedStepRun& run, const sapipe_update_config& config,
                                      const sapipe_update_buffers& buffers);

@@ -272,6 +272,32 @@ sapipe_status c_nccl_fused_update(void* comm, const sapipe_update_config* config
   });
 }
 
+sapipe_status c_nccl_fused_update_after(void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
+                                        const size_t* bucket_counts, void* const* ready, size_t num_buckets, void* comm_stream,
+                                        void* compute_stream) {
+  return guarded("ncclFusedUpdateAfter", [&] {
+    NcclCommunicator* c = nullptr;
+    if (sapipe_status s = prepare_fused(comm, config, buffers, comm_stream, compute_stream, "ncclFusedUpdateAfter", &c);
+        s != SAPIPE_OK)
+      return s;
+    if (bucket_counts == nullptr || ready == nullptr || num_buckets == 0)
+      return invalid("ncclFusedUpdateAfter: at least one bucket, and an event for each, are needed");
+    size_t total = 0;
+    std::vector<cudaEvent_t> events(num_buckets);
+    for (size_t i = 0; i < num_buckets; ++i) {
+      if (bucket_counts[i] == 0) return invalid("ncclFusedUpdateAfter: an empty bucket");
+      if (ready[i] == nullptr) return invalid("ncclFusedUpdateAfter: bucket " + std::to_string(i) + " has no event");
+      total += bucket_counts[i];
+      events[i] = static_cast<cudaEvent_t>(ready[i]);
+    }
+    if (total != buffers->count)
+      return fail(SAPIPE_ERR_SIZE_MISMATCH, "ncclFusedUpdateAfter: the bucket counts must sum to buffers.count");
+    c->last_was_recheck = false;
+    return enqueue_bucketed_update_after(run_of(*c, comm_stream, compute_stream), *config, *buffers, bucket_counts,
+                                         events.data(), num_buckets);
+  });
+}
+
 sapipe_status c_nccl_fused_update_recheck(void* comm, const sapipe_update_config* config,
                                           const sapipe_update_buffers* buffers, int32_t sharded, void* comm_stream,
                                           void* compute_stream) {

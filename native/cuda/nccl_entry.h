@@ -25,6 +25,9 @@ sapipe_status c_nccl_recv(void* comm, float* buffer, size_t count, int32_t peer,
 sapipe_status c_nccl_fused_update(void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
                                   const size_t* bucket_counts, size_t num_buckets, int32_t sharded, void* comm_stream,
                                   void* compute_stream);
+sapipe_status c_nccl_fused_update_after(void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
+                                        const size_t* bucket_counts, void* const* ready, size_t num_buckets, void* comm_stream,
+                                        void* compute_stream);
 sapipe_status c_nccl_fused_update_recheck(void* comm, const sapipe_update_config* config,
                                           const sapipe_update_buffers* buffers, int32_t sharded, void* comm_stream,
                                           void* compute_stream);

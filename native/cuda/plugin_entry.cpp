@@ -323,6 +323,7 @@ const sapipe_cuda_plugin_v1 kTable = {
     c_zero,
     cuda_nn_ops,
     cublas_probe,
+    c_nccl_fused_update_after,
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 // usage: sapipe_cuda_check [device]
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -389,6 +390,47 @@ void check_nccl(Checks& t, const sapipe_cuda_plugin_v1* cuda) {
                  out.v.host() == in_place.v.host() && out.backup.host() == in_place.backup.host(),
              where + ": equals the in-place step bit for bit");
     t.expect(out.w.host() == host.w, where + ": the input weights are only read");
+  }
+  const bool has_after = cuda->header.table_size >= offsetof(sapipe_cuda_plugin_v1, nccl_fused_update_after) + sizeof(void*);
+  t.expect(has_after, "the plugin has nccl_fused_update_after");
+  for (const Variant& variant : update_variants()) {
+    // Behind a backward pass: each bucket's gradient is written on the legacy default stream (a
+    // copy standing in for the model's operations), last bucket first, and its event recorded
+    // there; the step waits for each event on the GPU and equals nccl_fused_update bit for bit.
+    if (!has_after) break;
+    if (variant.config.prediction == SAPIPE_PREDICTION_SHADOW_STEP && variant.config.estimate != SAPIPE_ESTIMATE_PREV_SYNC) continue;
+    const size_t n = 4099 * 16;
+    HostState host;
+    host.fill(n, 17);
+    DeviceState waited(cuda, host), behind(cuda, host);
+    DeviceVector staged(cuda, host.g);
+    const size_t buckets[] = {1024, 16384, n - 1024 - 16384};
+    void* ready[3] = {};
+    bool ok = true;
+    for (void*& e : ready) ok = ok && cuda->event_create(&e) == SAPIPE_OK;
+    ok = ok && cuda->zero(behind.g.ptr, n, nullptr) == SAPIPE_OK;
+    for (size_t k = 3, end = n; ok && k-- > 0;) {
+      end -= buckets[k];
+      ok = cuda->copy_on_device(behind.g.ptr + end, staged.ptr + end, buckets[k] * sizeof(float), nullptr) == SAPIPE_OK &&
+           cuda->event_record(ready[k], nullptr) == SAPIPE_OK;
+    }
+    sapipe_update_config c = variant.config;
+    c.grad_checked = 0;
+    sapipe_update_buffers a = waited.buffers(0, n), b = behind.buffers(0, n);
+    sapipe_nccl_step_result ra{}, rb{};
+    ok = ok && cuda->nccl_fused_update_after(comm, &c, &b, buckets, ready, 3, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+         cuda->nccl_fused_update_result(comm, &rb) == SAPIPE_OK && cuda->stream_synchronize(nullptr) == SAPIPE_OK &&
+         cuda->nccl_fused_update(comm, &c, &a, buckets, 3, 0, cs, xs) == SAPIPE_OK && finish(cs) && finish(xs) &&
+         cuda->nccl_fused_update_result(comm, &ra) == SAPIPE_OK && ra.applied == 1 && rb.applied == 1;
+    const std::string where = "nccl fused step after events " + variant.name;
+    t.expect(ok, where + ": applied (" + cuda->last_error() + ")");
+    t.expect(behind.w.host() == waited.w.host() && behind.predicted.host() == waited.predicted.host() && behind.m.host() == waited.m.host() &&
+                 behind.v.host() == waited.v.host() && behind.backup.host() == waited.backup.host(),
+             where + ": equals the step after the whole gradient bit for bit");
+    void* missing[3] = {ready[0], nullptr, ready[2]};
+    t.expect(cuda->nccl_fused_update_after(comm, &c, &b, buckets, missing, 3, cs, xs) == SAPIPE_ERR_INVALID_ARGUMENT,
+             where + ": a bucket without an event is refused");
+    for (void* e : ready) cuda->event_destroy(e);
   }
   {
     // Finite gradients whose sum could overflow: the step is skipped with overflow_risk, and the

@@ -7,49 +7,21 @@
  * a GPU with NCCL, and on the CUDA plugin over host memory through test/cuda/emulated.test.ts;
  * without either they assert why no device is usable. The argument checks run everywhere.
  */
-import t, { type Test } from 'tap';
+import t from 'tap';
 
 import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
 import { LocalCommunicator } from '../../dist/comm/local.js';
 import { NcclCommunicator } from '../../dist/comm/nccl.js';
 import { DataParallelTrainer } from '../../dist/dataparallel/trainer.js';
-import { cudaStatus, probeNccl } from '../../dist/device/index.js';
-import type { SapipeError } from '../../dist/errors.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { ParamSet } from '../../dist/tensor.js';
-import { assertNoUsableDevice, ncclTrainerCases } from '../helpers/nccl-trainer.js';
+import { failure, gpuTest, mlpData, MLP_ADAM, MLP_BATCH, MLP_BUCKETS, MLP_SGD, MLP_SIZES, ncclTrainerCases, runDevice as runDeviceTrace, runHost as runHostTrace, worstOf as worstOfSteps, type Trace } from '../helpers/nccl-trainer.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 import { refBackward, refForward, refLoss, type RefPartWeights } from '../reference/pipeline.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
 
 type Options = Parameters<typeof DataParallelTrainer.create>[0];
 type Trainer = Awaited<ReturnType<typeof DataParallelTrainer.create>>;
-
-const gpu = cudaStatus().available;
-const nccl = probeNccl();
-
-async function failure(fn: () => unknown): Promise<string> {
-  try {
-    await fn();
-  } catch (error) {
-    return `${(error as SapipeError).code}: ${(error as Error).message}`;
-  }
-  return 'ran';
-}
-
-function gpuTest(name: string, fn: (t: Test) => Promise<void>): void {
-  t.test(`GPU: ${name}`, async (t) => {
-    if (!gpu) {
-      assertNoUsableDevice(t);
-      return;
-    }
-    if (!nccl.available) {
-      t.match(nccl.reason, /NCCL/, `NCCL is unavailable: ${nccl.reason ?? ''}`);
-      return;
-    }
-    await fn(t);
-  });
-}
 
 // ---- Argument checks: refused before any device or collective is touched.
 
@@ -91,17 +63,9 @@ t.test('the device option is checked against the communicator, with messages tha
 
 // ---- The device path: an MLP trained through the trainer on the device against the CPU path.
 
-const sizes = [13, 17, 9, 7];
-const batch = 8;
-const next = rng(11);
-const batches = Array.from({ length: 5 }, () => ({
-  x: fillUniform(new Float32Array(batch * sizes[0]!), next),
-  labels: Array.from({ length: batch }, () => Math.floor(next() * sizes[sizes.length - 1]!)),
-}));
-const sgd = { kind: 'sgd', lr: 0.05, momentum: 0.9 } as const;
-const adam = { kind: 'adam', lr: 0.003 } as const;
-// Several buckets (the MLP has 464 floats with padding): each bucket's update behind its reduction.
-const buckets = { bucketBytes: 512, firstBucketBytes: 128 };
+const sizes = [...MLP_SIZES];
+const batch = MLP_BATCH;
+const [sgd, adam, buckets] = [MLP_SGD, MLP_ADAM, MLP_BUCKETS];
 const cases = ncclTrainerCases<Options['optimizer']>(sgd, adam, buckets);
 const STEPS = 50;
 const NAN_AT = 20;
@@ -111,53 +75,11 @@ const NAN_AT = 20;
 const REL = 1e-4;
 const ABS = 1e-5;
 
-interface Trace {
-  losses: number[];
-  weights: Float32Array[];
-  forward: Float32Array[];
-  results: unknown[];
-}
-
-/** The CPU path: the host MLP through trainer.forwardWeights and trainer.grads. */
-async function runHost(model: MLP, trainer: Trainer, from: number, steps: number): Promise<Trace> {
-  const trace: Trace = { losses: [], weights: [], forward: [], results: [] };
-  for (let step = from; step < from + steps; step++) {
-    const { x, labels } = batches[step % batches.length]!;
-    trace.forward.push(trainer.forwardWeights.array.slice());
-    model.forward(x, batch, trainer.forwardWeights);
-    trace.losses.push(model.loss(labels));
-    model.backward(trainer.grads);
-    if (step === NAN_AT) trainer.grads.array[5] = Number.NaN;
-    const r = await trainer.step();
-    trace.results.push({ applied: r.applied, updated: r.updated, nonFiniteCount: r.nonFiniteCount, step: r.step });
-    trace.weights.push(trainer.params.weights.array.slice());
-  }
-  return trace;
-}
-
-/** The device path: the device MLP through trainer.deviceForwardWeights and trainer.deviceGrads; the test reads the device to compare. */
-async function runDevice(model: MLP, trainer: Trainer, from: number, steps: number): Promise<Trace> {
-  const trace: Trace = { losses: [], weights: [], forward: [], results: [] };
-  const n = trainer.params.length;
-  for (let step = from; step < from + steps; step++) {
-    const { x, labels } = batches[step % batches.length]!;
-    trace.forward.push(trainer.deviceForwardWeights.copyToHost(new Float32Array(n)));
-    model.forwardLogits(x, batch, trainer.deviceForwardWeights);
-    trace.losses.push(model.loss(labels));
-    model.backward(trainer.deviceGrads);
-    if (step === NAN_AT) trainer.deviceGrads.copyFromHost(Float32Array.of(Number.NaN), 5);
-    const r = await trainer.step();
-    trace.results.push({ applied: r.applied, updated: r.updated, nonFiniteCount: r.nonFiniteCount, step: r.step });
-    trace.weights.push(trainer.deviceWeights.copyToHost(new Float32Array(n)));
-  }
-  return trace;
-}
-
-function worstOf(a: Float32Array[], b: Float32Array[]): number {
-  let worst = 0;
-  for (let i = 0; i < a.length; i++) worst = Math.max(worst, worstError(a[i]!, b[i]!, ABS, REL).ratio);
-  return worst;
-}
+const data = mlpData(NAN_AT);
+const batches = data.batches;
+const runHost = (model: MLP, trainer: Trainer, from: number, steps: number): Promise<Trace> => runHostTrace(model, trainer, data, from, steps);
+const runDevice = (model: MLP, trainer: Trainer, from: number, steps: number): Promise<Trace> => runDeviceTrace(model, trainer, data, from, steps);
+const worstOf = (a: Float32Array[], b: Float32Array[]): number => worstOfSteps(a, b, ABS, REL);
 
 gpuTest(`an MLP trained ${STEPS} steps through device gradients equals the CPU path (trainer over local) in every mode`, async (t) => {
   const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });

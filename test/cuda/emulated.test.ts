@@ -1,7 +1,8 @@
 /**
  * The `GPU:` tests of test/cuda/device.test.ts, model-ops.test.ts, device-pipeline.test.ts,
- * device-trainer.test.ts and gpt-device.test.ts again, where no GPU is needed: on the CUDA plugin over
- * host memory (native/tests/fakes/plugin_host_memory.cpp: host memory as the device, an NCCL of
+ * device-trainer.test.ts, device-trainer-overlap.test.ts and gpt-device.test.ts again, where no GPU is
+ * needed: on the CUDA plugin over host memory (native/tests/fakes/plugin_host_memory.cpp: host
+ * memory as the device, an NCCL of
  * ranks over Unix sockets, the CPU kernels behind every entry, every stream done as soon as it is
  * enqueued on).
  * The device and NCCL bindings and everything above them run for real: the order of queued
@@ -21,4 +22,5 @@ await import('./device.test.js');
 await import('./model-ops.test.js');
 await import('./device-pipeline.test.js');
 await import('./device-trainer.test.js');
+await import('./device-trainer-overlap.test.js');
 await import('./gpt-device.test.js');

@@ -86,6 +86,24 @@ twoGpuTest('two ranks: the fused steps equal the host step on the average gradie
   }
 });
 
+twoGpuTest('two ranks: DataParallelTrainer reducing each bucket behind the backward equals the one waiting for it, on every rank', async (t) => {
+  const [r0, r1] = await runRanks('trainer');
+  for (const r of [r0!, r1!]) t.notOk(r.error, `rank ${String(r.rank)}: ${String(r.error ?? 'ok')}`);
+  for (const mode of ['sync', 'sapipe-dc']) {
+    type Run = { weights: number[]; skipped: number[]; follows: boolean };
+    const [behind0, after0, behind1, after1] = [r0, r0, r1, r1].map((r, i) => (r![`${mode} ${i % 2 === 0 ? 'behind' : 'after'}`] as Run | undefined) ?? { weights: [], skipped: [], follows: false });
+    t.ok(behind0!.follows && !after0!.follows, `${mode}: one trainer follows the backward, the other waits for it`);
+    t.same(behind0!.skipped, [mode === 'sync' ? 4 : 5], `${mode}: rank 1's NaN skipped the update on every rank`);
+    t.same(behind1!.skipped, behind0!.skipped, `${mode}: rank 1 skipped it too`);
+    t.ok(behind0!.weights.length > 0, `${mode}: weights reported`);
+    t.same(behind0!.weights, after0!.weights, `${mode}: the same weights either way, bit for bit`);
+    t.same(behind1!.weights, behind0!.weights, `${mode}: and on both ranks`);
+    t.same(after1!.weights, after0!.weights, `${mode}: (the trainer waiting for the backward too)`);
+  }
+  for (const r of [r0!, r1!])
+    t.match(r.mixed, /^ERR_INVALID_ARGUMENT: DataParallelTrainer\.create: rank 0 reduces each bucket behind the backward and rank 1 does not/, `rank ${String(r.rank)}: ranks that chose differently are refused on every rank`);
+});
+
 twoGpuTest('two ranks: a peer that dies fails the survivor within the timeout, never a hang', async (t) => {
   const [r0] = await runRanks('peer-lost');
   t.notOk(r0!.error, String(r0!.error ?? 'ok'));

@@ -17,6 +17,8 @@
 #include "../update_binding.h"
 #include "cuda_binding.h"
 #include "cuda_buffer.h"
+#include "cuda_events.h"
+#include "../../core/device/cuda_plugin.h"
 #include "sapipe/plugin.h"
 
 namespace sapipe::addon {
@@ -98,8 +100,9 @@ class CollectiveOp : public NcclOp {
 
 class FusedOp : public NcclOp {
  public:
-  FusedOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held, comm::nccl::FusedStep step)
-      : NcclOp(env, std::move(st), std::move(held)), step_(std::move(step)) {}
+  FusedOp(Napi::Env env, std::shared_ptr<NcclState> st, std::vector<std::shared_ptr<DeviceAllocation>> held, comm::nccl::FusedStep step,
+          std::shared_ptr<EventSet> ready)
+      : NcclOp(env, std::move(st), std::move(held)), step_(std::move(step)), ready_(std::move(ready)) {}
 
  protected:
   Outcome RunOn(Clock::time_point deadline) override { return comm::nccl::run_fused_step(*st_, step_, deadline, &result_); }
@@ -113,6 +116,8 @@ class FusedOp : public NcclOp {
 
  private:
   comm::nccl::FusedStep step_;
+  // The events step_.ready points into, alive until the step is done.
+  std::shared_ptr<EventSet> ready_;
   sapipe_nccl_step_result result_{};
 };
 
@@ -234,7 +239,9 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
     return queue->Submit(env, new CollectiveOp(env, st_, std::move(held), x));
   }
 
-  // fusedUpdate(queue, config, buffers, bucketCounts, sharded, recheck) -> Promise<{applied, overflowRisk, nonFiniteCount}>
+  // fusedUpdate(queue, config, buffers, bucketCounts, sharded, recheck, ready?) -> Promise<{applied, overflowRisk,
+  // nonFiniteCount}>. ready: a CudaEvents of one event per bucket, each recorded once the backward
+  // pass enqueued that bucket's gradient; the bucket's reduction waits for it on the GPU.
   Napi::Value FusedUpdate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Queue* queue = Queue::FromValue(env, info[0]);
@@ -251,7 +258,24 @@ class NcclComm : public Napi::ObjectWrap<NcclComm> {
       step.buckets.push_back(static_cast<size_t>(integer_arg(env, counts.Get(i), 1, 9007199254740991.0, "fusedUpdate(bucketCounts[i])")));
     step.sharded = info[4].ToBoolean().Value();
     step.recheck = info[5].ToBoolean().Value();
-    return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), std::move(step)));
+    std::shared_ptr<EventSet> ready;
+    if (!info[6].IsUndefined() && !info[6].IsNull()) {
+      ready = CudaEvents::FromValue(env, info[6], "fusedUpdate(ready)");
+      if (step.sharded || step.recheck)
+        throw_error(env, "ERR_INVALID_ARGUMENT", "fusedUpdate(ready): events are for the replicated step, not sharded or a recheck");
+      if (ready->device != st_->device)
+        throw_error(env, "ERR_INVALID_ARGUMENT", "fusedUpdate(ready): the events are on cuda:" + std::to_string(ready->device) +
+                                                     ", the communicator on cuda:" + std::to_string(st_->device));
+      if (ready->events.size() != step.buckets.size())
+        throw_error(env, "ERR_SIZE_MISMATCH", "fusedUpdate(ready): " + std::to_string(ready->events.size()) + " events for " +
+                                                  std::to_string(step.buckets.size()) + " buckets; give one per bucket");
+      if (!has_fused_update_after(st_->cuda))
+        throw_error(env, "ERR_BACKEND_UNAVAILABLE",
+                    "the CUDA plugin predates the step that waits for a backward pass's events (nccl_fused_update_after): rebuild it with "
+                    "`npm run build:native`, or let the trainer wait for the whole backward (overlapBackward: false)");
+      step.ready = ready->events;
+    }
+    return queue->Submit(env, new FusedOp(env, st_, std::move(update.held), std::move(step), std::move(ready)));
   }
 
   // stage(queue, toDevice, device, host, count) -> Promise<void>: copies the first `count` floats of

@@ -97,7 +97,9 @@ Napi::Value CudaBuffer::CopyHost(const Napi::CallbackInfo& info, bool to_device)
   return env.Undefined();
 }
 
-// copyFromDevice(src: CudaBuffer, srcOffset, dstOffset, count), both on this buffer's device.
+// copyFromDevice(src: CudaBuffer, srcOffset, dstOffset, count, enqueueOnly?), both on this buffer's
+// device. enqueueOnly: the copy is enqueued on the device's default stream, in order with the model
+// operations there, and not waited for (a step that reads the copy waits for an event recorded after it).
 Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   DeviceAllocation& m = live(env, "copyFromDevice");
@@ -111,6 +113,11 @@ Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
     throw_error(env, "ERR_SIZE_MISMATCH", "copyFromDevice: the range exceeds a buffer");
   if (count == 0) return env.Undefined();
   if (src.get() == &m) throw_error(env, "ERR_ALIASING", "copyFromDevice: the source and destination are the same buffer");
+  if (info[4].ToBoolean().Value()) {
+    if (sapipe_status s = m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), nullptr); s != SAPIPE_OK)
+      throw_error(env, sapipe_status_code(s), std::string("copyFromDevice: ") + m.cuda->last_error());
+    return env.Undefined();
+  }
   std::string detail;
   if (sapipe_status s = copy_on_device_sync(m.cuda, m.data + to, src->data + from, count, &detail); s != SAPIPE_OK)
     throw_error(env, sapipe_status_code(s), "copyFromDevice: " + detail);

@@ -92,10 +92,15 @@ Outcome run_fused_step(NcclState& st, const FusedStep& step, Clock::time_point d
   const sapipe_cuda_plugin_v1* c = st.cuda;
   const char* what = step.recheck ? "allreduceAndStep (recheck)" : "allreduceAndStep";
   const int32_t sharded = step.sharded ? 1 : 0;
+  if (!step.ready.empty() && (step.recheck || step.sharded || step.ready.size() != step.buckets.size()))
+    return failed(SAPIPE_ERR_INVALID_ARGUMENT, std::string(what) + ": events are for the replicated step, one per bucket");
   const sapipe_status s =
       step.recheck ? c->nccl_fused_update_recheck(comm, &step.config, &step.buffers, sharded, st.comm_stream, st.compute_stream)
-                   : c->nccl_fused_update(comm, &step.config, &step.buffers, step.buckets.data(), step.buckets.size(), sharded,
-                                          st.comm_stream, st.compute_stream);
+      : !step.ready.empty()
+          ? c->nccl_fused_update_after(comm, &step.config, &step.buffers, step.buckets.data(), step.ready.data(), step.buckets.size(),
+                                       st.comm_stream, st.compute_stream)
+          : c->nccl_fused_update(comm, &step.config, &step.buffers, step.buckets.data(), step.buckets.size(), sharded,
+                                 st.comm_stream, st.compute_stream);
   if (s != SAPIPE_OK) return failed(s, std::string(what) + ": " + c->last_error());
   if (Outcome w = wait_for(st, comm, {st.comm_stream, st.compute_stream}, deadline, what); w.status != SAPIPE_OK) return w;
   if (c->nccl_fused_update_result(comm, result) != SAPIPE_OK) return failed(SAPIPE_ERR_INTERNAL, c->last_error());

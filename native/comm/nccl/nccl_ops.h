@@ -55,6 +55,11 @@ struct FusedStep {
   std::vector<size_t> buckets;
   bool sharded = false;
   bool recheck = false;
+  // Replicated, not a recheck: one event per bucket, recorded once a backward pass (on another
+  // stream) enqueued that bucket's gradient; each bucket's reduction then waits for its event on
+  // the GPU (the plugin's nccl_fused_update_after, which the caller checked the table has). Empty:
+  // the gradient is complete already.
+  std::vector<void*> ready;
 };
 Outcome run_fused_step(NcclState& st, const FusedStep& step, Clock::time_point deadline, sapipe_nccl_step_result* result);
 

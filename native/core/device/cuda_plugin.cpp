@@ -156,15 +156,26 @@ CudaLibraryReport report_cuda_library(const sapipe_cuda_plugin_v1* cuda, const s
   return out;
 }
 
+namespace {
+// The table up to the entries appended with device buffers, NCCL, MSTopK and the model operations:
+// what the addon needs before it offers any of them. Later entries are checked where they are used.
+constexpr size_t kDeviceEntriesSize = offsetof(sapipe_cuda_plugin_v1, nccl_fused_update_after);
+}  // namespace
+
+bool has_fused_update_after(const sapipe_cuda_plugin_v1* cuda) {
+  return cuda->header.table_size >= offsetof(sapipe_cuda_plugin_v1, nccl_fused_update_after) + sizeof(void*) &&
+         cuda->nccl_fused_update_after != nullptr;
+}
+
 bool has_device_entries(const sapipe_cuda_plugin_v1* cuda, const std::string& plugin_path, std::string* reason) {
-  const bool complete = cuda->header.table_size >= sizeof(sapipe_cuda_plugin_v1) && cuda->stream_query && cuda->nccl_get_unique_id &&
+  const bool complete = cuda->header.table_size >= kDeviceEntriesSize && cuda->stream_query && cuda->nccl_get_unique_id &&
                         cuda->nccl_comm_init_rank && cuda->nccl_comm_destroy && cuda->nccl_comm_abort && cuda->nccl_comm_async_error &&
                         cuda->nccl_all_reduce && cuda->nccl_reduce_scatter && cuda->nccl_all_gather && cuda->nccl_broadcast &&
                         cuda->nccl_send && cuda->nccl_recv && cuda->nccl_fused_update && cuda->nccl_fused_update_recheck &&
                         cuda->nccl_fused_update_result;
   if (!complete)
     *reason = "the CUDA plugin " + plugin_path + " predates device buffers and NCCL communicators (its table has " +
-              std::to_string(cuda->header.table_size) + " bytes, " + std::to_string(sizeof(sapipe_cuda_plugin_v1)) +
+              std::to_string(cuda->header.table_size) + " bytes, " + std::to_string(kDeviceEntriesSize) +
               " are needed): rebuild it with `npm run build:native`";
   return complete;
 }

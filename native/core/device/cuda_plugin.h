@@ -69,4 +69,9 @@ CudaLibraryReport report_cuda_library(const sapipe_cuda_plugin_v1* cuda, const s
 // file it was loaded from).
 bool has_device_entries(const sapipe_cuda_plugin_v1* cuda, const std::string& plugin_path, std::string* reason);
 
+// Whether the plugin has nccl_fused_update_after (appended after the device entries): a plugin
+// built before it serves everything else, and a step that waits on a backward pass's events is
+// refused there.
+bool has_fused_update_after(const sapipe_cuda_plugin_v1* cuda);
+
 }  // namespace sapipe

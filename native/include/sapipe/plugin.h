@@ -208,6 +208,21 @@ typedef struct sapipe_cuda_plugin_v1 {
   /* Opens cuBLAS as nn_ops' gemm does, unless already open. version: cublasGetVersion's (e.g.
    * 130100); library_path: the file. */
   sapipe_status (*cublas_probe)(int32_t* version, const char** library_path);
+
+  /* nccl_fused_update (replicated) over a gradient that a backward pass is still writing on
+   * other streams: ready[i] is an event recorded once bucket i's gradient was enqueued, and
+   * bucket i's all-reduce waits for it on comm_stream (cudaStreamWaitEvent), so no host wait for
+   * the whole backward is needed. The buckets are reduced from the last to the first, the order
+   * a backward pass writes them in (the last layer's parameters lie at the end of the set). The
+   * guard's counts are taken bucket by bucket before each reduction and all-reduced after the
+   * last one, so every update runs once every bucket is reduced (all or nothing needs every
+   * count). The sums and updates are those of nccl_fused_update; only the squared norm that
+   * decides an overflow risk is summed in another order. An event that was never recorded would
+   * make its wait a no-op: the caller records every bucket's event before this call. */
+  sapipe_status (*nccl_fused_update_after)(void* comm, const sapipe_update_config* config,
+                                           const sapipe_update_buffers* buffers, const size_t* bucket_counts,
+                                           void* const* ready, size_t num_buckets, void* comm_stream,
+                                           void* compute_stream);
 } sapipe_cuda_plugin_v1;
 
 /* Bytes of the table as it was before the appended entries: what every v1 plugin provides. */

@@ -31,7 +31,14 @@ sapipe_status fail(sapipe_status s, const std::string& why) {
   return s;
 }
 
-// A stream or event: a distinct heap address each (the fused steps refuse one stream as both).
+// A stream: a distinct heap address each (the fused steps refuse one stream as both). An event
+// keeps whether it was recorded since a step last waited on it: streams finish on enqueue here,
+// so the only order left to check is that each bucket's event was recorded (its gradient
+// enqueued) before the step that waits on it; the real plugin cannot tell (a wait on an event
+// never recorded returns at once), so this plugin refuses what would race on a GPU.
+struct Event {
+  bool recorded = false;
+};
 
 struct Comm {
   sapipe::fakes::HostNccl* ranks = nullptr;  // null for one rank: nothing to join
@@ -70,6 +77,11 @@ void copy_if_apart(float* dst, const float* src, size_t count) {
   if (dst != src && count > 0) std::memmove(dst, src, count * sizeof(float));
 }
 
+// Whether a sum of `size` finite inputs of squared norm `norm` could overflow (bucket_update.cu).
+bool overflow_risk(int64_t bad, double norm, int32_t size) {
+  return bad == 0 && !(std::sqrt(norm) * size < static_cast<double>(FLT_MAX) / 2);
+}
+
 // The real fused step's guard on one rank: the non-finite inputs, and whether a sum of `size`
 // inputs bounded by the norm could overflow (native/cuda/bucket_update.cu).
 void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, int32_t size, int64_t* bad, bool* risk) {
@@ -83,7 +95,20 @@ void guard(const sapipe_update_config& config, const sapipe_update_buffers& b, i
   double norm = 0;
   sapipe_cpu_squared_norm(b.grad + b.offset, b.count, &norm);
   *bad = n;
-  *risk = n == 0 && !(std::sqrt(norm) * size < static_cast<double>(FLT_MAX) / 2);
+  *risk = overflow_risk(n, norm, size);
+}
+
+// The guard's two words summed over the ranks, and the step's outcome from them (c->last).
+sapipe_status agree_on_guard(Comm* c, int64_t bad, bool risk) {
+  if (c->size > 1) {
+    float words[2] = {static_cast<float>(bad), risk ? 1.0f : 0.0f};
+    if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(words, words, 2, false, why); }); s != SAPIPE_OK)
+      return s;
+    bad = static_cast<int64_t>(words[0]);
+    risk = words[0] == 0.0f && words[1] != 0.0f;
+  }
+  c->last = {bad == 0 && !risk ? 1 : 0, risk ? 1 : 0, bad};
+  return SAPIPE_OK;
 }
 
 sapipe_status update_range(const sapipe_update_config& config, const sapipe_update_buffers& b, size_t offset, size_t count) {
@@ -155,9 +180,20 @@ sapipe_cuda_plugin_v1 make_table() {
     return SAPIPE_OK;
   };
   t.stream_synchronize = [](void*) { return SAPIPE_OK; };
-  t.event_create = t.stream_create;
-  t.event_destroy = t.stream_destroy;
-  t.event_record = [](void*, void*) { return SAPIPE_OK; };
+  t.event_create = [](void** event) {
+    if (event == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "event_create: null");
+    *event = new Event();
+    return SAPIPE_OK;
+  };
+  t.event_destroy = [](void* event) {
+    delete static_cast<Event*>(event);
+    return SAPIPE_OK;
+  };
+  t.event_record = [](void* event, void*) {
+    if (event == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "event_record: null event");
+    static_cast<Event*>(event)->recorded = true;
+    return SAPIPE_OK;
+  };
   t.stream_wait_event = [](void*, void*) { return SAPIPE_OK; };
   t.update_async = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, int64_t* guard_count, void*) {
     sapipe_update_result r{};
@@ -310,14 +346,7 @@ sapipe_cuda_plugin_v1 make_table() {
     int64_t bad = 0;
     bool risk = false;
     guard(*config, *buffers, c->size, &bad, &risk);
-    if (c->size > 1) {
-      float words[2] = {static_cast<float>(bad), risk ? 1.0f : 0.0f};
-      if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(words, words, 2, false, why); }); s != SAPIPE_OK)
-        return s;
-      bad = static_cast<int64_t>(words[0]);
-      risk = words[0] == 0.0f && words[1] != 0.0f;
-    }
-    c->last = {bad == 0 && !risk ? 1 : 0, risk ? 1 : 0, bad};
+    if (sapipe_status s = agree_on_guard(c, bad, risk); s != SAPIPE_OK) return s;
     if (!c->last.applied) return SAPIPE_OK;
     if (sharded) {
       const size_t part = buffers->count / static_cast<size_t>(c->size);
@@ -344,6 +373,53 @@ sapipe_cuda_plugin_v1 make_table() {
       at += count;
     }
     return SAPIPE_OK;
+  };
+  // nccl_fused_update_after as native/cuda/bucket_update.cu runs it: every bucket's event must
+  // have been recorded since the last step that waited on it (else the real step's wait would
+  // not order its reduction after the gradient: refused, before anything is reduced); then from
+  // the last bucket to the first, this rank's count and norm of the bucket and its sum over the
+  // ranks; the guard's two words over the ranks; the update of the whole set unless skipped.
+  t.nccl_fused_update_after = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers,
+                                 const size_t* bucket_counts, void* const* ready, size_t num_buckets, void* comm_stream,
+                                 void* compute_stream) {
+    if (sapipe_status s = check_step(comm, config, buffers, comm_stream, compute_stream); s != SAPIPE_OK) return s;
+    auto* c = static_cast<Comm*>(comm);
+    size_t total = 0;
+    for (size_t i = 0; bucket_counts != nullptr && i < num_buckets; ++i) total += bucket_counts[i];
+    if (bucket_counts == nullptr || ready == nullptr || num_buckets == 0 || total != buffers->count)
+      return fail(SAPIPE_ERR_SIZE_MISMATCH, "fused step after events: the bucket counts must be at least one and sum to the element count");
+    for (size_t i = 0; i < num_buckets; ++i) {
+      if (ready[i] == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "fused step after events: bucket " + std::to_string(i) + " has no event");
+      if (!static_cast<const Event*>(ready[i])->recorded)
+        return fail(SAPIPE_ERR_INVALID_ARGUMENT, "fused step after events: the event of bucket " + std::to_string(i) +
+                                                     " was not recorded since the last step waited on it, so its reduction would not wait for its gradient");
+    }
+    for (size_t i = 0; i < num_buckets; ++i) static_cast<Event*>(ready[i])->recorded = false;
+    float* grad = const_cast<float*>(buffers->grad);
+    int64_t bad = 0;
+    double norm = 0;
+    size_t end = buffers->offset + buffers->count;
+    for (size_t k = num_buckets; k-- > 0;) {
+      const size_t at = end - bucket_counts[k];
+      int64_t n = 0;
+      sapipe_cpu_count_non_finite(grad + at, bucket_counts[k], &n);
+      bad += n;
+      if (sapipe::core::update_reads_local_grad(*config)) {
+        sapipe_cpu_count_non_finite(buffers->local_grad + at, bucket_counts[k], &n);
+        bad += n;
+      }
+      double part = 0;
+      sapipe_cpu_squared_norm(grad + at, bucket_counts[k], &part);
+      norm += part;
+      if (c->size > 1)
+        if (sapipe_status s = over_ranks(c, [&](auto& r, std::string* why) { return r.all_reduce(grad + at, grad + at, bucket_counts[k], false, why); });
+            s != SAPIPE_OK)
+          return s;
+      end = at;
+    }
+    if (sapipe_status s = agree_on_guard(c, bad, overflow_risk(bad, norm, c->size)); s != SAPIPE_OK) return s;
+    if (!c->last.applied) return SAPIPE_OK;
+    return update_range(*config, *buffers, buffers->offset, buffers->count);
   };
   t.nccl_fused_update_recheck = [](void* comm, const sapipe_update_config* config, const sapipe_update_buffers* buffers, int32_t sharded,
                                    void* comm_stream, void* compute_stream) {

@@ -131,6 +131,7 @@ sapipe_cuda_plugin_v1 make_table() {
     return &ops;
   };
   t.cublas_probe = UNAVAILABLE(cublas_probe);
+  t.nccl_fused_update_after = UNAVAILABLE(nccl_fused_update_after);
 #endif
   return t;
 }
