@@ -9,6 +9,7 @@
         "native/addon/device/cuda_binding.cpp",
         "native/addon/device/cuda_buffer.cpp",
         "native/addon/device/cuda_events.cpp",
+        "native/addon/device/cuda_stream.cpp",
         "native/addon/errors.cpp",
         "native/addon/js_args.cpp",
         "native/addon/kernels_binding.cpp",

@@ -62,6 +62,17 @@ export interface CudaEventsHandle {
   dispose(): void;
 }
 
+/** A stream of its own on one CUDA device (native/addon/device/cuda_stream.h). @category Backends */
+export interface CudaStreamHandle {
+  readonly device: number;
+  /** fn() with this stream current on its device (restored after, also on a throw); fn's result. */
+  run<T>(fn: () => T): T;
+  synchronize(): void;
+  record(events: CudaEventsHandle, index: number): void;
+  wait(events: CudaEventsHandle, index: number): void;
+  dispose(): void;
+}
+
 /** NativeUpdateBuffers with device buffers. @category Backends */
 export interface CudaUpdateBuffers {
   weights: CudaBufferHandle;
@@ -132,6 +143,7 @@ export interface CudaAddon {
   /** out = (zeroFirst ? 0 : out) + scale * the pairs of each of `ranks` packs of `width` floats in `all`, in rank order. */
   cudaScatterAdd(out: CudaBufferHandle, all: CudaBufferHandle, width: number, k: number, ranks: number, scale: number, zeroFirst: boolean): void;
   CudaEvents: new (device: number, count: number) => CudaEventsHandle;
+  CudaStream: new (device: number) => CudaStreamHandle;
   NcclComm: new (device: number, size: number, rank: number, timeoutMs: number) => NcclCommHandle;
   ncclUniqueId(): Uint8Array;
 }

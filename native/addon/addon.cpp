@@ -16,6 +16,7 @@
 #include "comm_ucx_binding.h"
 #include "device/comm_nccl_binding.h"
 #include "device/cuda_events.h"
+#include "device/cuda_stream.h"
 #include "device/cuda_binding.h"
 #include "device/cuda_buffer.h"
 #include "kernels_binding.h"
@@ -100,6 +101,7 @@ static Napi::Object InitSapipe(Napi::Env env, Napi::Object exports) {
   InitCudaBuffer(env, exports);
   InitNcclComm(env, exports);
   CudaEvents::Init(env, exports);
+  CudaStream::Init(env, exports);
   InitCommLocal(env, exports);
   InitCommUcx(env, exports);
   exports.Set("info", Napi::Function::New(env, Info, "info"));

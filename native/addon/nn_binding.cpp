@@ -1,9 +1,9 @@
 // The model operations (sapipe/nn.h) behind lib/nn, on host or device memory: each entry takes
 // its operands as NativeBuffers (the CPU table runs the operation to completion) or CudaBuffers
-// of one device (the CUDA plugin's table enqueues it on the legacy default stream, in order with
-// the device buffers' copies and updates, and returns). Operands are dense row-major views at
-// element offsets (a ParamSet tensor, an activation buffer), so a layer costs one call and no
-// copy. Every view is checked against its buffer here; the kernels check again.
+// of one device (the CUDA plugin's table enqueues it on the device's current stream, CudaStream.run's,
+// else the legacy default stream, in order with the device buffers' copies and updates there, and
+// returns). Operands are dense row-major views at element offsets (a ParamSet tensor, an activation
+// buffer), so a layer costs one call and no copy. Every view is checked against its buffer here; the kernels check again.
 //
 //   sgemm({ transA, transB, m, n, k, alpha, beta, a, aOffset, b, bOffset, c, cOffset })
 //   nnBiasAdd(y, yOffset, bias, biasOffset, rows, cols)
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../core/cpu_clock.h"
+#include "addon_data.h"
 #include "device/cuda_binding.h"
 #include "device/cuda_buffer.h"
 #include "errors.h"
@@ -91,6 +92,11 @@ class Operands {
     cuda_ = require_device_table(env_, place_);
     return cuda_->nn_ops();
   }
+
+  // The stream a device operation is enqueued on: the device's current stream (a pipeline stage's,
+  // set by CudaStream.run around the stage's synchronous work), else the legacy default stream.
+  // Read after table(); the CPU table ignores it.
+  void* stream() const { return place_ < 0 ? nullptr : AddonData::Get(env_).current_stream(place_); }
 
   // The table's entry `member`, refused when the table was built before the entry was appended.
   template <class Fn>
@@ -152,7 +158,7 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   g.ldb = g.trans_b ? g.k : g.n;
   g.ldc = g.n;
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->gemm(&g, nullptr), "C must not overlap A or B; alpha and beta must be finite");
+  ops.check(table->gemm(&g, ops.stream()), "C must not overlap A or B; alpha and beta must be finite");
   return env.Undefined();
 }
 
@@ -163,7 +169,7 @@ Napi::Value BiasAdd(const Napi::CallbackInfo& info) {
   float* y = ops.view(info[0], info[1], rows * cols, "y");
   const float* bias = ops.view(info[2], info[3], cols, "bias");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->bias_add(y, bias, rows, cols, nullptr), "invalid arguments");
+  ops.check(table->bias_add(y, bias, rows, cols, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -175,7 +181,7 @@ Napi::Value BiasGrad(const Napi::CallbackInfo& info) {
   float* db = ops.view(info[0], info[1], cols, "db");
   const float* dy = ops.view(info[2], info[3], rows * cols, "dy");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->bias_grad(db, dy, rows, cols, accumulate ? 1 : 0, nullptr), "invalid arguments");
+  ops.check(table->bias_grad(db, dy, rows, cols, accumulate ? 1 : 0, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -186,7 +192,7 @@ Napi::Value Relu(const Napi::CallbackInfo& info) {
   float* y = ops.view(info[0], info[1], count, "y");
   const float* x = ops.view(info[2], info[3], count, "x");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->relu(y, x, count, nullptr), "invalid arguments");
+  ops.check(table->relu(y, x, count, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -198,7 +204,7 @@ Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
   const float* y = ops.view(info[2], info[3], count, "y");
   const float* dy = ops.view(info[4], info[5], count, "dy");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->relu_backward(dx, y, dy, count, nullptr), "invalid arguments");
+  ops.check(table->relu_backward(dx, y, dy, count, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -214,7 +220,7 @@ Napi::Value SoftmaxXent(const Napi::CallbackInfo& info) {
   float* dlogits = ops.optional_view(info[9], info[10], rows * classes, "dlogits");
   float* correct = ops.optional_view(info[11], info[12], rows, "correct");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(table->softmax_xent(logits, labels, rows, classes, scale, losses, dlogits, correct, nullptr), "invalid arguments");
+  ops.check(table->softmax_xent(logits, labels, rows, classes, scale, losses, dlogits, correct, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -233,7 +239,7 @@ Napi::Value Gelu(const Napi::CallbackInfo& info) {
   float* y = ops.view(info[0], info[1], count, "y");
   const float* x = ops.view(info[2], info[3], count, "x");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu)(y, x, count, nullptr), "invalid arguments");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu)(y, x, count, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -245,7 +251,7 @@ Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
   const float* x = ops.view(info[2], info[3], count, "x");
   const float* dy = ops.view(info[4], info[5], count, "dy");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu_backward)(dx, x, dy, count, nullptr), "invalid arguments");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, gelu_backward)(dx, x, dy, count, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -257,7 +263,7 @@ Napi::Value Add(const Napi::CallbackInfo& info) {
   const float* a = ops.view(info[2], info[3], count, "a");
   const float* b = ops.view(info[4], info[5], count, "b");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, add)(y, a, b, count, nullptr), "invalid arguments");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, add)(y, a, b, count, ops.stream()), "invalid arguments");
   return env.Undefined();
 }
 
@@ -273,7 +279,7 @@ Napi::Value LayerNorm(const Napi::CallbackInfo& info) {
   const float* gamma = ops.view(info[8], info[9], cols, "gamma");
   const float* beta = ops.view(info[10], info[11], cols, "beta");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm)(y, mean, rstd, x, gamma, beta, rows, cols, eps, nullptr),
+  ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm)(y, mean, rstd, x, gamma, beta, rows, cols, eps, ops.stream()),
             "cols must be positive and eps positive and finite");
   return env.Undefined();
 }
@@ -293,7 +299,7 @@ Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
   const float* gamma = ops.view(info[14], info[15], cols, "gamma");
   const sapipe_nn_ops* table = ops.table();
   ops.check(SAPIPE_NN_ENTRY(ops, table, layer_norm_backward)(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, cols, accumulate ? 1 : 0,
-                                                             nullptr),
+                                                             ops.stream()),
             "invalid arguments");
   return env.Undefined();
 }
@@ -308,7 +314,7 @@ Napi::Value Embedding(const Napi::CallbackInfo& info) {
   const float* token_table = ops.view(info[4], info[5], vocab * dim, "tokenTable");
   const float* position_table = ops.view(info[6], info[7], seq * dim, "positionTable");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding)(y, tokens, token_table, position_table, batch, seq, vocab, dim, nullptr),
+  ops.check(SAPIPE_NN_ENTRY(ops, table, embedding)(y, tokens, token_table, position_table, batch, seq, vocab, dim, ops.stream()),
             "invalid arguments");
   return env.Undefined();
 }
@@ -325,7 +331,7 @@ Napi::Value EmbeddingBackward(const Napi::CallbackInfo& info) {
   const float* tokens = ops.view(info[6], info[7], batch * seq, "tokens");
   const sapipe_nn_ops* table = ops.table();
   ops.check(SAPIPE_NN_ENTRY(ops, table, embedding_backward)(dtoken, dposition, dy, tokens, batch, seq, vocab, dim, accumulate ? 1 : 0,
-                                                            nullptr),
+                                                            ops.stream()),
             "invalid arguments");
   return env.Undefined();
 }
@@ -340,7 +346,7 @@ Napi::Value Dropout(const Napi::CallbackInfo& info) {
   float* y = ops.view(info[0], info[1], count, "y");
   const float* x = ops.view(info[2], info[3], count, "x");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, dropout)(y, x, count, p, seed, offset, nullptr), "p must be in [0, 1)");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, dropout)(y, x, count, p, seed, offset, ops.stream()), "p must be in [0, 1)");
   return env.Undefined();
 }
 
@@ -357,7 +363,7 @@ Napi::Value Attention(const Napi::CallbackInfo& info) {
   const float* k = ops.view(info[6], info[7], n, "k");
   const float* v = ops.view(info[8], info[9], n, "v");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, attention)(o, lse, q, k, v, batch, seq, heads, dim, scale, nullptr),
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention)(o, lse, q, k, v, batch, seq, heads, dim, scale, ops.stream()),
             "headDim must be in [1, 256] and scale finite");
   return env.Undefined();
 }
@@ -379,7 +385,7 @@ Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
   const float* o = ops.view(info[14], info[15], n, "o");
   const float* lse = ops.view(info[16], info[17], batch * heads * seq, "lse");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, attention_backward)(dq, dk, dv, dout, q, k, v, o, lse, batch, seq, heads, dim, scale, nullptr),
+  ops.check(SAPIPE_NN_ENTRY(ops, table, attention_backward)(dq, dk, dv, dout, q, k, v, o, lse, batch, seq, heads, dim, scale, ops.stream()),
             "headDim must be in [1, 256] and scale finite");
   return env.Undefined();
 }
@@ -413,7 +419,7 @@ Napi::Value Conv2d(const Napi::CallbackInfo& info) {
   const float* w = ops.view(info[4], info[5], s.out_channels * s.in_channels * s.kernel_h * s.kernel_w, "w");
   const float* bias = ops.optional_view(info[6], info[7], s.out_channels, "bias");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d)(y, x, w, bias, &s, nullptr), "invalid arguments or out of memory");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d)(y, x, w, bias, &s, ops.stream()), "invalid arguments or out of memory");
   return env.Undefined();
 }
 
@@ -431,7 +437,7 @@ Napi::Value Conv2dBackward(const Napi::CallbackInfo& info) {
   const float* x = ops.view(info[8], info[9], xlen, "x");
   const float* w = ops.view(info[10], info[11], wlen, "w");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d_backward)(dx, dw, db, dy, x, w, &s, accumulate ? 1 : 0, nullptr),
+  ops.check(SAPIPE_NN_ENTRY(ops, table, conv2d_backward)(dx, dw, db, dy, x, w, &s, accumulate ? 1 : 0, ops.stream()),
             "invalid arguments or out of memory");
   return env.Undefined();
 }
@@ -452,7 +458,7 @@ Napi::Value Pool2d(const Napi::CallbackInfo& info) {
   float* y = ops.view(info[0], info[1], s.batch * s.in_channels * oh * ow, "y");
   const float* x = ops.view(info[2], info[3], s.batch * s.in_channels * s.height * s.width, "x");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d)(y, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d)(y, x, &s, mode, ops.stream()), "padding must be at most half the kernel");
   return env.Undefined();
 }
 
@@ -467,7 +473,7 @@ Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   const float* dy = ops.view(info[2], info[3], s.batch * s.in_channels * oh * ow, "dy");
   const float* x = ops.view(info[4], info[5], xlen, "x");
   const sapipe_nn_ops* table = ops.table();
-  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d_backward)(dx, dy, x, &s, mode, nullptr), "padding must be at most half the kernel");
+  ops.check(SAPIPE_NN_ENTRY(ops, table, pool2d_backward)(dx, dy, x, &s, mode, ops.stream()), "padding must be at most half the kernel");
   return env.Undefined();
 }
 

@@ -15,6 +15,7 @@ import { mlpLayers } from '../../dist/nn/sequential.js';
 import { PipelineTrainer } from '../../dist/pipeline/runtime/trainer.js';
 import type { PipelineTrainerOptions } from '../../dist/pipeline/runtime/plan.js';
 import { rng, worstError } from '../helpers/random.js';
+import { emulated, logged } from '../helpers/stream-log.js';
 
 const gpu = cudaStatus().available;
 
@@ -69,6 +70,27 @@ async function train(options: PipelineTrainerOptions, rounds: number): Promise<{
   } finally {
     await trainer.dispose();
   }
+}
+
+for (const [schedule, stages] of [['1f1b', 4], ['gpipe', 2]] as const) {
+  deviceTest(`${schedule} on ${stages} stages of one device: each stage's work on a stream of its own, none on the default stream in a round`, async (t) => {
+    const trainer = await PipelineTrainer.create({ ...base(schedule, stages), device: 'cuda:0' });
+    try {
+      await trainer.trainRound(); // buffers allocated
+      const { ops } = await logged(async () => {
+        for (let r = 0; r < 3; r++) await trainer.trainRound();
+      });
+      // Only the host-memory plugin logs the streams; on a GPU, compute-sanitizer checks the order (docs/cuda.md).
+      if (!emulated) return;
+      const streams = new Set(ops.map((o) => o.stream));
+      t.notOk(streams.has(0), 'nothing inside the rounds on the default stream');
+      t.equal(streams.size, stages, 'as many streams as stages');
+      for (const s of streams) t.ok(ops.some((o) => o.stream === s && o.op === 'nn'), `stream ${s} runs model operations`);
+      t.ok(ops.some((o) => o.op === 'update'), 'the optimizer steps are on the streams too');
+    } finally {
+      await trainer.dispose();
+    }
+  });
 }
 
 // The device runs the same kernels in another order (cuBLAS's products, FMAs): a few ulps per

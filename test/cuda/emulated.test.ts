@@ -1,6 +1,6 @@
 /**
  * The `GPU:` tests of test/cuda/device.test.ts, model-ops.test.ts, device-pipeline.test.ts,
- * device-trainer.test.ts, device-trainer-overlap.test.ts and gpt-device.test.ts again, where no GPU is
+ * device-trainer.test.ts, device-trainer-overlap.test.ts, gpt-device.test.ts and streams.test.ts again, where no GPU is
  * needed: on the CUDA plugin over host memory (native/tests/fakes/plugin_host_memory.cpp: host
  * memory as the device, an NCCL of
  * ranks over Unix sockets, the CPU kernels behind every entry, every stream done as soon as it is
@@ -24,3 +24,4 @@ await import('./device-pipeline.test.js');
 await import('./device-trainer.test.js');
 await import('./device-trainer-overlap.test.js');
 await import('./gpt-device.test.js');
+await import('./streams.test.js');

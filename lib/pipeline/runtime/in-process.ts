@@ -2,8 +2,9 @@
  * The stages of a pipeline on one device, in this process: each stage is a StageHost built here
  * and driven by the same requests a stage thread answers, so the trainer handles both alike. The
  * stages interleave on this thread at their waits (a receive not yet sent, a send not yet
- * received), in the order their schedules allow, while the device runs what they enqueued;
- * transfers between them are device-to-device copies (DeviceLinks).
+ * received), in the order their schedules allow, while the device runs what they enqueued, each
+ * stage on a stream of its own; transfers between them are device-to-device copies ordered by
+ * events (DeviceLinks).
  */
 import { EventEmitter } from 'node:events';
 
@@ -30,12 +31,15 @@ class InProcessStage extends EventEmitter implements StageWorker {
   private chain: Promise<void>;
   private exited = false;
 
+  private readonly stage: number;
+
   constructor(
     description: StageDescription,
     data: PipelineData,
     private readonly links: DeviceLinks,
   ) {
     super();
+    this.stage = description.stage;
     // Built after the caller has attached its listeners (the next turn of the event loop).
     this.chain = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
       try {
@@ -89,6 +93,7 @@ class InProcessStage extends EventEmitter implements StageWorker {
     try {
       await host?.dispose();
     } finally {
+      this.links.stageEnded(this.stage);
       setImmediate(() => this.emit('exit', 0));
     }
   }

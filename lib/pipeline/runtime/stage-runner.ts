@@ -55,6 +55,7 @@ import { Communicator } from '../../comm/communicator.js';
 import { commBackendEntry } from '../../comm/registry.js';
 import { DataParallelTrainer, type DataParallelStepResult } from '../../dataparallel/trainer.js';
 import { DeviceParamSet } from '../../device/param-set.js';
+import type { DeviceStream } from '../../device/stream.js';
 import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
 import { sgemm } from '../../nn/gemm.js';
@@ -147,6 +148,12 @@ export interface StageTransport<B extends Tensor = Tensor> {
    * posted before a receive its peer is waiting to complete first would deadlock.
    */
   readonly independentSends?: boolean;
+  /**
+   * The stage's own stream, where stages share a device in one process (DeviceLinks): the runner
+   * enqueues its device work on it (see StageRunner's `onStream`), and the transport orders its
+   * copies against it with events.
+   */
+  readonly stream?: DeviceStream;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -235,6 +242,8 @@ export class StageRunner {
   private readonly free: Tensor[] = [];
   /** Where this stage's parts run (one memory per stage): buffers, copies and the loss go there. */
   private readonly memory: ModelDevice;
+  /** A device stage's own stream (its transport's), or undefined: the device's default stream. */
+  private readonly stream: DeviceStream | undefined;
   /** A device stage's scratch: the labels of one micro-batch, and a 1 for scaled adds. */
   private deviceScratch: { labels: Tensor; one: Tensor } | undefined;
   private disposed = false;
@@ -320,6 +329,7 @@ export class StageRunner {
     const devices = new Set(parts.map((p) => p.model.device ?? 'cpu'));
     if (devices.size > 1) throw new InvalidArgumentError(`StageRunner: a stage's parts run in one memory, got ${[...devices].join(' and ')}`);
     this.memory = modelDevice([...devices][0] ?? 'cpu');
+    this.stream = this.memory.device !== 'cpu' && comm !== undefined && !Array.isArray(comm) ? (comm as StageTransport).stream : undefined;
     const row = schedule.actions[stage] ?? [];
     this.actions = this.byPipeline || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     this.sendIndices = this.actions.flatMap((a, i) => (a.kind === 'sendActivation' || a.kind === 'sendGradient' ? [i] : []));
@@ -536,7 +546,7 @@ export class StageRunner {
         switch (a.kind) {
           case 'forward': {
             const part = p!;
-            const w = weightsFor(a, index);
+            const w = this.onStream(() => weightsFor(a, index));
             versions.push({ kind: 'forward', part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             let input = a.part === 0 ? undefined : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
             if (a.part === 0) {
@@ -544,12 +554,13 @@ export class StageRunner {
               if (onDevice) {
                 // The data set is on the host: its micro-batch is copied in, the one copy of a step's input.
                 input = this.take(source.batch * this.inputSizeOf(0));
-                this.memory.write(input, host.array.subarray(0, input.length));
+                this.onStream(() => this.memory.write(input!, host.array.subarray(0, input!.length)));
                 messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: this.key(a.pipeline, 0) });
               } else input = host;
             }
             if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
-            const output = modelOf(part.spec).forward(a.microBatch, input, source.batch, w.buffer);
+            const from = input;
+            const output = this.onStream(() => modelOf(part.spec).forward(a.microBatch, from, source.batch, w.buffer));
             messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: this.key(a.pipeline, a.part) });
             peakActivations = Math.max(peakActivations, ++live);
             const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
@@ -567,11 +578,11 @@ export class StageRunner {
             const part = p!;
             const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
             if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
-            const w = weightsFor(a, index);
+            const w = this.onStream(() => weightsFor(a, index));
             versions.push({ kind: a.kind, part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             const accumulate = part.accumulated > 0;
             if (a.kind === 'weightGrad') {
-              modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate });
+              this.onStream(() => modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate }));
               dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
             } else {
               let gradOutput: Tensor;
@@ -581,7 +592,10 @@ export class StageRunner {
                 gradOutput = this.take(logits.length);
                 const targets = source.labels(this.sampleOf(a));
                 if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[this.sampleOf(a)] = this.hostLoss(logits, gradOutput, targets, source);
-                else deviceLosses.set(this.sampleOf(a), this.deviceLoss(logits, gradOutput, targets, source, a.microBatch));
+                else {
+                  const out = gradOutput;
+                  deviceLosses.set(this.sampleOf(a), this.onStream(() => this.deviceLoss(logits, out, targets, source, a.microBatch)));
+                }
                 messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: this.key(a.pipeline, a.part) });
               } else {
                 const m = messages.get(gradId);
@@ -594,13 +608,14 @@ export class StageRunner {
                 await sending;
                 activationSends.delete(outputId);
               }
-              const inputGrad = modelOf(part.spec).backward(a.microBatch, gradOutput, {
+              const gradIn = gradOutput;
+              const inputGrad = this.onStream(() => modelOf(part.spec).backward(a.microBatch, gradIn, {
                 grads: gradsOf(part.spec),
                 weights: w.buffer,
                 accumulate,
                 inputGrad: a.part > 0,
                 weightGrad: !split,
-              });
+              }));
               dropMessage(gradId);
               messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
               // The received input: a split backward's weight gradient still reads it.
@@ -686,7 +701,7 @@ export class StageRunner {
             const version = versionOf(part);
             if ((part.lastRead.get(version) ?? -1) > index) {
               const copy = this.take(part.spec.model.params.length);
-              this.memory.copy(copy, weightsOf(part.spec), copy.length);
+              this.onStream(() => this.memory.copy(copy, weightsOf(part.spec), copy.length));
               part.stash.set(version, copy);
               peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
               peakStashedBytes = Math.max(peakStashedBytes, [...this.parts.values()].reduce((n, q) => n + [...q.stash.values()].reduce((b, x) => b + 4 * x.length, 0), 0));
@@ -701,7 +716,7 @@ export class StageRunner {
                   // A staleness-1 mode's first step only starts the all-reduce: nothing skipped.
                   const result = await replicas.step();
                   if (result.updated && !result.applied) part.skipped++;
-                } else if (!(part.spec.device ? part.spec.device.step() : await opt.step()).applied) part.skipped++;
+                } else if (!(part.spec.device ? this.onStream(() => part.spec.device!.step()) : await opt.step()).applied) part.skipped++;
               } finally {
                 opt.gradScale = scale;
               }
@@ -758,9 +773,13 @@ export class StageRunner {
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
     for (const buffer of latestGrads.values()) this.free.push(buffer);
-    // One read of the round's losses (waits for the device once).
+    // The stage's stream is idle at the round's end: what reads or writes its memory between rounds
+    // (the trainer's weights, evaluation, checkpoints) runs on the default stream, which a stage's
+    // stream does not synchronise with. This waits for the device once, and makes the loss reads
+    // below free of further waits.
+    this.stream?.synchronize();
     for (const [microBatch, buffer] of deviceLosses) {
-      const rows = this.memory.read(buffer, buffer.length);
+      const rows = this.onStream(() => this.memory.read(buffer, buffer.length));
       losses[microBatch] = rows.reduce((a, b) => a + b, 0) / rows.length;
       this.free.push(buffer);
     }
@@ -835,6 +854,16 @@ export class StageRunner {
 
   private hasWeightGrad(a: Action): boolean {
     return this.actions.some((b) => b.kind === 'weightGrad' && b.part === a.part && b.microBatch === a.microBatch && b.pipeline === a.pipeline);
+  }
+
+  /**
+   * fn() with the stage's stream current, so that every device operation it makes goes there; fn
+   * is synchronous (DeviceStream.run refuses a Promise), so the stream is never current while
+   * another stage's code runs at one of this round's awaits. Without a stream (host stages, a
+   * device stage given none), fn() as is.
+   */
+  private onStream<T>(fn: () => T): T {
+    return this.stream ? this.stream.run(fn) : fn();
   }
 
   /** SpecTrain's backward weights: w + r * (w_f - w), recomputed once per optimizer step. */

@@ -91,15 +91,20 @@ Napi::Value CudaBuffer::CopyHost(const Napi::CallbackInfo& info, bool to_device)
                                               " exceed the buffer's " + std::to_string(m.length));
   if (n == 0) return env.Undefined();
   std::string detail;
-  const sapipe_status s = to_device ? copy_to_device_sync(m.cuda, m.data + offset, host.Data(), n, &detail)
-                                    : copy_to_host_sync(m.cuda, host.Data(), m.data + offset, n, &detail);
+  // On the device's current stream (a pipeline stage's), behind the work that produced or still
+  // reads the memory there.
+  void* stream = AddonData::Get(env).current_stream(m.device);
+  const sapipe_status s = to_device ? copy_to_device_sync(m.cuda, m.data + offset, host.Data(), n, &detail, stream)
+                                    : copy_to_host_sync(m.cuda, host.Data(), m.data + offset, n, &detail, stream);
   if (s != SAPIPE_OK) throw_error(env, sapipe_status_code(s), what + ": " + detail);
   return env.Undefined();
 }
 
 // copyFromDevice(src: CudaBuffer, srcOffset, dstOffset, count, enqueueOnly?), both on this buffer's
-// device. enqueueOnly: the copy is enqueued on the device's default stream, in order with the model
-// operations there, and not waited for (a step that reads the copy waits for an event recorded after it).
+// device. enqueueOnly, or a current stream (CudaStream.run's): the copy is enqueued on the device's
+// current stream (else the legacy default one), in order with the model operations there, and not
+// waited for (a step that reads the copy waits for an event recorded after it; a stage's later
+// operations are on the same stream).
 Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   DeviceAllocation& m = live(env, "copyFromDevice");
@@ -113,8 +118,9 @@ Napi::Value CudaBuffer::CopyFromDevice(const Napi::CallbackInfo& info) {
     throw_error(env, "ERR_SIZE_MISMATCH", "copyFromDevice: the range exceeds a buffer");
   if (count == 0) return env.Undefined();
   if (src.get() == &m) throw_error(env, "ERR_ALIASING", "copyFromDevice: the source and destination are the same buffer");
-  if (info[4].ToBoolean().Value()) {
-    if (sapipe_status s = m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), nullptr); s != SAPIPE_OK)
+  void* stream = AddonData::Get(env).current_stream(m.device);
+  if (stream != nullptr || info[4].ToBoolean().Value()) {
+    if (sapipe_status s = m.cuda->copy_on_device(m.data + to, src->data + from, count * sizeof(float), stream); s != SAPIPE_OK)
       throw_error(env, sapipe_status_code(s), std::string("copyFromDevice: ") + m.cuda->last_error());
     return env.Undefined();
   }
@@ -164,12 +170,14 @@ namespace {
 Napi::Value CudaUpdate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const sapipe_update_config config = parse_update_config(expect_object(env, info[0], "config"));
-  // Run now, on the legacy stream: no queued collective may be using the memory.
+  // Run now, on the device's current stream (a pipeline stage's, behind the backward that wrote
+  // the gradients), else the legacy one: no queued collective may be using the memory.
   const DeviceUpdate update = parse_device_update(env, info[1], -1, true);
   const sapipe_update_buffers& buffers = update.buffers;
-  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, update.held.front()->device);
+  const int32_t device = update.held.front()->device;
+  const sapipe_cuda_plugin_v1* cuda = require_device_table(env, device);
   sapipe_update_result result{};
-  check_status(env, cuda, cuda->update(&config, &buffers, nullptr, &result, nullptr), "cudaUpdate");
+  check_status(env, cuda, cuda->update(&config, &buffers, nullptr, &result, AddonData::Get(env).current_stream(device)), "cudaUpdate");
   Napi::Object o = Napi::Object::New(env);
   o.Set("applied", Napi::Boolean::New(env, result.applied != 0));
   o.Set("nonFiniteCount", Napi::Number::New(env, static_cast<double>(result.non_finite_count)));

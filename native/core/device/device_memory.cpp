@@ -54,19 +54,22 @@ sapipe_status DeviceAllocation::allocate(const sapipe_cuda_plugin_v1* cuda, int3
   return SAPIPE_OK;
 }
 
-sapipe_status copy_to_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail) {
-  if (sapipe_status s = noted(cuda, cuda->copy_to_device(dst, src, count * sizeof(float), nullptr), detail); s != SAPIPE_OK) return s;
-  return noted(cuda, cuda->stream_synchronize(nullptr), detail);
+sapipe_status copy_to_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                  void* stream) {
+  if (sapipe_status s = noted(cuda, cuda->copy_to_device(dst, src, count * sizeof(float), stream), detail); s != SAPIPE_OK) return s;
+  return noted(cuda, cuda->stream_synchronize(stream), detail);
 }
 
-sapipe_status copy_to_host_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail) {
-  if (sapipe_status s = noted(cuda, cuda->copy_to_host(dst, src, count * sizeof(float), nullptr), detail); s != SAPIPE_OK) return s;
-  return noted(cuda, cuda->stream_synchronize(nullptr), detail);
+sapipe_status copy_to_host_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                  void* stream) {
+  if (sapipe_status s = noted(cuda, cuda->copy_to_host(dst, src, count * sizeof(float), stream), detail); s != SAPIPE_OK) return s;
+  return noted(cuda, cuda->stream_synchronize(stream), detail);
 }
 
-sapipe_status copy_on_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail) {
-  if (sapipe_status s = noted(cuda, cuda->copy_on_device(dst, src, count * sizeof(float), nullptr), detail); s != SAPIPE_OK) return s;
-  return noted(cuda, cuda->stream_synchronize(nullptr), detail);
+sapipe_status copy_on_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                  void* stream) {
+  if (sapipe_status s = noted(cuda, cuda->copy_on_device(dst, src, count * sizeof(float), stream), detail); s != SAPIPE_OK) return s;
+  return noted(cuda, cuda->stream_synchronize(stream), detail);
 }
 
 sapipe_status count_non_finite_on_device(const sapipe_cuda_plugin_v1* cuda, const float* x, size_t count, int64_t* out,

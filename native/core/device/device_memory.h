@@ -32,10 +32,15 @@ struct DeviceAllocation {
                                 std::string* detail);
 };
 
-// Synchronous copies of count floats (host to device, device to host, device to device).
-sapipe_status copy_to_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail);
-sapipe_status copy_to_host_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail);
-sapipe_status copy_on_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail);
+// Synchronous copies of count floats (host to device, device to host, device to device), enqueued
+// on `stream` behind its earlier work and waited for there (a pipeline stage's own stream, which
+// does not synchronise with the legacy default one).
+sapipe_status copy_to_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                  void* stream = nullptr);
+sapipe_status copy_to_host_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                void* stream = nullptr);
+sapipe_status copy_on_device_sync(const sapipe_cuda_plugin_v1* cuda, float* dst, const float* src, size_t count, std::string* detail,
+                                  void* stream = nullptr);
 
 // The NaN/Inf elements of x[0, count), counted on the device (a device word allocated per call:
 // not on a step's hot path).

@@ -12,9 +12,16 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "../../core/update_plan.h"
 #include "host_nccl.h"
@@ -36,9 +43,175 @@ sapipe_status fail(sapipe_status s, const std::string& why) {
 // so the only order left to check is that each bucket's event was recorded (its gradient
 // enqueued) before the step that waits on it; the real plugin cannot tell (a wait on an event
 // never recorded returns at once), so this plugin refuses what would race on a GPU.
+//
+// Streams do finish on enqueue here, but a GPU runs them concurrently: so this plugin also keeps
+// the order a GPU would guarantee between them, and refuses (SAPIPE_ERR_INTERNAL, "stream order")
+// a model operation, copy or update that touches memory last touched on another stream without an
+// order between the two: a wait on an event recorded behind that access, or a host
+// synchronisation of that stream (stream_synchronize, free_device) before this one was enqueued.
+// Each stream's operations are numbered; a stream's clock says how far it is ordered behind every
+// other (a vector clock); an allocation keeps the last access of each stream. The legacy default
+// stream (id 0) is a stream like any other: the plugin's streams are non-blocking. With
+// SAPIPE_FAKE_STREAM_LOG set, each checked operation appends "<op> <stream id>" to that file.
+using Clock = std::map<uint64_t, uint64_t>;  // stream id -> operations it is ordered behind
+
+void merge(Clock& into, const Clock& from) {
+  for (const auto& [id, n] : from)
+    if (into[id] < n) into[id] = n;
+}
+
 struct Event {
   bool recorded = false;
+  Clock clock;  // the recording stream's clock, itself included
 };
+
+struct StreamClock {
+  uint64_t id = 0;
+  uint64_t seq = 0;
+  Clock known;
+};
+
+struct Allocation {
+  size_t bytes = 0;
+  Clock last;  // stream id -> its last operation on this memory
+};
+
+struct Order {
+  std::mutex mutex;
+  uint64_t next_id = 1;
+  std::map<const void*, StreamClock> streams;  // nullptr: the legacy default stream (id 0)
+  std::map<uintptr_t, Allocation> allocations;
+  Clock host;  // what the host has seen complete
+};
+
+Order& order() {
+  static Order o;
+  return o;
+}
+
+StreamClock& clock_of(Order& o, const void* stream) {
+  auto it = o.streams.find(stream);
+  if (it == o.streams.end()) it = o.streams.emplace(stream, StreamClock{}).first;  // the legacy stream on first use
+  return it->second;
+}
+
+// The pointer arguments an operation touches (host pointers and shapes find no allocation).
+template <class T>
+std::enable_if_t<std::is_arithmetic_v<T>> touched(std::vector<const void*>&, T) {}
+void touched(std::vector<const void*>&, void*) {}  // the stream
+void touched(std::vector<const void*>&, const sapipe_nn_conv2d_shape*) {}
+void touched(std::vector<const void*>& out, const float* p) { out.push_back(p); }
+void touched(std::vector<const void*>& out, const sapipe_nn_gemm_args* g) {
+  if (g != nullptr) out.insert(out.end(), {g->a, g->b, g->c});
+}
+void touched(std::vector<const void*>& out, const sapipe_update_buffers* b) {
+  if (b != nullptr)
+    out.insert(out.end(), {b->weights, b->grad, b->momentum, b->second_moment, b->backup, b->predicted, b->local_grad, b->prev_local_grad,
+                           b->weights_in});
+}
+
+// The allocation holding p, or nullptr (host memory, a shape, no pointer).
+Allocation* allocation_of(Order& o, const void* p) {
+  if (p == nullptr) return nullptr;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  auto it = o.allocations.upper_bound(at);
+  if (it == o.allocations.begin()) return nullptr;
+  --it;
+  return at < it->first + std::max<size_t>(it->second.bytes, 1) ? &it->second : nullptr;
+}
+
+// One operation `op` enqueued on `stream` touching `pointers`: refused when it is not ordered
+// behind another stream's last access to the same memory.
+sapipe_status enqueue(const char* op, const void* stream, const std::vector<const void*>& pointers) {
+  Order& o = order();
+  std::lock_guard<std::mutex> lock(o.mutex);
+  StreamClock& s = clock_of(o, stream);
+  merge(s.known, o.host);
+  ++s.seq;
+  for (const void* p : pointers) {
+    Allocation* a = allocation_of(o, p);
+    if (a == nullptr) continue;
+    for (const auto& [other, n] : a->last) {
+      if (other == s.id) continue;
+      auto k = s.known.find(other);
+      if (k == s.known.end() || k->second < n)
+        return fail(SAPIPE_ERR_INTERNAL, std::string("stream order: ") + op + " on stream " + std::to_string(s.id) +
+                                             " touches memory that stream " + std::to_string(other) +
+                                             " used without an event wait or host synchronisation between them (a race on a GPU)");
+    }
+  }
+  for (const void* p : pointers)
+    if (Allocation* a = allocation_of(o, p)) a->last[s.id] = s.seq;
+  if (const char* path = std::getenv("SAPIPE_FAKE_STREAM_LOG"); path != nullptr && *path != 0) {
+    if (std::FILE* f = std::fopen(path, "a")) {
+      std::fprintf(f, "%s %llu\n", op, static_cast<unsigned long long>(s.id));
+      std::fclose(f);
+    }
+  }
+  return SAPIPE_OK;
+}
+
+// The host has waited for `stream` (or, for every stream, the device: cudaFree).
+void host_saw(const void* stream) {
+  Order& o = order();
+  std::lock_guard<std::mutex> lock(o.mutex);
+  StreamClock& s = clock_of(o, stream);
+  merge(o.host, s.known);
+  if (o.host[s.id] < s.seq) o.host[s.id] = s.seq;
+}
+
+void host_saw_all() {
+  Order& o = order();
+  std::lock_guard<std::mutex> lock(o.mutex);
+  for (auto& [key, s] : o.streams) {
+    if (o.host[s.id] < s.seq) o.host[s.id] = s.seq;
+  }
+}
+
+// The CPU's model operation `Member`, checked for stream order first (the stream is every entry's
+// last argument).
+template <class F, F sapipe_nn_ops::*Member>
+struct Checked;
+template <class... A, sapipe_status (*sapipe_nn_ops::*Member)(A...)>
+struct Checked<sapipe_status (*)(A...), Member> {
+  static sapipe_status call(A... a) {
+    std::vector<const void*> pointers;
+    (touched(pointers, a), ...);
+    const void* stream = std::get<sizeof...(A) - 1>(std::tie(a...));
+    if (sapipe_status s = enqueue("nn", stream, pointers); s != SAPIPE_OK) return s;
+    return (sapipe_cpu_nn_ops()->*Member)(a...);
+  }
+};
+#define SAPIPE_CHECKED(member) t.member = &Checked<decltype(t.member), &sapipe_nn_ops::member>::call
+
+const sapipe_nn_ops* checked_nn_ops() {
+  static const sapipe_nn_ops table = [] {
+    sapipe_nn_ops t = *sapipe_cpu_nn_ops();
+    SAPIPE_CHECKED(gemm);
+    SAPIPE_CHECKED(bias_add);
+    SAPIPE_CHECKED(bias_grad);
+    SAPIPE_CHECKED(relu);
+    SAPIPE_CHECKED(relu_backward);
+    SAPIPE_CHECKED(softmax_xent);
+    SAPIPE_CHECKED(gelu);
+    SAPIPE_CHECKED(gelu_backward);
+    SAPIPE_CHECKED(add);
+    SAPIPE_CHECKED(layer_norm);
+    SAPIPE_CHECKED(layer_norm_backward);
+    SAPIPE_CHECKED(embedding);
+    SAPIPE_CHECKED(embedding_backward);
+    SAPIPE_CHECKED(dropout);
+    SAPIPE_CHECKED(attention);
+    SAPIPE_CHECKED(attention_backward);
+    SAPIPE_CHECKED(conv2d);
+    SAPIPE_CHECKED(conv2d_backward);
+    SAPIPE_CHECKED(pool2d);
+    SAPIPE_CHECKED(pool2d_backward);
+    return t;
+  }();
+  return &table;
+}
+#undef SAPIPE_CHECKED
 
 struct Comm {
   sapipe::fakes::HostNccl* ranks = nullptr;  // null for one rank: nothing to join
@@ -158,13 +331,25 @@ sapipe_cuda_plugin_v1 make_table() {
   t.malloc_device = [](void** ptr, size_t bytes) {
     if (ptr == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "malloc_device: null");
     *ptr = std::calloc(std::max<size_t>(bytes, 1), 1);
-    return *ptr != nullptr ? SAPIPE_OK : fail(SAPIPE_ERR_OUT_OF_MEMORY, "malloc_device");
+    if (*ptr == nullptr) return fail(SAPIPE_ERR_OUT_OF_MEMORY, "malloc_device");
+    Order& o = order();
+    std::lock_guard<std::mutex> lock(o.mutex);
+    o.allocations[reinterpret_cast<uintptr_t>(*ptr)] = Allocation{bytes, {}};
+    return SAPIPE_OK;
   };
   t.free_device = [](void* ptr) {
+    // cudaFree waits for the device: every stream's work so far is done.
+    host_saw_all();
+    {
+      Order& o = order();
+      std::lock_guard<std::mutex> lock(o.mutex);
+      o.allocations.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
     std::free(ptr);
     return SAPIPE_OK;
   };
-  t.copy_to_device = [](void* dst, const void* src, size_t bytes, void*) {
+  t.copy_to_device = [](void* dst, const void* src, size_t bytes, void* stream) {
+    if (sapipe_status s = enqueue("copy", stream, {dst, src}); s != SAPIPE_OK) return s;
     std::memmove(dst, src, bytes);
     return SAPIPE_OK;
   };
@@ -173,13 +358,27 @@ sapipe_cuda_plugin_v1 make_table() {
   t.stream_create = [](void** stream) {
     if (stream == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_create: null");
     *stream = new int(0);
+    Order& o = order();
+    std::lock_guard<std::mutex> lock(o.mutex);
+    StreamClock& c = o.streams[*stream];
+    c = StreamClock{};
+    c.id = o.next_id++;
     return SAPIPE_OK;
   };
   t.stream_destroy = [](void* stream) {
+    {
+      // Its clock is dropped with it (the address may be reused); memory it touched keeps the id.
+      Order& o = order();
+      std::lock_guard<std::mutex> lock(o.mutex);
+      o.streams.erase(stream);
+    }
     delete static_cast<int*>(stream);
     return SAPIPE_OK;
   };
-  t.stream_synchronize = [](void*) { return SAPIPE_OK; };
+  t.stream_synchronize = [](void* stream) {
+    host_saw(stream);
+    return SAPIPE_OK;
+  };
   t.event_create = [](void** event) {
     if (event == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "event_create: null");
     *event = new Event();
@@ -189,20 +388,42 @@ sapipe_cuda_plugin_v1 make_table() {
     delete static_cast<Event*>(event);
     return SAPIPE_OK;
   };
-  t.event_record = [](void* event, void*) {
+  t.event_record = [](void* event, void* stream) {
     if (event == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "event_record: null event");
-    static_cast<Event*>(event)->recorded = true;
+    auto* e = static_cast<Event*>(event);
+    e->recorded = true;
+    Order& o = order();
+    std::lock_guard<std::mutex> lock(o.mutex);
+    StreamClock& s = clock_of(o, stream);
+    merge(s.known, o.host);
+    e->clock = s.known;
+    e->clock[s.id] = s.seq;
     return SAPIPE_OK;
   };
-  t.stream_wait_event = [](void*, void*) { return SAPIPE_OK; };
-  t.update_async = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, int64_t* guard_count, void*) {
+  t.stream_wait_event = [](void* stream, void* event) {
+    if (event == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_wait_event: null event");
+    Order& o = order();
+    std::lock_guard<std::mutex> lock(o.mutex);
+    merge(clock_of(o, stream).known, static_cast<Event*>(event)->clock);
+    return SAPIPE_OK;
+  };
+  t.update_async = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, int64_t* guard_count,
+                       void* stream) {
+    std::vector<const void*> pointers;
+    touched(pointers, buffers);
+    if (sapipe_status s = enqueue("update", stream, pointers); s != SAPIPE_OK) return s;
     sapipe_update_result r{};
     if (sapipe_status s = sapipe_cpu_update(config, buffers, &r); s != SAPIPE_OK) return fail(s, "update: refused");
     if (guard_count != nullptr) *guard_count = r.non_finite_count;
     return SAPIPE_OK;
   };
-  t.update = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, sapipe_update_result* result, void*) {
+  t.update = [](const sapipe_update_config* config, const sapipe_update_buffers* buffers, uint16_t*, sapipe_update_result* result,
+                 void* stream) {
+    std::vector<const void*> pointers;
+    touched(pointers, buffers);
+    if (sapipe_status s = enqueue("update", stream, pointers); s != SAPIPE_OK) return s;
     if (sapipe_status s = sapipe_cpu_update(config, buffers, result); s != SAPIPE_OK) return fail(s, "update: refused");
+    host_saw(stream);  // the real entry waits for the stream to fill the result
     return SAPIPE_OK;
   };
   t.elastic_average = [](float* worker, float* center, size_t count, float alpha, void*) {
@@ -231,9 +452,10 @@ sapipe_cuda_plugin_v1 make_table() {
   t.bench_update = [](const sapipe_update_config*, size_t, int32_t, int32_t, sapipe_cuda_bench_result*) {
     return fail(SAPIPE_ERR_BACKEND_UNAVAILABLE, "the host-memory emulation has no timings");
   };
-  t.stream_query = [](void*, int32_t* done) {
+  t.stream_query = [](void* stream, int32_t* done) {
     if (done == nullptr) return fail(SAPIPE_ERR_INVALID_ARGUMENT, "stream_query: null");
     *done = 1;
+    host_saw(stream);
     return SAPIPE_OK;
   };
   t.nccl_get_unique_id = [](uint8_t id[SAPIPE_NCCL_UNIQUE_ID_BYTES]) {
@@ -468,8 +690,9 @@ sapipe_cuda_plugin_v1 make_table() {
     std::memset(x, 0, count * sizeof(float));
     return SAPIPE_OK;
   };
-  // The model operations: the CPU's, on the emulated device's (host) memory.
-  t.nn_ops = [] { return sapipe_cpu_nn_ops(); };
+  // The model operations: the CPU's, on the emulated device's (host) memory, each checked for
+  // stream order first.
+  t.nn_ops = [] { return checked_nn_ops(); };
   t.cublas_probe = [](int32_t* version, const char** path) {
     if (version != nullptr) *version = 0;
     if (path != nullptr) *path = "host-memory emulation (the CPU's SGEMM)";
