@@ -68,6 +68,8 @@ export interface CudaStreamHandle {
   /** fn() with this stream current on its device (restored after, also on a throw); fn's result. */
   run<T>(fn: () => T): T;
   synchronize(): void;
+  /** Whether everything enqueued has run; never blocks. */
+  query(): boolean;
   record(events: CudaEventsHandle, index: number): void;
   wait(events: CudaEventsHandle, index: number): void;
   dispose(): void;

@@ -10,7 +10,9 @@
  * must not be async (refused), because at an await other code of this thread (another stage)
  * runs, and would otherwise enqueue on this stream.
  */
-import { DisposedError, InvalidArgumentError } from '../errors.js';
+import { setImmediate as nextTurn, setTimeout as pause } from 'node:timers/promises';
+
+import { DisposedError, InvalidArgumentError, TimeoutError } from '../errors.js';
 import { callNative } from '../native.js';
 import { checkInteger } from '../validate.js';
 import { cudaAddon, type CudaStreamHandle } from './cuda-native.js';
@@ -66,6 +68,24 @@ export class DeviceStream {
   synchronize(): void {
     const native = this.live('synchronize');
     callNative(() => native.synchronize());
+  }
+
+  /**
+   * Resolves once everything enqueued on this stream so far has run, without blocking the thread
+   * (it polls, first on each turn of the event loop, then every millisecond), so other code of
+   * this thread (other stages) keeps issuing work meanwhile; rejects with ERR_TIMEOUT after
+   * `timeoutMs`.
+   */
+  async idle(timeoutMs: number): Promise<void> {
+    checkInteger(timeoutMs, 'DeviceStream.idle(timeoutMs)', 1, 2 ** 31 - 1);
+    const deadline = performance.now() + timeoutMs;
+    for (let polls = 0; ; polls++) {
+      const native = this.live('idle');
+      if (callNative(() => native.query())) return;
+      if (performance.now() >= deadline) throw new TimeoutError(`DeviceStream.idle: the stream on ${this.device} was still busy after ${timeoutMs} ms`);
+      // The first polls catch a stream about to finish at no cost in latency; later ones leave the CPU alone.
+      await (polls < 16 ? nextTurn() : pause(1));
+    }
   }
 
   get disposed(): boolean {

@@ -29,7 +29,7 @@ function deviceTest(name: string, fn: (t: Test) => Promise<void> | void): void {
   });
 }
 
-deviceTest('DeviceStream.run puts the operations on the stream, only while fn runs, and refuses an async fn', (t) => {
+deviceTest('DeviceStream.run puts the operations on the stream, only while fn runs, and refuses an async fn; idle() waits without blocking', async (t) => {
   const stream = DeviceStream.create({ device: 'cuda:0' });
   const x = DeviceBuffer.from(new Float32Array([-1, 2, -3, 4]), { device: 'cuda:0' });
   try {
@@ -37,13 +37,15 @@ deviceTest('DeviceStream.run puts the operations on the stream, only while fn ru
     t.throws(() => stream.run(() => Promise.resolve(1)), InvalidArgumentError, 'an async fn is refused');
     t.throws(() => stream.run(() => { throw new RangeError('inner'); }), RangeError, "fn's error propagates");
     stream.run(() => relu({ buffer: x }, { buffer: x }, 4));
-    stream.synchronize();
-    t.same(Array.from(x.copyToHost(new Float32Array(4))), [0, 2, 0, 4]);
+    await stream.idle(10_000);
+    t.same(Array.from(x.copyToHost(new Float32Array(4))), [0, 2, 0, 4], 'idle() resolves once the work has run');
+    await t.rejects(stream.idle(0), InvalidArgumentError, 'a timeout of 0 is refused');
   } finally {
     x.dispose();
     stream.dispose();
   }
   t.throws(() => stream.run(() => 1), { code: 'ERR_DISPOSED' });
+  await t.rejects(stream.idle(1000), { code: 'ERR_DISPOSED' });
 });
 
 deviceTest('two streams: an event wait orders them; a planted missing wait is refused where the plugin can tell', async (t) => {

@@ -60,7 +60,7 @@ export class DeviceLinks {
       independentSends: true,
       send: (buffer, peer) => this.post(this.sends, this.recvs, `${stage}>${peer}`, buffer, stage, peer, 'send'),
       recv: (buffer, peer) => this.post(this.recvs, this.sends, `${peer}>${stage}`, buffer, stage, peer, 'recv'),
-      ...(stream ? { stream } : {}),
+      ...(stream ? { stream, idle: () => stream.idle(this.timeoutMs) } : {}),
     };
   }
 

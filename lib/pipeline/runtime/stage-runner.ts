@@ -154,6 +154,8 @@ export interface StageTransport<B extends Tensor = Tensor> {
    * copies against it with events.
    */
   readonly stream?: DeviceStream;
+  /** With `stream`: resolves once the stream has run everything enqueued so far, bounded by the transport's timeout. */
+  idle?(): Promise<void>;
 }
 
 /** The weight version each compute action read, for tests and reports. @category Pipeline runtime */
@@ -244,6 +246,8 @@ export class StageRunner {
   private readonly memory: ModelDevice;
   /** A device stage's own stream (its transport's), or undefined: the device's default stream. */
   private readonly stream: DeviceStream | undefined;
+  /** Its transport's wait for the stream to run dry (see StageTransport.idle). */
+  private readonly streamIdle: (() => Promise<void>) | undefined;
   /** A device stage's scratch: the labels of one micro-batch, and a 1 for scaled adds. */
   private deviceScratch: { labels: Tensor; one: Tensor } | undefined;
   private disposed = false;
@@ -329,7 +333,9 @@ export class StageRunner {
     const devices = new Set(parts.map((p) => p.model.device ?? 'cpu'));
     if (devices.size > 1) throw new InvalidArgumentError(`StageRunner: a stage's parts run in one memory, got ${[...devices].join(' and ')}`);
     this.memory = modelDevice([...devices][0] ?? 'cpu');
-    this.stream = this.memory.device !== 'cpu' && comm !== undefined && !Array.isArray(comm) ? (comm as StageTransport).stream : undefined;
+    const transport = this.memory.device !== 'cpu' && comm !== undefined && !Array.isArray(comm) ? (comm as StageTransport) : undefined;
+    this.stream = transport?.stream;
+    this.streamIdle = this.stream ? transport?.idle?.bind(transport) : undefined;
     const row = schedule.actions[stage] ?? [];
     this.actions = this.byPipeline || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     this.sendIndices = this.actions.flatMap((a, i) => (a.kind === 'sendActivation' || a.kind === 'sendGradient' ? [i] : []));
@@ -775,9 +781,12 @@ export class StageRunner {
     for (const buffer of latestGrads.values()) this.free.push(buffer);
     // The stage's stream is idle at the round's end: what reads or writes its memory between rounds
     // (the trainer's weights, evaluation, checkpoints) runs on the default stream, which a stage's
-    // stream does not synchronise with. This waits for the device once, and makes the loss reads
-    // below free of further waits.
-    this.stream?.synchronize();
+    // stream does not synchronise with. The wait polls, so the other stages keep issuing their
+    // rounds' work meanwhile, and the loss reads below wait for nothing more.
+    if (this.stream) {
+      if (this.streamIdle) await this.streamIdle();
+      else this.stream.synchronize();
+    }
     for (const [microBatch, buffer] of deviceLosses) {
       const rows = this.onStream(() => this.memory.read(buffer, buffer.length));
       losses[microBatch] = rows.reduce((a, b) => a + b, 0) / rows.length;

@@ -14,7 +14,8 @@ namespace sapipe::addon {
 void CudaStream::Init(Napi::Env env, Napi::Object exports) {
   Napi::Function ctor = DefineClass(env, "CudaStream",
                                     {InstanceAccessor<&CudaStream::GetDevice>("device"), InstanceMethod<&CudaStream::Run>("run"),
-                                     InstanceMethod<&CudaStream::Synchronize>("synchronize"), InstanceMethod<&CudaStream::Record>("record"),
+                                     InstanceMethod<&CudaStream::Synchronize>("synchronize"), InstanceMethod<&CudaStream::Query>("query"),
+                                     InstanceMethod<&CudaStream::Record>("record"),
                                      InstanceMethod<&CudaStream::Wait>("wait"), InstanceMethod<&CudaStream::Dispose>("dispose")});
   AddonData::Get(env).cuda_stream_ctor = Napi::Persistent(ctor);
   exports.Set("CudaStream", ctor);
@@ -74,6 +75,18 @@ Napi::Value CudaStream::Synchronize(const Napi::CallbackInfo& info) {
   if (sapipe_status st = cuda_->stream_synchronize(s); st != SAPIPE_OK)
     throw_error(env, sapipe_status_code(st), std::string("CudaStream.synchronize: ") + cuda_->last_error());
   return env.Undefined();
+}
+
+// query(): whether everything enqueued on the stream has run; never blocks (a caller polls it
+// between other work, with a deadline of its own). stream_query is among the appended entries
+// require_device_table checks for.
+Napi::Value CudaStream::Query(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  void* s = live(env, "query");
+  int32_t done = 0;
+  if (sapipe_status st = cuda_->stream_query(s, &done); st != SAPIPE_OK)
+    throw_error(env, sapipe_status_code(st), std::string("CudaStream.query: ") + cuda_->last_error());
+  return Napi::Boolean::New(env, done != 0);
 }
 
 namespace {

@@ -24,6 +24,7 @@ class CudaStream : public Napi::ObjectWrap<CudaStream> {
   Napi::Value GetDevice(const Napi::CallbackInfo& info);
   Napi::Value Run(const Napi::CallbackInfo& info);
   Napi::Value Synchronize(const Napi::CallbackInfo& info);
+  Napi::Value Query(const Napi::CallbackInfo& info);
   Napi::Value Record(const Napi::CallbackInfo& info);
   Napi::Value Wait(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
