@@ -12,7 +12,8 @@
  * ERR_DISPOSED) and only then touches the device; where no device can be used it throws
  * BackendUnavailableError whose message is the plugin's reason (no plugin built, no driver
  * libcuda.so.1, no device, a plugin too old). Copies are synchronous: when they return, the data
- * is where it was sent.
+ * is where it was sent. Inside a DeviceStream's run(), copies go on that stream: host copies wait
+ * for it, and a device-to-device copy is only enqueued there, in order with the stream's work.
  */
 import { DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';
 import { callNative } from '../native.js';
@@ -129,7 +130,7 @@ export class DeviceBuffer {
     return array;
   }
 
-  /** Copies all of `src` (same device, at most this long) into this buffer from element 0. */
+  /** Copies all of `src` (same device, at most this long) into this buffer from element 0 (enqueued only, inside a DeviceStream's run). */
   copyFrom(src: DeviceBuffer): void {
     this.copyFromDevice(src, false);
   }

@@ -50,7 +50,7 @@ export interface CudaBufferHandle {
   readonly disposed: boolean;
   copyFromHost(src: Float32Array, offset: number): void;
   copyToHost(dst: Float32Array, offset: number): void;
-  /** enqueueOnly: enqueued on the device's default stream and not waited for. */
+  /** enqueueOnly, or a current stream (CudaStream.run): enqueued on the device's current stream (else its default stream) and not waited for. */
   copyFromDevice(src: CudaBufferHandle, srcOffset: number, dstOffset: number, count: number, enqueueOnly?: boolean): void;
   dispose(): void;
 }

@@ -2,7 +2,7 @@
  * Single-precision matrix multiply on native buffers: C = alpha * op(A) * op(B) + beta * C, all
  * dense row-major. Operands are views at element offsets into FlatBuffers (a ParamSet's weights, an
  * activation buffer), so a layer costs one native call and no copy; or into DeviceBuffers of one
- * device, where the product runs through cuBLAS on the device's default stream (the model
+ * device, where the product runs through cuBLAS on the device's current stream (the model
  * operations' table, ops.ts).
  */
 import { AliasingError, DisposedError, InvalidArgumentError, SizeMismatchError } from '../errors.js';

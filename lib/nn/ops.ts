@@ -6,8 +6,9 @@
  * A {@link Tensor} is a FlatBuffer (host) or a DeviceBuffer (`cuda:N`); each operation takes views
  * (a tensor and an element offset) that must all live in the same memory, and dispatches on it:
  * host operands run to completion on the calling thread, device operands are enqueued on the
- * device's default stream, in order with DeviceBuffer copies and DeviceParamSet steps, so nothing
- * waits for the GPU until a result is copied to the host. The addon checks every view against its
+ * device's current stream (a DeviceStream's inside its run(), else the default stream), in order
+ * with DeviceBuffer copies and DeviceParamSet steps there, so nothing waits for the GPU until a
+ * result is copied to the host. The addon checks every view against its
  * buffer (ERR_SIZE_MISMATCH), the memory (ERR_INVALID_ARGUMENT for mixed host and device
  * operands) and disposed or busy buffers (ERR_DISPOSED, ERR_BUSY); the functions here add only
  * what the addon cannot see.
