@@ -25,35 +25,58 @@ sapipe_status open_cublas(const cublas::Api** api) {
   return s == SAPIPE_OK ? s : fail(s, reason);
 }
 
-// A cuBLAS handle per thread and device, made on first use and kept for the life of the thread
-// (a handle is bound to the device current when it was made and is not safe across threads), set
-// to `stream`. cublasSetStream is called only when the stream changes: it also resets the
-// handle's workspace, a cost on every product when called each time.
+// A cuBLAS handle per thread, device and stream, made on first use and kept for the life of the
+// thread (a handle is bound to the device current when it was made and is not safe across
+// threads). One per stream rather than one switched with cublasSetStream: a handle's workspace
+// serves the stream it is set to, so two streams sharing one (a device pipeline's stages, each on
+// its own) could run two products on one workspace at once; and cublasSetStream resets the
+// workspace, a cost on every product when the stages alternate. Past kPerDevice streams on a
+// thread and device the least recently used handle is destroyed (cublasDestroy waits for the
+// device, so no product of it is still running) and its slot made anew.
 sapipe_status cublas_handle(const cublas::Api* api, void* stream, cublas::Handle* out) {
   constexpr int kMaxDevices = 64;
+  constexpr int kPerDevice = 16;
   struct Bound {
     cublas::Handle handle = nullptr;
     void* stream = nullptr;
+    unsigned long long used = 0;
   };
-  thread_local Bound bound[kMaxDevices] = {};
+  thread_local Bound bound[kMaxDevices][kPerDevice] = {};
+  thread_local unsigned long long clock = 0;
   int device = 0;
   if (sapipe_status s = from_cuda(cudaGetDevice(&device), "cudaGetDevice"); s != SAPIPE_OK) return s;
   if (device < 0 || device >= kMaxDevices) return invalid("gemm: device number out of range for cuBLAS handles");
-  Bound& b = bound[device];
-  if (b.handle == nullptr) {
-    const cublas::Status st = api->Create(&b.handle);
+  Bound* slot = nullptr;
+  Bound* oldest = &bound[device][0];
+  for (Bound& b : bound[device]) {
+    if (b.handle != nullptr && b.stream == stream) {
+      slot = &b;
+      break;
+    }
+    if (b.handle == nullptr ? oldest->handle != nullptr : (oldest->handle != nullptr && b.used < oldest->used)) oldest = &b;
+  }
+  if (slot == nullptr) {
+    slot = oldest;
+    if (slot->handle != nullptr) {
+      api->Destroy(slot->handle);  // best effort: a failure leaks one handle
+      slot->handle = nullptr;
+    }
+    const cublas::Status st = api->Create(&slot->handle);
     if (st != cublas::kSuccess) {
-      b.handle = nullptr;
+      slot->handle = nullptr;
       return fail(st == 1 ? SAPIPE_ERR_BACKEND_UNAVAILABLE : SAPIPE_ERR_INTERNAL,
                   "cublasCreate failed with status " + std::to_string(st) + " (cuBLAS at " + api->path + ")");
     }
-    b.stream = nullptr;  // a new handle works on the legacy default stream
+    // A new handle works on the legacy default stream.
+    if (stream != nullptr && api->SetStream(slot->handle, stream) != cublas::kSuccess) {
+      api->Destroy(slot->handle);
+      slot->handle = nullptr;
+      return fail(SAPIPE_ERR_INTERNAL, "cublasSetStream failed");
+    }
+    slot->stream = stream;
   }
-  if (b.stream != stream) {
-    if (api->SetStream(b.handle, stream) != cublas::kSuccess) return fail(SAPIPE_ERR_INTERNAL, "cublasSetStream failed");
-    b.stream = stream;
-  }
-  *out = b.handle;
+  slot->used = ++clock;
+  *out = slot->handle;
   return SAPIPE_OK;
 }
 
