@@ -18,8 +18,8 @@ import { performance } from 'node:perf_hooks';
 import { CheckpointError, InvalidArgumentError } from '../errors.js';
 import type { OptimizerState, StateBufferName } from '../optim/optimizer.js';
 import { STATE_BUFFER_NAMES } from '../optim/optimizer.js';
-import { PipelineTrainer, type PipelineCoupling, type PipelineReplicaState, type PipelineTrainerState } from '../pipeline/runtime/trainer.js';
-import type { AveragingLayout } from '../pipeline/runtime/stage-host.js';
+import { PIPELINE_STATE_COUPLINGS, PipelineTrainer, type PipelineStateCoupling, type PipelineReplicaState, type PipelineTrainerState } from '../pipeline/runtime/trainer.js';
+import { AVERAGING_LAYOUTS, type AveragingLayout } from '../pipeline/runtime/stage-host.js';
 import type { StepResult } from '../optim/optimizer.js';
 import { checkInteger, checkOptions, describeValue, optionKeys } from '../validate.js';
 import { decodeSafetensors, encodeSafetensors, type SafetensorsTensor } from './safetensors.js';
@@ -79,7 +79,7 @@ interface SavedCounters {
   schedule: string;
   stages: number;
   pipelines?: number;
-  coupling?: PipelineCoupling;
+  coupling?: PipelineStateCoupling;
   averagingLayout?: AveragingLayout;
   rounds: number;
   epochs: number;
@@ -89,7 +89,7 @@ interface SavedCounters {
 }
 
 /** Where a replica's tensors live in the file: `part<j>` for one pipeline (every earlier file's names), else `pipeline<p>/part<j>`. */
-function replicaPrefix(coupling: PipelineCoupling | undefined, pipeline: number, part: number): string {
+function replicaPrefix(coupling: PipelineStateCoupling | undefined, pipeline: number, part: number): string {
   return coupling === undefined || coupling === 'none' ? `part${part}` : `pipeline${pipeline}/part${part}`;
 }
 
@@ -280,7 +280,8 @@ function checkCounters(saved: SavedCounters, path: string): void {
   for (const key of ['stages', 'rounds', 'epochs', 'orderPosition'] as const) checkCount(saved[key], `the trainer's ${key}`, path);
   if (saved.version === 2) {
     checkCount(saved.pipelines, "the trainer's pipelines", path);
-    if (typeof saved.coupling !== 'string' || (saved.averagingLayout !== undefined && typeof saved.averagingLayout !== 'string')) throw corrupt('the coupling of the pipelines is not named');
+    if (!PIPELINE_STATE_COUPLINGS.includes(saved.coupling!) || (saved.averagingLayout !== undefined && !AVERAGING_LAYOUTS.includes(saved.averagingLayout)))
+      throw corrupt(`the coupling of the pipelines (${describeValue(saved.coupling)}${saved.averagingLayout !== undefined ? `, ${describeValue(saved.averagingLayout)}` : ''}) is not one sapipe writes`);
     if (saved.centers !== undefined && !Array.isArray(saved.centers)) throw corrupt('the centers are not a list');
     (saved.centers ?? []).forEach((c, i) => {
       if (c === null || typeof c !== 'object' || !Array.isArray(c.updates)) throw corrupt(`center ${i}'s counters are missing`);

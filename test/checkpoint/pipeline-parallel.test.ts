@@ -4,15 +4,17 @@
  * and every final weight equal the uninterrupted run's bit for bit (the same kernels on the same
  * values in the same order, every replica, optimizer, data-parallel state and center restored).
  * Through the file too for AvgPipe and a data-parallel configuration. A state of another
- * configuration is refused with its code before any stage changes. Imports the build.
+ * configuration is refused with its code before any stage changes, and a file of one pipeline in
+ * the layout before version 2 still resumes. Imports the build.
  */
 import t from 'tap';
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { loadPipelineCheckpoint, PipelineTrainer, savePipelineCheckpoint, type PipelineTrainerOptions, type PipelineTrainerState } from '../../dist/index.js';
+import { decodeSafetensors, encodeSafetensors, loadPipelineCheckpoint, PipelineTrainer, savePipelineCheckpoint, type PipelineTrainerOptions, type PipelineTrainerState } from '../../dist/index.js';
 import { FEATURES, LAYERS, SEED, dataset, evenBoundaries } from '../pipeline/runtime-helpers.js';
 import { sameValues } from '../helpers/same-values.js';
 
@@ -153,4 +155,39 @@ t.test('a state of another configuration is refused with its code before any sta
   await v1trainer.importState({ version: 1, schedule: s.schedule, stages: s.stages, rounds: s.rounds, epochs: s.epochs, orderPosition: s.orderPosition, parts: s.parts.map(({ weights, optimizer, updates, skipped }) => ({ weights, optimizer, updates, skipped })) });
   t.equal(v1trainer.rounds, 1);
   await v1trainer.dispose();
+});
+
+t.test('a file of one pipeline written before version 2 (no configuration, replicas by index) still resumes', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sapipe-pipe-ckpt-v1-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const c: Config = { schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 };
+  const first = await create(c);
+  await rounds(first, R);
+  const save = await savePipelineCheckpoint(first, { dir });
+  await save.written;
+  const losses = await rounds(first, R);
+  const weights = await first.weights();
+  await first.dispose();
+  // Rewrite the file's counters as version 1 wrote them, and its manifest to match.
+  const step = join(dir, readdirSync(dir).find((d) => d.startsWith('step-'))!);
+  const file = join(step, 'rank-0.safetensors');
+  const { tensors, metadata } = decodeSafetensors(readFileSync(file), file);
+  const saved = JSON.parse(metadata.trainer!) as { parts: Record<string, unknown>[] } & Record<string, unknown>;
+  t.same([saved.version, saved.coupling, [...tensors.keys()].filter((k) => k.endsWith('/weights')).sort()], [2, 'none', ['part0/weights', 'part1/weights']], "one pipeline's names are version 1's");
+  const { version, pipelines, coupling, ...v1 } = saved;
+  void [version, pipelines, coupling];
+  const bytes = Buffer.concat(encodeSafetensors(tensors, { ...metadata, trainer: JSON.stringify({ ...v1, parts: saved.parts.map(({ pipeline, part, ...p }) => (void [pipeline, part], p)) }) }));
+  writeFileSync(file, bytes);
+  const manifest = join(step, 'rank-0.json');
+  const sha = createHash('sha256').update(bytes).digest('hex');
+  writeFileSync(manifest, readFileSync(manifest, 'utf8').replace(/"bytes": \d+/, `"bytes": ${bytes.length}`).replace(/"sha256": "[0-9a-f]+"/, `"sha256": "${sha}"`));
+  const second = await create(c);
+  await loadPipelineCheckpoint(second, { dir });
+  t.ok(sameValues(await rounds(second, R), losses), 'every loss');
+  t.ok(sameWeights(await second.weights(), weights), 'the final weights');
+  await second.dispose();
+  // The same file into parallel pipelines: another configuration.
+  const dp = await create(configs['1f1b x 2 sync']!);
+  await t.rejects(loadPipelineCheckpoint(dp, { dir }), { code: 'ERR_CHECKPOINT', reason: 'mismatch', message: /version 1 state is of one pipeline/ });
+  await dp.dispose();
 });

@@ -213,7 +213,7 @@ export interface PartCheckpointState {
   dataParallel?: DataParallelPartState;
 }
 
-/** @internal A part's DataParallelTrainer state less what PartCheckpointState already holds (weights, optimizer). */
+/** A replica's DataParallelTrainer state less what its checkpoint state already holds (weights, optimizer). @category Pipeline runtime */
 export type DataParallelPartState = Omit<DataParallelTrainerState, 'weights' | 'optimizer'>;
 
 /**

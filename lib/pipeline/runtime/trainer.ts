@@ -15,6 +15,7 @@ import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
 import { FlatBuffer } from '../../tensor.js';
 import { describeValue } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
+import type { PipelineCoupling } from '../schedules/registry.js';
 import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
 import { startDeviceStages, type StageWorker } from './in-process.js';
@@ -75,16 +76,15 @@ export interface EpochReport {
 const SECONDARY_GRACE_MS = 250;
 
 /**
- * How a trainer's pipelines are coupled, which a state must match: `none` (one pipeline),
- * `data-parallel` (N pipelines, each stage's replicas combining gradients: `dataParallel`),
- * `averaging` (AvgPipe's N pipelines and their centers, in `averagingLayout`), `workers` (SAPipe's
- * rows: S data-parallel workers, each a pipeline of every part) or `waves` (Wavelet's
- * data-parallel form: S workers, each the tick and tock pipelines 2x and 2x+1 of the one part).
- * One source: the state's `coupling` and PipelineTrainer's checks read it. @category Pipeline runtime
+ * How a trainer's pipelines are coupled, which a state must match: the schedule registry's
+ * couplings as the trainer runs them (`none` for one pipeline, `data-parallel` for N pipelines
+ * whose stage replicas combine gradients, `elastic-averaging` for AvgPipe, `workers` for SAPipe's
+ * rows), and `waves`: Wavelet's data-parallel form (S workers, each the tick and tock pipelines 2x
+ * and 2x+1 of the one part). @category Pipeline runtime
  */
-export const PIPELINE_COUPLINGS = ['none', 'data-parallel', 'averaging', 'workers', 'waves'] as const;
-/** @category Pipeline runtime */
-export type PipelineCoupling = (typeof PIPELINE_COUPLINGS)[number];
+export type PipelineStateCoupling = PipelineCoupling | 'waves';
+/** Every PipelineStateCoupling (the record makes the compiler hold it complete): what a checkpoint file may name. @category Pipeline runtime */
+export const PIPELINE_STATE_COUPLINGS = Object.keys({ none: true, 'data-parallel': true, 'elastic-averaging': true, workers: true, waves: true } satisfies Record<PipelineStateCoupling, true>) as readonly PipelineStateCoupling[];
 
 /**
  * One replica's state in a PipelineTrainerState: pipeline `pipeline`'s copy of part `part`, its
@@ -118,8 +118,8 @@ export interface PipelineTrainerState {
   stages: number;
   /** Version 2: the pipelines whose replicas `parts` holds (N; SAPipe: its S workers; Wavelet's data-parallel form: 2S). */
   pipelines?: number;
-  /** Version 2: how the pipelines are coupled (see PIPELINE_COUPLINGS). */
-  coupling?: PipelineCoupling;
+  /** Version 2: how the pipelines are coupled (see PipelineStateCoupling). */
+  coupling?: PipelineStateCoupling;
   /** Version 2, AvgPipe: where its pipelines run. */
   averagingLayout?: AveragingLayout;
   rounds: number;
@@ -198,7 +198,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: StageWorker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean; averagingLayout: AveragingLayout | undefined; coupling: PipelineCoupling },
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean; averagingLayout: AveragingLayout | undefined; coupling: PipelineStateCoupling },
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
@@ -227,7 +227,7 @@ export class PipelineTrainer {
     // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe) or AvgPipe's
     // pipelines share the stages, worker x runs row x. On a device every stage runs in this process, on that device.
     const averagingLayout = plan.averaging?.layout;
-    const coupling: PipelineCoupling = descriptions.some((d) => d.waves) ? 'waves' : rowsAreWorkers ? 'workers' : plan.averaging ? 'averaging' : pipelines > 1 ? 'data-parallel' : 'none';
+    const coupling: PipelineStateCoupling = descriptions.some((d) => d.waves) ? 'waves' : rowsAreWorkers ? 'workers' : plan.averaging ? 'elastic-averaging' : pipelines > 1 ? 'data-parallel' : 'none';
     const workers: StageWorker[] =
       device === 'cpu'
         ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers, kernelThreads } })
@@ -362,7 +362,7 @@ export class PipelineTrainer {
         epochs: this.epochsRun,
         orderPosition: this.orderPosition,
         parts,
-        ...(coupling === 'averaging' ? { centers } : {}),
+        ...(coupling === 'elastic-averaging' ? { centers } : {}),
       };
     } finally {
       this.busy = false;
@@ -456,7 +456,7 @@ export class PipelineTrainer {
   /** AvgPipe's centers checked against this trainer's (one per part shared, one per replica otherwise); others have none. */
   private checkCenters(centers: PipelineTrainerState['centers']): CenterCheckpointState[] {
     const { coupling, averagingLayout } = this.options;
-    if (coupling !== 'averaging') {
+    if (coupling !== 'elastic-averaging') {
       if (centers !== undefined && (!Array.isArray(centers) || centers.length > 0)) throw new InvalidArgumentError('PipelineTrainer.importState: the state holds AvgPipe centers; this trainer averages nothing');
       return [];
     }
