@@ -412,7 +412,7 @@ export class StageHost {
    */
   async importState(states: readonly PartCheckpointState[], centers: readonly CenterCheckpointState[]): Promise<void> {
     const byReplica = new Map(states.map((s) => [`${s.pipeline}:${s.part}`, s]));
-    const name = (p: StagePart): string => `part ${p.part}${this.parts.length > this.modelParts.length || this.pipeline > 0 ? ` of pipeline ${this.pipelineOf(p)}` : ''}`;
+    const name = (p: StagePart): string => `part ${p.part} of pipeline ${this.pipelineOf(p)}`;
     for (const p of this.parts) {
       const s = byReplica.get(`${this.pipelineOf(p)}:${p.part}`);
       if (!s) throw new InvalidArgumentError(`importState: no state for ${name(p)}`);
