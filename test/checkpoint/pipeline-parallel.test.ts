@@ -151,6 +151,23 @@ t.test('a state of another configuration is refused with its code before any sta
   await t.rejects(dp.importState(badMode), { code: 'ERR_INVALID_ARGUMENT', message: /mode 'sapipe-wp'/ });
   await dp.importState(wp);
   await dp.dispose();
+  // overlapUpdate off keeps the averaged gradient in flight, on the update applied ahead: neither state fits the other trainer.
+  const offConfig: Config = { ...configs['1f1b x 2 sapipe-wp']!, dataParallel: { mode: 'sapipe-wp', overlapUpdate: false } };
+  const off = await create(offConfig);
+  await off.trainRound();
+  const offState = await off.exportState();
+  t.ok(offState.parts.every((p) => p.dataParallel?.pending && !p.dataParallel.ahead), 'overlapUpdate off: a gradient in flight per replica');
+  const on = await create(configs['1f1b x 2 sapipe-wp']!);
+  const onBefore = await on.exportState();
+  await t.rejects(on.importState(offState), { code: 'ERR_INVALID_ARGUMENT', message: /a gradient not yet applied.*overlapUpdate on/ });
+  t.ok(sameState(await on.exportState(), onBefore), 'unchanged');
+  await on.trainRound();
+  const onState = await on.exportState();
+  t.ok(onState.parts.every((p) => p.dataParallel?.ahead && !p.dataParallel.pending), 'overlapUpdate on: an update applied ahead per replica');
+  const offBefore = await off.exportState();
+  await t.rejects(off.importState(onState), { code: 'ERR_INVALID_ARGUMENT', message: /an update applied ahead.*overlapUpdate off/ });
+  t.ok(sameState(await off.exportState(), offBefore), 'unchanged');
+  await Promise.all([on.dispose(), off.dispose()]);
   // A version 1 state still imports into one pipeline.
   const v1trainer = await create({ schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 });
   const s = states.get('one pipeline')!;

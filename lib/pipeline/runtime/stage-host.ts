@@ -115,7 +115,7 @@ export type ToStage =
 
 /** @internal Stage -> trainer. */
 export type FromStage =
-  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind']; buffers: string[]; dataParallel?: DataParallelTrainer['mode'] }[] }
+  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind']; buffers: string[]; dataParallel?: { mode: DataParallelTrainer['mode']; staleness: 0 | 1; overlapped: boolean } }[] }
   | { type: 'round'; pipeline: number; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
   | { type: 'state'; stage: number; parts: PartCheckpointState[]; centers: CenterCheckpointState[] }
@@ -483,7 +483,7 @@ export function readyMessage(host: StageHost, pipeline: number): FromStage {
     stage: host.description.stage,
     pipeline,
     // (AvgPipe's shared stages hold a replica per pipeline: pipeline 0's describes the part.)
-    parts: host.modelParts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort(), ...(p.replicas ? { dataParallel: p.replicas.mode } : {}) })),
+    parts: host.modelParts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort(), ...(p.replicas ? { dataParallel: { mode: p.replicas.mode, staleness: p.replicas.staleness, overlapped: p.replicas.overlapped } } : {}) })),
   };
 }
 

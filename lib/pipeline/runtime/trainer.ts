@@ -187,8 +187,8 @@ export class PipelineTrainer {
   private partBuffers: string[][] = [];
   /** Each part's stages (several in Wavelet's model-parallel form). */
   private partHolders: number[][] = [];
-  /** Each part's data-parallel mode, where its replicas combine gradients. */
-  private partModes: (string | undefined)[] = [];
+  /** Each part's data-parallel trainers, where its replicas combine gradients: what their states must fit. */
+  private partDataParallel: ({ mode: string; staleness: 0 | 1; overlapped: boolean } | undefined)[] = [];
   /** The learning rate of every part's optimizer, as last set. */
   private learningRate: number;
 
@@ -240,7 +240,7 @@ export class PipelineTrainer {
             trainer.partLengths[p.part] = p.length;
             trainer.partOptimizers[p.part] = p.optimizer;
             trainer.partBuffers[p.part] = p.buffers;
-            trainer.partModes[p.part] = p.dataParallel;
+            trainer.partDataParallel[p.part] = p.dataParallel;
             (trainer.partHolders[p.part] ??= []).push(reply.stage);
           }
     } catch (error) {
@@ -440,17 +440,27 @@ export class PipelineTrainer {
     if (!Number.isSafeInteger(o.step) || o.step < 0 || !Number.isSafeInteger(o.skippedSteps) || o.skippedSteps < 0 || typeof o.lr !== 'number' || !Number.isFinite(o.lr) || o.lr < 0)
       throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s optimizer counters or learning rate are not valid`);
     if (p.updates < 0 || p.skipped < 0 || p.skipped > p.updates) throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s counters (updates ${p.updates}, skipped ${p.skipped}) are not counts`);
-    const mode = this.partModes[j];
+    const replicas = this.partDataParallel[j];
     const dp = p.dataParallel;
-    if (mode === undefined) {
+    if (replicas === undefined) {
       if (dp !== undefined) throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s state holds data-parallel state; this trainer's part ${j} has no data-parallel replicas`);
       return;
     }
+    const { mode, staleness, overlapped } = replicas;
     if (dp === null || typeof dp !== 'object' || dp.version !== 1 || dp.mode !== mode || !Number.isSafeInteger(dp.calls) || dp.calls < 0)
       throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s replicas combine gradients in mode '${mode}'; the state's data-parallel state is ${dp === undefined ? 'missing' : `of mode ${describeValue(dp?.mode)}`} or not valid`);
-    const arrays = [dp.pending?.averaged, dp.ahead?.weights, dp.ahead?.predicted ?? undefined, dp.residual ?? undefined, dp.accumulation?.grads];
-    if ((dp.pending !== null && typeof dp.pending !== 'object') || arrays.some((a) => a !== undefined && (!(a instanceof Float32Array) || a.length !== length)))
-      throw new SizeMismatchError(`PipelineTrainer.importState: ${name}'s data-parallel arrays (gradient in flight, update ahead, residual, accumulation) must each be a Float32Array of ${length} values`);
+    // What the part's DataParallelTrainer would refuse, refused here before any stage changes.
+    const pending = dp.pending ?? null;
+    const ahead = dp.ahead ?? null;
+    if ((pending !== null && (staleness === 0 || overlapped)) || (ahead !== null && !overlapped))
+      throw new InvalidArgumentError(
+        `PipelineTrainer.importState: ${name}'s data-parallel state holds ${pending !== null ? 'a gradient not yet applied' : 'an update applied ahead'}, which this trainer's replicas (mode '${mode}', overlapUpdate ${overlapped ? 'on' : 'off'}) cannot hold; resume with the dataParallel options the state was saved with`,
+      );
+    if ((dp.residual ?? null) !== null || (dp.lossScale ?? null) !== null || (dp.accumulation ?? null) !== null)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s data-parallel state holds a compression residual, loss scale or accumulation, which a pipeline's replicas never keep`);
+    const arrays = [...(pending ? [pending.averaged] : []), ...(ahead ? [ahead.weights] : []), ...(ahead?.predicted ? [ahead.predicted] : [])];
+    if ((pending !== null && typeof pending !== 'object') || (ahead !== null && typeof ahead !== 'object') || arrays.some((a) => !(a instanceof Float32Array) || a.length !== length))
+      throw new SizeMismatchError(`PipelineTrainer.importState: ${name}'s data-parallel arrays (gradient in flight, update ahead) must each be a Float32Array of ${length} values`);
   }
 
   /** AvgPipe's centers checked against this trainer's (one per part shared, one per replica otherwise); others have none. */
