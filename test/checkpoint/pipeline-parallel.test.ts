@@ -7,7 +7,7 @@
  * configuration is refused with its code before any stage changes, and a file of one pipeline in
  * the layout before version 2 still resumes. Imports the build.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -44,6 +44,13 @@ function create(c: Config): Promise<PipelineTrainer> {
   });
 }
 
+/** create(), disposed when the test ends however it ends (a failed assertion must not leave stage threads holding the process). */
+async function open(t: Test, c: Config): Promise<PipelineTrainer> {
+  const trainer = await create(c);
+  t.teardown(() => trainer.dispose());
+  return trainer;
+}
+
 async function rounds(trainer: PipelineTrainer, n: number): Promise<number[]> {
   const losses: number[] = [];
   for (let r = 0; r < n; r++) losses.push(...(await trainer.trainRound()).losses);
@@ -66,7 +73,7 @@ function sameState(a: PipelineTrainerState, b: PipelineTrainerState): boolean {
 
 for (const [name, c] of Object.entries(configs)) {
   t.test(`${name}: ${R} rounds, export, ${R} rounds equals another trainer importing the export`, async (t) => {
-    const first = await create(c);
+    const first = await open(t, c);
     await rounds(first, R);
     const state = await first.exportState();
     t.equal(state.version, 2);
@@ -76,7 +83,7 @@ for (const [name, c] of Object.entries(configs)) {
     await first.dispose();
 
     // The importing trainer has trained a round of its own (a gradient in flight, centers moved): the state replaces all of it.
-    const second = await create(c);
+    const second = await open(t, c);
     await rounds(second, 1);
     await second.importState(state);
     t.equal(second.rounds, R);
@@ -92,13 +99,13 @@ for (const name of ['avgpipe N=2 worker-per-replica', '1f1b x 2 sapipe-wp', 'wav
     const c = configs[name]!;
     const dir = mkdtempSync(join(tmpdir(), 'sapipe-pipe-ckpt-par-'));
     t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-    const first = await create(c);
+    const first = await open(t, c);
     await rounds(first, R);
     await (await savePipelineCheckpoint(first, { dir, extra: { n: 1 } })).written;
     const losses = await rounds(first, R);
     const weights = await first.weights();
     await first.dispose();
-    const second = await create(c);
+    const second = await open(t, c);
     const loaded = await loadPipelineCheckpoint(second, { dir });
     t.same(loaded?.extra, { n: 1 });
     t.ok(sameValues(await rounds(second, R), losses), 'every loss');
@@ -110,22 +117,22 @@ for (const name of ['avgpipe N=2 worker-per-replica', '1f1b x 2 sapipe-wp', 'wav
 t.test('a state of another configuration is refused with its code before any stage changes', async (t) => {
   const states = new Map<string, PipelineTrainerState>();
   for (const [name, c] of Object.entries(configs)) {
-    const trainer = await create(c);
+    const trainer = await open(t, c);
     await trainer.trainRound();
     states.set(name, await trainer.exportState());
     await trainer.dispose();
   }
-  const one = await create({ schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 });
+  const one = await open(t, { schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 });
   await one.trainRound();
   states.set('one pipeline', await one.exportState());
   await one.dispose();
   // N = 3 and the other layout and form are other configurations too.
-  const n3 = await create({ ...configs['avgpipe N=2 shared-stages']!, pipelines: 3 });
+  const n3 = await open(t, { ...configs['avgpipe N=2 shared-stages']!, pipelines: 3 });
   await n3.trainRound();
   states.set('avgpipe N=3 shared-stages', await n3.exportState());
   await n3.dispose();
   for (const [name, c] of Object.entries(configs)) {
-    const trainer = await create(c);
+    const trainer = await open(t, c);
     const before = await trainer.exportState();
     for (const [other, state] of states) {
       if (other === name) continue;
@@ -138,14 +145,14 @@ t.test('a state of another configuration is refused with its code before any sta
     await trainer.dispose();
   }
   // A bad center or in-flight gradient anywhere changes no stage.
-  const avg = await create(configs['avgpipe N=2 worker-per-replica']!);
+  const avg = await open(t, configs['avgpipe N=2 worker-per-replica']!);
   const good = states.get('avgpipe N=2 worker-per-replica')!;
   const before = await avg.exportState();
   const badCenter = { ...good, centers: good.centers!.map((x, i) => (i === 3 ? { ...x, weights: x.weights.subarray(1) } : x)) };
   await t.rejects(avg.importState(badCenter), { code: 'ERR_SIZE_MISMATCH', message: /center of pipeline 1's part 1/ });
   t.ok(sameState(await avg.exportState(), before), 'unchanged');
   await avg.dispose();
-  const dp = await create(configs['1f1b x 2 sapipe-wp']!);
+  const dp = await open(t, configs['1f1b x 2 sapipe-wp']!);
   const wp = states.get('1f1b x 2 sapipe-wp')!;
   const badMode = { ...wp, parts: wp.parts.map((p, i) => (i === 3 ? { ...p, dataParallel: { ...p.dataParallel!, mode: 'sync' as const } } : p)) };
   await t.rejects(dp.importState(badMode), { code: 'ERR_INVALID_ARGUMENT', message: /mode 'sapipe-wp'/ });
@@ -153,11 +160,11 @@ t.test('a state of another configuration is refused with its code before any sta
   await dp.dispose();
   // overlapUpdate off keeps the averaged gradient in flight, on the update applied ahead: neither state fits the other trainer.
   const offConfig: Config = { ...configs['1f1b x 2 sapipe-wp']!, dataParallel: { mode: 'sapipe-wp', overlapUpdate: false } };
-  const off = await create(offConfig);
+  const off = await open(t, offConfig);
   await off.trainRound();
   const offState = await off.exportState();
   t.ok(offState.parts.every((p) => p.dataParallel?.pending && !p.dataParallel.ahead), 'overlapUpdate off: a gradient in flight per replica');
-  const on = await create(configs['1f1b x 2 sapipe-wp']!);
+  const on = await open(t, configs['1f1b x 2 sapipe-wp']!);
   const onBefore = await on.exportState();
   await t.rejects(on.importState(offState), { code: 'ERR_INVALID_ARGUMENT', message: /a gradient not yet applied.*overlapUpdate on/ });
   t.ok(sameState(await on.exportState(), onBefore), 'unchanged');
@@ -169,7 +176,7 @@ t.test('a state of another configuration is refused with its code before any sta
   t.ok(sameState(await off.exportState(), offBefore), 'unchanged');
   await Promise.all([on.dispose(), off.dispose()]);
   // A version 1 state still imports into one pipeline.
-  const v1trainer = await create({ schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 });
+  const v1trainer = await open(t, { schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 });
   const s = states.get('one pipeline')!;
   await v1trainer.importState({ version: 1, schedule: s.schedule, stages: s.stages, rounds: s.rounds, epochs: s.epochs, orderPosition: s.orderPosition, parts: s.parts.map(({ weights, optimizer, updates, skipped }) => ({ weights, optimizer, updates, skipped })) });
   t.equal(v1trainer.rounds, 1);
@@ -180,7 +187,7 @@ t.test('a file of one pipeline written before version 2 (no configuration, repli
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-pipe-ckpt-v1-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const c: Config = { schedule: '1f1b', stages: 2, parts: 2, microBatches: 4 };
-  const first = await create(c);
+  const first = await open(t, c);
   await rounds(first, R);
   const save = await savePipelineCheckpoint(first, { dir });
   await save.written;
@@ -200,13 +207,13 @@ t.test('a file of one pipeline written before version 2 (no configuration, repli
   const manifest = join(step, 'rank-0.json');
   const sha = createHash('sha256').update(bytes).digest('hex');
   writeFileSync(manifest, readFileSync(manifest, 'utf8').replace(/"bytes": \d+/, `"bytes": ${bytes.length}`).replace(/"sha256": "[0-9a-f]+"/, `"sha256": "${sha}"`));
-  const second = await create(c);
+  const second = await open(t, c);
   await loadPipelineCheckpoint(second, { dir });
   t.ok(sameValues(await rounds(second, R), losses), 'every loss');
   t.ok(sameWeights(await second.weights(), weights), 'the final weights');
   await second.dispose();
   // The same file into parallel pipelines: another configuration.
-  const dp = await create(configs['1f1b x 2 sync']!);
+  const dp = await open(t, configs['1f1b x 2 sync']!);
   await t.rejects(loadPipelineCheckpoint(dp, { dir }), { code: 'ERR_CHECKPOINT', reason: 'mismatch', message: /version 1 state is of one pipeline/ });
   await dp.dispose();
 });
