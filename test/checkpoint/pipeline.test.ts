@@ -4,8 +4,8 @@
  * trainer disposed, a new one resumed from the file, 2 more rounds: the weights equal those of 4
  * uninterrupted rounds bit for bit, and so do the losses of rounds 3 and 4 (the same data
  * order, reshuffled per epoch). Faulty files and other configurations are typed errors with the
- * trainer unchanged; parallel pipelines are refused (planned). Imports the build: stages are
- * worker threads of dist/.
+ * trainer unchanged; Wavelet's model-parallel form is refused (planned; parallel pipelines:
+ * pipeline-parallel.test.ts). Imports the build: stages are worker threads of dist/.
  */
 import t from 'tap';
 
@@ -146,22 +146,8 @@ t.test('faulty files and other configurations are typed errors; the trainer stay
   await b.trainRound(); // still usable
   await b.importState(good);
   await b.dispose();
-  // Parallel pipelines: planned.
-  const dp = await PipelineTrainer.create({
-    schedule: '1f1b',
-    stages: 2,
-    microBatches: 4,
-    microBatchSize: B,
-    pipelines: 2,
-    dataParallel: { mode: 'sync' },
-    model: { layers: LAYERS, seed: SEED, boundaries: evenBoundaries(LAYERS.length, 2) },
-    optimizer: sgdm,
-    data: { inputs, labels, features: FEATURES },
-  });
-  await t.rejects(savePipelineCheckpoint(dp, { dir }), { code: 'ERR_INVALID_ARGUMENT', message: /planned/ });
-  await dp.dispose();
-  // Wavelet: every stage holds a copy of a part.
+  // Wavelet's model-parallel form: every stage holds a copy of a part.
   const wavelet = await create({ schedule: 'wavelet', optimizer: sgdm, microBatches: 6 });
-  await t.rejects(wavelet.exportState(), { code: 'ERR_INVALID_ARGUMENT', message: /wavelet.*planned/ });
+  await t.rejects(wavelet.exportState(), { code: 'ERR_INVALID_ARGUMENT', message: /wavelet.*model-parallel form.*planned; supported: one pipeline, parallel pipelines/ });
   await wavelet.dispose();
 });

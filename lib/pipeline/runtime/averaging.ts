@@ -19,10 +19,11 @@
  *   order its row reaches them (the generator's: pipeline order), with no communicator.
  */
 import type { Communicator } from '../../comm/communicator.js';
-import { InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
+import { BusyError, InvalidArgumentError, InvalidScheduleError, SizeMismatchError } from '../../errors.js';
 import { axpy, elasticAverage } from '../../ops.js';
 import { FlatBuffer, type ParamSet } from '../../tensor.js';
 import { callNative, nativeAddon } from '../../native.js';
+import { describeValue } from '../../validate.js';
 
 /** The center copy of a part and a scratch buffer of its size: what both layouts hold per part. */
 abstract class CenterCopy {
@@ -59,10 +60,33 @@ abstract class CenterCopy {
     return scratch;
   }
 
+  /** The center's weights and its replicas' elasticAverage calls (what a checkpoint keeps; the scratch is rewritten by every exchange). */
+  abstract exportState(): CenterState;
+  /** Restores exportState() into a center of the same part, layout and replicas (checked first). */
+  abstract importState(state: CenterState): void;
+
+  /** The replicas on this worker whose elasticAverage calls the center counts. */
+  protected abstract get counted(): number;
+
+  /** Throws unless `state` fits this center (its weights, a call count per replica here); changes nothing. */
+  checkState(state: CenterState): void {
+    const replicas = this.counted;
+    if (state === null || typeof state !== 'object' || !(state.weights instanceof Float32Array) || state.weights.length !== this.center.length)
+      throw new SizeMismatchError(`elastic averaging: a center's state must hold a Float32Array of ${this.center.length} weights (the part's)`);
+    if (!Array.isArray(state.updates) || state.updates.length !== replicas || state.updates.some((u) => !Number.isSafeInteger(u) || u < 0))
+      throw new InvalidArgumentError(`elastic averaging: a center's state must count the elasticAverage calls of its ${replicas} replica(s) here, got ${describeValue(state.updates)}`);
+  }
+
   dispose(): void {
     this.center.dispose();
     this.scratch.dispose();
   }
+}
+
+/** @internal A center between rounds: its weights and, per replica on this worker, the elasticAverage calls counted toward the next exchange. */
+export interface CenterState {
+  weights: Float32Array;
+  updates: number[];
 }
 
 /** @internal The `worker-per-replica` layout: this worker's replica, the others reached by `replicas`. */
@@ -84,6 +108,20 @@ export class ElasticCenter extends CenterCopy {
     const d = this.difference(this.params.weights);
     await this.replicas.allreduce(d);
     axpy(this.center, 1, d);
+  }
+
+  protected get counted(): number {
+    return 1;
+  }
+
+  exportState(): CenterState {
+    return { weights: this.center.array.slice(), updates: [this.updates] };
+  }
+
+  importState(state: CenterState): void {
+    this.checkState(state);
+    this.center.array.set(state.weights);
+    this.updates = state.updates[0]!;
   }
 }
 
@@ -127,6 +165,23 @@ export class SharedElasticCenter extends CenterCopy {
     this.added[pipeline] = true;
     if (!this.added.every(Boolean)) return;
     axpy(this.center, 1, this.sum);
+    this.added.fill(false);
+  }
+
+  protected get counted(): number {
+    return this.replicas.length;
+  }
+
+  /** Between rounds every replica has finished the exchanges it reached, so no partial sum is kept. */
+  exportState(): CenterState {
+    if (this.added.some(Boolean)) throw new BusyError('elastic averaging: an exchange is under way (some replicas have added their difference); export between rounds');
+    return { weights: this.center.array.slice(), updates: this.updates.slice() };
+  }
+
+  importState(state: CenterState): void {
+    this.checkState(state);
+    this.center.array.set(state.weights);
+    state.updates.forEach((u, i) => (this.updates[i] = u));
     this.added.fill(false);
   }
 

@@ -18,10 +18,10 @@ import { STATE_BUFFER_NAMES, type Optimizer, type OptimizerState } from '../../o
 import { createOptimizer, type OptimizerSpecWithout } from '../../optim/registry.js';
 import { FlatBuffer } from '../../tensor.js';
 import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../dataparallel/mode.js';
-import { DataParallelTrainer } from '../../dataparallel/trainer.js';
+import { DataParallelTrainer, type DataParallelTrainerState } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
 import type { AveragingLayout } from '../schedules/avgpipe.js';
-import { ElasticCenter, SharedElasticCenter } from './averaging.js';
+import { type CenterState, ElasticCenter, SharedElasticCenter } from './averaging.js';
 import { type MicroBatchSource, type PipelineLoss, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
 
 export { PIPELINE_LOSSES, type PipelineLoss } from './stage-runner.js';
@@ -110,15 +110,15 @@ export type ToStage =
   | { type: 'weights' }
   | { type: 'lr'; lr: number }
   | { type: 'exportState' }
-  | { type: 'importState'; parts: PartCheckpointState[] }
+  | { type: 'importState'; parts: PartCheckpointState[]; centers: CenterCheckpointState[] }
   | { type: 'stop' };
 
 /** @internal Stage -> trainer. */
 export type FromStage =
-  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind']; buffers: string[] }[] }
+  | { type: 'ready'; stage: number; pipeline: number; parts: { part: number; inputSize: number; outputSize: number; numParams: number; length: number; optimizer: OptimizerState['kind']; buffers: string[]; dataParallel?: { mode: DataParallelTrainer['mode']; staleness: 0 | 1; overlapped: boolean } }[] }
   | { type: 'round'; pipeline: number; result: StageRoundResult }
   | { type: 'weights'; stage: number; parts: { part: number; weights: Float32Array }[] }
-  | { type: 'state'; stage: number; parts: PartCheckpointState[] }
+  | { type: 'state'; stage: number; parts: PartCheckpointState[]; centers: CenterCheckpointState[] }
   | { type: 'imported'; stage: number }
   | { type: 'error'; stage: number; error: { name: string; code?: string; message: string; stack?: string } };
 
@@ -196,13 +196,33 @@ export class SharedDataSource implements MicroBatchSource {
   }
 }
 
-/** @internal A part's state between rounds: what a pipeline checkpoint holds per part. */
+/**
+ * @internal A replica's state between rounds: what a pipeline checkpoint holds per (pipeline,
+ * part). With parallel pipelines coupled by data parallelism (dataParallel, SAPipe's workers),
+ * the part's DataParallelTrainer state beside it (its weights and optimizer state are `weights`
+ * and `optimizer`, kept once).
+ */
 export interface PartCheckpointState {
+  /** The pipeline whose replica this is (0 for one pipeline; Wavelet's data-parallel worker x: 2x tick, 2x+1 tock). */
+  pipeline: number;
   part: number;
   weights: Float32Array;
   optimizer: OptimizerState;
   updates: number;
   skipped: number;
+  dataParallel?: DataParallelPartState;
+}
+
+/** A replica's DataParallelTrainer state less what its checkpoint state already holds (weights, optimizer). @category Pipeline runtime */
+export type DataParallelPartState = Omit<DataParallelTrainerState, 'weights' | 'optimizer'>;
+
+/**
+ * @internal AvgPipe: a center between rounds. `shared-stages`: the one center of a part on its
+ * stage (pipeline 0, updates per pipeline); `worker-per-replica`: pipeline p's copy (updates: one).
+ */
+export interface CenterCheckpointState extends CenterState {
+  pipeline: number;
+  part: number;
 }
 
 /** @internal One stage's models, optimizers, runner and data, built from its description. */
@@ -214,6 +234,8 @@ export class StageHost {
     readonly source: SharedDataSource,
     /** AvgPipe: each part's center, by part. */
     private readonly centers: Map<number, ElasticCenter | SharedElasticCenter>,
+    /** The pipeline this stage runs (a runner of every pipeline: 0; its parts name their own). */
+    private readonly pipeline: number,
   ) {}
 
   /** AvgPipe's `shared-stages` layout: this stage runs its row for every pipeline, with a replica of each part per pipeline. */
@@ -239,12 +261,12 @@ export class StageHost {
     try {
       if (description.averaging?.layout === 'shared-stages') {
         const runner = await StageHost.buildSharedStage(description, comm, parts, centers);
-        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
+        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers, 0);
       }
       if (Array.isArray(comm)) throw new InvalidArgumentError('StageHost: one transport per pipeline is for AvgPipe\'s shared-stages layout');
       if (description.waves) {
         const runner = await StageHost.buildWaves(description, comm as Communicator<FlatBuffer> | StageTransport | undefined, parts);
-        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
+        return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers, 0);
       }
       if ((description.dataParallel || description.averaging) && !replicas)
         throw new InvalidArgumentError('StageHost: parallel pipelines need the communicator of the stage\'s replicas');
@@ -276,7 +298,7 @@ export class StageHost {
       }
       // AvgPipe's lists hold every pipeline's actions; data-parallel pipelines each run the one-pipeline list.
       const runner = new StageRunner(description.stage, description.schedule, comm as Communicator<FlatBuffer> | StageTransport | undefined, parts, description.schedule.pipelines > 1 ? pipeline : 0);
-      return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers);
+      return new StageHost(description, parts, runner, new SharedDataSource(data, description.microBatchSize), centers, pipeline);
     } catch (error) {
       await disposeParts(parts);
       for (const c of centers.values()) c.dispose();
@@ -363,39 +385,73 @@ export class StageHost {
     for (const p of this.parts) p.optimizer.lr = lr;
   }
 
-  /** Each part's weights, optimizer state and counters, between rounds. */
-  exportState(): PartCheckpointState[] {
-    this.checkCheckpointable('exportState');
+  /**
+   * Each replica's weights, optimizer state and counters (and data-parallel state), and each
+   * center's, between rounds. A data-parallel part's export waits for its all-reduce in flight,
+   * which every replica has issued, so every replica of the stage must be asked alike.
+   */
+  async exportState(): Promise<{ parts: PartCheckpointState[]; centers: CenterCheckpointState[] }> {
     for (const p of this.parts) p.device?.copyToHost();
-    return this.parts.map((p) => ({ part: p.part, weights: p.model.params.weights.array.slice(), optimizer: p.optimizer.exportState(), ...this.runner.counters(p.part) }));
+    const parts: PartCheckpointState[] = [];
+    for (const p of this.parts) {
+      const pipeline = this.pipelineOf(p);
+      const counters = this.runner.counters(p.part, pipeline);
+      if (p.replicas) {
+        const { weights, optimizer, ...dataParallel } = await p.replicas.exportState();
+        parts.push({ pipeline, part: p.part, weights, optimizer, ...counters, dataParallel });
+      } else parts.push({ pipeline, part: p.part, weights: p.model.params.weights.array.slice(), optimizer: p.optimizer.exportState(), ...counters });
+    }
+    const centers = [...this.centers].map(([part, c]) => ({ pipeline: this.pipeline, part, ...c.exportState() }));
+    return { parts, centers };
   }
 
-  /** Restores exportState() into a stage of the same configuration, between rounds; checks every part before changing any. */
-  importState(states: readonly PartCheckpointState[]): void {
-    this.checkCheckpointable('importState');
-    const byPart = new Map(states.map((s) => [s.part, s]));
+  /**
+   * Restores exportState() into a stage of the same configuration, between rounds; checks every
+   * replica and center before changing any. A data-parallel part's gradient in flight is applied
+   * first (flush; every replica of the stage is asked alike), then replaced by the state's.
+   */
+  async importState(states: readonly PartCheckpointState[], centers: readonly CenterCheckpointState[]): Promise<void> {
+    const byReplica = new Map(states.map((s) => [`${s.pipeline}:${s.part}`, s]));
+    const name = (p: StagePart): string => `part ${p.part} of pipeline ${this.pipelineOf(p)}`;
     for (const p of this.parts) {
-      const s = byPart.get(p.part);
-      if (!s) throw new InvalidArgumentError(`importState: no state for part ${p.part}`);
+      const s = byReplica.get(`${this.pipelineOf(p)}:${p.part}`);
+      if (!s) throw new InvalidArgumentError(`importState: no state for ${name(p)}`);
       if (!(s.weights instanceof Float32Array) || s.weights.length !== p.model.params.length)
-        throw new SizeMismatchError(`importState: part ${p.part}'s weights hold ${s.weights?.length} values, the part ${p.model.params.length}`);
+        throw new SizeMismatchError(`importState: ${name(p)}'s weights hold ${s.weights?.length} values, the part ${p.model.params.length}`);
       if (s.optimizer?.kind !== p.optimizer.kind || s.optimizer.length !== p.model.params.length)
-        throw new InvalidArgumentError(`importState: part ${p.part}'s optimizer state is of kind ${describeKind(s.optimizer?.kind)} over ${s.optimizer?.length} values; this part's optimizer is '${p.optimizer.kind}' over ${p.model.params.length}`);
+        throw new InvalidArgumentError(`importState: ${name(p)}'s optimizer state is of kind ${describeKind(s.optimizer?.kind)} over ${s.optimizer?.length} values; this part's optimizer is '${p.optimizer.kind}' over ${p.model.params.length}`);
       if (!Number.isSafeInteger(s.updates) || s.updates < 0 || !Number.isSafeInteger(s.skipped) || s.skipped < 0 || s.skipped > s.updates)
-        throw new InvalidArgumentError(`importState: part ${p.part}'s counters (updates ${s.updates}, skipped ${s.skipped}) are not counts`);
+        throw new InvalidArgumentError(`importState: ${name(p)}'s counters (updates ${s.updates}, skipped ${s.skipped}) are not counts`);
+      if ((s.dataParallel === undefined) !== (p.replicas === undefined))
+        throw new InvalidArgumentError(`importState: ${name(p)} ${p.replicas ? 'combines its replicas\' gradients (dataParallel) and the state holds no data-parallel state' : 'has no data-parallel replicas and the state holds data-parallel state'}`);
+      if (p.replicas && s.dataParallel!.mode !== p.replicas.mode)
+        throw new InvalidArgumentError(`importState: ${name(p)}'s data-parallel state is of mode ${describeKind(s.dataParallel!.mode)}; this part's is '${p.replicas.mode}'`);
     }
+    const byCenter = new Map(centers.map((c) => [c.part, c]));
+    for (const [part, center] of this.centers) {
+      const c = byCenter.get(part);
+      if (!c || c.pipeline !== this.pipeline) throw new InvalidArgumentError(`importState: no state for the center of part ${part} (pipeline ${this.pipeline}); AvgPipe's state holds every center`);
+      center.checkState(c);
+    }
+    if (centers.length !== this.centers.size) throw new InvalidArgumentError(`importState: the state holds ${centers.length} center(s) for this stage, which keeps ${this.centers.size}`);
     for (const p of this.parts) {
-      const s = byPart.get(p.part)!;
-      p.optimizer.importState(s.optimizer);
-      p.model.params.weights.array.set(s.weights);
+      const s = byReplica.get(`${this.pipelineOf(p)}:${p.part}`)!;
+      if (p.replicas) {
+        await p.replicas.flush();
+        p.replicas.importState({ ...s.dataParallel!, weights: s.weights, optimizer: s.optimizer });
+      } else {
+        p.optimizer.importState(s.optimizer);
+        p.model.params.weights.array.set(s.weights);
+      }
       p.device?.copyFromHost();
-      this.runner.setCounters(p.part, s);
+      this.runner.setCounters(p.part, s, this.pipelineOf(p));
     }
+    for (const [part, center] of this.centers) center.importState(byCenter.get(part)!);
   }
 
-  private checkCheckpointable(what: string): void {
-    if (this.parts.some((p) => p.replicas) || this.centers.size > 0)
-      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
+  /** The pipeline whose replica `p` is: its own (a runner of every pipeline), else the stage's. */
+  private pipelineOf(p: StagePart): number {
+    return p.pipeline ?? this.pipeline;
   }
 
   /** Frees everything; a part's data-parallel trainer first waits for its all-reduce in flight. */
@@ -427,7 +483,7 @@ export function readyMessage(host: StageHost, pipeline: number): FromStage {
     stage: host.description.stage,
     pipeline,
     // (AvgPipe's shared stages hold a replica per pipeline: pipeline 0's describes the part.)
-    parts: host.modelParts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort() })),
+    parts: host.modelParts.map((p) => ({ part: p.part, inputSize: p.model.inputSize, outputSize: p.model.outputSize, numParams: p.model.params.numParams, length: p.model.params.length, optimizer: p.optimizer.kind, buffers: STATE_BUFFER_NAMES.filter((name) => p.optimizer.stateBuffer(name) !== undefined).sort(), ...(p.replicas ? { dataParallel: { mode: p.replicas.mode, staleness: p.replicas.staleness, overlapped: p.replicas.overlapped } } : {}) })),
   };
 }
 
@@ -450,9 +506,9 @@ export async function answerStage(host: StageHost, message: ToStage, pipelines: 
       host.setLr(message.lr);
       return undefined;
     case 'exportState':
-      return { type: 'state', stage, parts: host.exportState() };
+      return { type: 'state', stage, ...(await host.exportState()) };
     case 'importState':
-      host.importState(message.parts);
+      await host.importState(message.parts, message.centers);
       return { type: 'imported', stage };
     case 'stop':
       return undefined;

@@ -800,18 +800,18 @@ export class StageRunner {
     return { stage: this.stage, timeline, losses, versions, peakStashed, predictedCopies, peakActivations, peakActivationBytes, ...(replicaPeaks ? { replicaPeaks } : {}), peakStashedBytes, modelBytes: this.modelBytes(), skippedSteps };
   }
 
-  /** @internal A part's counters between rounds (what a checkpoint keeps besides weights and optimizer state). */
-  counters(part: number): { updates: number; skipped: number } {
-    const p = this.parts.get(part);
-    if (!p) throw new InvalidArgumentError(`StageRunner.counters: this stage has no part ${part}`);
+  /** @internal A part's counters between rounds (what a checkpoint keeps besides weights and optimizer state); a runner of every pipeline: of `pipeline`'s replica. */
+  counters(part: number, pipeline = 0): { updates: number; skipped: number } {
+    const p = this.parts.get(this.key(pipeline, part));
+    if (!p) throw new InvalidArgumentError(`StageRunner.counters: this stage has no part ${part}${this.byPipeline ? ` of pipeline ${pipeline}` : ''}`);
     if (this.running) throw new BusyError('StageRunner.counters: a round is running');
     return { updates: p.updates, skipped: p.skipped };
   }
 
-  /** @internal Restores counters() into a runner between rounds. */
-  setCounters(part: number, counters: { updates: number; skipped: number }): void {
-    const p = this.parts.get(part);
-    if (!p) throw new InvalidArgumentError(`StageRunner.setCounters: this stage has no part ${part}`);
+  /** @internal Restores counters() into a runner between rounds (`pipeline`: as for counters()). */
+  setCounters(part: number, counters: { updates: number; skipped: number }, pipeline = 0): void {
+    const p = this.parts.get(this.key(pipeline, part));
+    if (!p) throw new InvalidArgumentError(`StageRunner.setCounters: this stage has no part ${part}${this.byPipeline ? ` of pipeline ${pipeline}` : ''}`);
     if (this.running) throw new BusyError('StageRunner.setCounters: a round is running');
     p.updates = checkInteger(counters.updates, 'StageRunner.setCounters: updates', 0, Number.MAX_SAFE_INTEGER);
     p.skipped = checkInteger(counters.skipped, 'StageRunner.setCounters: skipped', 0, p.updates);

@@ -15,11 +15,12 @@ import { softmaxCrossEntropy } from '../../nn/softmax-cross-entropy.js';
 import { FlatBuffer } from '../../tensor.js';
 import { describeValue } from '../../validate.js';
 import type { Schedule } from '../schedule.js';
+import type { PipelineCoupling } from '../schedules/registry.js';
 import type { TimedAction } from '../timeline.js';
 import { type ScheduleAnalysis, validateSchedule } from '../validate.js';
 import { startDeviceStages, type StageWorker } from './in-process.js';
 import { epochOrder, planPipeline, type PipelineTrainerOptions } from './plan.js';
-import type { AveragingLayout, FromStage, PartCheckpointState, PipelineLoss, PipelineModelSpec, ToStage } from './stage-host.js';
+import type { AveragingLayout, CenterCheckpointState, DataParallelPartState, FromStage, PartCheckpointState, PipelineLoss, PipelineModelSpec, ToStage } from './stage-host.js';
 import type { OptimizerState } from '../../optim/optimizer.js';
 import type { StageRoundResult, VersionRead } from './stage-runner.js';
 
@@ -75,22 +76,64 @@ export interface EpochReport {
 const SECONDARY_GRACE_MS = 250;
 
 /**
- * A pipeline trainer's state between rounds: every part's weights, optimizer state and counters
- * (the version counter the schedule's weight versions count from), and the position in the data.
- * Importing it into a trainer of the same configuration continues exactly as if training had not
- * stopped. @category Pipeline runtime
+ * How a trainer's pipelines are coupled, which a state must match: the schedule registry's
+ * couplings as the trainer runs them (`none` for one pipeline, `data-parallel` for N pipelines
+ * whose stage replicas combine gradients, `elastic-averaging` for AvgPipe, `workers` for SAPipe's
+ * rows), and `waves`: Wavelet's data-parallel form (S workers, each the tick and tock pipelines 2x
+ * and 2x+1 of the one part). @category Pipeline runtime
+ */
+export type PipelineStateCoupling = PipelineCoupling | 'waves';
+/** Every PipelineStateCoupling (the record makes the compiler hold it complete): what a checkpoint file may name. @category Pipeline runtime */
+export const PIPELINE_STATE_COUPLINGS = Object.keys({ none: true, 'data-parallel': true, 'elastic-averaging': true, workers: true, waves: true } satisfies Record<PipelineStateCoupling, true>) as readonly PipelineStateCoupling[];
+
+/**
+ * One replica's state in a PipelineTrainerState: pipeline `pipeline`'s copy of part `part`, its
+ * weights, optimizer state and counters (the version counter the schedule's weight versions count
+ * from), and where its replicas combine gradients, its DataParallelTrainer's state less the
+ * weights and optimizer state (a staleness-1 mode's averaged gradient in flight included).
+ * @category Pipeline runtime
+ */
+export interface PipelineReplicaState {
+  /** Version 2 (absent in version 1, where `parts[j]` is part j of the one pipeline). */
+  pipeline?: number;
+  part?: number;
+  weights: Float32Array;
+  optimizer: OptimizerState;
+  updates: number;
+  skipped: number;
+  dataParallel?: DataParallelPartState;
+}
+
+/**
+ * A pipeline trainer's state between rounds: every replica's weights, optimizer state and
+ * counters, AvgPipe's centers, and the position in the data. Importing it into a trainer of the
+ * same configuration (schedule, stages, pipelines, coupling, AvgPipe's layout; model and
+ * optimizer) continues exactly as if training had not stopped. exportState() writes version 2;
+ * importState() also reads version 1 (one pipeline, `parts` indexed by part). @category Pipeline runtime
  */
 export interface PipelineTrainerState {
-  version: 1;
+  version: 1 | 2;
   /** The schedule's name, stages and parts: a state fits a trainer with the same. */
   schedule: string;
   stages: number;
+  /** Version 2: the pipelines whose replicas `parts` holds (N; SAPipe: its S workers; Wavelet's data-parallel form: 2S). */
+  pipelines?: number;
+  /** Version 2: how the pipelines are coupled (see PipelineStateCoupling). */
+  coupling?: PipelineStateCoupling;
+  /** Version 2, AvgPipe: where its pipelines run. */
+  averagingLayout?: AveragingLayout;
   rounds: number;
   epochs: number;
   /** Samples of the current epoch's order already trained on. */
   orderPosition: number;
-  /** Index = part. */
-  parts: { weights: Float32Array; optimizer: OptimizerState; updates: number; skipped: number }[];
+  /** Index = pipeline x parts + part (Wavelet's data-parallel form, of its one part: the pipeline). */
+  parts: PipelineReplicaState[];
+  /**
+   * Version 2, AvgPipe: its centers, ordered by pipeline then part. `shared-stages`: one per part
+   * (pipeline 0), `updates` counting each pipeline's elasticAverage calls; `worker-per-replica`:
+   * each pipeline's copy of each part's center (identical by construction; `updates` of that one).
+   */
+  centers?: { pipeline: number; part: number; weights: Float32Array; updates: number[] }[];
 }
 
 interface Pending {
@@ -144,6 +187,8 @@ export class PipelineTrainer {
   private partBuffers: string[][] = [];
   /** Each part's stages (several in Wavelet's model-parallel form). */
   private partHolders: number[][] = [];
+  /** Each part's data-parallel trainers, where its replicas combine gradients: what their states must fit. */
+  private partDataParallel: ({ mode: string; staleness: 0 | 1; overlapped: boolean } | undefined)[] = [];
   /** The learning rate of every part's optimizer, as last set. */
   private learningRate: number;
 
@@ -153,7 +198,7 @@ export class PipelineTrainer {
     readonly model: PipelineModelSpec,
     private readonly workers: StageWorker[],
     private readonly samples: number,
-    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean; averagingLayout: AveragingLayout | undefined },
+    private readonly options: Required<Pick<PipelineTrainerOptions, 'microBatchSize' | 'shuffle' | 'seed' | 'timeoutMs' | 'pipelines' | 'loss'>> & { rowsAreWorkers: boolean; averagingLayout: AveragingLayout | undefined; coupling: PipelineStateCoupling },
     lr: number,
     /** Where the stages run (`auto` resolved), and why there. */
     readonly device: { readonly device: Device; readonly reason: string },
@@ -182,11 +227,12 @@ export class PipelineTrainer {
     // Worker p x S + s runs stage s of pipeline p; where the rows are workers (SAPipe) or AvgPipe's
     // pipelines share the stages, worker x runs row x. On a device every stage runs in this process, on that device.
     const averagingLayout = plan.averaging?.layout;
+    const coupling: PipelineStateCoupling = descriptions.some((d) => d.waves) ? 'waves' : rowsAreWorkers ? 'workers' : plan.averaging ? 'elastic-averaging' : pipelines > 1 ? 'data-parallel' : 'none';
     const workers: StageWorker[] =
       device === 'cpu'
         ? spawnLocalRanks(new URL('./stage-thread.js', import.meta.url), plan.workers, { workerData: { descriptions, data, timeoutMs, pipelines, rowsAreWorkers, kernelThreads } })
         : startDeviceStages(descriptions, data, timeoutMs);
-    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason }, kernelThreads);
+    const trainer = new PipelineTrainer(schedule, model, workers, plan.samples, { microBatchSize, shuffle, seed, timeoutMs, pipelines, rowsAreWorkers, averagingLayout, coupling, loss: data.loss }, options.optimizer.lr, { device, reason: plan.deviceReason }, kernelThreads);
     try {
       for (const reply of await trainer.request('ready', undefined))
         if (reply.type === 'ready' && reply.pipeline === 0)
@@ -194,6 +240,7 @@ export class PipelineTrainer {
             trainer.partLengths[p.part] = p.length;
             trainer.partOptimizers[p.part] = p.optimizer;
             trainer.partBuffers[p.part] = p.buffers;
+            trainer.partDataParallel[p.part] = p.dataParallel;
             (trainer.partHolders[p.part] ??= []).push(reply.stage);
           }
     } catch (error) {
@@ -282,64 +329,90 @@ export class PipelineTrainer {
   }
 
   /**
-   * A copy of the trainer's state between rounds (see PipelineTrainerState); for checkpoints,
-   * savePipelineCheckpoint writes it to a file. One pipeline only: parallel pipelines' checkpoints
-   * (dataParallel, avgpipe) are planned.
+   * A copy of the trainer's state between rounds (see PipelineTrainerState, version 2); for
+   * checkpoints, savePipelineCheckpoint writes it to a file. Every configuration but Wavelet's
+   * model-parallel form (whose stages each hold a copy of a part): one pipeline, parallel pipelines
+   * coupled by dataParallel (sync or a staleness-1 mode: its averaged gradient in flight is kept),
+   * AvgPipe in either layout (its centers too), SAPipe's workers and Wavelet's data-parallel form.
    */
   async exportState(): Promise<PipelineTrainerState> {
     this.checkUsable('exportState');
     this.checkCheckpointable('exportState');
     this.busy = true;
     try {
-      const parts: PipelineTrainerState['parts'] = [];
+      const parts: PartCheckpointState[] = [];
+      const centers: CenterCheckpointState[] = [];
       for (const r of await this.request('state', { type: 'exportState' }))
-        if (r.type === 'state') for (const p of r.parts) parts[p.part] = { weights: p.weights, optimizer: p.optimizer, updates: p.updates, skipped: p.skipped };
-      return { version: 1, schedule: this.schedule.name, stages: this.schedule.stages, rounds: this.roundsRun, epochs: this.epochsRun, orderPosition: this.orderPosition, parts };
+        if (r.type === 'state') {
+          parts.push(...r.parts);
+          centers.push(...r.centers);
+        }
+      const order = (a: { pipeline: number; part: number }, b: { pipeline: number; part: number }): number => a.pipeline - b.pipeline || a.part - b.part;
+      parts.sort(order);
+      centers.sort(order);
+      const { coupling, averagingLayout } = this.options;
+      return {
+        version: 2,
+        schedule: this.schedule.name,
+        stages: this.schedule.stages,
+        pipelines: this.replicaPipelines,
+        coupling,
+        ...(averagingLayout ? { averagingLayout } : {}),
+        rounds: this.roundsRun,
+        epochs: this.epochsRun,
+        orderPosition: this.orderPosition,
+        parts,
+        ...(coupling === 'elastic-averaging' ? { centers } : {}),
+      };
     } finally {
       this.busy = false;
     }
   }
 
   /**
-   * Restores exportState()'s state into a trainer of the same schedule, model and optimizer
-   * (typically a new one, to resume). Everything is checked before any stage changes.
+   * Restores exportState()'s state into a trainer of the same configuration, model and optimizer
+   * (typically a new one, to resume). Everything is checked before any stage changes; a state of
+   * another configuration (schedule, stages, pipelines, coupling, AvgPipe's layout, data-parallel
+   * mode) is an InvalidArgumentError naming both.
    */
   async importState(state: PipelineTrainerState): Promise<void> {
     this.checkUsable('importState');
     this.checkCheckpointable('importState');
-    if (state === null || typeof state !== 'object' || state.version !== 1 || !Array.isArray(state.parts))
-      throw new InvalidArgumentError('PipelineTrainer.importState: not a state from exportState() (version 1)');
-    if (state.schedule !== this.schedule.name || state.stages !== this.schedule.stages || state.parts.length !== this.partLengths.length)
+    if (state === null || typeof state !== 'object' || (state.version !== 1 && state.version !== 2) || !Array.isArray(state.parts))
+      throw new InvalidArgumentError('PipelineTrainer.importState: not a state from exportState() (version 1 or 2)');
+    const { coupling, averagingLayout } = this.options;
+    const pipelines = this.replicaPipelines;
+    const mine = `'${this.schedule.name}' on ${this.schedule.stages} stages, ${pipelines} pipeline(s) coupled by ${coupling}${averagingLayout ? ` (${averagingLayout})` : ''}`;
+    if (state.version === 1 && coupling !== 'none')
+      throw new InvalidArgumentError(`PipelineTrainer.importState: a version 1 state is of one pipeline; this trainer runs ${mine}`);
+    const theirs = state.version === 1 ? { pipelines: 1, coupling: 'none', averagingLayout: undefined } : state;
+    if (state.schedule !== this.schedule.name || state.stages !== this.schedule.stages || theirs.pipelines !== pipelines || theirs.coupling !== coupling || theirs.averagingLayout !== averagingLayout)
       throw new InvalidArgumentError(
-        `PipelineTrainer.importState: the state is of ${describeValue(state.schedule)} on ${describeValue(state.stages)} stages with ${state.parts.length} parts; ` +
-          `this trainer runs '${this.schedule.name}' on ${this.schedule.stages} stages with ${this.partLengths.length} parts`,
+        `PipelineTrainer.importState: the state is of ${describeValue(state.schedule)} on ${describeValue(state.stages)} stages, ${describeValue(theirs.pipelines)} pipeline(s) coupled by ${describeValue(theirs.coupling)}${theirs.averagingLayout !== undefined ? ` (${describeValue(theirs.averagingLayout)})` : ''}; this trainer runs ${mine}`,
       );
+    const keys = this.replicaKeys();
+    if (state.parts.length !== keys.length)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: the state holds ${state.parts.length} replica(s); this trainer's ${pipelines} pipeline(s) hold ${keys.length} (${this.partLengths.length} part(s))`);
     for (const key of ['rounds', 'epochs', 'orderPosition'] as const)
       if (!Number.isSafeInteger(state[key]) || state[key] < 0) throw new InvalidArgumentError(`PipelineTrainer.importState: ${key} must be a non-negative integer, got ${describeValue(state[key])}`);
     if (state.orderPosition > this.samples) throw new InvalidArgumentError(`PipelineTrainer.importState: orderPosition ${state.orderPosition} is past the ${this.samples} samples of an epoch`);
-    for (let j = 0; j < state.parts.length; j++) {
-      const p = state.parts[j]!;
-      if (p === null || typeof p !== 'object' || !(p.weights instanceof Float32Array) || p.weights.length !== this.partLengths[j])
-        throw new SizeMismatchError(`PipelineTrainer.importState: part ${j}'s weights must be a Float32Array of ${this.partLengths[j]} values (the part's layout)`);
-      if (p.optimizer === null || typeof p.optimizer !== 'object' || p.optimizer.length !== this.partLengths[j] || !Number.isSafeInteger(p.updates) || !Number.isSafeInteger(p.skipped))
-        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state or counters do not fit the part`);
-      if (p.optimizer.kind !== this.partOptimizers[j])
-        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer state is ${describeValue(p.optimizer.kind)}'s; this trainer's optimizer is '${this.partOptimizers[j]}'`);
-      const buffers = p.optimizer.buffers !== null && typeof p.optimizer.buffers === 'object' ? Object.entries(p.optimizer.buffers).filter(([, d]) => d !== undefined) : [];
-      const names = buffers.map(([n]) => n).sort();
-      if (names.join() !== this.partBuffers[j]!.join() || buffers.some(([, d]) => !(d instanceof Float32Array) || d.length !== this.partLengths[j]))
-        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer buffers are [${names.join(', ')}]; this trainer's optimizer keeps [${this.partBuffers[j]!.join(', ')}], each of ${this.partLengths[j]} values`);
-      const o = p.optimizer;
-      if (!Number.isSafeInteger(o.step) || o.step < 0 || !Number.isSafeInteger(o.skippedSteps) || o.skippedSteps < 0 || typeof o.lr !== 'number' || !Number.isFinite(o.lr) || o.lr < 0)
-        throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s optimizer counters or learning rate are not valid`);
-      if (p.updates < 0 || p.skipped < 0 || p.skipped > p.updates) throw new InvalidArgumentError(`PipelineTrainer.importState: part ${j}'s counters (updates ${p.updates}, skipped ${p.skipped}) are not counts`);
-    }
+    const replicas = keys.map(({ pipeline, part }, i) => {
+      const p = state.parts[i]!;
+      const name = coupling === 'none' ? `part ${part}` : `pipeline ${pipeline}'s part ${part}`;
+      if (p === null || typeof p !== 'object') throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s state is missing`);
+      if (state.version === 2 && (p.pipeline !== pipeline || p.part !== part))
+        throw new InvalidArgumentError(`PipelineTrainer.importState: parts[${i}] must be ${name}'s state (pipeline x parts + part), got pipeline ${describeValue(p.pipeline)}, part ${describeValue(p.part)}`);
+      this.checkReplica(name, part, p);
+      return { ...p, pipeline, part };
+    });
+    const centers = this.checkCenters(state.centers);
     this.busy = true;
     try {
-      const byStage = new Map<number, PartCheckpointState[]>();
-      this.workers.forEach((_, s) => byStage.set(s, []));
-      this.partHolders.forEach((stages, part) => stages.forEach((stage) => byStage.get(stage)!.push({ part, ...state.parts[part]! })));
-      await this.requestEach('imported', (s) => ({ type: 'importState', parts: byStage.get(s)! }));
+      const byWorker = new Map<number, { parts: PartCheckpointState[]; centers: CenterCheckpointState[] }>();
+      this.workers.forEach((_, w) => byWorker.set(w, { parts: [], centers: [] }));
+      for (const r of replicas) byWorker.get(this.workerOf(r.pipeline, r.part))!.parts.push(r);
+      for (const c of centers) byWorker.get(this.workerOf(c.pipeline, c.part))!.centers.push(c);
+      await this.requestEach('imported', (w) => ({ type: 'importState', ...byWorker.get(w)! }));
       this.roundsRun = state.rounds;
       this.epochsRun = state.epochs;
       this.learningRate = state.parts[0]!.optimizer.lr;
@@ -347,6 +420,96 @@ export class PipelineTrainer {
       this.orderPosition = state.orderPosition;
     } finally {
       this.busy = false;
+    }
+  }
+
+  /** The checks of one replica's state against its part (layout, optimizer, counters, data-parallel state); changes nothing. */
+  private checkReplica(name: string, j: number, p: PipelineReplicaState): void {
+    const length = this.partLengths[j]!;
+    if (!(p.weights instanceof Float32Array) || p.weights.length !== length)
+      throw new SizeMismatchError(`PipelineTrainer.importState: ${name}'s weights must be a Float32Array of ${length} values (the part's layout)`);
+    if (p.optimizer === null || typeof p.optimizer !== 'object' || p.optimizer.length !== length || !Number.isSafeInteger(p.updates) || !Number.isSafeInteger(p.skipped))
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s optimizer state or counters do not fit the part`);
+    if (p.optimizer.kind !== this.partOptimizers[j])
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s optimizer state is ${describeValue(p.optimizer.kind)}'s; this trainer's optimizer is '${this.partOptimizers[j]}'`);
+    const buffers = p.optimizer.buffers !== null && typeof p.optimizer.buffers === 'object' ? Object.entries(p.optimizer.buffers).filter(([, d]) => d !== undefined) : [];
+    const names = buffers.map(([n]) => n).sort();
+    if (names.join() !== this.partBuffers[j]!.join() || buffers.some(([, d]) => !(d instanceof Float32Array) || d.length !== length))
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s optimizer buffers are [${names.join(', ')}]; this trainer's optimizer keeps [${this.partBuffers[j]!.join(', ')}], each of ${length} values`);
+    const o = p.optimizer;
+    if (!Number.isSafeInteger(o.step) || o.step < 0 || !Number.isSafeInteger(o.skippedSteps) || o.skippedSteps < 0 || typeof o.lr !== 'number' || !Number.isFinite(o.lr) || o.lr < 0)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s optimizer counters or learning rate are not valid`);
+    if (p.updates < 0 || p.skipped < 0 || p.skipped > p.updates) throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s counters (updates ${p.updates}, skipped ${p.skipped}) are not counts`);
+    const replicas = this.partDataParallel[j];
+    const dp = p.dataParallel;
+    if (replicas === undefined) {
+      if (dp !== undefined) throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s state holds data-parallel state; this trainer's part ${j} has no data-parallel replicas`);
+      return;
+    }
+    const { mode, staleness, overlapped } = replicas;
+    if (dp === null || typeof dp !== 'object' || dp.version !== 1 || dp.mode !== mode || !Number.isSafeInteger(dp.calls) || dp.calls < 0)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s replicas combine gradients in mode '${mode}'; the state's data-parallel state is ${dp === undefined ? 'missing' : `of mode ${describeValue(dp?.mode)}`} or not valid`);
+    // What the part's DataParallelTrainer would refuse, refused here before any stage changes.
+    const pending = dp.pending ?? null;
+    const ahead = dp.ahead ?? null;
+    if ((pending !== null && (staleness === 0 || overlapped)) || (ahead !== null && !overlapped))
+      throw new InvalidArgumentError(
+        `PipelineTrainer.importState: ${name}'s data-parallel state holds ${pending !== null ? 'a gradient not yet applied' : 'an update applied ahead'}, which this trainer's replicas (mode '${mode}', overlapUpdate ${overlapped ? 'on' : 'off'}) cannot hold; resume with the dataParallel options the state was saved with`,
+      );
+    if ((dp.residual ?? null) !== null || (dp.lossScale ?? null) !== null || (dp.accumulation ?? null) !== null)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: ${name}'s data-parallel state holds a compression residual, loss scale or accumulation, which a pipeline's replicas never keep`);
+    const arrays = [...(pending ? [pending.averaged] : []), ...(ahead ? [ahead.weights] : []), ...(ahead?.predicted ? [ahead.predicted] : [])];
+    if ((pending !== null && typeof pending !== 'object') || (ahead !== null && typeof ahead !== 'object') || arrays.some((a) => !(a instanceof Float32Array) || a.length !== length))
+      throw new SizeMismatchError(`PipelineTrainer.importState: ${name}'s data-parallel arrays (gradient in flight, update ahead) must each be a Float32Array of ${length} values`);
+  }
+
+  /** AvgPipe's centers checked against this trainer's (one per part shared, one per replica otherwise); others have none. */
+  private checkCenters(centers: PipelineTrainerState['centers']): CenterCheckpointState[] {
+    const { coupling, averagingLayout } = this.options;
+    if (coupling !== 'elastic-averaging') {
+      if (centers !== undefined && (!Array.isArray(centers) || centers.length > 0)) throw new InvalidArgumentError('PipelineTrainer.importState: the state holds AvgPipe centers; this trainer averages nothing');
+      return [];
+    }
+    const shared = averagingLayout === 'shared-stages';
+    const keys = this.replicaKeys().filter(({ pipeline }) => !shared || pipeline === 0);
+    if (!Array.isArray(centers) || centers.length !== keys.length)
+      throw new InvalidArgumentError(`PipelineTrainer.importState: AvgPipe (${averagingLayout}) keeps ${keys.length} center(s) (${shared ? 'one per part' : 'one per pipeline and part'}); the state holds ${Array.isArray(centers) ? centers.length : 'none'}`);
+    const counted = shared ? this.options.pipelines : 1;
+    return keys.map(({ pipeline, part }, i) => {
+      const c = centers[i]!;
+      if (c === null || typeof c !== 'object' || c.pipeline !== pipeline || c.part !== part)
+        throw new InvalidArgumentError(`PipelineTrainer.importState: centers[${i}] must be the center of pipeline ${pipeline}'s part ${part}`);
+      if (!(c.weights instanceof Float32Array) || c.weights.length !== this.partLengths[part])
+        throw new SizeMismatchError(`PipelineTrainer.importState: the center of pipeline ${pipeline}'s part ${part} must hold a Float32Array of ${this.partLengths[part]} weights`);
+      if (!Array.isArray(c.updates) || c.updates.length !== counted || c.updates.some((u) => !Number.isSafeInteger(u) || u < 0))
+        throw new InvalidArgumentError(`PipelineTrainer.importState: the center of pipeline ${pipeline}'s part ${part} must count ${counted} replica(s)' elasticAverage calls`);
+      return { pipeline, part, weights: c.weights, updates: c.updates };
+    });
+  }
+
+  /** The pipelines whose replicas a state holds: N, SAPipe's workers, or Wavelet's 2S waves. */
+  private get replicaPipelines(): number {
+    return this.options.coupling === 'waves' ? this.schedule.pipelines : this.options.pipelines;
+  }
+
+  /** Every replica, in a state's order (pipeline, then part); Wavelet's data-parallel pipelines each hold its one part. */
+  private replicaKeys(): { pipeline: number; part: number }[] {
+    const keys: { pipeline: number; part: number }[] = [];
+    for (let pipeline = 0; pipeline < this.replicaPipelines; pipeline++) for (let part = 0; part < this.partLengths.length; part++) keys.push({ pipeline, part });
+    return keys;
+  }
+
+  /** The worker holding pipeline `pipeline`'s replica of `part` (and its center). */
+  private workerOf(pipeline: number, part: number): number {
+    switch (this.options.coupling) {
+      case 'waves':
+        return Math.floor(pipeline / 2);
+      case 'workers':
+        return pipeline;
+      default: {
+        const stage = this.partHolders[part]![0]!;
+        return this.sharedStages ? stage : pipeline * this.schedule.stages + stage;
+      }
     }
   }
 
@@ -557,13 +720,13 @@ export class PipelineTrainer {
     for (const w of this.workers) void w.terminate();
   }
 
-  /** Checkpoints cover one pipeline whose parts each live on one stage. */
+  /** Checkpoints cover every configuration whose parts each live on one stage of a pipeline. */
   private checkCheckpointable(what: string): void {
-    if (this.options.rowsAreWorkers)
-      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose rows are data-parallel workers, are planned`);
-    if (this.options.pipelines > 1) throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of parallel pipelines (dataParallel, avgpipe) are planned; one pipeline's are supported`);
     if (this.partHolders.some((stages) => stages.length > 1))
-      throw new InvalidArgumentError(`PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part, are planned`);
+      throw new InvalidArgumentError(
+        `PipelineTrainer.${what}: checkpoints of '${this.schedule.name}', whose stages each hold a copy of a part (Wavelet's model-parallel form), are planned; ` +
+          `supported: one pipeline, parallel pipelines (dataParallel, AvgPipe in either layout), SAPipe's workers and Wavelet's data-parallel form`,
+      );
   }
 
   /** Workers per pipeline: its stages, or 1 where the schedule's rows are data-parallel workers (AvgPipe's shared stages: every worker is every pipeline's). */
