@@ -103,8 +103,10 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
       // too), the median over rounds, as the measured figure is
       const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 };
       // a worker per replica: each pipeline's actions of a row are a thread of their own
-      const threads = layout === 'worker-per-replica' ? { sharedCores: { ...sharing, threads: 'per-pipeline' as const } } : {};
-      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], sharing, threads)).makespan));
+      // (the timelines show pipeline 0's threads; the others ran alike beside them)
+      const perReplica = layout === 'worker-per-replica';
+      const threads = perReplica ? { sharedCores: { ...sharing, threads: 'per-pipeline' as const } } : {};
+      const sharedMs = median(reports.map((r) => simulateSchedule(trainer.schedule, sharedCoresCosts(trainer.schedule, [r.timeline], { ...sharing, copies: perReplica ? trainer.pipelines : 1 }, threads)).makespan));
       const row: PipelineBenchRow = {
         schedule,
         measuredMs: median(makespans),

@@ -330,7 +330,7 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
  * `min(1, cores / (n * passCores))` of its speed alone, so its work is the sum of those shares
  * times the stretch. Actions that are not work keep their times.
  */
-function decontend(timeline: readonly (readonly TimedAction[])[], cores: number, passCores: number): TimedAction[][] {
+function decontend(timeline: readonly (readonly TimedAction[])[], cores: number, passCores: number, copies = 1): TimedAction[][] {
   const points: { t: number; delta: number; id: number }[] = [];
   const items = timeline.flat();
   items.forEach((x, id) => {
@@ -343,7 +343,7 @@ function decontend(timeline: readonly (readonly TimedAction[])[], cores: number,
   let last = 0;
   for (const p of points) {
     if (active.size > 0 && p.t > last) {
-      const rate = Math.min(1, cores / (active.size * passCores));
+      const rate = Math.min(1, cores / (active.size * copies * passCores));
       for (const id of active) work[id]! += rate * (p.t - last);
     }
     last = p.t;
@@ -397,15 +397,25 @@ export function measuredP2pLatency(timelines: readonly (readonly (readonly Timed
  * action's mean work alone per part (the measured durations with the sharing they ran under
  * taken out, see above), the runtime's point-to-point latency ({@link measuredP2pLatency}), and
  * `sharedCores` set to the machine. The counterpart of {@link measuredCosts}, which gives every
- * stage its own device and free transfers.
+ * stage its own device and free transfers. `machine.copies` (default 1): how many alike sets of
+ * threads ran beside the ones the timelines show (AvgPipe's worker-per-replica layout reports
+ * pipeline 0's of N: pass N).
  *
  * @category Pipeline runtime
  */
-export function sharedCoresCosts(schedule: Schedule, timelines: readonly (readonly (readonly TimedAction[])[])[], machine: { cores: number; passCores?: number }, extra: SimulationCosts = {}): SimulationCosts {
-  if (machine === null || typeof machine !== 'object') throw new InvalidArgumentError(`sharedCoresCosts: machine must be { cores, passCores? }, got ${describeValue(machine)}`);
-  checkOptions(machine, ['cores', 'passCores'], 'sharedCoresCosts(schedule, timelines, machine)');
+export function sharedCoresCosts(
+  schedule: Schedule,
+  timelines: readonly (readonly (readonly TimedAction[])[])[],
+  machine: { cores: number; passCores?: number; copies?: number },
+  extra: SimulationCosts = {},
+): SimulationCosts {
+  if (machine === null || typeof machine !== 'object') throw new InvalidArgumentError(`sharedCoresCosts: machine must be { cores, passCores?, copies? }, got ${describeValue(machine)}`);
+  checkOptions(machine, ['cores', 'passCores', 'copies'], 'sharedCoresCosts(schedule, timelines, machine)');
   const cores = machine.cores;
   const passCores = machine.passCores ?? 1;
+  // The worker-per-replica layout reports pipeline 0's threads; the other pipelines' threads ran
+  // alike beside them, so every stretch had `copies` times the passes the timeline shows.
+  const copies = checkInteger(machine.copies ?? 1, 'sharedCoresCosts: machine.copies', 1, 1 << 16);
   if (typeof cores !== 'number' || !(cores > 0)) throw new InvalidArgumentError(`sharedCoresCosts: machine.cores must be a number > 0, got ${describeValue(cores)}`);
   if (typeof passCores !== 'number' || !(passCores > 0) || !Number.isFinite(passCores)) throw new InvalidArgumentError(`sharedCoresCosts: machine.passCores must be a number > 0, got ${describeValue(passCores)}`);
   if (!Array.isArray(timelines)) throw new InvalidArgumentError('sharedCoresCosts: timelines must be an array of round timelines');
@@ -417,7 +427,7 @@ export function sharedCoresCosts(schedule: Schedule, timelines: readonly (readon
   const sums: Record<string, { total: number[]; count: number[] }> = {};
   for (const kind of ['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'elasticAverage']) sums[kind] = { total: new Array<number>(parts).fill(0), count: new Array<number>(parts).fill(0) };
   for (const timeline of timelines)
-    for (const row of decontend(timeline, cores, passCores))
+    for (const row of decontend(timeline, cores, passCores, copies))
       for (const t of row) {
         const entry = sums[t.action.kind];
         if (entry === undefined || !(t.action.part >= 0 && t.action.part < parts)) continue;
