@@ -122,6 +122,14 @@ t.test('measured costs with the sharing taken out, and the latency a waiting rec
   t.ok(near(costs.optimizerStep, [0.5, 0]));
   t.same(costs.sharedCores, { cores: 1, passCores: 1 });
   t.throws(() => sharedCoresCosts(schedule, [timeline], { cores: 0 }), { code: 'ERR_INVALID_ARGUMENT' });
+  // The same timeline as one of two alike thread sets (a worker per replica, pipeline 0 shown): on
+  // 2 cores each stretch had twice the passes shown, so the one-pass stretches ran at full speed
+  // and the two-pass one at half.
+  const twice = sharedCoresCosts(schedule, [stepLine], { cores: 2, copies: 2 });
+  t.ok(near(twice.forward, [1, 1]) && near(twice.backward, [1, 1.5]) && near(twice.optimizerStep, [0.5, 0]), 'copies 2 on 2 cores: as 1 on 1 core');
+  const alone = sharedCoresCosts(schedule, [stepLine], { cores: 2 });
+  t.ok(near(alone.backward, [1, 2]), 'copies 1 on 2 cores: the two passes at once did not share');
+  t.throws(() => sharedCoresCosts(schedule, [stepLine], { cores: 2, copies: 0 }), { code: 'ERR_INVALID_ARGUMENT', message: /copies/ });
 });
 
 t.test('the tuner simulates a machine-aware profile with its fits, steps and shared cores', async (t) => {
