@@ -9,7 +9,7 @@ export { DeviceBuffer, DeviceParamSet, chooseDevice, cudaDeviceIndex, type CudaD
 export * from './optim/index.js';
 export { elasticAverage, sum, scale, axpy, squaredNorm, countNonFinite, clipByNorm, type SumOptions } from './ops.js';
 export { nativeInfo } from './info.js';
-export { kernelThreads, useKernelThreads } from './kernel-threads.js';
+export { kernelThreads, MAX_KERNEL_THREADS, useKernelThreads } from './kernel-threads.js';
 export { packageVersion } from './version.js';
 export * from './comm/index.js';
 export * from './dataparallel/index.js';

@@ -9,8 +9,17 @@ import { nativeInfo } from './info.js';
 import { nativeAddon } from './native.js';
 import { checkInteger } from './validate.js';
 
-/** The most threads one thread's kernels may be given. */
-const MAX_KERNEL_THREADS = 1024;
+/** The most threads one thread's kernels may be given. @category Backends */
+export const MAX_KERNEL_THREADS = 1024;
+
+/**
+ * @internal A kernel-thread setting checked: `shared`, or a count in [1, MAX_KERNEL_THREADS]
+ * (`what` names it in the error).
+ */
+export function checkKernelThreads(value: unknown, what: string): number | 'shared' {
+  if (value === 'shared') return 'shared';
+  return checkInteger(value, `${what} (or 'shared')`, 1, MAX_KERNEL_THREADS);
+}
 
 /**
  * Gives the calling thread (the main thread, or a worker thread) `threads` kernel threads of its
@@ -21,8 +30,8 @@ const MAX_KERNEL_THREADS = 1024;
  * @category Backends
  */
 export function useKernelThreads(threads: number | 'shared'): number {
-  if (threads === 'shared') return nativeAddon().bindKernelThreads(0);
-  return nativeAddon().bindKernelThreads(checkInteger(threads, "useKernelThreads: threads (or 'shared')", 1, MAX_KERNEL_THREADS));
+  const checked = checkKernelThreads(threads, 'useKernelThreads: threads');
+  return nativeAddon().bindKernelThreads(checked === 'shared' ? 0 : checked);
 }
 
 /** The threads the calling thread's kernels use: its own set, or the process-wide pool's. @category Backends */
@@ -31,8 +40,28 @@ export function kernelThreads(): number {
   return own > 0 ? own : nativeInfo().threads;
 }
 
-/** @internal The calling thread's own kernel threads, or `shared` where it has none. */
-export function ownKernelThreads(): number | 'shared' {
+/** The calling thread's own kernel threads, or `shared` where it has none. */
+function ownKernelThreads(): number | 'shared' {
   const own = nativeAddon().kernelThreads();
   return own > 0 ? own : 'shared';
+}
+
+/**
+ * @internal Runs `fn` with the calling thread's kernels on `threads`, then gives the thread back
+ * what it had; where `fn` returns a promise, once that settles (other work of the thread's event
+ * loop meanwhile runs on `threads` too).
+ */
+export function withKernelThreads<T>(threads: number | 'shared', fn: () => T): T {
+  const before = ownKernelThreads();
+  useKernelThreads(threads);
+  let result: T;
+  try {
+    result = fn();
+  } catch (error) {
+    useKernelThreads(before);
+    throw error;
+  }
+  if (result instanceof Promise) return result.finally(() => useKernelThreads(before)) as T;
+  useKernelThreads(before);
+  return result;
 }

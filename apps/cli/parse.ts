@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from 'commander';
 
-import { InvalidArgumentError as SapipeInvalidArgumentError } from 'sapipe';
+import { InvalidArgumentError as SapipeInvalidArgumentError, MAX_KERNEL_THREADS } from 'sapipe';
+import { checkInteger } from 'sapipe/validate';
 
 const SUFFIX: Record<string, number> = { '': 1, k: 1 << 10, m: 1 << 20, g: 1 << 30 };
 
@@ -42,4 +43,10 @@ export function numberOption(value: string, name: string): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n)) throw new SapipeInvalidArgumentError(`${name} must be a number, got "${value}"`);
   return n;
+}
+
+/** `--kernel-threads`: `auto`, `shared`, or each worker's number of kernel threads (a typed error naming the option otherwise). */
+export function kernelThreadsOption(value: string): number | 'auto' | 'shared' {
+  if (value === 'auto' || value === 'shared') return value;
+  return checkInteger(numberOption(value, '--kernel-threads'), "--kernel-threads (or 'auto', 'shared')", 1, MAX_KERNEL_THREADS);
 }

@@ -216,7 +216,6 @@ export function checkMnistPipelineConfig(c: MnistPipelineConfig): MnistPipelineC
     c.channels.forEach((n, i) => checkInteger(n, `--channels[${i}]`, 1, 1024));
   }
   if (c.device !== undefined && typeof c.device !== 'string') throw new InvalidArgumentError(`--device must be cpu, cuda:N or auto, got ${typeof c.device}`);
-  if (c.kernelThreads !== undefined && c.kernelThreads !== 'auto' && c.kernelThreads !== 'shared') checkInteger(c.kernelThreads, "--kernel-threads (or 'auto', 'shared')", 1, 1024);
   return c;
 }
 

@@ -9,13 +9,11 @@
  */
 import t from 'tap';
 
-import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
 import { LocalCommunicator } from '../../dist/comm/local.js';
-import { NcclCommunicator } from '../../dist/comm/nccl.js';
 import { DataParallelTrainer } from '../../dist/dataparallel/trainer.js';
 import { MLP } from '../../dist/nn/mlp.js';
 import { ParamSet } from '../../dist/tensor.js';
-import { failure, gpuTest, mlpData, MLP_ADAM, MLP_BATCH, MLP_BUCKETS, MLP_SGD, MLP_SIZES, ncclTrainerCases, runDevice as runDeviceTrace, runHost as runHostTrace, worstOf as worstOfSteps, type Trace } from '../helpers/nccl-trainer.js';
+import { failure, gpuTest, oneRankNccl, mlpData, MLP_ADAM, MLP_BATCH, MLP_BUCKETS, MLP_SGD, MLP_SIZES, ncclTrainerCases, runDevice as runDeviceTrace, runHost as runHostTrace, worstOf as worstOfSteps, type Trace } from '../helpers/nccl-trainer.js';
 import { fillUniform, rng, worstError } from '../helpers/random.js';
 import { refBackward, refForward, refLoss, type RefPartWeights } from '../reference/pipeline.js';
 import { ReferenceOptimizer } from '../reference/optimizer.js';
@@ -82,8 +80,7 @@ const runDevice = (model: MLP, trainer: Trainer, from: number, steps: number): P
 const worstOf = (a: Float32Array[], b: Float32Array[]): number => worstOfSteps(a, b, ABS, REL);
 
 gpuTest(`an MLP trained ${STEPS} steps through device gradients equals the CPU path (trainer over local) in every mode`, async (t) => {
-  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
-  const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+  const { comm, close } = await oneRankNccl();
   const local = await LocalCommunicator.create({ group: `device-trainer-${process.pid}`, rank: 0, size: 1 });
   try {
     for (const [name, config] of cases) {
@@ -138,9 +135,8 @@ gpuTest(`an MLP trained ${STEPS} steps through device gradients equals the CPU p
       }
     }
   } finally {
-    comm.destroy();
     local.destroy();
-    await store.close();
+    await close();
   }
 });
 
@@ -176,8 +172,7 @@ function referenceGradient(params: ParamSet, w: Float32Array, s: number): Float3
 }
 
 gpuTest('device gradients against the float64 references: sync applies each gradient at once, pipe-sgd one update late', async (t) => {
-  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
-  const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+  const { comm, close } = await oneRankNccl();
   try {
     for (const mode of ['sync', 'pipe-sgd'] as const) {
       const model = new MLP(sizes, { seed: 3, device: 'cuda:0' });
@@ -201,16 +196,14 @@ gpuTest('device gradients against the float64 references: sync applies each grad
       model.dispose();
     }
   } finally {
-    comm.destroy();
-    await store.close();
+    await close();
   }
 });
 
 // Loss scaling and the overflow recheck, with a gradient written into the device buffer from the
 // host (a stand-in for a backward pass that depends on the weights read and on the step).
 gpuTest('device gradients written directly: loss scaling and the overflow recheck as the trainer over local', async (t) => {
-  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
-  const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+  const { comm, close } = await oneRankNccl();
   const local = await LocalCommunicator.create({ group: `device-trainer-direct-${process.pid}`, rank: 0, size: 1 });
   const spec = { w: [37, 11], b: [11] };
   const probe = new ParamSet(spec);
@@ -266,15 +259,13 @@ gpuTest('device gradients written directly: loss scaling and the overflow rechec
       }
     }
   } finally {
-    comm.destroy();
     local.destroy();
-    await store.close();
+    await close();
   }
 });
 
 gpuTest('device gradients: what cannot run is refused with a typed error that says what to do', async (t) => {
-  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
-  const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+  const { comm, close } = await oneRankNccl();
   try {
     const refused: [string, Partial<Options>, RegExp][] = [
       ['another GPU than the communicator', { device: 'cuda:1' }, /ERR_INVALID_ARGUMENT: .*device 'cuda:1' is not the nccl communicator's \(cuda:0\); pass device: comm\.device/],
@@ -312,7 +303,6 @@ gpuTest('device gradients: what cannot run is refused with a typed error that sa
     t.match(await failure(() => trainer.copyToHost()), /ERR_DISPOSED/, 'and copyToHost');
     deviceModel.dispose();
   } finally {
-    comm.destroy();
-    await store.close();
+    await close();
   }
 });

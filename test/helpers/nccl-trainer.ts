@@ -6,6 +6,8 @@
  */
 import t, { type Test } from 'tap';
 
+import { NcclCommunicator } from '../../dist/comm/nccl.js';
+import { createRendezvous } from '../../dist/comm/rendezvous/rendezvous.js';
 import type { DataParallelTrainer } from '../../dist/dataparallel/trainer.js';
 import { cudaStatus, DeviceBuffer, probeNccl } from '../../dist/device/index.js';
 import { BackendUnavailableError, type SapipeError } from '../../dist/errors.js';
@@ -30,6 +32,24 @@ export function ncclTrainerCases<Optimizer>(
     ['sapipe-wp prev-sync', { mode: 'sapipe-wp', optimizer: sgd, estimate: 'prev-sync', ...buckets }],
     [`sapipe-wp prev-sync + DC, Adam${extra.name}`, { mode: 'sapipe-wp', optimizer: adam, estimate: 'prev-sync', compensation: {}, ...extra.options, ...buckets }],
   ];
+}
+
+/** A one-rank nccl communicator on cuda:0 with a rendezvous store of its own; `close()` ends both. */
+export async function oneRankNccl(): Promise<{ comm: NcclCommunicator; close(): Promise<void> }> {
+  const store = await createRendezvous({ rank: 0, worldSize: 1, port: 0, timeoutMs: 10_000 });
+  try {
+    const comm = await NcclCommunicator.create({ rank: 0, size: 1, device: 'cuda:0', store, timeoutMs: 10_000 });
+    return {
+      comm,
+      close: async () => {
+        comm.destroy();
+        await store.close();
+      },
+    };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
 }
 
 /** Where cudaStatus() says no device is usable: allocating one must fail with the reason. */

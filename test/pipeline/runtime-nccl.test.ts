@@ -12,19 +12,17 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Writable } from 'node:stream';
 import t from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
-import { launch } from '../../dist/launch/index.js';
 import { InvalidArgumentError, PipelineTrainer, trainPipelineStage, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';
+import { launchStages } from '../helpers/launched-stages.js';
 
-const FIXTURE = fileURLToPath(new URL('../fixtures/pipeline/ucx-stage.mjs', import.meta.url));
 const PLUGIN = fileURLToPath(new URL('../../build/Release/test-fakes/sapipe_test_plugin_host_memory.so', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 if (!existsSync(PLUGIN)) throw new Error(`${PLUGIN} is missing: build the native targets (npm run build:native)`);
-// This process's refusals below plan on cuda:0 of the plugin too (read when the addon first opens it).
+// The launched processes inherit it; this process's refusals below plan on cuda:0 of the plugin
+// too (read when the addon first opens it).
 process.env.SAPIPE_CUDA_PLUGIN = PLUGIN;
 
 const status = ucxStatus();
@@ -33,37 +31,6 @@ if (!status.available) {
   else t.comment(`launched device stages cannot run here: ${status.reason ?? 'unknown'}`);
 }
 const needsUcx = status.available ? {} : { skip: `the ucx plugin is unavailable: ${status.reason ?? 'unknown'}` };
-
-interface Launched {
-  exitCode: number;
-  result?: { epochs: { loss: number; accuracy?: number }[]; weights: number[][] };
-  failures: Map<number, { code?: string; message: string; ms: number }>;
-  stderr: string;
-  elapsedMs: number;
-}
-
-async function launchStages(config: Record<string, unknown>, stages: number): Promise<Launched> {
-  let out = '';
-  let err = '';
-  const sink = (append: (s: string) => void): Writable =>
-    new Writable({
-      write(chunk: Buffer, _encoding, callback): void {
-        append(chunk.toString());
-        callback();
-      },
-    });
-  const start = Date.now();
-  // The processes must not inherit the test runner's loader hooks; they open the host-memory plugin.
-  const env = { ...process.env, NODE_OPTIONS: '', SAPIPE_CUDA_PLUGIN: PLUGIN };
-  const result = await launch({ script: FIXTURE, args: [JSON.stringify(config)], nproc: stages, cwd: repoRoot, env, forwardSignals: false, stdout: sink((s) => (out += s)), stderr: sink((s) => (err += s)) });
-  const line = out.split('\n').find((l) => l.startsWith('[0] RESULT '));
-  const failures = new Map<number, { code?: string; message: string; ms: number }>();
-  for (const l of out.split('\n')) {
-    const m = /^\[(\d+)\] FAILED (.*)$/.exec(l);
-    if (m) failures.set(Number(m[1]), JSON.parse(m[2]!));
-  }
-  return { exitCode: result.exitCode, ...(line ? { result: JSON.parse(line.slice('[0] RESULT '.length)) } : {}), failures, stderr: err, elapsedMs: Date.now() - start };
-}
 
 const SAMPLES = 96;
 const optimizer: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };

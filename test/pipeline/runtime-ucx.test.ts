@@ -7,18 +7,15 @@
  * libucx-dev); in CI a missing plugin fails the run, elsewhere the tests say why they cannot run.
  */
 import { fileURLToPath } from 'node:url';
-import { Writable } from 'node:stream';
 import { availableParallelism } from 'node:os';
 import t from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
-import { launch } from '../../dist/launch/index.js';
 import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';
+import { launchStages } from '../helpers/launched-stages.js';
 
-const FIXTURE = fileURLToPath(new URL('../fixtures/pipeline/ucx-stage.mjs', import.meta.url));
 const FAULTY = fileURLToPath(new URL('../fixtures/pipeline/faulty-stage.mjs', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 const status = ucxStatus();
 if (!status.available) {
@@ -26,37 +23,6 @@ if (!status.available) {
   else t.comment(`ucx pipeline tests cannot run here: ${status.reason ?? 'unknown'}`);
 }
 const needsUcx = status.available ? {} : { skip: `the ucx plugin is unavailable: ${status.reason ?? 'unknown'}` };
-
-interface Launched {
-  exitCode: number;
-  result?: { epochs: { loss: number; accuracy?: number }[]; weights: number[][]; kernelThreads: number | 'shared' };
-  failures: Map<number, { code?: string; message: string; ms: number }>;
-  stderr: string;
-  elapsedMs: number;
-}
-
-async function launchStages(config: Record<string, unknown>, stages: number): Promise<Launched> {
-  let out = '';
-  let err = '';
-  const sink = (append: (s: string) => void): Writable =>
-    new Writable({
-      write(chunk: Buffer, _encoding, callback): void {
-        append(chunk.toString());
-        callback();
-      },
-    });
-  const start = Date.now();
-  // The processes must not inherit the test runner's loader hooks.
-  const env = { ...process.env, NODE_OPTIONS: '' };
-  const result = await launch({ script: FIXTURE, args: [JSON.stringify(config)], nproc: stages, cwd: repoRoot, env, forwardSignals: false, stdout: sink((s) => (out += s)), stderr: sink((s) => (err += s)) });
-  const line = out.split('\n').find((l) => l.startsWith('[0] RESULT '));
-  const failures = new Map<number, { code?: string; message: string; ms: number }>();
-  for (const l of out.split('\n')) {
-    const m = /^\[(\d+)\] FAILED (.*)$/.exec(l);
-    if (m) failures.set(Number(m[1]), JSON.parse(m[2]!));
-  }
-  return { exitCode: result.exitCode, ...(line ? { result: JSON.parse(line.slice('[0] RESULT '.length)) } : {}), failures, stderr: err, elapsedMs: Date.now() - start };
-}
 
 const SAMPLES = 160;
 const optimizer: PipelineOptimizerSpec = { kind: 'sgd', lr: 0.05, momentum: 0.9 };

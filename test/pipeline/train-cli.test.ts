@@ -16,8 +16,9 @@ const bin = fileURLToPath(new URL('../../bin/sapipe.js', import.meta.url));
 t.test('trains on MNIST, prints measured against simulated, writes the report', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sapipe-train-'));
   const report = join(dir, 'report.html');
-  const { stdout } = await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', 'pipeoptim', '--stages', '3', '--boundaries', '2,4', '--epochs', '2', '--train-samples', '3000', '--report', report, '--json'], { timeout: 120_000 });
-  const result = JSON.parse(stdout) as { epochs: { accuracy: number; loss: number }[]; measured: { makespanMs: number; bubbleFraction: number }; simulated: { makespanMs: number }; boundaries: number[] };
+  const { stdout } = await run(process.execPath, [bin, 'train', 'pipeline', '--schedule', 'pipeoptim', '--stages', '3', '--boundaries', '2,4', '--epochs', '2', '--train-samples', '3000', '--kernel-threads', '1', '--report', report, '--json'], { timeout: 120_000 });
+  const result = JSON.parse(stdout) as { epochs: { accuracy: number; loss: number }[]; measured: { makespanMs: number; bubbleFraction: number }; simulated: { makespanMs: number }; boundaries: number[]; kernelThreads: number | 'shared' };
+  t.equal(result.kernelThreads, 1, 'each stage worker on the kernel threads asked for');
   t.equal(result.epochs.length, 2);
   // Fixed cuts: with cuts balanced by measured time the parts (and so PipeOptim's per-stage
   // prediction horizon) depend on the machine's load, and 2 short epochs reach 0.67-0.81.
@@ -29,6 +30,11 @@ t.test('trains on MNIST, prints measured against simulated, writes the report', 
   t.match(html, /Measured round/);
   t.match(html, /Simulated from the measured costs/);
   t.equal((html.match(/<svg/g) ?? []).length, 2, 'two timelines, drawn by the same renderer');
+  const refused = await run(process.execPath, [bin, 'train', 'pipeline', '--kernel-threads', '0'], { timeout: 60_000 }).then(
+    () => undefined,
+    (error: { stderr: string }) => error.stderr,
+  );
+  t.match(refused, /--kernel-threads \(or 'auto', 'shared'\) must be an integer in \[1, 1024\], got 0/, 'a count of 0 is refused naming the option');
 });
 
 t.test('--model cnn trains the CNN on Fashion-MNIST through the pipeline, and --device auto says where it ran', async (t) => {

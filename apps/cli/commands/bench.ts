@@ -16,11 +16,11 @@ import { benchStepOverhead } from '../../bench/step-overhead.js';
 import { benchTopk } from '../../bench/topk.js';
 import { PIPELINE_DEMO_SIZES } from '../../demo/pipeline-run.js';
 import { AVERAGING_LAYOUTS, RUNTIME_SCHEDULES, SapipeError, WAVELET_FORMS } from 'sapipe';
-import { checkInteger, checkOneOf } from 'sapipe/validate';
+import { checkOneOf } from 'sapipe/validate';
 import { availableParallelism } from 'node:os';
 import { InvalidArgumentError } from 'commander';
 
-import { formatCount, numberOption, parseCount, parseNonNegativeInt, parsePositiveInt } from '../parse.js';
+import { formatCount, kernelThreadsOption, numberOption, parseCount, parseNonNegativeInt, parsePositiveInt } from '../parse.js';
 
 interface KernelsOptions {
   size: number;
@@ -389,14 +389,14 @@ export function registerBenchCommand(program: Command): void {
     .option('--layers <sizes>', 'MLP widths', PIPELINE_DEMO_SIZES.join(','))
     .option('--rounds <n>', 'measured rounds', parsePositiveInt, 20)
     .option('--warmup <n>', 'unmeasured rounds first (0 or more)', parseNonNegativeInt, 5)
-    .option('--kernel-threads <n>', "each stage worker's native kernel threads: auto (the cores split among the workers), a number, or shared (the process-wide pool)", 'auto')
+    .option('--kernel-threads <n>', "each stage worker's native kernel threads: auto (the cores split among the workers), a number, or shared (the process-wide pool)", kernelThreadsOption, 'auto' as const)
     .option('--averaging-layout <layout>', `AvgPipe's layout (${AVERAGING_LAYOUTS.join(', ')}; default the trainer's)`)
     .option('--form <form>', `Wavelet's form (${WAVELET_FORMS.join(', ')}; default the trainer's)`)
     .option('--json', 'print JSON')
-    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; kernelThreads: string; averagingLayout?: string; form?: string; json?: boolean }) => {
+    .action(async (options: { schedules: string; stages: number; microbatches: number; microbatchSize: number; layers: string; rounds: number; warmup: number; kernelThreads: number | 'auto' | 'shared'; averagingLayout?: string; form?: string; json?: boolean }) => {
       const schedules = options.schedules.split(',').map((name) => checkOneOf(name.trim(), '--schedules', RUNTIME_SCHEDULES));
       const sizes = options.layers.split(',').map((x) => numberOption(x, '--layers'));
-      const kernelThreads = options.kernelThreads === 'auto' || options.kernelThreads === 'shared' ? options.kernelThreads : checkInteger(numberOption(options.kernelThreads, '--kernel-threads'), "--kernel-threads (or 'auto', 'shared')", 1, 1024);
+      const kernelThreads = options.kernelThreads;
       const averagingLayout = options.averagingLayout === undefined ? undefined : checkOneOf(options.averagingLayout, '--averaging-layout', AVERAGING_LAYOUTS);
       const form = options.form === undefined ? undefined : checkOneOf(options.form, '--form', WAVELET_FORMS);
       const rows = await benchPipeline({

@@ -14,7 +14,7 @@ import { checkOneOf } from 'sapipe/validate';
 import { pipelineComparison, renderPipelineReport, renderPipelineSvg } from '../../demo/pipeline-report.js';
 import { describeModel, MNIST_PIPELINE_DEFAULTS, parallelPipelinesNote, PIPELINE_CNN_CHANNELS, PIPELINE_GPT_DEFAULTS, PIPELINE_MODELS, pipelineDefaults, pipelinesCoupling, runMnistPipeline, type MnistPipelineConfig } from '../../demo/pipeline-run.js';
 import { addGptSizeOptions, gptSizeFromCli, type GptSizeCliOptions } from '../gpt-options.js';
-import { numberOption } from '../parse.js';
+import { kernelThreadsOption, numberOption } from '../parse.js';
 import { cliTable } from '../table.js';
 
 interface TrainCliOptions extends GptSizeCliOptions {
@@ -45,7 +45,7 @@ interface TrainCliOptions extends GptSizeCliOptions {
   profileOut?: string;
   json?: boolean;
   device?: string;
-  kernelThreads?: string;
+  kernelThreads?: number | 'auto' | 'shared';
 }
 
 const num = numberOption;
@@ -103,7 +103,7 @@ export function pipelineConfigFromCli(o: TrainCliOptions): MnistPipelineConfig &
     ...(o.channels === undefined ? {} : { channels: o.channels.split(',').map((x) => num(x, '--channels')) }),
     ...(gpt ? { gpt } : {}),
     device: o.device as MnistPipelineConfig['device'],
-    ...(o.kernelThreads === undefined ? {} : { kernelThreads: o.kernelThreads === 'auto' || o.kernelThreads === 'shared' ? o.kernelThreads : num(o.kernelThreads, '--kernel-threads') }),
+    ...(o.kernelThreads === undefined ? {} : { kernelThreads: o.kernelThreads }),
   };
 }
 
@@ -175,6 +175,7 @@ export function registerTrainCommand(program: Command): void {
     .option(
       '--kernel-threads <n>',
       "native kernel threads of each worker thread: auto (this machine's cores split among the workers, at least 1 each), a number, or shared (every worker on the process-wide pool, one job at a time)",
+      kernelThreadsOption,
     )
     .option('--json', 'print the result as JSON instead of tables')
     .action(async (o: TrainCliOptions) => {
@@ -198,6 +199,7 @@ export function registerTrainCommand(program: Command): void {
             {
               config: result.config,
               device: result.device,
+              kernelThreads: result.kernelThreads,
               ...(result.averagingLayout ? { averagingLayout: result.averagingLayout } : {}),
               ...(defaultsNote ? { hyperparameters: defaultsNote } : {}),
               trainSamples: result.trainSamples,

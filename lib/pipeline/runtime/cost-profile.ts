@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 
 import { InternalError, InvalidArgumentError } from '../../errors.js';
 import { nativeInfo } from '../../info.js';
-import { ownKernelThreads, useKernelThreads } from '../../kernel-threads.js';
+import { checkKernelThreads, withKernelThreads } from '../../kernel-threads.js';
 import { Sequential, checkLayers, layerParams, partRanges, type LayerSpec } from '../../nn/sequential.js';
 import { SGD } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
@@ -44,22 +44,7 @@ export interface PartCostOptions {
 }
 
 /** `kernelThreads` of a profiling option, checked (`shared` by default). */
-function checkProfileThreads(given: unknown, what: string): number | 'shared' {
-  if (given === undefined || given === 'shared') return 'shared';
-  return checkInteger(given, `${what}: options.kernelThreads (or 'shared')`, 1, 1024);
-}
-
-/** Runs `fn` on the calling thread with `threads` kernel threads, then restores what it had. */
-function withKernelThreads<T>(threads: number | 'shared', fn: () => T): T {
-  if (threads === 'shared') return fn();
-  const before = ownKernelThreads();
-  useKernelThreads(threads);
-  try {
-    return fn();
-  } finally {
-    useKernelThreads(before);
-  }
-}
+const checkProfileThreads = (given: unknown, what: string): number | 'shared' => (given === undefined ? 'shared' : checkKernelThreads(given, `${what}: options.kernelThreads`));
 
 /** The largest micro-batch a profile times (its buffers are allocated at once). */
 const MAX_PROFILED_BATCH = 8192;

@@ -20,7 +20,7 @@ import { chooseDevice, type CudaDevice } from '../../device/index.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkObject, describeValue, optionKeys } from '../../validate.js';
-import { ownKernelThreads, useKernelThreads } from '../../kernel-threads.js';
+import { withKernelThreads } from '../../kernel-threads.js';
 import { epochOrder, planPipeline, resolveKernelThreads, TRAINER_OPTION_KEYS, type PipelineTrainerOptions } from './plan.js';
 import { NCCL_STAGE_SCHEDULES, ncclStageTransport } from './nccl-links.js';
 import { StageHost } from './stage-host.js';
@@ -111,69 +111,68 @@ export async function trainPipelineStage(options: PipelineStageOptions): Promise
   const share = perRound / plan.pipelines;
   const fullEpoch = Math.floor(plan.samples / perRound);
   const rounds = roundsOption === undefined ? fullEpoch : checkInteger(roundsOption, 'trainPipelineStage: roundsPerEpoch', 1, fullEpoch);
+  // This process's share of the machine's cores: the launcher's LOCAL_WORLD_SIZE processes split them.
+  const localProcesses = Number(process.env.LOCAL_WORLD_SIZE);
+  const kernelThreads = Number.isInteger(localProcesses) && localProcesses >= 1 ? resolveKernelThreads(options.kernelThreads, localProcesses, plan.device, 'trainPipelineStage') : plan.kernelThreads;
   const groups = withReplicas
     ? await joinParallelGroups(plan.pipelines, stages, plan.timeoutMs)
     : device !== undefined && stages > 1
       ? await joinDevicePipeline(stages, device, plan.timeoutMs)
       : await joinPipeline(given, stages, plan.timeoutMs);
   const { comm, replicas, pipeline, stage } = groups;
-  // This process's share of the machine's cores: the launcher's LOCAL_WORLD_SIZE processes split them.
-  const threadsBefore = ownKernelThreads();
-  const localProcesses = Number(process.env.LOCAL_WORLD_SIZE);
-  const kernelThreads = Number.isInteger(localProcesses) && localProcesses >= 1 ? resolveKernelThreads(options.kernelThreads, localProcesses, plan.device, 'trainPipelineStage') : plan.kernelThreads;
-  useKernelThreads(kernelThreads);
   try {
-    const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? (groups.links ?? comm) : undefined, plan.data, replicas, pipeline);
-    try {
-      const report: { epoch: number; loss: number; accuracy?: number; wallMs: number }[] = [];
-      const versions: VersionRead[][] = [];
-      const lastPart = plan.schedule.parts - 1;
-      const holder = plan.descriptions.findIndex((d) => d.parts.includes(lastPart));
-      const lossBox = FlatBuffer.allocate(2);
+    return await withKernelThreads(kernelThreads, async () => {
+      const host = await StageHost.create(plan.descriptions[stage]!, stages > 1 ? (groups.links ?? comm) : undefined, plan.data, replicas, pipeline);
       try {
-        for (let epoch = 0; epoch < epochs; epoch++) {
-          const order = epochOrder(plan.samples, plan.shuffle, plan.seed, epoch);
-          const start = performance.now();
-          let total = 0;
-          let count = 0;
-          for (let r = 0; r < rounds; r++) {
-            // Pipeline p trains on the p-th share of the round's samples.
-            const from = r * perRound + pipeline * share;
-            const result = await host.runRound(order.slice(from, from + share), performance.timeOrigin + performance.now());
-            versions.push(result.versions);
-            for (const l of result.losses)
-              if (l !== undefined) {
-                total += l;
-                count++;
-              }
+        const report: { epoch: number; loss: number; accuracy?: number; wallMs: number }[] = [];
+        const versions: VersionRead[][] = [];
+        const lastPart = plan.schedule.parts - 1;
+        const holder = plan.descriptions.findIndex((d) => d.parts.includes(lastPart));
+        const lossBox = FlatBuffer.allocate(2);
+        try {
+          for (let epoch = 0; epoch < epochs; epoch++) {
+            const order = epochOrder(plan.samples, plan.shuffle, plan.seed, epoch);
+            const start = performance.now();
+            let total = 0;
+            let count = 0;
+            for (let r = 0; r < rounds; r++) {
+              // Pipeline p trains on the p-th share of the round's samples.
+              const from = r * perRound + pipeline * share;
+              const result = await host.runRound(order.slice(from, from + share), performance.timeOrigin + performance.now());
+              versions.push(result.versions);
+              for (const l of result.losses)
+                if (l !== undefined) {
+                  total += l;
+                  count++;
+                }
+            }
+            const wallMs = performance.now() - start;
+            // The mean loss over every pipeline's micro-batches (the last stages sum theirs over the
+            // replicas) and every part's weights go to rank 0.
+            if (stage === holder) {
+              lossBox.array.set([total, count]);
+              if (replicas) await replicas.allreduce(lossBox, { op: 'sum' });
+              if (holder !== 0) await comm!.send(lossBox, 0);
+            }
+            if (stage === 0 && holder !== 0) await comm!.recv(lossBox, holder);
+            const weights = await gatherWeights(comm, host, plan.descriptions.map((d) => d.parts));
+            if (stage === 0 && pipeline === 0) {
+              const [sum, n] = lossBox.array;
+              const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: n! > 0 ? sum! / n! : NaN, wallMs };
+              if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels, 'accuracy');
+              report.push(entry);
+            }
+            if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions, kernelThreads };
           }
-          const wallMs = performance.now() - start;
-          // The mean loss over every pipeline's micro-batches (the last stages sum theirs over the
-          // replicas) and every part's weights go to rank 0.
-          if (stage === holder) {
-            lossBox.array.set([total, count]);
-            if (replicas) await replicas.allreduce(lossBox, { op: 'sum' });
-            if (holder !== 0) await comm!.send(lossBox, 0);
-          }
-          if (stage === 0 && holder !== 0) await comm!.recv(lossBox, holder);
-          const weights = await gatherWeights(comm, host, plan.descriptions.map((d) => d.parts));
-          if (stage === 0 && pipeline === 0) {
-            const [sum, n] = lossBox.array;
-            const entry: { epoch: number; loss: number; accuracy?: number; wallMs: number } = { epoch: epoch + 1, loss: n! > 0 ? sum! / n! : NaN, wallMs };
-            if (test && plan.model.kind === 'sequential' && plan.data.loss === 'cross-entropy') entry.accuracy = evaluateSequential(plan.model, weights as Float32Array[], test.inputs, test.labels, 'accuracy');
-            report.push(entry);
-          }
-          if (epoch === epochs - 1) return { stage, pipeline, epochs: report, weights, versions, kernelThreads };
+        } finally {
+          lossBox.dispose();
         }
+        throw new InvalidArgumentError(`trainPipelineStage: epochs must be at least 1, got ${describeValue(epochs)}`);
       } finally {
-        lossBox.dispose();
+        await host.dispose();
       }
-      throw new InvalidArgumentError(`trainPipelineStage: epochs must be at least 1, got ${describeValue(epochs)}`);
-    } finally {
-      await host.dispose();
-    }
+    });
   } finally {
-    useKernelThreads(threadsBefore);
     groups.close();
   }
 }

@@ -5,6 +5,7 @@
  */
 import { availableParallelism } from 'node:os';
 
+import { checkKernelThreads } from '../../kernel-threads.js';
 import { OPTIMIZERS, checkOptimizerSpec, checkOptimizerValues } from '../../optim/registry.js';
 import { DEFAULT_COMM_TIMEOUT_MS } from '../../comm/communicator.js';
 import { resolveMode, type ResolvedMode } from '../../dataparallel/mode.js';
@@ -356,7 +357,7 @@ export function resolveKernelThreads(given: unknown, workers: number, device: De
   if (given === 'shared') return 'shared';
   if (given === undefined || given === 'auto') return device === 'cpu' ? Math.max(1, Math.floor(availableParallelism() / workers)) : 'shared';
   if (typeof given !== 'number') throw new InvalidArgumentError(`${what}: kernelThreads must be 'auto', 'shared' or a number of threads per worker, got ${describeValue(given)}`);
-  return checkInteger(given, `${what}: kernelThreads`, 1, 1024);
+  return checkKernelThreads(given, `${what}: kernelThreads`);
 }
 
 /** dataParallel.overlapUpdate: a boolean, and true only where the overlapped update applies (the DataParallelTrainer's rule, checked before any worker starts). */
