@@ -440,6 +440,34 @@ export class IdTable {
 }
 
 /**
+ * Whether a schedule's rows are Wavelet data-parallel workers, two waves each: one part, 2S
+ * pipelines, row x's passes and steps on pipelines 2x (tick) and 2x+1 (tock), its all-reduces
+ * naming wave 0 or 1.
+ *
+ * @internal
+ */
+export function hasTwoWaves(schedule: Schedule): boolean {
+  return (
+    schedule.parts === 1 &&
+    schedule.pipelines === 2 * schedule.stages &&
+    schedule.actions.every((row, x) => row.every((a) => (a.kind === 'allReduce' ? a.pipeline === 0 || a.pipeline === 1 : a.pipeline === 2 * x || a.pipeline === 2 * x + 1)))
+  );
+}
+
+/**
+ * Which of a row's all-reduces an optimizer step waits for: the key of the list an `allReduce`
+ * joins and an `optimizerStep` reads on row `stage`. It is the part; in Wavelet's data-parallel
+ * form ({@link hasTwoWaves}) the wave too, as the runtime keeps them: a wave's step waits for its
+ * own wave's reductions, not the other wave's.
+ *
+ * @internal
+ */
+export function reductionLane(schedule: Schedule): (a: Action, stage: number) => number {
+  if (!hasTwoWaves(schedule)) return (a) => a.part;
+  return (a, stage) => (a.kind === 'allReduce' ? a.pipeline : a.pipeline - 2 * stage);
+}
+
+/**
  * The all-reduces of a schedule numbered in order of first appearance: one number per (pipeline,
  * part, micro-batch), with how many actions take part in each and its micro-batch. The simulator
  * and the deadlock check both wait on reductions by these numbers.

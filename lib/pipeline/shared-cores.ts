@@ -15,7 +15,7 @@
  * stepped in time order: the work is the number of actions times the number of threads.
  */
 import { InvalidScheduleError } from '../errors.js';
-import { type Action, type Schedule, IdTable, ReductionNumbering, flatIndex, formatAction, unitNumber } from './schedule.js';
+import { type Action, type Schedule, IdTable, ReductionNumbering, flatIndex, formatAction, reductionLane, unitNumber } from './schedule.js';
 import type { Times, TimingModel } from './timeline.js';
 
 /** How the stages share the machine. @internal */
@@ -103,7 +103,8 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
   const running = new Int32Array(T).fill(-1);
   const remaining = new Float64Array(T);
   const demand = new Float64Array(T);
-  // per thread and part: the reductions issued there that no optimizer step has waited for yet
+  // per thread and part (and wave: reductionLane): the reductions issued there that no optimizer step has waited for yet
+  const lane = reductionLane(schedule);
   const uncovered: Map<number, number[]>[] = Array.from({ length: T }, () => new Map());
 
   const arrival = (gradient: boolean, a: Action, stage: number): number => {
@@ -147,7 +148,7 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
         return arrival(true, a, stage);
       case 'optimizerStep': {
         let ready = 0;
-        for (const r of uncovered[t]!.get(a.part) ?? []) {
+        for (const r of uncovered[t]!.get(lane(a, stage)) ?? []) {
           if (a.microBatch >= 0 && numbering.microBatch[r]! > a.microBatch) continue;
           ready = Math.max(ready, completion[r]!); // NaN while the reduction has not completed
         }
@@ -186,8 +187,8 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
             const r = numbering.of(a);
             reached[r]!++;
             reachedLast[r] = Math.max(reachedLast[r]!, now);
-            const list2 = uncovered[t]!.get(a.part);
-            if (list2 === undefined) uncovered[t]!.set(a.part, [r]);
+            const list2 = uncovered[t]!.get(lane(a, stage));
+            if (list2 === undefined) uncovered[t]!.set(lane(a, stage), [r]);
             else list2.push(r);
             end[f] = now;
             if (reached[r] === numbering.participants[r]) completion[r] = reachedLast[r]! + model.allReduce(a);
@@ -200,7 +201,7 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
               break;
             }
             end[f] = now;
-            finished(t, a);
+            finished(t, a, stage);
           }
           pc[t]!++;
           done++;
@@ -227,7 +228,7 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
       if (!later(now + remaining[t]! / rate, next)) {
         end[f] = next;
         running[t] = -1;
-        finished(t, actionAt(f));
+        finished(t, actionAt(f), stageOf[f]!);
         pc[t]!++;
         done++;
       } else remaining[t] = remaining[t]! - rate * dt;
@@ -235,10 +236,10 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
     now = next;
   }
 
-  function finished(t: number, a: Action): void {
+  function finished(t: number, a: Action, stage: number): void {
     if (a.kind !== 'optimizerStep') return;
-    const list = uncovered[t]!.get(a.part);
-    if (list !== undefined) uncovered[t]!.set(a.part, a.microBatch < 0 ? [] : list.filter((r) => numbering.microBatch[r]! > a.microBatch));
+    const list = uncovered[t]!.get(lane(a, stage));
+    if (list !== undefined) uncovered[t]!.set(lane(a, stage), a.microBatch < 0 ? [] : list.filter((r) => numbering.microBatch[r]! > a.microBatch));
   }
 
   if (done < total) {

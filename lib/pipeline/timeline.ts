@@ -6,7 +6,7 @@
  * reached them, run beside compute, and an optimizer step waits for the reductions it applies.
  */
 import { InvalidScheduleError } from '../errors.js';
-import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, flatIndex, formatAction, unitKey, unitNumber } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, flatIndex, formatAction, reductionLane, unitKey, unitNumber } from './schedule.js';
 
 /** How long things take; supplied by the simulator (real costs) or by placement (unit costs). @category Pipeline schedules */
 export interface TimingModel {
@@ -112,6 +112,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
   const numbering = new ReductionNumbering(M, P);
   const reduceOf = (a: Action): number => numbering.of(a);
   const { participants, microBatch: reduceMicroBatch } = numbering;
+  const lane = reductionLane(schedule);
   for (let s = 0; s < S; s++) {
     const row = rows[s]!;
     for (let i = 0; i < row.length; i++) {
@@ -134,8 +135,8 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
   const end = new Float64Array(total).fill(NaN);
   const pc = new Int32Array(S);
   const free = new Float64Array(S);
-  // Per stage and part, the all-reduces issued that no optimizer step has waited for yet. A step
-  // waits for those of its part up to its micro-batch; one that an earlier step on the stage
+  // Per stage and part (and wave: reductionLane), the all-reduces issued that no optimizer step has
+  // waited for yet. A step waits for those of its part up to its micro-batch; one that an earlier step on the stage
   // waited for is complete and ended before that step, so before this one starts: dropping it
   // changes no start time and keeps each step's look to what is new.
   const uncovered: Map<number, number[]>[] = Array.from({ length: S }, () => new Map());
@@ -192,7 +193,7 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
       case 'optimizerStep': {
         // A step looked at again resumes where it stopped: the stage is held at the step, so its
         // list gains nothing, and what it already passed has completed for good.
-        const list = uncovered[s]!.get(a.part) ?? [];
+        const list = uncovered[s]!.get(lane(a, s)) ?? [];
         let t = scanMax[s]!;
         for (let k = scanAt[s]!; k < list.length; k++) {
           const r = list[k]!;
@@ -235,8 +236,8 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
         const r = reduceOf(a);
         reached[r]!++;
         reachedLast[r] = Math.max(reachedLast[r]!, begin);
-        const list = uncovered[s]!.get(a.part);
-        if (list === undefined) uncovered[s]!.set(a.part, [r]);
+        const list = uncovered[s]!.get(lane(a, s));
+        if (list === undefined) uncovered[s]!.set(lane(a, s), [r]);
         else list.push(r);
         end[f] = begin;
         if (reached[r] === participants[r]) {
@@ -250,8 +251,8 @@ export function timeSchedule(schedule: Schedule, model: TimingModel): Times {
         end[f] = finish;
         free[s] = finish;
         if (a.kind === 'optimizerStep') {
-          const list = uncovered[s]!.get(a.part);
-          if (list !== undefined) uncovered[s]!.set(a.part, a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
+          const list = uncovered[s]!.get(lane(a, s));
+          if (list !== undefined) uncovered[s]!.set(lane(a, s), a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
           scanAt[s] = 0;
           scanMax[s] = 0;
         }

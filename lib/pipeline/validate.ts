@@ -7,7 +7,7 @@
  * blocking point-to-point). Then it measures activations, weight versions and staleness.
  */
 import { InvalidArgumentError, InvalidScheduleError } from '../errors.js';
-import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, createSchedule, flatIndex, formatAction, p2pKinds, scheduleLimits, unitNumber } from './schedule.js';
+import { type Action, type FlatIndex, type Schedule, IdTable, ReductionNumbering, StageWakeQueue, createSchedule, flatIndex, formatAction, p2pKinds, reductionLane, scheduleLimits, unitNumber } from './schedule.js';
 import { checkInteger, checkObject, describeValue } from '../validate.js';
 
 /** Staleness of one micro-batch's gradient on one stage and part. @category Pipeline schedules */
@@ -260,6 +260,7 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
   const numbering = new ReductionNumbering(M, P);
   const reduceOf = (a: Action): number => numbering.of(a);
   const { participants, microBatch: reduceMicroBatch } = numbering;
+  const lane = reductionLane(schedule);
   for (let s = 0; s < S; s++) {
     const row = rows[s]!;
     for (let i = 0; i < row.length; i++) {
@@ -283,7 +284,7 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
   const reached = new Int32Array(participants.length);
   const complete = (r: number): boolean => reached[r]! >= participants[r]!;
   const reduceWaiters: (number[] | undefined)[] = new Array(participants.length);
-  // per stage and part, the all-reduces issued that no optimizer step has waited for yet (one that
+  // per stage and part (and wave: reductionLane), the all-reduces issued that no optimizer step has waited for yet (one that
   // a step waited for is complete, and stays so)
   const uncovered: Map<number, number[]>[] = Array.from({ length: S }, () => new Map());
   const scanAt = new Int32Array(S);
@@ -314,7 +315,7 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
       }
       if (c === 8) {
         const a = actionAt(s, f);
-        const list = uncovered[s]!.get(a.part);
+        const list = uncovered[s]!.get(lane(a, s));
         if (list !== undefined) {
           // a step looked at again resumes where it stopped (the stage is held, its list does not grow)
           let k = scanAt[s]!;
@@ -325,14 +326,14 @@ function checkNoDeadlock(schedule: Schedule, flat: FlatIndex): void {
             break;
           }
           scanAt[s] = 0;
-          uncovered[s]!.set(a.part, a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
+          uncovered[s]!.set(lane(a, s), a.microBatch < 0 ? [] : list.filter((r) => reduceMicroBatch[r]! > a.microBatch));
         }
       } else if (c === 9) {
         const a = actionAt(s, f);
         const r = reduceOf(a);
         reached[r]!++;
-        const list = uncovered[s]!.get(a.part);
-        if (list === undefined) uncovered[s]!.set(a.part, [r]);
+        const list = uncovered[s]!.get(lane(a, s));
+        if (list === undefined) uncovered[s]!.set(lane(a, s), [r]);
         else list.push(r);
         if (complete(r)) {
           for (const w of reduceWaiters[r] ?? []) wake.push(w);

@@ -80,9 +80,12 @@ t.test('--form: Wavelet\'s form reaches the run, checked; the waves\' peaks in t
   t.throws(() => checkMnistPipelineConfig(cli({ schedule: 'gpipe', form: 'data-parallel' })), { code: 'ERR_INVALID_ARGUMENT', message: /--form picks wavelet's form; use it with --schedule wavelet/ });
   // A round of 2 workers as the runtime measures it at b = 16 (sapipe train pipeline --schedule wavelet --form data-parallel --microbatch-size 16).
   const peaks = (p: number) => [{ pipeline: 2 * p, peakActivations: 1, peakActivationBytes: 181888 }, { pipeline: 2 * p + 1, peakActivations: 1, peakActivationBytes: 181888 }];
-  const report = { peakActivations: [2, 2], peakActivationBytes: [363776, 363776], replicaPeaks: [peaks(0), peaks(1)] } as unknown as RoundReport;
+  const report = { peakActivations: [1, 1], peakActivationBytes: [181888, 181888], replicaPeaks: [peaks(0), peaks(1)] } as unknown as RoundReport;
   const waves = wavePeaks(report, 16);
   t.same(waves[1]!.tick, { peakActivations: 1, peakActivationBytes: 181888 });
-  t.same(waves[1]!.worker, { peakActivations: 2, peakActivationBytes: 363776 });
-  t.same([waves[0]!.comparison!.ratio, waves[0]!.comparison!.sameMemoryMicroBatch], [2, 8], 'twice plain data parallelism; a wave of 8 in its memory');
+  t.same(waves[1]!.worker, { peakActivations: 1, peakActivationBytes: 181888 });
+  t.same([waves[0]!.comparison!.ratio, waves[0]!.comparison!.sameMemoryMicroBatch], [1, 16], 'plain data parallelism\'s memory; a wave of the whole 16 in it');
+  // A worker holding both waves' micro-batches at once (a row running a forward before the other wave's backward).
+  const both = wavePeaks({ ...report, peakActivations: [2, 2], peakActivationBytes: [363776, 363776] } as unknown as RoundReport, 16);
+  t.same([both[0]!.comparison!.ratio, both[0]!.comparison!.sameMemoryMicroBatch], [2, 8], 'twice plain data parallelism; a wave of 8 in its memory');
 });

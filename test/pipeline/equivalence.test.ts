@@ -5,7 +5,9 @@
  * pictures, hand-written schedules, and 400 randomly broken ones with the error each gets),
  * recorded from that earlier code (commit 1bbf884). Equal digests mean the same actions in the
  * same order, the same analysis, the same times to the last bit, and the same first broken action
- * named in the same words.
+ * named in the same words. Wavelet's data-parallel cases were re-recorded on purpose when its row
+ * came to run each wave's backward before the other wave's forward (and a wave's step to wait for
+ * its own wave's all-reduces only); no other case changed.
  *
  * To see what changed after an intended change, compile test/pipeline/equivalence-cases.ts and
  * call equivalenceDigests() with both builds' lib/pipeline/index.js; to re-record on purpose, write

@@ -130,6 +130,21 @@ t.test('every schedule name works through generateSchedule', async (t) => {
   t.throws(() => generateSchedule('avgpipe', { stages: 4, microBatches: 6, pipelines: 0 }), /pipelines/);
 });
 
+t.test('Wavelet data-parallel: one wave at a time in memory, each all-reduce hidden behind the other wave\'s passes', async (t) => {
+  for (const [S, M] of sizes) {
+    const schedule = generateSchedule('wavelet', { stages: S, microBatches: M });
+    t.same(validateSchedule(schedule).peakActivations, Array(S).fill(1), `S=${S} M=${M}: each worker holds one micro-batch at a time`);
+    // A wave's reduction has the other wave's forward and backward (1 + 2) to finish before the
+    // wave's step: the worker waits only for the round's last one.
+    for (const allReduce of [1, 3]) {
+      for (const sharedCores of [undefined, { cores: S }]) {
+        const r = simulateSchedule(schedule, { forward: 1, backward: 2, allReduce, ...(sharedCores ? { sharedCores } : {}) });
+        t.equal(r.makespan, 2 * M * 3 + allReduce, `S=${S} M=${M} allReduce=${allReduce}${sharedCores ? ', a core per worker' : ''}: 2M (F + B) + the last reduction`);
+      }
+    }
+  }
+});
+
 t.test('interleaved 1F1B divides the bubble by V: ((S-1)/V) / (M + (S-1)/V)', async (t) => {
   for (const [S, M, V] of [[4, 8, 2], [4, 8, 4], [2, 4, 3], [4, 16, 1]] as [number, number, number][]) {
     const s = generateSchedule('interleaved-1f1b', { stages: S, microBatches: M, virtualStages: V });

@@ -66,7 +66,7 @@ import { Optimizer, STATE_BUFFER_NAMES } from '../../optim/optimizer.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkNumber, checkObject, describeValue } from '../../validate.js';
 import { validateSchedule } from '../validate.js';
-import { type Action, type Schedule, formatAction } from '../schedule.js';
+import { type Action, type Schedule, formatAction, hasTwoWaves } from '../schedule.js';
 import { messageOf, type TimedAction } from '../timeline.js';
 
 /**
@@ -289,7 +289,7 @@ export class StageRunner {
       throw new InvalidArgumentError(`StageRunner: schedule must be a Schedule (from generateSchedule or createSchedule), got ${describeValue(schedule)}`);
     validateSchedule(schedule);
     checkInteger(stage, 'StageRunner: stage', 0, schedule.stages - 1);
-    this.waves = pipeline === 'every' && twoWaves(schedule);
+    this.waves = pipeline === 'every' && hasTwoWaves(schedule);
     this.shared = pipeline === 'every' && !this.waves;
     this.byPipeline = pipeline === 'every';
     this.partCount = schedule.parts;
@@ -1010,18 +1010,6 @@ export class StageRunner {
     const comm = this.comm as StageTransport | readonly StageTransport[];
     return Array.isArray(comm) ? (comm as readonly StageTransport[])[a.pipeline]! : (comm as StageTransport);
   }
-}
-
-/**
- * Whether the schedule's rows are Wavelet's data-parallel workers: one part, 2S pipelines, row x's
- * passes and steps on pipelines 2x and 2x+1, its all-reduces naming wave 0 or 1.
- */
-function twoWaves(schedule: Schedule): boolean {
-  return (
-    schedule.parts === 1 &&
-    schedule.pipelines === 2 * schedule.stages &&
-    schedule.actions.every((row, x) => row.every((a) => (a.kind === 'allReduce' ? a.pipeline === 0 || a.pipeline === 1 : a.pipeline === 2 * x || a.pipeline === 2 * x + 1)))
-  );
 }
 
 /**

@@ -10,9 +10,10 @@ import { describeValue } from '../../validate.js';
  * falling).
  *
  * `data-parallel` (default): S workers, each with two model replicas (tick = pipeline 2x, tock =
- * pipeline 2x+1), M batches per wave. Per worker: tick F(t), tock B(t-1), tick B(t), tock F(t);
- * each wave's gradient is all-reduced across workers while the other wave computes, and applied
- * before that wave's next forward. What a wave's `allReduce` sums (ALGORITHMS.md section 5): on
+ * pipeline 2x+1), M batches per wave. Per worker: tock B(t-1), tick F(t), tick B(t), tock F(t),
+ * so one wave's activations are freed before the other's forward stores its own (the worker's
+ * peak is one wave's, plain data parallelism's); each wave's gradient is all-reduced across
+ * workers while the other wave computes, and applied before that wave's next forward. What a wave's `allReduce` sums (ALGORITHMS.md section 5): on
  * each worker, the wave's gradient averaged with the other wave's latest gradient of the round on
  * that worker (tick's first has none, and goes alone), summed over the S workers of its wave
  * (`allReduce` pipeline 0: the tick replicas, 1: the tock replicas); the wave's `optimizerStep`
@@ -54,17 +55,23 @@ function waveletDataParallel(S: number, M: number): Schedule {
     const step = (wave: typeof tick, t: number): void => {
       row.push(makeAction('optimizerStep', x, wave.part, t, wave.pipeline, -1, -1));
     };
-    // each wave's all-reduce runs while the other wave computes; its step comes just before
-    // that wave's next forward
+    // A wave's backward runs before the other wave's forward, so the worker never holds both
+    // waves' activations: the tick's peak (after its forward) meets the tock's trough (its
+    // backward done) and the reverse, as the paper's half-iteration offset arranges on a device.
+    // Each wave's all-reduce runs while the other wave computes a forward and a backward; its step
+    // comes just before that wave's next forward.
     for (let t = 0; t < M; t++) {
+      if (t > 0) {
+        backward(tock, 1, t - 1);
+        step(tick, t - 1);
+      }
       row.push(makeAction('forward', x, 0, t, 2 * x, -1, -1));
-      if (t > 0) backward(tock, 1, t - 1);
       backward(tick, 0, t);
       if (t > 0) step(tock, t - 1);
       row.push(makeAction('forward', x, 0, t, 2 * x + 1, -1, -1));
-      step(tick, t);
     }
     backward(tock, 1, M - 1);
+    step(tick, M - 1);
     step(tock, M - 1);
     actions.push(row);
   }
