@@ -98,10 +98,13 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         profiles.set(boundaries.join(','), profile);
       }
       const layout = trainer.averagingLayout;
-      const machine = simulateSchedule(trainer.schedule, costsAt(profile, o.microBatchSize, layout));
+      const machineCosts = costsAt(profile, o.microBatchSize, layout);
+      const machine = simulateSchedule(trainer.schedule, machineCosts);
       // each round from its own work (a round the machine's other load slowed is slowed in its costs
       // too), the median over rounds, as the measured figure is
-      const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1 };
+      // (and each message's CPU time on the shared cores, as the profile measured it between two threads)
+      const messageCpu = machineCosts.sharedCores?.messageCpu;
+      const sharing = { cores: profile.machine!.cores, passCores: profile.machine!.passCores ?? 1, ...(messageCpu !== undefined ? { messageCpu } : {}) };
       // a worker per replica: each pipeline's actions of a row are a thread of their own
       // (the timelines show pipeline 0's threads; the others ran alike beside them)
       const perReplica = layout === 'worker-per-replica';

@@ -26,6 +26,7 @@ export type { TimedAction } from './timeline.js';
 export { type RenderOptions, renderAscii, renderHtml, renderSvg, scheduleTitle, summarize } from './render.js';
 export {
   type MachineProfile,
+  type MessageCpu,
   type PassCost,
   type PipelineProfile,
   type ProfileOptions,

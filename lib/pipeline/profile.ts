@@ -67,6 +67,18 @@ export interface MachineProfile {
    * `kernelThreads`); absent: the process-wide pool. Run what the profile predicts with the same.
    */
   readonly kernelThreads?: number;
+  /**
+   * CPU time one point-to-point message between stage threads costs the cores, beside the passes:
+   * `fixedMs + perByteMs * bytes` (measureLocalLink: the transport's copy and the wake-ups at both
+   * ends). Absent: messages cost the cores nothing.
+   */
+  readonly messageCpu?: MessageCpu;
+}
+
+/** What a message costs the cores: {@link MachineProfile.messageCpu}. @category Pipeline schedules */
+export interface MessageCpu {
+  readonly fixedMs: number;
+  readonly perByteMs: number;
 }
 
 /**
@@ -161,12 +173,18 @@ export function parseProfile(input: unknown): PipelineProfile {
     }
   });
   if (p.machine !== undefined) {
-    if (p.machine === null || typeof p.machine !== 'object') throw new InvalidArgumentError(`profile.machine must be { cores, poolThreads?, passCores?, kernelThreads? }, got ${describeValue(p.machine)}`);
+    if (p.machine === null || typeof p.machine !== 'object') throw new InvalidArgumentError(`profile.machine must be { cores, poolThreads?, passCores?, kernelThreads?, messageCpu? }, got ${describeValue(p.machine)}`);
     const m = p.machine as Record<string, unknown>;
     if (typeof m.cores !== 'number' || !(m.cores > 0) || !Number.isFinite(m.cores)) throw new InvalidArgumentError(`profile.machine.cores must be a number > 0, got ${describeValue(m.cores)}`);
     nonNegative('profile.machine.poolThreads', m.poolThreads, true);
     if (m.passCores !== undefined && (typeof m.passCores !== 'number' || !(m.passCores > 0) || !Number.isFinite(m.passCores)))
       throw new InvalidArgumentError(`profile.machine.passCores must be a number > 0, got ${describeValue(m.passCores)}`);
+    if (m.messageCpu !== undefined) {
+      if (m.messageCpu === null || typeof m.messageCpu !== 'object') throw new InvalidArgumentError(`profile.machine.messageCpu must be { fixedMs, perByteMs }, got ${describeValue(m.messageCpu)}`);
+      const c = m.messageCpu as Record<string, unknown>;
+      nonNegative('profile.machine.messageCpu.fixedMs', c.fixedMs, false);
+      nonNegative('profile.machine.messageCpu.perByteMs', c.perByteMs, false);
+    }
     if (m.kernelThreads !== undefined && (typeof m.kernelThreads !== 'number' || !Number.isInteger(m.kernelThreads) || m.kernelThreads < 1))
       throw new InvalidArgumentError(`profile.machine.kernelThreads must be an integer >= 1 (leave it out for the process-wide pool), got ${describeValue(m.kernelThreads)}`);
   }

@@ -7,7 +7,9 @@
  * factor `cores / (sum of demands)`. A pass's cost is its work alone; under sharing it takes
  * longer. Everything else is the event core's model (timeline.ts): an action starts when its
  * thread is free and its inputs have arrived, sends cost the sender nothing and arrive
- * `transfer` later, all-reduces run beside compute once every participant reached them. With a
+ * `transfer` later, all-reduces run beside compute once every participant reached them. A message
+ * between stages may cost the cores CPU time of its own (`messageCpu`: the transport's threads),
+ * which runs beside the passes and shares the cores with them. With a
  * thread per pipeline, the elastic averaging of a part (AvgPipe) is what the runtime makes it: a
  * collective of the part's replicas, whose pass starts on each once all of them have reached it.
  *
@@ -29,6 +31,13 @@ export interface SharedCoresModel {
    * row (`per-pipeline`: parallel pipelines on their own workers, as the runtime runs them).
    */
   readonly threads: 'per-stage' | 'per-pipeline';
+  /**
+   * CPU time the message that feeds `consumer` costs the shared cores (the transport's copy and the
+   * wake-ups at both ends), spent beside the passes from the moment its producer ends; absent or 0:
+   * messages cost the cores nothing. It delays no one by itself (`transfer` is the message's
+   * travel time): it takes its share of the cores like a pass of demand 1.
+   */
+  messageCpu?(kind: 'activation' | 'gradient', consumerPart: number): number;
 }
 
 const p2p = (a: Action): boolean => a.kind === 'sendActivation' || a.kind === 'sendGradient' || a.kind === 'recvActivation' || a.kind === 'recvGradient';
@@ -106,6 +115,8 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
   // per thread and part (and wave: reductionLane): the reductions issued there that no optimizer step has waited for yet
   const lane = reductionLane(schedule);
   const uncovered: Map<number, number[]>[] = Array.from({ length: T }, () => new Map());
+  // Messages' CPU work still to do (remaining time alone, demand 1 each): it runs beside the passes.
+  let messageWork: number[] = [];
 
   const arrival = (gradient: boolean, a: Action, stage: number): number => {
     const from = gradient ? a.part + 1 : a.part - 1;
@@ -210,7 +221,7 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
       }
     }
     // The next moment something changes: a running action ends, or an input arrives.
-    let asked = 0;
+    let asked = messageWork.length;
     let active = 0;
     for (let t = 0; t < T; t++) {
       if (running[t]! < 0) continue;
@@ -221,7 +232,9 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
     const rate = asked > machine.cores ? machine.cores / asked : 1;
     let next = wake;
     for (let t = 0; t < T; t++) if (running[t]! >= 0) next = Math.min(next, now + remaining[t]! / rate);
+    for (const w of messageWork) next = Math.min(next, now + w / rate);
     const dt = next - now;
+    if (messageWork.length > 0) messageWork = messageWork.map((w) => w - rate * dt).filter((w) => w > 1e-12 * Math.max(1, Math.abs(next)));
     for (let t = 0; t < T; t++) {
       const f = running[t]!;
       if (f < 0) continue;
@@ -237,9 +250,22 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
   }
 
   function finished(t: number, a: Action, stage: number): void {
+    if (a.kind === 'forward' || a.kind === 'backward') sent(a, stage);
     if (a.kind !== 'optimizerStep') return;
     const list = uncovered[t]!.get(lane(a, stage));
     if (list !== undefined) uncovered[t]!.set(lane(a, stage), a.microBatch < 0 ? [] : list.filter((r) => numbering.microBatch[r]! > a.microBatch));
+  }
+
+  // A pass whose output feeds another stage starts its message's CPU work.
+  function sent(a: Action, stage: number): void {
+    if (machine.messageCpu === undefined) return;
+    const gradient = a.kind === 'backward';
+    const to = gradient ? a.part - 1 : a.part + 1;
+    if (to < 0 || to >= P) return;
+    const consumer = (gradient ? backwardAt : forwardAt).get(unit(a, to));
+    if (consumer < 0 || stageOf[consumer] === stage) return;
+    const cpu = machine.messageCpu(gradient ? 'gradient' : 'activation', to);
+    if (cpu > 0) messageWork.push(cpu);
   }
 
   if (done < total) {

@@ -82,6 +82,15 @@ export interface SharedCores {
    * pipelines on N x S workers).
    */
   readonly threads?: 'per-stage' | 'per-pipeline';
+  /**
+   * CPU time the message carrying part j's output between two stages (its activation forward, or
+   * the gradient of it backward) costs the shared cores beside the passes: the transport's copy and
+   * the wake-ups at both ends (on the runtime's `local` backend, a few tens of microseconds; see
+   * `MachineProfile.messageCpu`). It takes its share of the cores from the moment the producing
+   * pass ends, like a pass of demand 1, and delays no message by itself (`p2pLatency` is the
+   * travel time). Default 0.
+   */
+  readonly messageCpu?: PerPart;
 }
 
 /** What a simulation gives. Arrays are indexed by stage. @category Pipeline schedules */
@@ -141,7 +150,7 @@ interface Resolved {
   optimizerStateBytes: number[];
   latency: number;
   bandwidth: number;
-  shared: { cores: number; passCores: number[]; threads: 'per-stage' | 'per-pipeline' } | undefined;
+  shared: { cores: number; passCores: number[]; threads: 'per-stage' | 'per-pipeline'; messageCpu: number[] } | undefined;
 }
 
 const COST_KEYS = optionKeys<SimulationCosts>({
@@ -162,7 +171,7 @@ const COST_KEYS = optionKeys<SimulationCosts>({
   optimizerStateBytes: true,
   sharedCores: true,
 });
-const SHARED_CORES_KEYS = optionKeys<SharedCores>({ cores: true, passCores: true, threads: true });
+const SHARED_CORES_KEYS = optionKeys<SharedCores>({ cores: true, passCores: true, threads: true, messageCpu: true });
 
 function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
   if (costs === null || typeof costs !== 'object' || Array.isArray(costs)) {
@@ -205,7 +214,7 @@ function resolveCosts(costs: SimulationCosts, parts: number): Resolved {
 function resolveSharedCores(value: SharedCores | undefined, parts: number): Resolved['shared'] {
   if (value === undefined) return undefined;
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new InvalidArgumentError(`costs.sharedCores must be an object { cores, passCores?, threads? }, got ${describeValue(value)}`);
+    throw new InvalidArgumentError(`costs.sharedCores must be an object { cores, passCores?, threads?, messageCpu? }, got ${describeValue(value)}`);
   }
   checkKnownKeys(value, SHARED_CORES_KEYS, 'costs.sharedCores');
   const cores = value.cores;
@@ -216,7 +225,8 @@ function resolveSharedCores(value: SharedCores | undefined, parts: number): Reso
   });
   const threads = value.threads ?? 'per-stage';
   if (threads !== 'per-stage' && threads !== 'per-pipeline') throw new InvalidArgumentError(`costs.sharedCores.threads must be 'per-stage' or 'per-pipeline', got ${describeValue(threads)}`);
-  return { cores, passCores, threads };
+  const messageCpu = perPart('sharedCores.messageCpu', value.messageCpu, parts, () => 0);
+  return { cores, passCores, threads, messageCpu };
 }
 
 /**
@@ -270,7 +280,13 @@ export function simulateSchedule(schedule: Schedule, costs: SimulationCosts = {}
   const times =
     shared === undefined
       ? timeSchedule(checked, model)
-      : timeScheduleSharedCores(checked, model, { cores: shared.cores, threads: shared.threads, demand: (a) => shared.passCores[a.part]! });
+      : timeScheduleSharedCores(checked, model, {
+          cores: shared.cores,
+          threads: shared.threads,
+          demand: (a) => shared.passCores[a.part]!,
+          // an activation into part j carries part j-1's output; a gradient into part j, part j's
+          ...(shared.messageCpu.some((x) => x > 0) ? { messageCpu: (kind: 'activation' | 'gradient', part: number) => shared.messageCpu[kind === 'activation' ? part - 1 : part]! } : {}),
+        });
   let makespan = 0;
   const busy = checked.actions.map((row, s) => {
     let sum = 0;

@@ -82,7 +82,13 @@ export function costsAt(profileInput: PipelineProfile, microBatchSize: number, l
     ...(machine === undefined
       ? {}
       : {
-          sharedCores: { cores: machine.cores, passCores: machine.passCores ?? 1, threads: separate ? ('per-pipeline' as const) : ('per-stage' as const) },
+          sharedCores: {
+            cores: machine.cores,
+            passCores: machine.passCores ?? 1,
+            threads: separate ? ('per-pipeline' as const) : ('per-stage' as const),
+            // a message carries a stage's output activation (or its gradient): its bytes at this size
+            ...(machine.messageCpu ? { messageCpu: profile.stages.map((s) => machine.messageCpu!.fixedMs + machine.messageCpu!.perByteMs * (s.activationBytes ?? 0) * ratio) } : {}),
+          },
           // AvgPipe's elastic averaging of a stage: a pass over its weights as costly as its step,
           // and with a worker per replica an all-reduce of them over the link between two replicas
           elastic: profile.stages.map((s) => (s.optimizerStepMs ?? 0) + (separate ? 2 * latency + (s.weightBytes ?? 0) / bandwidth : 0)),

@@ -93,6 +93,26 @@ t.test('parallel pipelines as threads of their own share the cores and conserve 
   t.ok(simulateSchedule(schedule, { ...costs, sharedCores: { cores: Infinity } }).makespan > 6);
 });
 
+t.test('a message between stages costs the shared cores its CPU time, beside the passes', async (t) => {
+  // GPipe, 2 stages, 1 micro-batch, F = B = 1, each message 0.5 of CPU on one core:
+  // stage 0's F [0, 1]; stage 1's F starts at 1 beside the activation's 0.5 (each at half speed
+  // until the message's work ends at 2), then alone: ends at 2.5; its B [2.5, 3.5]; stage 0's B
+  // from 3.5 beside the gradient's 0.5: ends at 5.
+  const schedule = gpipe({ stages: 2, microBatches: 1 });
+  const costs = { forward: 1, backward: 1 };
+  t.equal(simulateSchedule(schedule, { ...costs, sharedCores: { cores: 1 } }).makespan, 4, 'free messages: the passes one after another');
+  t.equal(simulateSchedule(schedule, { ...costs, sharedCores: { cores: 1, messageCpu: 0.5 } }).makespan, 5);
+  t.equal(simulateSchedule(schedule, { ...costs, sharedCores: { cores: 1, messageCpu: [0.5, 7] } }).makespan, 5, 'part j\'s entry is the message carrying its output (the last part\'s is never sent)');
+  t.equal(simulateSchedule(schedule, { ...costs, sharedCores: { cores: 2, messageCpu: 0.5 } }).makespan, 4, 'a core to spare: the message\'s work delays nothing');
+  // The message's work delays no one by itself: its travel time is p2pLatency's.
+  t.equal(simulateSchedule(schedule, { ...costs, p2pLatency: 0.25, sharedCores: { cores: 2, messageCpu: 0.5 } }).makespan, 4.5);
+  // Messages within a stage (every part on one row) are not sent.
+  const oneRow = generateSchedule('gpipe', { stages: 1, microBatches: 2 });
+  t.equal(simulateSchedule(oneRow, { ...costs, sharedCores: { cores: 1, messageCpu: 0.5 } }).makespan, simulateSchedule(oneRow, { ...costs, sharedCores: { cores: 1 } }).makespan);
+  t.throws(() => simulateSchedule(schedule, { sharedCores: { cores: 1, messageCpu: -1 } }), { code: 'ERR_INVALID_ARGUMENT', message: /sharedCores\.messageCpu must be a finite number >= 0/ });
+  t.throws(() => simulateSchedule(schedule, { sharedCores: { cores: 1, messageCpu: [1] } }), { code: 'ERR_INVALID_ARGUMENT', message: /one per part/ });
+});
+
 t.test('bad sharedCores are refused', async (t) => {
   const schedule = gpipe({ stages: 2, microBatches: 2 });
   t.throws(() => simulateSchedule(schedule, { sharedCores: { cores: 0 } }), { code: 'ERR_INVALID_ARGUMENT', message: /cores must be a number > 0/ });
@@ -121,6 +141,7 @@ t.test('measured costs with the sharing taken out, and the latency a waiting rec
   t.ok(near(costs.backward, [1, 1.5]), 'stage 1\'s backward shared [2.2, 3.2] with the step: 0.5 + 1');
   t.ok(near(costs.optimizerStep, [0.5, 0]));
   t.same(costs.sharedCores, { cores: 1, passCores: 1 });
+  t.same(sharedCoresCosts(schedule, [stepLine], { cores: 1, messageCpu: [0.05, 0] }).sharedCores, { cores: 1, passCores: 1, messageCpu: [0.05, 0] }, 'the messages\' CPU passes through to the simulation');
   t.throws(() => sharedCoresCosts(schedule, [timeline], { cores: 0 }), { code: 'ERR_INVALID_ARGUMENT' });
   // The same timeline as one of two alike thread sets (a worker per replica, pipeline 0 shown): on
   // 2 cores each stretch had twice the passes shown, so the one-pass stretches ran at full speed
@@ -160,5 +181,12 @@ t.test('the tuner simulates a machine-aware profile with its fits, steps and sha
   const separate = simulateSetting(machine, { pipelines: 2, microBatches: 2, advance: 0, microBatchSize: 4, layout: 'worker-per-replica' });
   t.ok(Math.abs(separate.makespanMs - one.makespanMs) < 1e-9, `a worker per replica on one core, work conserved too: ${separate.makespanMs}`);
   t.throws(() => costsAt({ ...base, machine: { cores: 0 } }, 4), { code: 'ERR_INVALID_ARGUMENT', message: /machine\.cores/ });
+  // What a message costs the cores: fixed + per byte of the stage's output activation at the size asked.
+  const messaging = { ...machine, stages: base.stages.map((s) => ({ ...s, activationBytes: 16_000 })), machine: { cores: 1, messageCpu: { fixedMs: 0.05, perByteMs: 1e-6 } } };
+  const mc = costsAt(messaging, 4).sharedCores!.messageCpu as number[];
+  t.ok(mc.length === 2 && mc.every((ms) => Math.abs(ms - (0.05 + 1e-6 * 4000)) < 1e-12), `a stage's output at micro-batch 4 is 4 000 bytes: ${mc.join(', ')}`);
+  t.ok(simulateSetting(messaging, { pipelines: 1, microBatches: 2, advance: 0, microBatchSize: 4 }).makespanMs > simulateSetting({ ...messaging, machine: { cores: 1 } }, { pipelines: 1, microBatches: 2, advance: 0, microBatchSize: 4 }).makespanMs, 'on one core the messages\' CPU lengthens the round');
+  t.throws(() => costsAt({ ...base, machine: { cores: 1, messageCpu: { fixedMs: -1, perByteMs: 0 } } }, 4), { code: 'ERR_INVALID_ARGUMENT', message: /machine\.messageCpu\.fixedMs/ });
+  t.throws(() => costsAt({ ...base, machine: { cores: 1, messageCpu: 0.05 as never } }, 4), { code: 'ERR_INVALID_ARGUMENT', message: /machine\.messageCpu must be \{ fixedMs, perByteMs \}/ });
   t.throws(() => costsAt({ ...base, stages: [{ forwardMs: 1, backwardMs: 1, fit: { forward: { fixedMs: -1, perSampleMs: 0 }, backward: fit.backward } }] }, 4), { code: 'ERR_INVALID_ARGUMENT' });
 });

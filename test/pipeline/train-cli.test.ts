@@ -104,8 +104,11 @@ t.test('a profile the run measured is accepted by tune, and tune\'s choice is a 
   const trained = await run(process.execPath, [bin, ...args, '--epochs', '1', '--train-samples', '1024', '--report', join(dir, 'b.html'), '--json'], { timeout: 120_000 });
   t.ok((JSON.parse(trained.stdout) as { epochs: unknown[] }).epochs.length === 1, 'the tuned command trains');
   // the profile knows the machine, and the tuner reports its prediction for the run it chose
-  const machine = JSON.parse(readFileSync(profile, 'utf8')) as { machine?: { cores: number; passCores: number }; stages: { fit?: { forward: { perSampleMs: number } } }[] };
+  const machine = JSON.parse(readFileSync(profile, 'utf8')) as { machine?: { cores: number; passCores: number; messageCpu?: { fixedMs: number; perByteMs: number } }; stages: { fit?: { forward: { perSampleMs: number } } }[] };
   t.ok(machine.machine && machine.machine.cores >= 1 && machine.machine.passCores >= 1, 'cores and the cores a pass uses');
+  // a message between two threads costs a few tens of microseconds of CPU here (wake-ups at both ends)
+  const mc = machine.machine?.messageCpu;
+  t.ok(mc && mc.fixedMs > 0 && mc.fixedMs < 5 && mc.perByteMs >= 0, `what a message costs the cores: ${JSON.stringify(mc)}`);
   t.ok(machine.stages.every((s) => s.fit !== undefined && s.fit.forward.perSampleMs >= 0), 'a fixed + per-sample fit per stage');
   const runFile = join(dir, 'run.json');
   writeFileSync(runFile, trained.stdout);

@@ -16,9 +16,9 @@ import { Sequential, checkLayers, layerParams, partRanges, type LayerSpec } from
 import { SGD } from '../../optim/sgd.js';
 import { FlatBuffer } from '../../tensor.js';
 import { checkInteger, checkOptions, describeValue } from '../../validate.js';
-import { type PassCost, type PipelineProfile, type StageProfile, fitPassCost, parseProfile } from '../profile.js';
+import { type MessageCpu, type PassCost, type PipelineProfile, type StageProfile, fitPassCost, parseProfile } from '../profile.js';
 import type { Schedule } from '../schedule.js';
-import type { SimulationCosts } from '../simulate.js';
+import type { PerPart, SimulationCosts } from '../simulate.js';
 import type { TimedAction } from '../timeline.js';
 import { WORK_KINDS, measuredCosts } from './measure.js';
 
@@ -209,11 +209,13 @@ export async function measurePassCores(
  * trips each, the median kept), and a line is fitted through the one-way times (half a round
  * trip): latency (ms) + bytes / bytesPerMs. The latency is mostly waking the threads on each side
  * (the sender's queue, the receiver's queue, the receiver's JavaScript thread), which a stage waits
- * for on every transfer.
+ * for on every transfer. `messageCpu` is what a message costs the cores besides: the process's CPU
+ * time per message over the same trips (both threads, the transport's threads and their wake-ups),
+ * fitted as fixed + per byte. Stages sharing a few cores pay it from the time they compute in.
  *
  * @category Pipeline runtime
  */
-export async function measureLocalLink(options: { sizes?: readonly number[]; repeats?: number } = {}): Promise<{ latencyMs: number; bytesPerMs: number }> {
+export async function measureLocalLink(options: { sizes?: readonly number[]; repeats?: number } = {}): Promise<{ latencyMs: number; bytesPerMs: number; messageCpu: MessageCpu }> {
   checkOptions(options, ['sizes', 'repeats'], 'measureLocalLink(options)');
   const sizes = options.sizes ?? [256, 65_536, 1 << 20];
   for (const n of sizes) checkInteger(n, 'measureLocalLink: options.sizes[i]', 1, 1 << 28);
@@ -223,7 +225,7 @@ export async function measureLocalLink(options: { sizes?: readonly number[]; rep
   try {
     const replies = workers.map(
       (w) =>
-        new Promise<{ type: string; roundTripMs?: number[]; message?: string }>((resolve, reject) => {
+        new Promise<{ type: string; roundTripMs?: number[]; cpuPerMessageMs?: number[]; message?: string }>((resolve, reject) => {
           w.once('message', resolve);
           w.once('error', reject);
           w.once('exit', (code) => reject(new InternalError(`measureLocalLink: a link thread exited (code ${code}) before it answered`)));
@@ -233,7 +235,8 @@ export async function measureLocalLink(options: { sizes?: readonly number[]; rep
     for (const r of [first!, second!]) if (r.type === 'error') throw new InternalError(`measureLocalLink: ${r.message}`);
     const samples = sizes.map((n, k) => ({ microBatchSize: n * 4, ms: first!.roundTripMs![k]! / 2 }));
     const fit = fitPassCost(samples);
-    return { latencyMs: fit.fixedMs, bytesPerMs: fit.perSampleMs > 0 ? 1 / fit.perSampleMs : Infinity };
+    const cpu = fitPassCost(sizes.map((n, k) => ({ microBatchSize: n * 4, ms: first!.cpuPerMessageMs![k]! })));
+    return { latencyMs: fit.fixedMs, bytesPerMs: fit.perSampleMs > 0 ? 1 / fit.perSampleMs : Infinity, messageCpu: { fixedMs: cpu.fixedMs, perByteMs: cpu.perSampleMs } };
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));
   }
@@ -304,7 +307,7 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
     batchSize,
     p2pLatencyMs: link.latencyMs,
     ...(Number.isFinite(link.bytesPerMs) ? { p2pBandwidthGBps: link.bytesPerMs / 1e6 } : {}),
-    machine: { cores, poolThreads, passCores, ...(kernelThreads !== 'shared' ? { kernelThreads } : {}) },
+    machine: { cores, poolThreads, passCores, messageCpu: link.messageCpu, ...(kernelThreads !== 'shared' ? { kernelThreads } : {}) },
   });
 }
 
@@ -391,11 +394,11 @@ export function measuredP2pLatency(timelines: readonly (readonly (readonly Timed
 export function sharedCoresCosts(
   schedule: Schedule,
   timelines: readonly (readonly (readonly TimedAction[])[])[],
-  machine: { cores: number; passCores?: number; copies?: number },
+  machine: { cores: number; passCores?: number; copies?: number; messageCpu?: PerPart },
   extra: SimulationCosts = {},
 ): SimulationCosts {
   if (machine === null || typeof machine !== 'object') throw new InvalidArgumentError(`sharedCoresCosts: machine must be { cores, passCores?, copies? }, got ${describeValue(machine)}`);
-  checkOptions(machine, ['cores', 'passCores', 'copies'], 'sharedCoresCosts(schedule, timelines, machine)');
+  checkOptions(machine, ['cores', 'passCores', 'copies', 'messageCpu'], 'sharedCoresCosts(schedule, timelines, machine)');
   const cores = machine.cores;
   const passCores = machine.passCores ?? 1;
   // The worker-per-replica layout reports pipeline 0's threads; the other pipelines' threads ran
@@ -428,7 +431,7 @@ export function sharedCoresCosts(
     optimizerStep: mean('optimizerStep'),
     predict: mean('predictWeights'),
     elastic: mean('elasticAverage'),
-    sharedCores: { cores, passCores },
+    sharedCores: { cores, passCores, ...(machine.messageCpu !== undefined ? { messageCpu: machine.messageCpu } : {}) },
     p2pLatency: measuredP2pLatency(timelines),
     ...extra,
   };
