@@ -142,6 +142,13 @@ t.test('measured costs with the sharing taken out, and the latency a waiting rec
   t.ok(near(costs.optimizerStep, [0.5, 0]));
   t.same(costs.sharedCores, { cores: 1, passCores: 1 });
   t.same(sharedCoresCosts(schedule, [stepLine], { cores: 1, messageCpu: [0.05, 0] }).sharedCores, { cores: 1, passCores: 1, messageCpu: [0.05, 0] }, 'the messages\' CPU passes through to the simulation');
+  // Each message's CPU (0.5) runs from its producer's end and is not the passes' work: the
+  // activation's [1, 1.5] shares the core with stage 1's F0 over [1.2, 1.5] (0.15 + 0.7), the
+  // gradient's [4.2, 4.7] with stage 0's B0 over [4.3, 4.7] (0.2 + 0.6).
+  const messaged = sharedCoresCosts(schedule, [stepLine], { cores: 1, messageCpu: 0.5 });
+  t.ok(near(messaged.forward, [1, 0.85]) && near(messaged.backward, [0.8, 1.5]) && near(messaged.optimizerStep, [0.5, 0]), `the messages' CPU taken out of the passes: ${JSON.stringify([messaged.forward, messaged.backward])}`);
+  t.throws(() => sharedCoresCosts(schedule, [stepLine], { cores: 1, messageCpu: [0.5] }), { code: 'ERR_INVALID_ARGUMENT', message: /messageCpu has 1 entries/ });
+  t.throws(() => sharedCoresCosts(schedule, [stepLine], { cores: 1, messageCpu: -1 }), { code: 'ERR_INVALID_ARGUMENT', message: /messageCpu\[0\] must be a finite number >= 0/ });
   t.throws(() => sharedCoresCosts(schedule, [timeline], { cores: 0 }), { code: 'ERR_INVALID_ARGUMENT' });
   // The same timeline as one of two alike thread sets (a worker per replica, pipeline 0 shown): on
   // 2 cores each stretch had twice the passes shown, so the one-pass stretches ran at full speed

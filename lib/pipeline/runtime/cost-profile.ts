@@ -315,27 +315,47 @@ export async function profileOnMachine(layers: readonly LayerSpec[], boundaries:
 /**
  * A measured timeline with every work action's duration replaced by its work alone under processor
  * sharing: over each stretch of time in which n work actions ran at once, each was given
- * `min(1, cores / (n * passCores))` of its speed alone, so its work is the sum of those shares
- * times the stretch. Actions that are not work keep their times.
+ * `min(1, cores / (n * passCores + m))` of its speed alone, so its work is the sum of those shares
+ * times the stretch. `m` counts the messages whose CPU work (`messageCpu`, per part: the message
+ * carrying part j's output) ran in that stretch, each taken to run from the end of the pass that
+ * produced it for its cost (as the simulator runs it): their CPU is not the passes' work. Actions
+ * that are not work keep their times.
  */
-function decontend(timeline: readonly (readonly TimedAction[])[], cores: number, passCores: number, copies = 1): TimedAction[][] {
-  const points: { t: number; delta: number; id: number }[] = [];
+function decontend(timeline: readonly (readonly TimedAction[])[], cores: number, passCores: number, copies = 1, messageCpu: readonly number[] = []): TimedAction[][] {
+  const points: { t: number; delta: number; id: number; message: boolean }[] = [];
   const items = timeline.flat();
   items.forEach((x, id) => {
     if (!WORK_KINDS.has(x.action.kind) || !(x.end > x.start)) return;
-    points.push({ t: x.start, delta: 1, id }, { t: x.end, delta: -1, id });
+    points.push({ t: x.start, delta: 1, id, message: false }, { t: x.end, delta: -1, id, message: false });
   });
+  if (messageCpu.some((c) => c > 0)) {
+    for (const row of timeline) {
+      // a send's message leaves when the pass that produced it ends (sends go out at once)
+      const ends = new Map<string, number>();
+      for (const x of row) if (x.action.kind === 'forward' || x.action.kind === 'backward') ends.set(`${x.action.kind}:${x.action.pipeline}:${x.action.microBatch}:${x.action.part}`, x.end);
+      for (const x of row) {
+        const a = x.action;
+        if (a.kind !== 'sendActivation' && a.kind !== 'sendGradient') continue;
+        const activation = a.kind === 'sendActivation';
+        const from = ends.get(`${activation ? 'forward' : 'backward'}:${a.pipeline}:${a.microBatch}:${a.part}`) ?? x.start;
+        const cpu = messageCpu[activation ? a.part : a.part - 1] ?? 0;
+        if (cpu > 0) points.push({ t: from, delta: 1, id: -1, message: true }, { t: from + cpu, delta: -1, id: -1, message: true });
+      }
+    }
+  }
   points.sort((a, b) => a.t - b.t || a.delta - b.delta);
   const work = new Float64Array(items.length);
   const active = new Set<number>();
+  let messages = 0;
   let last = 0;
   for (const p of points) {
     if (active.size > 0 && p.t > last) {
-      const rate = Math.min(1, cores / (active.size * copies * passCores));
+      const rate = Math.min(1, cores / (copies * (active.size * passCores + messages)));
       for (const id of active) work[id]! += rate * (p.t - last);
     }
     last = p.t;
-    if (p.delta > 0) active.add(p.id);
+    if (p.message) messages += p.delta;
+    else if (p.delta > 0) active.add(p.id);
     else active.delete(p.id);
   }
   let id = 0;
@@ -414,8 +434,13 @@ export function sharedCoresCosts(
   const parts = schedule.parts;
   const sums: Record<string, { total: number[]; count: number[] }> = {};
   for (const kind of ['forward', 'backward', 'weightGrad', 'optimizerStep', 'predictWeights', 'elasticAverage']) sums[kind] = { total: new Array<number>(parts).fill(0), count: new Array<number>(parts).fill(0) };
+  const messageCpu = machine.messageCpu === undefined ? [] : typeof machine.messageCpu === 'number' ? new Array<number>(schedule.parts).fill(machine.messageCpu) : [...machine.messageCpu];
+  if (messageCpu.length > 0 && messageCpu.length !== schedule.parts) throw new InvalidArgumentError(`sharedCoresCosts: machine.messageCpu has ${messageCpu.length} entries; give one per part (${schedule.parts}) or a single number`);
+  messageCpu.forEach((c, j) => {
+    if (typeof c !== 'number' || !Number.isFinite(c) || c < 0) throw new InvalidArgumentError(`sharedCoresCosts: machine.messageCpu[${j}] must be a finite number >= 0, got ${describeValue(c)}`);
+  });
   for (const timeline of timelines)
-    for (const row of decontend(timeline, cores, passCores, copies))
+    for (const row of decontend(timeline, cores, passCores, copies, messageCpu))
       for (const t of row) {
         const entry = sums[t.action.kind];
         if (entry === undefined || !(t.action.part >= 0 && t.action.part < parts)) continue;
@@ -454,7 +479,10 @@ export function calibrateProfile(profileInput: PipelineProfile, schedule: Schedu
   if (profile.machine === undefined) throw new InvalidArgumentError('calibrateProfile: the profile has no machine; make it with profileOnMachine()');
   if (schedule === null || typeof schedule !== 'object' || schedule.parts !== profile.stages.length || schedule.stages !== profile.stages.length || schedule.pipelines !== 1)
     throw new InvalidArgumentError(`calibrateProfile: the schedule must be one pipeline of ${profile.stages.length} stages holding one part each, as the profile's`);
-  const run = sharedCoresCosts(schedule, timelines, { cores: profile.machine.cores, passCores: profile.machine.passCores ?? 1 });
+  // the messages' CPU (the profile's, at each stage's output activation) is not the passes' work
+  const mc = profile.machine.messageCpu;
+  const messageCpu = mc === undefined ? undefined : profile.stages.map((s) => mc.fixedMs + mc.perByteMs * (s.activationBytes ?? 0));
+  const run = sharedCoresCosts(schedule, timelines, { cores: profile.machine.cores, passCores: profile.machine.passCores ?? 1, ...(messageCpu ? { messageCpu } : {}) });
   const b = profile.microBatchSize;
   const scale = (c: PassCost, to: number): PassCost & { runtimeFixedMs: number } => {
     const at = c.fixedMs + c.perSampleMs * b;
