@@ -362,12 +362,12 @@ export async function runMnistPipeline(config: MnistPipelineConfig, onEpoch?: (e
       const rounds: RoundReport[] = [];
       const report = await trainer.trainEpoch((r) => rounds.push(r));
       trainMs += report.wallMs;
-      const accuracy = await trainer.evaluate(test.inputs, test.labels);
-      const entry: MnistPipelineEpoch = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs };
+      let entry: MnistPipelineEpoch;
       if (c.model === 'gpt') {
-        entry.validationLoss = await trainer.evaluateLoss(test.inputs, test.labels);
-        entry.perplexity = Math.exp(entry.validationLoss);
-      }
+        // the test accuracy and the validation loss from one pass over the test set
+        const { accuracy, loss } = await trainer.evaluateAccuracyAndLoss(test.inputs, test.labels);
+        entry = { epoch: e + 1, loss: report.loss, accuracy, wallMs: report.wallMs, validationLoss: loss, perplexity: Math.exp(loss) };
+      } else entry = { epoch: e + 1, loss: report.loss, accuracy: await trainer.evaluate(test.inputs, test.labels), wallMs: report.wallMs };
       epochs.push(entry);
       onEpoch?.(entry);
       last = rounds;

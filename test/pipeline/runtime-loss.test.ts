@@ -114,7 +114,11 @@ for (const c of [mse, tokens])
           if (c.loss === 'cross-entropy') {
             const accuracy = await trainer.evaluate(inputs, c.labels);
             t.ok(accuracy > 0.4 && accuracy <= 1, `evaluate scores every row: ${accuracy.toFixed(3)}`);
-          } else await t.rejects(trainer.evaluate(inputs, c.labels), InvalidArgumentError, 'no accuracy for a regression');
+            t.same(await trainer.evaluateAccuracyAndLoss(inputs, c.labels), { accuracy, loss: got }, 'both from one pass: the same figures to the bit');
+          } else {
+            await t.rejects(trainer.evaluate(inputs, c.labels), InvalidArgumentError, 'no accuracy for a regression');
+            await t.rejects(trainer.evaluateAccuracyAndLoss(inputs, c.labels), InvalidArgumentError, 'nor both');
+          }
         } finally {
           await trainer.dispose();
         }

@@ -556,6 +556,18 @@ export class PipelineTrainer {
   }
 
   /**
+   * evaluate() and evaluateLoss() from one forward pass over the inputs (a classifier's test
+   * accuracy and validation loss each epoch, at the cost of one).
+   */
+  async evaluateAccuracyAndLoss(inputs: Float32Array, labels: ArrayLike<number>): Promise<{ accuracy: number; loss: number }> {
+    this.checkUsable('evaluateAccuracyAndLoss');
+    if (this.options.loss !== 'cross-entropy') throw new InvalidArgumentError(`PipelineTrainer.evaluateAccuracyAndLoss measures classification accuracy; with the ${this.options.loss} loss, use evaluateLoss`);
+    const model = this.checkEvaluation('evaluateAccuracyAndLoss', inputs, labels);
+    const [accuracy, loss] = evaluateSequentialMetrics(model, await this.weights(), inputs, labels, ['accuracy', this.options.loss]);
+    return { accuracy: accuracy!, loss: loss! };
+  }
+
+  /**
    * The checks evaluate() and evaluateLoss() share: a model of sapipe's layers, and inputs and
    * labels that fit it under the trainer's loss (1 or P class indices per sample, P dividing the
    * outputs; mse: a target per output). Returns the model.
@@ -767,6 +779,17 @@ export function evaluateSequential(
   labels: ArrayLike<number>,
   metric: 'accuracy' | PipelineLoss,
 ): number {
+  return evaluateSequentialMetrics(model, parts, inputs, labels, [metric])[0]!;
+}
+
+/** @internal {@link evaluateSequential} for several metrics from one forward pass over the inputs, in the order asked. */
+export function evaluateSequentialMetrics(
+  model: Extract<PipelineModelSpec, { kind: 'sequential' }>,
+  parts: readonly Float32Array[],
+  inputs: Float32Array,
+  labels: ArrayLike<number>,
+  metrics: readonly ('accuracy' | PipelineLoss)[],
+): number[] {
   const whole = new Sequential(model.layers, { seed: model.seed ?? 0 });
   const ranges = partRanges(model.layers.length, model.boundaries);
   // Chunks of at most about 4M floats in the widest layer (a GPT's logits are context x vocab per sample).
@@ -789,22 +812,26 @@ export function evaluateSequential(
     const classes = outputs / per;
     const labelsOf = (first: number, count: number): ArrayLike<number> =>
       ArrayBuffer.isView(labels) ? (labels as unknown as Float32Array).subarray(first, first + count) : Array.prototype.slice.call(labels, first, first + count);
-    let total = 0;
+    const totals = new Float64Array(metrics.length);
     for (let start = 0; start < samples; start += batch) {
       const n = Math.min(batch, samples - start);
       x.array.set(inputs.subarray(start * features, (start + n) * features));
       const out = whole.forward(0, x, n, whole.params.weights).array.subarray(0, n * outputs);
-      if (metric === 'cross-entropy') total += n * per * softmaxCrossEntropy(out, labelsOf(start * per, n * per), n * per, classes);
-      else if (metric === 'mse') for (let i = 0; i < n * outputs; i++) total += (out[i]! - labels[start * outputs + i]!) ** 2;
-      else
-        for (let r = 0; r < n * per; r++) {
-          let best = 0;
-          for (let c = 1; c < classes; c++) if (out[r * classes + c]! > out[r * classes + best]!) best = c;
-          if (best === labels[start * per + r]) total++;
-        }
+      metrics.forEach((metric, k) => {
+        let sum = 0;
+        if (metric === 'cross-entropy') sum = n * per * softmaxCrossEntropy(out, labelsOf(start * per, n * per), n * per, classes);
+        else if (metric === 'mse') for (let i = 0; i < n * outputs; i++) sum += (out[i]! - labels[start * outputs + i]!) ** 2;
+        else
+          for (let r = 0; r < n * per; r++) {
+            let best = 0;
+            for (let c = 1; c < classes; c++) if (out[r * classes + c]! > out[r * classes + best]!) best = c;
+            if (best === labels[start * per + r]) sum++;
+          }
+        totals[k] = totals[k]! + sum;
+      });
       whole.release(0);
     }
-    return total / (metric === 'mse' ? samples * outputs : labels.length);
+    return metrics.map((metric, k) => totals[k]! / (metric === 'mse' ? samples * outputs : labels.length));
   } finally {
     x.dispose();
     whole.dispose();
