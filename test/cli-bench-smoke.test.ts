@@ -20,11 +20,13 @@ t.test('bench pipeline --json at an even number of rounds (its default is 20), w
     simulatedMs: number;
     bubbleMeasured: number;
     ratio: number;
+    messageCpuMs: number[];
   }[];
   t.same(rows.map((x) => x.schedule), ['1f1b', 'pipeoptim'], 'a row per schedule');
   for (const x of rows) {
     t.ok(finitePositive(x.measuredMs) && finitePositive(x.simulatedMs) && finitePositive(x.ratio), `${x.schedule}: times and their ratio`);
     t.ok(x.bubbleMeasured >= 0 && x.bubbleMeasured < 1, `${x.schedule}: the median round's bubble`);
+    t.ok(x.messageCpuMs.length === 2 && x.messageCpuMs.every(finitePositive), `${x.schedule}: what a message costs the cores, per part (${x.messageCpuMs.map((ms) => ms.toFixed(3)).join(', ')} ms)`);
   }
 });
 

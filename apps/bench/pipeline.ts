@@ -54,6 +54,8 @@ export interface PipelineBenchRow {
   passCores: number;
   /** Each stage worker's kernel threads (resolved). */
   kernelThreads: number | 'shared';
+  /** What the message carrying each part's output costs the shared cores, ms of CPU (the machine profile's, at this micro-batch). */
+  messageCpuMs: number[];
 }
 
 
@@ -129,6 +131,7 @@ export async function benchPipeline(o: PipelineBenchOptions, onRow?: (row: Pipel
         cores: profile.machine!.cores,
         passCores: profile.machine!.passCores ?? 1,
         kernelThreads: trainer.kernelThreads,
+        messageCpuMs: Array.isArray(messageCpu) ? [...messageCpu] : [],
       };
       rows.push(row);
       onRow?.(row);

@@ -417,7 +417,8 @@ export function registerBenchCommand(program: Command): void {
       }
       console.log(
         `MLP ${sizes.join('-')}, ${options.stages} stages (worker threads, local), M=${options.microbatches} x ${options.microbatchSize} samples, ` +
-          `median of ${options.rounds} rounds after ${options.warmup}; ${availableParallelism()} cores, kernel threads per worker: ${rows[0]?.kernelThreads ?? kernelThreads}`,
+          `median of ${options.rounds} rounds after ${options.warmup}; ${availableParallelism()} cores, kernel threads per worker: ${rows[0]?.kernelThreads ?? kernelThreads}` +
+          (rows[0]?.messageCpuMs.length ? `; a message between stages costs ${Math.max(...rows[0].messageCpuMs.slice(0, -1), 0).toFixed(3)} ms of CPU (the largest, measured between two threads)` : ''),
       );
       const within = (ratio: number): string => `${ratio.toFixed(3)} ${Math.abs(ratio - 1) <= 0.2 ? '(within 20%)' : '(outside 20%)'}`;
       const table = cliTable([
