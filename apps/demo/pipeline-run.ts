@@ -156,7 +156,9 @@ export function parallelPipelinesNote(c: MnistPipelineConfig): string | undefine
   const n = c.pipelines ?? runtime.defaultPipelines;
   if (n === 1) return undefined;
   if (runtime.coupling === 'elastic-averaging' && averagingLayoutOf(c) === 'shared-stages')
-    return `measured and simulated: the ${n} pipelines sharing ${c.stages} stage worker threads (layout shared-stages), each worker's row every pipeline's passes`;
+    return typeof c.device === 'string' && c.device.startsWith('cuda')
+      ? `measured and simulated: the ${n} pipelines sharing ${c.stages} stages on the device (layout shared-stages), each stage's row every pipeline's passes, a stream per stage and pipeline`
+      : `measured and simulated: the ${n} pipelines sharing ${c.stages} stage worker threads (layout shared-stages), each worker's row every pipeline's passes`;
   return runtime.coupling === 'elastic-averaging'
     ? `measured: pipeline 0 of ${n}, each pipeline on its own ${c.stages} worker threads (layout worker-per-replica); simulated: the ${n} pipelines sharing ${c.stages} devices (per-device activations are ${n}x a worker's)`
     : `measured and simulated: pipeline 0 of ${n}, each on its own ${c.stages} worker threads`;

@@ -72,25 +72,28 @@ async function train(options: PipelineTrainerOptions, rounds: number): Promise<{
   }
 }
 
+/** A few rounds of `options` on cuda:0 enqueue nothing on the default stream, and on `streams` streams that each run model operations. */
+async function onStreams(t: Test, options: PipelineTrainerOptions, streams: number): Promise<void> {
+  const trainer = await PipelineTrainer.create({ ...options, device: 'cuda:0' });
+  try {
+    await trainer.trainRound(); // buffers allocated
+    const { ops } = await logged(async () => {
+      for (let r = 0; r < 3; r++) await trainer.trainRound();
+    });
+    // Only the host-memory plugin logs the streams; on a GPU, compute-sanitizer checks the order (docs/cuda.md).
+    if (!emulated) return;
+    const seen = new Set(ops.map((o) => o.stream));
+    t.notOk(seen.has(0), 'nothing inside the rounds on the default stream');
+    t.equal(seen.size, streams, `${streams} streams`);
+    for (const s of seen) t.ok(ops.some((o) => o.stream === s && o.op === 'nn'), `stream ${s} runs model operations`);
+    if (options.schedule !== 'avgpipe') t.ok(ops.some((o) => o.op === 'update'), 'the optimizer steps are on the streams too');
+  } finally {
+    await trainer.dispose();
+  }
+}
+
 for (const [schedule, stages] of [['1f1b', 4], ['gpipe', 2]] as const) {
-  deviceTest(`${schedule} on ${stages} stages of one device: each stage's work on a stream of its own, none on the default stream in a round`, async (t) => {
-    const trainer = await PipelineTrainer.create({ ...base(schedule, stages), device: 'cuda:0' });
-    try {
-      await trainer.trainRound(); // buffers allocated
-      const { ops } = await logged(async () => {
-        for (let r = 0; r < 3; r++) await trainer.trainRound();
-      });
-      // Only the host-memory plugin logs the streams; on a GPU, compute-sanitizer checks the order (docs/cuda.md).
-      if (!emulated) return;
-      const streams = new Set(ops.map((o) => o.stream));
-      t.notOk(streams.has(0), 'nothing inside the rounds on the default stream');
-      t.equal(streams.size, stages, 'as many streams as stages');
-      for (const s of streams) t.ok(ops.some((o) => o.stream === s && o.op === 'nn'), `stream ${s} runs model operations`);
-      t.ok(ops.some((o) => o.op === 'update'), 'the optimizer steps are on the streams too');
-    } finally {
-      await trainer.dispose();
-    }
-  });
+  deviceTest(`${schedule} on ${stages} stages of one device: each stage's work on a stream of its own, none on the default stream in a round`, (t) => onStreams(t, base(schedule, stages), stages));
 }
 
 // The device runs the same kernels in another order (cuBLAS's products, FMAs): a few ulps per
@@ -111,22 +114,39 @@ const cases: Array<[PipelineTrainerOptions['schedule'], number, PipelineTrainerO
   ['spectrain', 2],
 ];
 
-for (const [schedule, stages, optimizer] of cases) {
-  deviceTest(`${schedule} on ${stages} stages of one device trains 50 rounds as on the CPU`, async (t) => {
-    const options = { ...base(schedule, stages), ...(optimizer ? { optimizer } : {}) };
-    const cpu = await train(options, 50);
-    const dev = await train({ ...options, device: 'cuda:0' }, 50);
-    t.equal(dev.device, 'cuda:0');
-    t.equal(cpu.device, 'cpu');
-    t.equal(dev.versions, cpu.versions, 'every pass read the same weight version (and prediction) as on the CPU');
-    const lossGap = Math.max(...dev.losses.map((l, i) => Math.abs(l - cpu.losses[i]!)));
-    t.ok(lossGap <= LOSS_TOL, `round losses within ${LOSS_TOL} (worst ${lossGap.toExponential(2)})`);
-    t.ok(cpu.losses[49]! < cpu.losses[0]! * 0.9, `it trains: loss ${cpu.losses[0]!.toFixed(3)} -> ${cpu.losses[49]!.toFixed(3)}`);
-    cpu.weights.forEach((w, part) => {
-      const e = worstError(dev.weights[part]!, w, WEIGHT_ATOL, WEIGHT_RTOL);
-      t.ok(e.ratio <= 1, `part ${part}'s weights within ${WEIGHT_RTOL} relative (worst ${e.ratio.toFixed(3)} of the tolerance)`);
-    });
+/**
+ * `options` trained `rounds` rounds on the CPU's stage threads and on cuda:0: the same weight
+ * versions read, the round losses and the final weights (AvgPipe's: each part's center) within the
+ * tolerances above, and a loss that falls to `falls` of its first.
+ */
+async function trainsAsOnCpu(t: Test, options: PipelineTrainerOptions, rounds: number, falls = 0.9): Promise<void> {
+  const cpu = await train(options, rounds);
+  const dev = await train({ ...options, device: 'cuda:0' }, rounds);
+  t.equal(dev.device, 'cuda:0');
+  t.equal(cpu.device, 'cpu');
+  t.equal(dev.versions, cpu.versions, 'every pass read the same weight version (and prediction) as on the CPU');
+  const lossGap = Math.max(...dev.losses.map((l, i) => Math.abs(l - cpu.losses[i]!)));
+  t.ok(lossGap <= LOSS_TOL, `round losses within ${LOSS_TOL} (worst ${lossGap.toExponential(2)})`);
+  t.ok(cpu.losses[rounds - 1]! < cpu.losses[0]! * falls, `it trains: loss ${cpu.losses[0]!.toFixed(3)} -> ${cpu.losses[rounds - 1]!.toFixed(3)}`);
+  cpu.weights.forEach((w, part) => {
+    const e = worstError(dev.weights[part]!, w, WEIGHT_ATOL, WEIGHT_RTOL);
+    t.ok(e.ratio <= 1, `part ${part}'s weights within ${WEIGHT_RTOL} relative (worst ${e.ratio.toFixed(3)} of the tolerance)`);
   });
+}
+
+for (const [schedule, stages, optimizer] of cases) {
+  deviceTest(`${schedule} on ${stages} stages of one device trains 50 rounds as on the CPU`, (t) => trainsAsOnCpu(t, { ...base(schedule, stages), ...(optimizer ? { optimizer } : {}) }, 50));
+}
+
+// AvgPipe's shared stages on one device: N = 2 pipelines on the S stages, each pipeline's work on
+// a stream of its own, each stage's elastic averaging with the center in device memory.
+const avgpipe = (stages: number): PipelineTrainerOptions => ({ ...base('avgpipe', stages), pipelines: 2, advance: stages - 1 });
+
+deviceTest('avgpipe (shared stages, N = 2) on 2 stages of one device: a stream per stage and pipeline, none on the default stream in a round', (t) => onStreams(t, avgpipe(2), 2 * 2));
+
+for (const stages of [2, 4]) {
+  // trainer.weights() is each part's center: the model the pipelines agree on.
+  deviceTest(`avgpipe (shared stages, N = 2) on ${stages} stages of one device trains 30 rounds as on the CPU: the centers and the round losses`, (t) => trainsAsOnCpu(t, avgpipe(stages), 30));
 }
 
 // Every other layer kind on the device, under a split backward (ZB-H1: the weight gradients of a
@@ -143,45 +163,39 @@ deviceTest('a CNN (conv2d, max and average pooling, layer norm, GELU) under zb-h
     { kind: 'linear', in: 4 * 2 * 1, out: classes },
   ] as const;
   t.equal(image.channels * image.height * image.width, features);
-  const options: PipelineTrainerOptions = { ...base('zb-h1', 2), model: { layers, seed: 4, boundaries: [3] }, optimizer: { kind: 'adam', lr: 0.01 } };
-  const cpu = await train(options, 50);
-  const dev = await train({ ...options, device: 'cuda:0' }, 50);
-  t.equal(dev.versions, cpu.versions);
-  const lossGap = Math.max(...dev.losses.map((l, i) => Math.abs(l - cpu.losses[i]!)));
-  t.ok(lossGap <= LOSS_TOL, `round losses within ${LOSS_TOL} (worst ${lossGap.toExponential(2)})`);
-  t.ok(cpu.losses[49]! < cpu.losses[0]!, `it trains: loss ${cpu.losses[0]!.toFixed(3)} -> ${cpu.losses[49]!.toFixed(3)}`);
-  cpu.weights.forEach((w, part) => {
-    const e = worstError(dev.weights[part]!, w, WEIGHT_ATOL, WEIGHT_RTOL);
-    t.ok(e.ratio <= 1, `part ${part}'s weights within ${WEIGHT_RTOL} relative (worst ${e.ratio.toFixed(3)} of the tolerance)`);
-  });
+  await trainsAsOnCpu(t, { ...base('zb-h1', 2), model: { layers, seed: 4, boundaries: [3] }, optimizer: { kind: 'adam', lr: 0.01 } }, 50, 1);
 });
 
-deviceTest('a device trainer exports its state from the device and resumes from it exactly', async (t) => {
-  const options = { ...base('1f1b', 2), device: 'cuda:0' as const };
-  const whole = await train(options, 12);
-  const first = await PipelineTrainer.create(options);
-  let state;
-  try {
-    for (let r = 0; r < 6; r++) await first.trainRound();
-    state = await first.exportState();
-  } finally {
-    await first.dispose();
-  }
-  const second = await PipelineTrainer.create(options);
-  try {
-    await second.importState(state);
-    for (let r = 6; r < 12; r++) await second.trainRound();
-    const weights = await second.weights();
-    weights.forEach((w, part) => t.same(Array.from(w), Array.from(whole.weights[part]!), `part ${part}: resumed = uninterrupted`));
-  } finally {
-    await second.dispose();
-  }
-});
+for (const [what, options] of [
+  ['a device trainer', { ...base('1f1b', 2), device: 'cuda:0' as const }],
+  ["AvgPipe's shared stages on a device (every replica and each part's center)", { ...avgpipe(2), device: 'cuda:0' as const }],
+] as const) {
+  deviceTest(`${what} exports its state from the device and resumes from it exactly`, async (t) => {
+    const whole = await train(options, 12);
+    const first = await PipelineTrainer.create(options);
+    let state;
+    try {
+      for (let r = 0; r < 6; r++) await first.trainRound();
+      state = await first.exportState();
+    } finally {
+      await first.dispose();
+    }
+    const second = await PipelineTrainer.create(options);
+    try {
+      await second.importState(state);
+      for (let r = 6; r < 12; r++) await second.trainRound();
+      const weights = await second.weights();
+      weights.forEach((w, part) => t.same(Array.from(w), Array.from(whole.weights[part]!), `part ${part}: resumed = uninterrupted`));
+    } finally {
+      await second.dispose();
+    }
+  });
+}
 
 deviceTest('what a device pipeline does not run yet is refused before any stage starts, typed', async (t) => {
   await t.rejects(PipelineTrainer.create({ ...base('gpipe', 2), pipelines: 2, device: 'cuda:0' }), InvalidArgumentError);
   await t.rejects(PipelineTrainer.create({ ...base('wavelet', 2), device: 'cuda:0' }), InvalidArgumentError);
-  await t.rejects(PipelineTrainer.create({ ...base('avgpipe', 2), device: 'cuda:0' }), InvalidArgumentError);
+  await t.rejects(PipelineTrainer.create({ ...avgpipe(2), averaging: { layout: 'worker-per-replica' }, device: 'cuda:0' }), InvalidArgumentError, "AvgPipe's worker-per-replica layout");
 });
 
 t.test('device auto picks cuda:0 where it is usable, else the CPU, and says why', async (t) => {

@@ -16,10 +16,15 @@
  *   size, as a data-parallel step does.
  * - `shared-stages` ({@link SharedElasticCenter}): the N replicas on one worker (the paper's N
  *   pipelines sharing S devices), one center beside them; the d_i are summed on the worker in the
- *   order its row reaches them (the generator's: pipeline order), with no communicator.
+ *   order its row reaches them (the generator's: pipeline order), with no communicator. On a device
+ *   ({@link DeviceSharedElasticCenter}) the center, the d_i and their sum live there, and each
+ *   replica's exchange is enqueued on the stream current when it is called (its pipeline's).
  */
 import type { Communicator } from '../../comm/communicator.js';
 import { BusyError, InvalidArgumentError, InvalidScheduleError, SizeMismatchError } from '../../errors.js';
+import type { DeviceParamSet } from '../../device/param-set.js';
+import { sgemm } from '../../nn/gemm.js';
+import { modelDevice, type ModelDevice, type Tensor } from '../../nn/ops.js';
 import { axpy, elasticAverage } from '../../ops.js';
 import { FlatBuffer, type ParamSet } from '../../tensor.js';
 import { callNative, nativeAddon } from '../../native.js';
@@ -70,11 +75,7 @@ abstract class CenterCopy {
 
   /** Throws unless `state` fits this center (its weights, a call count per replica here); changes nothing. */
   checkState(state: CenterState): void {
-    const replicas = this.counted;
-    if (state === null || typeof state !== 'object' || !(state.weights instanceof Float32Array) || state.weights.length !== this.center.length)
-      throw new SizeMismatchError(`elastic averaging: a center's state must hold a Float32Array of ${this.center.length} weights (the part's)`);
-    if (!Array.isArray(state.updates) || state.updates.length !== replicas || state.updates.some((u) => !Number.isSafeInteger(u) || u < 0))
-      throw new InvalidArgumentError(`elastic averaging: a center's state must count the elasticAverage calls of its ${replicas} replica(s) here, got ${describeValue(state.updates)}`);
+    checkCenterState(state, this.center.length, this.counted);
   }
 
   dispose(): void {
@@ -87,6 +88,58 @@ abstract class CenterCopy {
 export interface CenterState {
   weights: Float32Array;
   updates: number[];
+}
+
+/** Throws unless `state` fits a center of `length` weights counting `replicas` replicas' calls; changes nothing. */
+function checkCenterState(state: CenterState, length: number, replicas: number): void {
+  if (state === null || typeof state !== 'object' || !(state.weights instanceof Float32Array) || state.weights.length !== length)
+    throw new SizeMismatchError(`elastic averaging: a center's state must hold a Float32Array of ${length} weights (the part's)`);
+  if (!Array.isArray(state.updates) || state.updates.length !== replicas || state.updates.some((u) => !Number.isSafeInteger(u) || u < 0))
+    throw new InvalidArgumentError(`elastic averaging: a center's state must count the elasticAverage calls of its ${replicas} replica(s) here, got ${describeValue(state.updates)}`);
+}
+
+/**
+ * The `shared-stages` layout's bookkeeping, in either memory: each replica's elasticAverage calls,
+ * and which replicas have added their d_i to the exchange under way.
+ */
+class SharedExchange {
+  readonly updates: number[];
+  private readonly added: boolean[];
+
+  constructor(
+    replicas: number,
+    private readonly every: number,
+  ) {
+    this.updates = new Array<number>(replicas).fill(0);
+    this.added = new Array<boolean>(replicas).fill(false);
+  }
+
+  /** Counts replica `pipeline`'s call: whether it takes part in an exchange now (its every `every`-th). */
+  due(pipeline: number): boolean {
+    if (++this.updates[pipeline]! % this.every !== 0) return false;
+    if (this.added[pipeline])
+      throw new InvalidScheduleError(`elastic averaging: pipeline ${pipeline} reached a second exchange before every replica of the part reached the first`);
+    return true;
+  }
+
+  /** Replica `pipeline` added its d_i: whether it was the first (the sum starts at it) and the last (the sum goes to the center; the exchange ends). */
+  add(pipeline: number): { first: boolean; last: boolean } {
+    const first = !this.added.some(Boolean);
+    this.added[pipeline] = true;
+    const last = this.added.every(Boolean);
+    if (last) this.added.fill(false);
+    return { first, last };
+  }
+
+  /** Throws unless no exchange is under way (between rounds). */
+  checkIdle(): void {
+    if (this.added.some(Boolean)) throw new BusyError('elastic averaging: an exchange is under way (some replicas have added their difference); export between rounds');
+  }
+
+  restore(updates: readonly number[]): void {
+    updates.forEach((u, i) => (this.updates[i] = u));
+    this.added.fill(false);
+  }
 }
 
 /** @internal The `worker-per-replica` layout: this worker's replica, the others reached by `replicas`. */
@@ -131,9 +184,7 @@ export class ElasticCenter extends CenterCopy {
  * found it) to a sum; the last replica's adds the sum to the center.
  */
 export class SharedElasticCenter extends CenterCopy {
-  private readonly updates: number[];
-  /** The exchange under way: which replicas have added their d_i to `sum`. */
-  private readonly added: boolean[];
+  private readonly exchange: SharedExchange;
   private readonly sum: FlatBuffer;
 
   constructor(
@@ -150,22 +201,17 @@ export class SharedElasticCenter extends CenterCopy {
       super.dispose();
       throw error;
     }
-    this.updates = replicas.map(() => 0);
-    this.added = replicas.map(() => false);
+    this.exchange = new SharedExchange(replicas.length, every);
   }
 
   /** Replica `pipeline`'s elasticAverage action: its part of an exchange after its every `every`-th call. */
   average(pipeline: number): void {
-    if (++this.updates[pipeline]! % this.every !== 0) return;
-    if (this.added[pipeline])
-      throw new InvalidScheduleError(`elastic averaging: pipeline ${pipeline} reached a second exchange before every replica of the part reached the first`);
+    if (!this.exchange.due(pipeline)) return;
     const d = this.difference(this.replicas[pipeline]!.weights);
-    if (!this.added.some(Boolean)) callNative(() => nativeAddon().copy(this.sum.handle, d.handle));
+    const { first, last } = this.exchange.add(pipeline);
+    if (first) callNative(() => nativeAddon().copy(this.sum.handle, d.handle));
     else axpy(this.sum, 1, d);
-    this.added[pipeline] = true;
-    if (!this.added.every(Boolean)) return;
-    axpy(this.center, 1, this.sum);
-    this.added.fill(false);
+    if (last) axpy(this.center, 1, this.sum);
   }
 
   protected get counted(): number {
@@ -174,19 +220,118 @@ export class SharedElasticCenter extends CenterCopy {
 
   /** Between rounds every replica has finished the exchanges it reached, so no partial sum is kept. */
   exportState(): CenterState {
-    if (this.added.some(Boolean)) throw new BusyError('elastic averaging: an exchange is under way (some replicas have added their difference); export between rounds');
-    return { weights: this.center.array.slice(), updates: this.updates.slice() };
+    this.exchange.checkIdle();
+    return { weights: this.center.array.slice(), updates: this.exchange.updates.slice() };
   }
 
   importState(state: CenterState): void {
     this.checkState(state);
     this.center.array.set(state.weights);
-    state.updates.forEach((u, i) => (this.updates[i] = u));
-    this.added.fill(false);
+    this.exchange.restore(state.updates);
   }
 
   override dispose(): void {
     super.dispose();
     this.sum.dispose();
+  }
+}
+
+/** @internal What a stage holds per averaged part, in either memory: see the centers above. */
+export interface PartCenter {
+  /** The center's weights on the host (a device center copies them out first: between rounds). */
+  readonly weights: FlatBuffer;
+  exportState(): CenterState;
+  importState(state: CenterState): void;
+  checkState(state: CenterState): void;
+  dispose(): void;
+}
+
+/**
+ * @internal The `shared-stages` layout on a device: every replica's weights in a DeviceParamSet
+ * there, the center, each exchange's d_i and their sum beside them in device memory. Replica i's
+ * exchange is enqueued on the stream current when `average(i)` is called (the runner calls it on
+ * its pipeline's stream, after that stream waited for the previous exchange's): with `one` the
+ * 1 x 1 tensor 1,
+ *
+ *     d = alpha x - alpha c     (one product: c = alpha (one x) - alpha c on a copy of c)
+ *     x -= d;  sum = d (the first replica) or sum += d;  and after the last, c += sum,
+ *
+ * the same exchange as SharedElasticCenter's (d taken as alpha (x - c) directly, not as
+ * (c + d) - c, so the two agree to rounding, not to the bit).
+ */
+export class DeviceSharedElasticCenter implements PartCenter {
+  private readonly memory: ModelDevice;
+  private readonly center: Tensor;
+  private readonly scratch: Tensor;
+  private readonly sum: Tensor;
+  private readonly one: Tensor;
+  private readonly host: FlatBuffer;
+  private readonly exchange: SharedExchange;
+
+  constructor(
+    private readonly replicas: readonly DeviceParamSet[],
+    private readonly alpha: number,
+    every: number,
+  ) {
+    if (replicas.length < 1 || replicas.some((r) => r.params.length !== replicas[0]!.params.length || r.device !== replicas[0]!.device))
+      throw new InvalidArgumentError('DeviceSharedElasticCenter: give one DeviceParamSet per replica, all of the same part on one device');
+    this.memory = modelDevice(replicas[0]!.device);
+    const n = replicas[0]!.params.length;
+    const made: { dispose(): void }[] = [];
+    const make = <T extends { dispose(): void }>(x: T): T => (made.push(x), x);
+    try {
+      this.center = make(this.memory.allocate(n));
+      this.scratch = make(this.memory.allocate(n));
+      this.sum = make(this.memory.allocate(n));
+      this.one = make(this.memory.allocate(1));
+      this.host = make(FlatBuffer.allocate(n));
+      this.memory.write(this.one, Float32Array.of(1));
+      // every replica starts from the same seed: the center starts as replica 0's weights
+      this.memory.copy(this.center, replicas[0]!.weights, n);
+    } catch (error) {
+      for (const x of made) x.dispose();
+      throw error;
+    }
+    this.exchange = new SharedExchange(replicas.length, every);
+  }
+
+  /** Replica `pipeline`'s elasticAverage action, enqueued on the current stream. */
+  average(pipeline: number): void {
+    if (!this.exchange.due(pipeline)) return;
+    const x = this.replicas[pipeline]!.weights;
+    const n = this.center.length;
+    const rank1 = (b: Tensor, c: Tensor, alpha: number, beta: number): void => sgemm({ m: 1, n, k: 1, a: this.one, b, c, alpha, beta });
+    this.memory.copy(this.scratch, this.center, n);
+    rank1(x, this.scratch, this.alpha, -this.alpha);
+    rank1(this.scratch, x, -1, 1);
+    const { first, last } = this.exchange.add(pipeline);
+    if (first) this.memory.copy(this.sum, this.scratch, n);
+    else rank1(this.scratch, this.sum, 1, 1);
+    if (last) rank1(this.sum, this.center, 1, 1);
+  }
+
+  /** The center on the host (read from the device: call it between rounds, its streams idle). */
+  get weights(): FlatBuffer {
+    this.host.array.set(this.memory.read(this.center, this.center.length));
+    return this.host;
+  }
+
+  checkState(state: CenterState): void {
+    checkCenterState(state, this.center.length, this.replicas.length);
+  }
+
+  exportState(): CenterState {
+    this.exchange.checkIdle();
+    return { weights: this.weights.array.slice(), updates: this.exchange.updates.slice() };
+  }
+
+  importState(state: CenterState): void {
+    this.checkState(state);
+    this.memory.write(this.center, state.weights);
+    this.exchange.restore(state.updates);
+  }
+
+  dispose(): void {
+    for (const x of [this.center, this.scratch, this.sum, this.one, this.host]) x.dispose();
   }
 }

@@ -3,8 +3,9 @@
  * and driven by the same requests a stage thread answers, so the trainer handles both alike. The
  * stages interleave on this thread at their waits (a receive not yet sent, a send not yet
  * received), in the order their schedules allow, while the device runs what they enqueued, each
- * stage on a stream of its own; transfers between them are device-to-device copies ordered by
- * events (DeviceLinks).
+ * stage on a stream of its own (AvgPipe's shared stages: each stage a stream per pipeline);
+ * transfers between them are device-to-device copies ordered by events (DeviceLinks, one set per
+ * pipeline).
  */
 import { EventEmitter } from 'node:events';
 
@@ -33,17 +34,19 @@ class InProcessStage extends EventEmitter implements StageWorker {
 
   private readonly stage: number;
 
+  /** `links`: one per pipeline (AvgPipe's shared stages: every stage runs every pipeline), else one. */
   constructor(
     description: StageDescription,
     data: PipelineData,
-    private readonly links: DeviceLinks,
+    private readonly links: readonly DeviceLinks[],
   ) {
     super();
     this.stage = description.stage;
     // Built after the caller has attached its listeners (the next turn of the event loop).
     this.chain = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
       try {
-        this.host = await StageHost.create(description, links.transport(description.stage), data);
+        const transports = links.map((l) => l.transport(description.stage));
+        this.host = await StageHost.create(description, description.averaging?.layout === 'shared-stages' ? transports : transports[0], data);
         this.post(readyMessage(this.host, 0));
       } catch (error) {
         this.fail(description.stage, error);
@@ -71,7 +74,7 @@ class InProcessStage extends EventEmitter implements StageWorker {
 
   /** Stops the stage once its current request settles (a round in flight fails at its next wait: the links are closed). */
   terminate(): Promise<number> {
-    this.links.close();
+    for (const l of this.links) l.close();
     return this.chain.then(() => this.end()).then(() => 1);
   }
 
@@ -82,7 +85,7 @@ class InProcessStage extends EventEmitter implements StageWorker {
   private fail(stage: number, error: unknown): void {
     this.post(describeError(stage, error));
     // The other stages waiting on this one fail at once instead of at their timeout.
-    this.links.close(new PeerLostError(`pipeline stage ${stage} failed`));
+    for (const l of this.links) l.close(new PeerLostError(`pipeline stage ${stage} failed`));
   }
 
   private async end(): Promise<void> {
@@ -93,15 +96,20 @@ class InProcessStage extends EventEmitter implements StageWorker {
     try {
       await host?.dispose();
     } finally {
-      this.links.stageEnded(this.stage);
+      for (const l of this.links) l.stageEnded(this.stage);
       setImmediate(() => this.emit('exit', 0));
     }
   }
 }
 
-/** @internal Starts every stage of `descriptions` (one pipeline, all on `descriptions[i].device`) in this process. */
+/**
+ * @internal Starts every stage of `descriptions` (all on `descriptions[i].device`) in this process:
+ * one pipeline, or AvgPipe's N pipelines on the shared stages, each pipeline with links (and so a
+ * stream per stage) of its own.
+ */
 export function startDeviceStages(descriptions: readonly StageDescription[], data: PipelineData, timeoutMs: number): StageWorker[] {
-  const device = descriptions[0]!.device!;
-  const links = new DeviceLinks(descriptions.length, modelDevice(device), timeoutMs);
+  const first = descriptions[0]!;
+  const pipelines = first.averaging?.layout === 'shared-stages' ? first.schedule.pipelines : 1;
+  const links = Array.from({ length: pipelines }, () => new DeviceLinks(descriptions.length, modelDevice(first.device!), timeoutMs));
   return descriptions.map((d) => new InProcessStage(d, data, links));
 }

@@ -322,7 +322,9 @@ export async function planPipeline(
       throw new InvalidArgumentError(`${what}: on ${device}, ${why} is planned; run it with device 'cpu'`);
     };
     if (model.kind !== 'sequential') refuse('a model module of your own (createStage)');
-    if (pipelines > 1 || rowsAreWorkers || dataParallel || averaging) refuse(`'${name}' with parallel pipelines or data-parallel workers`);
+    // AvgPipe's shared stages run there: N pipelines sharing the S stages, each pipeline's work on a stream of its own.
+    const sharedStages = averaging?.layout === 'shared-stages';
+    if (rowsAreWorkers || dataParallel || (pipelines > 1 && !sharedStages)) refuse(`'${name}' with parallel pipelines or data-parallel workers (but AvgPipe's shared-stages layout)`);
     if (schedule.actions.some((row) => row.some((a) => a.kind === 'allReduce'))) refuse(`'${name}', whose stages all-reduce a part between them,`);
   }
   if (device !== 'cpu' && loss !== 'cross-entropy') throw new InvalidArgumentError(`${what}: on ${device}, the ${loss} loss is planned; run it with device 'cpu'`);

@@ -21,7 +21,7 @@ import type { DataParallelModeOptions, DataParallelOptimizerSpec } from '../../d
 import { DataParallelTrainer, type DataParallelTrainerState } from '../../dataparallel/trainer.js';
 import type { Schedule } from '../schedule.js';
 import type { AveragingLayout } from '../schedules/avgpipe.js';
-import { type CenterState, ElasticCenter, SharedElasticCenter } from './averaging.js';
+import { type CenterState, DeviceSharedElasticCenter, ElasticCenter, type PartCenter, SharedElasticCenter } from './averaging.js';
 import { type MicroBatchSource, type PipelineLoss, type StagePart, type StageRoundResult, type StageTransport, StageRunner } from './stage-runner.js';
 
 export { PIPELINE_LOSSES, type PipelineLoss } from './stage-runner.js';
@@ -233,7 +233,7 @@ export class StageHost {
     readonly runner: StageRunner,
     readonly source: SharedDataSource,
     /** AvgPipe: each part's center, by part. */
-    private readonly centers: Map<number, ElasticCenter | SharedElasticCenter>,
+    private readonly centers: Map<number, PartCenter>,
     /** The pipeline this stage runs (a runner of every pipeline: 0; its parts name their own). */
     private readonly pipeline: number,
   ) {}
@@ -257,7 +257,7 @@ export class StageHost {
     pipeline = 0,
   ): Promise<StageHost> {
     const parts: StagePart[] = [];
-    const centers = new Map<number, ElasticCenter | SharedElasticCenter>();
+    const centers = new Map<number, PartCenter>();
     try {
       if (description.averaging?.layout === 'shared-stages') {
         const runner = await StageHost.buildSharedStage(description, comm, parts, centers);
@@ -314,23 +314,29 @@ export class StageHost {
     description: StageDescription,
     comm: Communicator<FlatBuffer> | StageTransport | readonly (Communicator<FlatBuffer> | StageTransport)[] | undefined,
     parts: StagePart[],
-    centers: Map<number, ElasticCenter | SharedElasticCenter>,
+    centers: Map<number, PartCenter>,
   ): Promise<StageRunner> {
     const { schedule, averaging } = description;
     if (comm !== undefined && !Array.isArray(comm)) throw new InvalidArgumentError('StageHost: the shared-stages layout takes one transport per pipeline');
-    if (description.device) throw new InvalidArgumentError(`StageHost: AvgPipe's shared stages on ${description.device} are planned`);
     for (const part of description.parts) {
       // Each replica joins `parts` as soon as it is built (so a failure frees it), its averaging once the center exists.
       const first = parts.length;
-      for (let pipeline = 0; pipeline < schedule.pipelines; pipeline++) parts.push(await StageHost.buildReplica(description, part, pipeline));
+      for (let pipeline = 0; pipeline < schedule.pipelines; pipeline++) parts.push(await StageHost.buildReplica(description, part, pipeline, description.device));
       const replicas = parts.slice(first);
-      const center = new SharedElasticCenter(
-        replicas.map((r) => r.model.params),
-        averaging!.alpha,
-        averaging!.every,
-      );
-      centers.set(part, center);
-      replicas.forEach((r, i) => (parts[first + i] = { ...r, average: async () => center.average(r.pipeline!) }));
+      if (description.device) {
+        // On a device the exchange is enqueued on the stream current at the call: the runner's, its pipeline's.
+        const center = new DeviceSharedElasticCenter(replicas.map((r) => r.device!), averaging!.alpha, averaging!.every);
+        centers.set(part, center);
+        replicas.forEach((r, i) => (parts[first + i] = { ...r, average: () => center.average(r.pipeline!) }));
+      } else {
+        const center = new SharedElasticCenter(
+          replicas.map((r) => r.model.params),
+          averaging!.alpha,
+          averaging!.every,
+        );
+        centers.set(part, center);
+        replicas.forEach((r, i) => (parts[first + i] = { ...r, average: async () => center.average(r.pipeline!) }));
+      }
     }
     return new StageRunner(description.stage, schedule, comm, parts, 'every');
   }
@@ -351,14 +357,20 @@ export class StageHost {
     return new StageRunner(stage, schedule, comm, parts, 'every');
   }
 
-  /** One pipeline's replica of `part` on the CPU, with an optimizer of its own (freed if that fails). */
-  private static async buildReplica(description: StageDescription, part: number, pipeline: number): Promise<StagePart> {
+  /**
+   * One pipeline's replica of `part`, with an optimizer of its own (freed if that fails); on
+   * `device`, its weights, gradients and optimizer state in a DeviceParamSet there.
+   */
+  private static async buildReplica(description: StageDescription, part: number, pipeline: number, device?: CudaDevice): Promise<StagePart> {
     const { schedule } = description;
-    const model = await buildStageModel(description.model, part);
+    const model = await buildStageModel(description.model, part, device);
+    let optimizer: Optimizer | undefined;
     try {
-      const optimizer = buildOptimizer(model, description.optimizer, schedule, part, description.pipelinedBackprop);
-      return { part, pipeline, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(schedule.name, part, schedule.parts) };
+      optimizer = buildOptimizer(model, description.optimizer, schedule, part, description.pipelinedBackprop);
+      const onDevice = device ? DeviceParamSet.create(model.params, { device, optimizer }) : undefined;
+      return { part, pipeline, model, optimizer, backwardPredictionRatio: backwardPredictionRatio(schedule.name, part, schedule.parts), ...(onDevice ? { device: onDevice } : {}) };
     } catch (error) {
+      optimizer?.dispose();
       model.dispose();
       throw error;
     }

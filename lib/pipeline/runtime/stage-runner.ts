@@ -55,8 +55,9 @@ import { Communicator } from '../../comm/communicator.js';
 import { commBackendEntry } from '../../comm/registry.js';
 import { DataParallelTrainer, type DataParallelStepResult } from '../../dataparallel/trainer.js';
 import { DeviceParamSet } from '../../device/param-set.js';
+import { DeviceEvents } from '../../device/events.js';
 import type { DeviceStream } from '../../device/stream.js';
-import { BusyError, DisposedError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
+import { BusyError, DisposedError, InternalError, InvalidArgumentError, InvalidScheduleError } from '../../errors.js';
 import { callNative, nativeAddon } from '../../native.js';
 import { sgemm } from '../../nn/gemm.js';
 import { modelDevice, softmaxXent, type ModelDevice, type Tensor } from '../../nn/ops.js';
@@ -117,8 +118,12 @@ export interface StagePart {
    * `optimizer`). The part's steps go through it, and its passes read its forward weights.
    */
   readonly replicas?: DataParallelTrainer;
-  /** AvgPipe: the `elasticAverage` action, averaging this part's weights with its replicas' center. */
-  readonly average?: () => Promise<void>;
+  /**
+   * AvgPipe: the `elasticAverage` action, averaging this part's weights with its replicas' center.
+   * On a device it must be synchronous: the runner calls it on the pipeline's stream, and the
+   * device work it enqueues goes there.
+   */
+  readonly average?: () => Promise<void> | void;
   /**
    * A part whose model runs on a device (`model.device` is `cuda:N`): its weights, gradients and
    * optimizer state there (made from `model.params` and `optimizer`). Every pass reads and writes
@@ -241,15 +246,24 @@ export class StageRunner {
   private readonly parts = new Map<number, PartState>();
   private readonly lastPart: number;
   private readonly classes: number;
-  private readonly free: Tensor[] = [];
   /** Where this stage's parts run (one memory per stage): buffers, copies and the loss go there. */
   private readonly memory: ModelDevice;
   /** A device stage's own stream (its transport's), or undefined: the device's default stream. */
   private readonly stream: DeviceStream | undefined;
   /** Its transport's wait for the stream to run dry (see StageTransport.idle). */
   private readonly streamIdle: (() => Promise<void>) | undefined;
-  /** A device stage's scratch: the labels of one micro-batch, and a 1 for scaled adds. */
-  private deviceScratch: { labels: Tensor; one: Tensor } | undefined;
+  /**
+   * AvgPipe's shared stages on a device: pipeline p's stream (its transport's), where its replica's
+   * work goes, or undefined. Buffers the runner reuses and its scratch are then kept per pipeline,
+   * so that no two streams touch one buffer.
+   */
+  private readonly pipelineStreams: readonly { stream: DeviceStream; idle?: () => Promise<void> }[] | undefined;
+  /** Elastic averaging on several streams: an event behind the last exchange, the stream it was on. */
+  private averagingOrder: { event: DeviceEvents; stream: DeviceStream } | undefined;
+  /** Reusable buffers by pipeline (one list where the stage has one stream or none). */
+  private readonly pools = new Map<number, Tensor[]>();
+  /** A device stage's scratch (by pipeline, as the pools): the labels of one micro-batch, and a 1 for scaled adds. */
+  private readonly deviceScratch = new Map<number, { labels: Tensor; one: Tensor }>();
   private disposed = false;
   private running = false;
   /** The i-th allReduce action's count of micro-batch gradients summed over every stage. */
@@ -324,8 +338,8 @@ export class StageRunner {
       if (p.device !== undefined) {
         if (!(p.device instanceof DeviceParamSet) || p.device.params !== m.params || p.device.optimizer !== p.optimizer || p.device.device !== device)
           throw new InvalidArgumentError(`StageRunner: parts[${i}].device must be the DeviceParamSet of the part's params and optimizer on the model's device (${String(device)})`);
-        if (p.replicas !== undefined || p.average !== undefined)
-          throw new InvalidArgumentError(`StageRunner: parts[${i}] runs on ${device}: parallel pipelines (replicas, averaging) on devices are planned`);
+        if (p.replicas !== undefined || (p.average !== undefined && !this.shared))
+          throw new InvalidArgumentError(`StageRunner: parts[${i}] runs on ${device}: parallel pipelines on devices run as AvgPipe's shared stages (a runner of every pipeline); data-parallel replicas and the worker-per-replica layout there are planned`);
         if (p.optimizer.readsLocalGrad)
           throw new InvalidArgumentError(`StageRunner: parts[${i}]'s optimizer reads a local gradient, which a pipeline part on a device does not keep`);
       } else if (device !== 'cpu') throw new InvalidArgumentError(`StageRunner: parts[${i}].model runs on ${String(device)}; give its DeviceParamSet as parts[${i}].device`);
@@ -336,6 +350,12 @@ export class StageRunner {
     const transport = this.memory.device !== 'cpu' && comm !== undefined && !Array.isArray(comm) ? (comm as StageTransport) : undefined;
     this.stream = transport?.stream;
     this.streamIdle = this.stream ? transport?.idle?.bind(transport) : undefined;
+    // AvgPipe's shared stages on a device: each pipeline's work on its pipeline's stream (its transport's).
+    if (this.memory.device !== 'cpu' && this.shared && Array.isArray(comm)) {
+      const transports = comm as readonly StageTransport[];
+      if (transports.some((t) => !t.stream)) throw new InvalidArgumentError('StageRunner: a runner of every pipeline on a device takes one transport per pipeline, each with a stream of its own (DeviceLinks)');
+      this.pipelineStreams = transports.map((t) => ({ stream: t.stream!, ...(t.idle ? { idle: t.idle.bind(t) } : {}) }));
+    }
     const row = schedule.actions[stage] ?? [];
     this.actions = this.byPipeline || rowsAreWorkers(schedule) ? row : row.filter((a) => a.pipeline === pipeline);
     this.sendIndices = this.actions.flatMap((a, i) => (a.kind === 'sendActivation' || a.kind === 'sendGradient' ? [i] : []));
@@ -419,10 +439,10 @@ export class StageRunner {
     }
     // Message id -> buffer: received inputs, local outputs, gradients to send or consume.
     /** (`part`: the key of the part's replica that owns a model buffer.) */
-    const messages = new Map<string, { buffer: Tensor; owner: 'runtime' | 'model'; part: number }>();
+    const messages = new Map<string, { buffer: Tensor; owner: 'runtime' | 'model'; part: number; pipeline: number }>();
     const onDevice = this.memory.device !== 'cpu';
     // A device stage keeps each micro-batch's loss on the device and reads them once, at the round's end.
-    const deviceLosses = new Map<number, Tensor>();
+    const deviceLosses = new Map<number, { buffer: Tensor; pipeline: number }>();
     const predicted = new Set<string>();
     const sends: Promise<void>[] = [];
     // Activation sends still in flight, by message id: the model may reuse an output buffer only
@@ -484,7 +504,7 @@ export class StageRunner {
       for (const [v, buffer] of p.stash) {
         if ((p.lastRead.get(v) ?? -1) <= index) {
           p.stash.delete(v);
-          this.free.push(buffer);
+          this.release(buffer, p.spec.pipeline ?? 0);
         }
       }
     };
@@ -492,7 +512,7 @@ export class StageRunner {
       const m = messages.get(id);
       if (!m) return;
       messages.delete(id);
-      if (m.owner === 'runtime') this.free.push(m.buffer);
+      if (m.owner === 'runtime') this.release(m.buffer, m.pipeline);
       else {
         const part = this.parts.get(m.part);
         if (part) modelOf(part.spec).recycle?.(m.buffer);
@@ -552,22 +572,22 @@ export class StageRunner {
         switch (a.kind) {
           case 'forward': {
             const part = p!;
-            const w = this.onStream(() => weightsFor(a, index));
+            const w = this.onStream(() => weightsFor(a, index), a.pipeline);
             versions.push({ kind: 'forward', part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             let input = a.part === 0 ? undefined : messages.get(`a${a.pipeline}:${a.microBatch}:${a.part}`)?.buffer;
             if (a.part === 0) {
               const host = source.input(this.sampleOf(a));
               if (onDevice) {
                 // The data set is on the host: its micro-batch is copied in, the one copy of a step's input.
-                input = this.take(source.batch * this.inputSizeOf(0));
-                this.onStream(() => this.memory.write(input!, host.array.subarray(0, input!.length)));
-                messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: this.key(a.pipeline, 0) });
+                input = this.take(source.batch * this.inputSizeOf(0), a.pipeline);
+                this.onStream(() => this.memory.write(input!, host.array.subarray(0, input!.length)), a.pipeline);
+                messages.set(`a${a.pipeline}:${a.microBatch}:0`, { buffer: input, owner: 'runtime', part: this.key(a.pipeline, 0), pipeline: a.pipeline });
               } else input = host;
             }
             if (!input) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its input never arrived`);
             const from = input;
-            const output = this.onStream(() => modelOf(part.spec).forward(a.microBatch, from, source.batch, w.buffer));
-            messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: this.key(a.pipeline, a.part) });
+            const output = this.onStream(() => modelOf(part.spec).forward(a.microBatch, from, source.batch, w.buffer), a.pipeline);
+            messages.set(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`, { buffer: output, owner: 'model', part: this.key(a.pipeline, a.part), pipeline: a.pipeline });
             peakActivations = Math.max(peakActivations, ++live);
             const bytes = 4 * (part.spec.model.activationFloats?.(source.batch) ?? 0);
             stored.set(`${a.pipeline}:${a.microBatch}:${a.part}`, bytes);
@@ -584,25 +604,25 @@ export class StageRunner {
             const part = p!;
             const split = a.kind === 'backward' && this.hasWeightGrad(a) && part.spec.model.weightGrad !== undefined;
             if (a.kind === 'weightGrad' && part.spec.model.weightGrad === undefined) break; // the backward did it all
-            const w = this.onStream(() => weightsFor(a, index));
+            const w = this.onStream(() => weightsFor(a, index), a.pipeline);
             versions.push({ kind: a.kind, part: a.part, ...this.pipelineOf(a), microBatch: a.microBatch, version: w.version, predicted: w.predicted });
             const accumulate = part.accumulated > 0;
             if (a.kind === 'weightGrad') {
-              this.onStream(() => modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate }));
+              this.onStream(() => modelOf(part.spec).weightGrad!(a.microBatch, { grads: gradsOf(part.spec), accumulate }), a.pipeline);
               dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
             } else {
               let gradOutput: Tensor;
               const gradId = `g${a.pipeline}:${a.microBatch}:${a.part}`;
               if (a.part === this.lastPart) {
                 const logits = messages.get(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`)!.buffer;
-                gradOutput = this.take(logits.length);
+                gradOutput = this.take(logits.length, a.pipeline);
                 const targets = source.labels(this.sampleOf(a));
                 if (logits instanceof FlatBuffer && gradOutput instanceof FlatBuffer) losses[this.sampleOf(a)] = this.hostLoss(logits, gradOutput, targets, source);
                 else {
                   const out = gradOutput;
-                  deviceLosses.set(this.sampleOf(a), this.onStream(() => this.deviceLoss(logits, out, targets, source, a.microBatch)));
+                  deviceLosses.set(this.sampleOf(a), { buffer: this.onStream(() => this.deviceLoss(logits, out, targets, source, a.microBatch, a.pipeline), a.pipeline), pipeline: a.pipeline });
                 }
-                messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: this.key(a.pipeline, a.part) });
+                messages.set(gradId, { buffer: gradOutput, owner: 'runtime', part: this.key(a.pipeline, a.part), pipeline: a.pipeline });
               } else {
                 const m = messages.get(gradId);
                 if (!m) throw new InvalidScheduleError(`stage ${this.stage}, action #${index} (${formatAction(a)}): its output gradient never arrived`);
@@ -621,12 +641,12 @@ export class StageRunner {
                 accumulate,
                 inputGrad: a.part > 0,
                 weightGrad: !split,
-              }));
+              }), a.pipeline);
               dropMessage(gradId);
               messages.delete(`a${a.pipeline}:${a.microBatch}:${a.part + 1}`); // the model's output, released by its backward
               // The received input: a split backward's weight gradient still reads it.
               if (!split) dropMessage(`a${a.pipeline}:${a.microBatch}:${a.part}`);
-              if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: this.key(a.pipeline, a.part) });
+              if (inputGrad) messages.set(`g${a.pipeline}:${a.microBatch}:${a.part - 1}`, { buffer: inputGrad, owner: 'model', part: this.key(a.pipeline, a.part), pipeline: a.pipeline });
             }
             if (a.kind === 'weightGrad' || !split) {
               part.accumulated++;
@@ -706,8 +726,8 @@ export class StageRunner {
             }
             const version = versionOf(part);
             if ((part.lastRead.get(version) ?? -1) > index) {
-              const copy = this.take(part.spec.model.params.length);
-              this.onStream(() => this.memory.copy(copy, weightsOf(part.spec), copy.length));
+              const copy = this.take(part.spec.model.params.length, a.pipeline);
+              this.onStream(() => this.memory.copy(copy, weightsOf(part.spec), copy.length), a.pipeline);
               part.stash.set(version, copy);
               peakStashed = Math.max(peakStashed, [...this.parts.values()].reduce((n, q) => n + q.stash.size, 0));
               peakStashedBytes = Math.max(peakStashedBytes, [...this.parts.values()].reduce((n, q) => n + [...q.stash.values()].reduce((b, x) => b + 4 * x.length, 0), 0));
@@ -722,7 +742,7 @@ export class StageRunner {
                   // A staleness-1 mode's first step only starts the all-reduce: nothing skipped.
                   const result = await replicas.step();
                   if (result.updated && !result.applied) part.skipped++;
-                } else if (!(part.spec.device ? this.onStream(() => part.spec.device!.step()) : await opt.step()).applied) part.skipped++;
+                } else if (!(part.spec.device ? this.onStream(() => part.spec.device!.step(), a.pipeline) : await opt.step()).applied) part.skipped++;
               } finally {
                 opt.gradScale = scale;
               }
@@ -734,9 +754,24 @@ export class StageRunner {
           case 'predictWeights':
             if (!this.workerExchange.has(a.part)) predicted.add(`${a.pipeline}:${a.part}:${a.microBatch}`);
             break;
-          case 'elasticAverage':
-            await p!.spec.average!();
+          case 'elasticAverage': {
+            const stream = this.pipelineStreams ? this.streamOf(a.pipeline)! : undefined;
+            if (!stream) {
+              await p!.spec.average!();
+              break;
+            }
+            // The part's center, the exchange's difference and sum are shared by the pipelines'
+            // streams: each exchange waits on its stream for the one before it, on whichever stream
+            // that ran, and leaves an event behind itself for the next.
+            const order = (this.averagingOrder ??= { event: DeviceEvents.create(1, { device: stream.device }), stream });
+            if (order.stream !== stream) stream.wait(order.event, 0);
+            this.onStream(() => {
+              if (p!.spec.average!() instanceof Promise) throw new InternalError('StageRunner: an elastic averaging on a device must be synchronous (its work goes on the pipeline\'s stream)');
+            }, a.pipeline);
+            stream.record(order.event, 0);
+            order.stream = stream;
             break;
+          }
           case 'stashWeights':
           case 'restoreWeights':
             break;
@@ -748,8 +783,8 @@ export class StageRunner {
           case 'recvGradient': {
             const id = messageOf(a)!;
             const width = a.kind === 'recvActivation' ? this.inputSizeOf(a.part) : this.outputSizeOf(a.part);
-            const buffer = this.take(source.batch * width);
-            messages.set(id, { buffer, owner: 'runtime', part: this.key(a.pipeline, a.part) });
+            const buffer = this.take(source.batch * width, a.pipeline);
+            messages.set(id, { buffer, owner: 'runtime', part: this.key(a.pipeline, a.part), pipeline: a.pipeline });
             await this.linkOf(a).recv(buffer, a.peer);
             break;
           }
@@ -778,7 +813,7 @@ export class StageRunner {
     if (sendError !== undefined) throw sendError;
     for (const id of [...messages.keys()]) dropMessage(id);
     for (const p of this.parts.values()) releaseStashes(p, Infinity);
-    for (const buffer of latestGrads.values()) this.free.push(buffer);
+    for (const buffer of latestGrads.values()) this.release(buffer);
     // The stage's stream is idle at the round's end: what reads or writes its memory between rounds
     // (the trainer's weights, evaluation, checkpoints) runs on the default stream, which a stage's
     // stream does not synchronise with. The wait polls, so the other stages keep issuing their
@@ -787,10 +822,14 @@ export class StageRunner {
       if (this.streamIdle) await this.streamIdle();
       else this.stream.synchronize();
     }
-    for (const [microBatch, buffer] of deviceLosses) {
-      const rows = this.onStream(() => this.memory.read(buffer, buffer.length));
+    for (const { stream, idle } of this.pipelineStreams ?? []) {
+      if (idle) await idle();
+      else stream.synchronize();
+    }
+    for (const [microBatch, { buffer, pipeline }] of deviceLosses) {
+      const rows = this.onStream(() => this.memory.read(buffer, buffer.length), pipeline);
       losses[microBatch] = rows.reduce((a, b) => a + b, 0) / rows.length;
-      this.free.push(buffer);
+      this.release(buffer, pipeline);
     }
     const skippedSteps = [...this.parts.values()].reduce((n, q) => n + q.skipped, 0) - skippedBefore;
     const predictedCopies = [...this.parts.values()].filter((p) => p.spec.optimizer.stateBuffer('predicted') !== undefined).length;
@@ -833,10 +872,12 @@ export class StageRunner {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    for (const b of this.free) b.dispose();
-    this.free.length = 0;
-    for (const b of Object.values(this.deviceScratch ?? {})) b.dispose();
-    this.deviceScratch = undefined;
+    for (const pool of this.pools.values()) for (const b of pool) b.dispose();
+    this.pools.clear();
+    for (const scratch of this.deviceScratch.values()) for (const b of Object.values(scratch)) b.dispose();
+    this.deviceScratch.clear();
+    this.averagingOrder?.event.dispose();
+    this.averagingOrder = undefined;
     for (const p of this.parts.values()) {
       for (const b of p.stash.values()) b.dispose();
       p.stash.clear();
@@ -871,8 +912,16 @@ export class StageRunner {
    * another stage's code runs at one of this round's awaits. Without a stream (host stages, a
    * device stage given none), fn() as is.
    */
-  private onStream<T>(fn: () => T): T {
-    return this.stream ? this.stream.run(fn) : fn();
+  private onStream<T>(fn: () => T, pipeline?: number): T {
+    const stream = this.streamOf(pipeline);
+    return stream ? stream.run(fn) : fn();
+  }
+
+  /** The stream an action of `pipeline` enqueues on: its pipeline's (shared stages on a device), else the stage's. */
+  private streamOf(pipeline: number | undefined): DeviceStream | undefined {
+    if (!this.pipelineStreams) return this.stream;
+    if (pipeline === undefined) throw new InternalError('StageRunner: device work of a runner of every pipeline must name its pipeline');
+    return this.pipelineStreams[pipeline]!.stream;
   }
 
   /** SpecTrain's backward weights: w + r * (w_f - w), recomputed once per optimizer step. */
@@ -894,7 +943,7 @@ export class StageRunner {
       // On a device: out = r w_f + (1 - r) w as the rank-1 product 1 x w scaled by 1 - r, added to r w_f (cuBLAS has no scaled add in the op table).
       const n = model.params.length;
       this.memory.copy(out, forward, n);
-      sgemm({ m: 1, n, k: 1, a: this.scratch().one, b: weights, c: out, alpha: 1 - r, beta: r });
+      sgemm({ m: 1, n, k: 1, a: this.scratch(1, p.spec.pipeline ?? 0).one, b: weights, c: out, alpha: 1 - r, beta: r });
     }
     p.backwardPredictionAt = p.updates;
     return out;
@@ -935,7 +984,7 @@ export class StageRunner {
    * A device stage's loss of one micro-batch: the softmax cross-entropy's gradient into
    * `gradOutput` and the per-row losses into a buffer of their own, read at the round's end.
    */
-  private deviceLoss(logits: Tensor, gradOutput: Tensor, targets: ArrayLike<number>, source: MicroBatchSource, microBatch: number): Tensor {
+  private deviceLoss(logits: Tensor, gradOutput: Tensor, targets: ArrayLike<number>, source: MicroBatchSource, microBatch: number, pipeline: number): Tensor {
     if ((source.loss ?? 'cross-entropy') !== 'cross-entropy') throw new InvalidArgumentError(`the ${String(source.loss)} loss on a device is planned; train it on the CPU`);
     const { rows, classes } = this.crossEntropyShape(targets, source.batch);
     const values = new Float32Array(rows);
@@ -945,27 +994,44 @@ export class StageRunner {
         throw new InvalidArgumentError(`label ${describeValue(label)} of micro-batch ${microBatch}, row ${i}, is not an integer class in [0, ${classes})`);
       values[i] = label;
     }
-    const scratch = this.scratch(rows);
+    const scratch = this.scratch(rows, pipeline);
     this.memory.write(scratch.labels, values);
-    const rowLosses = this.take(rows);
+    const rowLosses = this.take(rows, pipeline);
     softmaxXent({ buffer: logits }, { buffer: scratch.labels }, rows, classes, 1 / rows, { losses: { buffer: rowLosses }, dlogits: { buffer: gradOutput } });
     return rowLosses;
   }
 
-  /** A buffer of `length` elements from the runner's free list, or a new one in the stage's memory. */
-  private take(length: number): Tensor {
-    const i = this.free.findIndex((b) => b.length === length);
-    return i >= 0 ? this.free.splice(i, 1)[0]! : this.memory.allocate(length);
+  /** The reusable buffers of `pipeline`'s work: its own where each pipeline has a stream, else the stage's one list. */
+  private poolOf(pipeline: number): Tensor[] {
+    const key = this.pipelineStreams ? pipeline : 0;
+    let pool = this.pools.get(key);
+    if (!pool) this.pools.set(key, (pool = []));
+    return pool;
   }
 
-  private scratch(batch = 1): { labels: Tensor; one: Tensor } {
-    if (!this.deviceScratch || this.deviceScratch.labels.length < batch) {
-      for (const b of Object.values(this.deviceScratch ?? {})) b.dispose();
+  /** A buffer of `length` elements for `pipeline`'s work from the runner's free list, or a new one in the stage's memory. */
+  private take(length: number, pipeline = 0): Tensor {
+    const pool = this.poolOf(pipeline);
+    const i = pool.findIndex((b) => b.length === length);
+    return i >= 0 ? pool.splice(i, 1)[0]! : this.memory.allocate(length);
+  }
+
+  /** Gives a buffer `pipeline`'s work took back to its free list. */
+  private release(buffer: Tensor, pipeline = 0): void {
+    this.poolOf(pipeline).push(buffer);
+  }
+
+  private scratch(batch = 1, pipeline = 0): { labels: Tensor; one: Tensor } {
+    const key = this.pipelineStreams ? pipeline : 0;
+    let scratch = this.deviceScratch.get(key);
+    if (!scratch || scratch.labels.length < batch) {
+      for (const b of Object.values(scratch ?? {})) b.dispose();
       const one = this.memory.allocate(1);
       this.memory.write(one, new Float32Array([1]));
-      this.deviceScratch = { labels: this.memory.allocate(batch), one };
+      scratch = { labels: this.memory.allocate(batch), one };
+      this.deviceScratch.set(key, scratch);
     }
-    return this.deviceScratch;
+    return scratch;
   }
 
   private inputSizeOf(part: number): number {
