@@ -116,7 +116,7 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
   const lane = reductionLane(schedule);
   const uncovered: Map<number, number[]>[] = Array.from({ length: T }, () => new Map());
   // Messages' CPU work still to do (remaining time alone, demand 1 each): it runs beside the passes.
-  let messageWork: number[] = [];
+  const messageWork: number[] = [];
 
   const arrival = (gradient: boolean, a: Action, stage: number): number => {
     const from = gradient ? a.part + 1 : a.part - 1;
@@ -234,7 +234,10 @@ export function timeScheduleSharedCores(schedule: Schedule, model: TimingModel, 
     for (let t = 0; t < T; t++) if (running[t]! >= 0) next = Math.min(next, now + remaining[t]! / rate);
     for (const w of messageWork) next = Math.min(next, now + w / rate);
     const dt = next - now;
-    if (messageWork.length > 0) messageWork = messageWork.map((w) => w - rate * dt).filter((w) => w > 1e-12 * Math.max(1, Math.abs(next)));
+    // (in place: this runs at every event of the simulation)
+    let kept = 0;
+    for (const w of messageWork) if (w - rate * dt > 1e-12 * Math.max(1, Math.abs(next))) messageWork[kept++] = w - rate * dt;
+    messageWork.length = kept;
     for (let t = 0; t < T; t++) {
       const f = running[t]!;
       if (f < 0) continue;

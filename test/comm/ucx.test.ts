@@ -11,7 +11,6 @@
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
@@ -20,6 +19,7 @@ import { allreduceAndStep, createRendezvous, DisposedError, FlatBuffer, InvalidA
 import { launch } from '../../dist/launch/index.js';
 import { repoRoot, typescriptEnv, typescriptNodeArgs } from '../fixtures/launch/typescript-child.js';
 import { fusedReference, worstRatio } from '../helpers/fused-reference.js';
+import { textSink } from '../helpers/text-sink.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('../fixtures/comm/ucx-rank.ts', import.meta.url));
@@ -30,13 +30,6 @@ type Result = Record<string, unknown>;
 async function runRanks(n: number, args: string[], env: Record<string, string> = {}): Promise<{ exitCode: number; message?: string; results: Result[][]; stderr: string }> {
   let out = '';
   let err = '';
-  const sink = (append: (s: string) => void): Writable =>
-    new Writable({
-      write(chunk: Buffer, _encoding, callback): void {
-        append(chunk.toString());
-        callback();
-      },
-    });
   const result = await launch({
     script: FIXTURE,
     args,
@@ -45,8 +38,8 @@ async function runRanks(n: number, args: string[], env: Record<string, string> =
     cwd: repoRoot,
     env: { ...process.env, ...typescriptEnv, ...env },
     forwardSignals: false,
-    stdout: sink((s) => (out += s)),
-    stderr: sink((s) => (err += s)),
+    stdout: textSink((s) => (out += s)),
+    stderr: textSink((s) => (err += s)),
   });
   const results: Result[][] = Array.from({ length: n }, () => []);
   for (const line of out.split('\n')) {

@@ -15,9 +15,9 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
-import { InvalidArgumentError, PipelineTrainer, trainPipelineStage, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
+import { InvalidArgumentError, trainPipelineStage, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
 import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';
-import { launchStages } from '../helpers/launched-stages.js';
+import { launchStages, threadReference } from '../helpers/launched-stages.js';
 
 const PLUGIN = fileURLToPath(new URL('../../build/Release/test-fakes/sapipe_test_plugin_host_memory.so', import.meta.url));
 if (!existsSync(PLUGIN)) throw new Error(`${PLUGIN} is missing: build the native targets (npm run build:native)`);
@@ -51,20 +51,8 @@ for (const c of cases) {
     const job = { schedule: c.schedule, stages: c.stages, microBatches: 4, microBatchSize: 4, boundaries: c.boundaries, seed: 1 };
     const launched = await launchStages({ ...job, epochs: 2, optimizer, samples: SAMPLES, device: 'cuda:0' }, c.stages);
     t.equal(launched.exitCode, 0, `the job succeeded\n${launched.stderr.slice(-2000)}`);
-    const { inputs, labels } = dataset(SAMPLES);
-    const trainer = await PipelineTrainer.create({
-      schedule: c.schedule,
-      stages: c.stages,
-      microBatches: job.microBatches,
-      microBatchSize: job.microBatchSize,
-      model: { layers: LAYERS, seed: 3, boundaries: c.boundaries },
-      optimizer,
-      data: { inputs, labels, features: FEATURES },
-      seed: job.seed,
-    });
+    const { trainer, epochs, weights } = await threadReference(job, optimizer, SAMPLES);
     try {
-      const epochs = [await trainer.trainEpoch(), await trainer.trainEpoch()];
-      const weights = await trainer.weights();
       const got = launched.result?.weights ?? [];
       t.equal(got.length, c.stages, 'rank 0 gathered every part');
       let worst = 0;

@@ -11,9 +11,8 @@ import { availableParallelism } from 'node:os';
 import t from 'tap';
 
 import { ucxStatus } from '../../dist/comm/ucx-native.js';
-import { PipelineTrainer, type PipelineOptimizerSpec, type RuntimeScheduleName } from '../../dist/index.js';
-import { FEATURES, LAYERS, dataset } from '../fixtures/pipeline/data.mjs';
-import { launchStages } from '../helpers/launched-stages.js';
+import type { PipelineOptimizerSpec, RuntimeScheduleName } from '../../dist/index.js';
+import { launchStages, threadReference } from '../helpers/launched-stages.js';
 
 const FAULTY = fileURLToPath(new URL('../fixtures/pipeline/faulty-stage.mjs', import.meta.url));
 
@@ -42,21 +41,8 @@ for (const c of parallel) {
   t.test(`${c.name} on ${ranks} processes over ucx equals the worker-thread trainer over local`, needsUcx, async (t) => {
     const launched = await launchStages({ ...job, schedule: c.schedule, stages: c.stages, boundaries: c.boundaries, ...c.extra, epochs: 2, optimizer, samples: SAMPLES }, ranks);
     t.equal(launched.exitCode, 0, `the job succeeded\n${launched.stderr.slice(-2000)}`);
-    const { inputs, labels } = dataset(SAMPLES);
-    const trainer = await PipelineTrainer.create({
-      schedule: c.schedule,
-      stages: c.stages,
-      microBatches: job.microBatches,
-      microBatchSize: job.microBatchSize,
-      model: { layers: LAYERS, seed: 3, boundaries: c.boundaries },
-      optimizer,
-      data: { inputs, labels, features: FEATURES },
-      seed: job.seed,
-      ...c.extra,
-    });
+    const { trainer, epochs, weights, inputs, labels } = await threadReference({ ...job, schedule: c.schedule, stages: c.stages, boundaries: c.boundaries }, optimizer, SAMPLES, c.extra);
     try {
-      const epochs = [await trainer.trainEpoch(), await trainer.trainEpoch()];
-      const weights = await trainer.weights();
       const got = launched.result!.weights;
       t.equal(got.length, c.stages, 'rank 0 gathered every part');
       let worst = 0;
